@@ -1,1 +1,23 @@
-//! x
+//! kubesync keeps Kubernetes objects in sync between namespaces and between clusters.
+//!
+//! This crate is the engine. Its first layer is a **multi-cluster runtime**
+//! ([`runtime`]): watch any number of resource types in any number of named [`Cluster`]s and
+//! reconcile them from one work queue whose [`ObjectKey`]s carry the cluster.
+//!
+//! The crate enables no `k8s-openapi` version feature: the application that embeds it chooses
+//! one (the `kubesync` binary uses `latest`). Everything works against apiservers from
+//! Kubernetes v1.20 on: watches use list+watch, and any kind can be handled as a
+//! [`DynamicObject`](kube::api::DynamicObject).
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod error;
+pub mod key;
+pub mod runtime;
+
+pub use cluster::Cluster;
+pub use error::{Error, Result};
+pub use key::ObjectKey;
+pub use runtime::{
+    Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, reconciler_fn,
+};

@@ -1,0 +1,136 @@
+//! Cluster connections: a name plus a [`kube::Client`].
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::error::{Error, Result};
+
+/// One Kubernetes cluster known to kubesync: a name (used in every [`ObjectKey`](crate::ObjectKey)
+/// and log line) and a client.
+///
+/// Cloning is cheap.
+#[derive(Clone)]
+pub struct Cluster {
+    name: Arc<str>,
+    client: Client,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// A cluster from an existing client.
+    pub fn new(name: impl Into<String>, client: Client) -> Self {
+        Self {
+            name: name.into().into(),
+            client,
+        }
+    }
+
+    /// A cluster from a context of the default kubeconfig (`$KUBECONFIG` or `~/.kube/config`),
+    /// named after the context.
+    pub async fn from_context(context: &str) -> Result<Self> {
+        let opts = KubeConfigOptions {
+            context: Some(context.to_string()),
+            ..Default::default()
+        };
+        let config = Config::from_kubeconfig(&opts)
+            .await
+            .map_err(|e| Error::Kubeconfig(format!("context {context:?}: {e}")))?;
+        Self::from_config(context, config)
+    }
+
+    /// A cluster from a kubeconfig file. `context` defaults to the file's current context; the
+    /// cluster is named after the context used.
+    pub async fn from_kubeconfig_file(
+        path: impl AsRef<Path>,
+        context: Option<&str>,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let kubeconfig = Kubeconfig::read_from(path)
+            .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+        Self::from_kubeconfig(kubeconfig, context, None).await
+    }
+
+    /// A cluster from kubeconfig bytes (YAML), as stored in a Secret. `name` defaults to the
+    /// context used.
+    pub async fn from_kubeconfig_bytes(
+        bytes: &[u8],
+        context: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Self> {
+        let text =
+            std::str::from_utf8(bytes).map_err(|e| Error::Kubeconfig(format!("not UTF-8: {e}")))?;
+        let kubeconfig =
+            Kubeconfig::from_yaml(text).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+        Self::from_kubeconfig(kubeconfig, context, name).await
+    }
+
+    /// A cluster from a parsed kubeconfig.
+    pub async fn from_kubeconfig(
+        kubeconfig: Kubeconfig,
+        context: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Self> {
+        let context = match context {
+            Some(c) => c.to_string(),
+            None => kubeconfig.current_context.clone().ok_or_else(|| {
+                Error::Kubeconfig("no context given and no current-context set".into())
+            })?,
+        };
+        if !kubeconfig.contexts.iter().any(|c| c.name == context) {
+            let known: Vec<_> = kubeconfig
+                .contexts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(Error::Kubeconfig(format!(
+                "context {context:?} not found (known: {})",
+                known.join(", ")
+            )));
+        }
+        let opts = KubeConfigOptions {
+            context: Some(context.clone()),
+            ..Default::default()
+        };
+        let config = Config::from_custom_kubeconfig(kubeconfig, &opts)
+            .await
+            .map_err(|e| Error::Kubeconfig(format!("context {context:?}: {e}")))?;
+        Self::from_config(name.unwrap_or(&context), config)
+    }
+
+    /// The cluster kubesync runs in, from the pod's service account.
+    pub fn in_cluster(name: impl Into<String>) -> Result<Self> {
+        let config = Config::incluster().map_err(|e| Error::InCluster(e.to_string()))?;
+        Self::from_config(name, config)
+    }
+
+    /// A cluster from a [`kube::Config`].
+    pub fn from_config(name: impl Into<String>, config: Config) -> Result<Self> {
+        Ok(Self::new(name, Client::try_from(config)?))
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cluster's client (cheap to clone).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The apiserver's version (`gitVersion`), e.g. `v1.20.2`.
+    pub async fn server_version(&self) -> Result<String> {
+        Ok(self.client.apiserver_version().await?.git_version)
+    }
+}

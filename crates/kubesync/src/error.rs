@@ -1,0 +1,56 @@
+//! The library's error type.
+
+/// Errors of the kubesync engine.
+///
+/// Every variant has a bounded [`category`](Error::category), suitable as a metric label or a
+/// status-condition reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A watch, store or key names a cluster that was never registered.
+    #[error("unknown cluster {0:?}: register it with Controller::cluster first")]
+    UnknownCluster(String),
+    /// A kubeconfig could not be read or did not contain the requested context.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    /// The in-cluster configuration (service-account token, env vars) is missing or invalid.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
+    /// A Kubernetes API request failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object could not be converted to the requested Rust type.
+    #[error("cannot read {key} as {target}: {message}")]
+    Convert {
+        /// The object's key.
+        key: String,
+        /// The Rust type it was read as.
+        target: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// The controller was configured inconsistently.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// A short, bounded PascalCase category for metrics and condition reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::UnknownCluster(_) => "UnknownCluster",
+            Error::Kubeconfig(_) => "Kubeconfig",
+            Error::InCluster(_) => "InClusterConfig",
+            Error::Kube(kube::Error::Api(s)) if s.is_forbidden() => "Forbidden",
+            Error::Kube(kube::Error::Api(s)) if s.is_not_found() => "NotFound",
+            Error::Kube(kube::Error::Api(s)) if s.is_conflict() => "Conflict",
+            Error::Kube(kube::Error::Api(_)) => "ApiError",
+            Error::Kube(_) => "Unreachable",
+            Error::Convert { .. } => "Convert",
+            Error::Config(_) => "InvalidConfig",
+        }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,102 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kubesync::Cluster;
+use kubesync_testenv::TestEnv;
+
+/// A process-wide cluster shared by this test binary's tests (isolate by namespace).
+pub fn shared(name: &str) -> &'static TestEnv {
+    TestEnv::shared(name, false).expect("start shared control plane")
+}
+
+/// A `Cluster` for an environment, with a client bound to the current runtime.
+pub fn cluster(env: &TestEnv) -> Cluster {
+    Cluster::new(env.name(), env.client().expect("client"))
+}
+
+/// A unique namespace name for one test.
+pub fn unique_ns(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn configmap(
+    ns: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Creates or updates a ConfigMap with server-side apply.
+pub async fn apply_cm(env: &TestEnv, cm: &ConfigMap) {
+    let ns = cm.metadata.namespace.clone().expect("ns");
+    let name = cm.metadata.name.clone().expect("name");
+    let mut value = serde_json::to_value(cm).expect("json");
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "ConfigMap".into();
+    Api::<ConfigMap>::namespaced(env.client().expect("client"), &ns)
+        .patch(
+            &name,
+            &PatchParams::apply("kubesync-tests").force(),
+            &Patch::Apply(&value),
+        )
+        .await
+        .expect("apply configmap");
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

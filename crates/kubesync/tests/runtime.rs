@@ -1,0 +1,522 @@
+//! The multi-cluster runtime on real control planes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams};
+use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
+use kubesync_testenv::TestEnv;
+use tokio::sync::{mpsc, oneshot};
+
+/// Events from both clusters reach the reconciler with the right cluster name, and the
+/// reconciler reads the object from that cluster's store.
+#[tokio::test]
+async fn events_from_two_clusters_carry_their_cluster() {
+    init_tracing();
+    let (east, west) = (shared("east"), shared("west"));
+    let ns = unique_ns("events");
+    east.create_namespace(&ns).await.expect("ns");
+    west.create_namespace(&ns).await.expect("ns");
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<(ObjectKey, Option<String>)>();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .cluster(cluster(west))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch")
+        .watch("west", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |key, ctx| {
+            let tx = tx.clone();
+            async move {
+                let who = ctx
+                    .get_as::<ConfigMap>(&key)?
+                    .and_then(|cm| cm.data)
+                    .and_then(|d| d.get("who").cloned());
+                let _ = tx.send((key, who));
+                Ok::<_, kubesync::Error>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    apply_cm(east, &configmap(&ns, "hello", &[], &[("who", "east")])).await;
+    apply_cm(west, &configmap(&ns, "hello", &[], &[("who", "west")])).await;
+    let mut seen: HashMap<String, Option<String>> = HashMap::new();
+    while seen.len() < 2 {
+        let (key, who) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("events in time")
+            .expect("channel");
+        assert_eq!(key.kind, "ConfigMap");
+        assert_eq!(key.namespace.as_deref(), Some(ns.as_str()));
+        if key.name == "hello" && who.is_some() {
+            seen.insert(key.cluster.clone(), who);
+        }
+    }
+    assert_eq!(seen["east"].as_deref(), Some("east"));
+    assert_eq!(seen["west"].as_deref(), Some("west"));
+
+    // A deletion in one cluster is a key of that cluster whose object is gone.
+    Api::<ConfigMap>::namespaced(west.client().expect("client"), &ns)
+        .delete("hello", &DeleteParams::default())
+        .await
+        .expect("delete");
+    loop {
+        let (key, who) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("delete event in time")
+            .expect("channel");
+        if key.cluster == "west" && key.name == "hello" && who.is_none() {
+            break;
+        }
+        assert_ne!(key.cluster, "east", "no event expected from east: {key}");
+    }
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// A failing reconcile is retried with growing delays, and the failure count resets after a
+/// success.
+#[tokio::test]
+async fn failing_reconciles_are_retried_with_growing_delays() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("backoff");
+    east.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "flaky", &[], &[])).await;
+
+    let attempts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let a = attempts.clone();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch")
+        .backoff(Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            factor: 2.0,
+        });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |_key, _ctx| {
+            let a = a.clone();
+            async move {
+                let n = {
+                    let mut v = a.lock().expect("lock");
+                    v.push(Instant::now());
+                    v.len()
+                };
+                if n <= 5 {
+                    Err(format!("attempt {n} fails"))
+                } else {
+                    Ok(Action::done())
+                }
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("six attempts", Duration::from_secs(30), || {
+        let n = attempts.lock().expect("lock").len();
+        async move { (n >= 6).then_some(()) }
+    })
+    .await;
+    // After the success nothing more happens (no events, resync far away).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let times = attempts.lock().expect("lock").clone();
+    assert_eq!(times.len(), 6, "retries stop after the success");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let expected = [100u64, 200, 400, 800, 1600];
+    for (gap, want) in gaps.iter().zip(expected) {
+        assert!(
+            *gap >= Duration::from_millis(want),
+            "gap {gap:?} shorter than the backoff {want} ms (gaps {gaps:?})"
+        );
+    }
+    for w in gaps.windows(2) {
+        assert!(w[1] > w[0], "delays must grow: {gaps:?}");
+    }
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// One key is never reconciled twice at the same time, even under a burst of events, while
+/// different keys do run in parallel.
+#[tokio::test]
+async fn one_key_is_never_reconciled_concurrently() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("serial");
+    east.create_namespace(&ns).await.expect("ns");
+    for name in ["a", "b", "c"] {
+        apply_cm(east, &configmap(&ns, name, &[], &[("n", "0")])).await;
+    }
+    let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let max_same_key = Arc::new(AtomicUsize::new(0));
+    let max_total = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r, m1, m2, n) = (
+        running.clone(),
+        max_same_key.clone(),
+        max_total.clone(),
+        runs.clone(),
+    );
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch")
+        .concurrency(8);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |key, _ctx| {
+            let (r, m1, m2, n) = (r.clone(), m1.clone(), m2.clone(), n.clone());
+            async move {
+                {
+                    let mut map = r.lock().expect("lock");
+                    let c = map.entry(key.name.clone()).or_default();
+                    *c += 1;
+                    m1.fetch_max(*c, Ordering::SeqCst);
+                    let total: usize = map.values().sum();
+                    m2.fetch_max(total, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                *r.lock().expect("lock").get_mut(&key.name).expect("entry") -= 1;
+                n.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // A burst of updates to every key while their reconciles are running.
+    for i in 1..=15 {
+        for name in ["a", "b", "c"] {
+            apply_cm(east, &configmap(&ns, name, &[], &[("n", &i.to_string())])).await;
+        }
+    }
+    eventually("quiet", Duration::from_secs(30), || {
+        let idle = running.lock().expect("lock").values().all(|c| *c == 0);
+        async move { idle.then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        max_same_key.load(Ordering::SeqCst),
+        1,
+        "a key ran twice at once"
+    );
+    assert!(
+        max_total.load(Ordering::SeqCst) >= 2,
+        "different keys should run in parallel"
+    );
+    let total_runs = runs.load(Ordering::SeqCst);
+    assert!(
+        total_runs >= 6,
+        "the burst must cause re-runs, got {total_runs}"
+    );
+    assert!(
+        total_runs < 3 * 16,
+        "events must be deduplicated, got {total_runs} runs"
+    );
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// A third cluster whose apiserver is down does not stop the other two; its state says why,
+/// and it catches up when it comes back.
+#[tokio::test]
+async fn a_cluster_that_is_down_does_not_stop_the_others() {
+    init_tracing();
+    let (east, west) = (shared("east"), shared("west"));
+    let mut down = TestEnv::builder()
+        .name("down")
+        .start()
+        .await
+        .expect("start");
+    let ns = unique_ns("outage");
+    for env in [east, west, &down] {
+        env.create_namespace(&ns).await.expect("ns");
+    }
+    apply_cm(&down, &configmap(&ns, "waiting", &[], &[])).await;
+    let down_cluster = cluster(&down);
+    down.stop_apiserver();
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let mut controller = Controller::new()
+        .cluster(cluster(east))
+        .cluster(cluster(west))
+        .cluster(down_cluster);
+    for c in ["east", "west", "down"] {
+        controller = controller
+            .watch(c, Watch::of::<ConfigMap>().namespace(&ns))
+            .expect("watch");
+    }
+    let ctx = controller.context();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |key, _ctx| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(key);
+                Ok::<_, String>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    apply_cm(east, &configmap(&ns, "e", &[], &[])).await;
+    apply_cm(west, &configmap(&ns, "w", &[], &[])).await;
+    let mut got = std::collections::BTreeSet::new();
+    while got.len() < 2 {
+        let key = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the healthy clusters keep working")
+            .expect("channel");
+        assert_ne!(key.cluster, "down");
+        got.insert(key.cluster);
+    }
+    let status = eventually("down reported", Duration::from_secs(20), || {
+        let s = ctx.cluster_status("down");
+        async move { matches!(s, ClusterStatus::Unreachable(_)).then_some(s) }
+    })
+    .await;
+    if let ClusterStatus::Unreachable(msg) = status {
+        assert!(!msg.is_empty());
+    }
+    assert_eq!(ctx.cluster_status("east"), ClusterStatus::Ready);
+
+    down.restart_apiserver().await.expect("restart");
+    let key = loop {
+        let key = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("catch-up after the outage")
+            .expect("channel");
+        if key.cluster == "down" {
+            break key;
+        }
+    };
+    assert_eq!(key.name, "waiting");
+    eventually("down ready", Duration::from_secs(20), || {
+        let s = ctx.cluster_status("down");
+        async move { (s == ClusterStatus::Ready).then_some(()) }
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// Shutdown lets the reconcile in flight finish, starts no new one, and returns.
+#[tokio::test]
+async fn shutdown_waits_for_reconciles_in_flight() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("shutdown");
+    east.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "slow", &[], &[])).await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicBool::new(false));
+    let (s, f) = (started.clone(), finished.clone());
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |_key, _ctx| {
+            let (s, f) = (s.clone(), f.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                f.store(true, Ordering::SeqCst);
+                Ok::<_, String>(Action::requeue(Duration::from_millis(1)))
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("reconcile started", Duration::from_secs(20), || {
+        let n = started.load(Ordering::SeqCst);
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("run returns")
+        .expect("join")
+        .expect("run ok");
+    assert!(
+        finished.load(Ordering::SeqCst),
+        "the reconcile in flight finished"
+    );
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "no reconcile started after shutdown"
+    );
+    assert_eq!(ctx.metrics().in_flight(), 0);
+    assert_eq!(ctx.metrics().reconciles(), 1);
+}
+
+/// A secondary watch in another cluster maps its events to primary keys (the building block
+/// for "status comes back from the other cluster"); label selectors narrow watches on the
+/// server.
+#[tokio::test]
+async fn secondary_watches_map_events_across_clusters() {
+    init_tracing();
+    let (east, west) = (shared("east"), shared("west"));
+    let ns = unique_ns("mapped");
+    east.create_namespace(&ns).await.expect("ns");
+    west.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "primary", &[("pick", "yes")], &[])).await;
+    apply_cm(east, &configmap(&ns, "ignored", &[], &[])).await;
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let east_name = "east".to_string();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .cluster(cluster(west))
+        .watch(
+            "east",
+            Watch::of::<ConfigMap>().namespace(&ns).labels("pick=yes"),
+        )
+        .expect("watch")
+        .watch_mapped(
+            "west",
+            Watch::of::<Secret>().namespace(&ns),
+            move |key, obj| {
+                // A Secret in west named after a ConfigMap in east points at it.
+                let target = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("for").cloned())
+                    .unwrap_or_default();
+                vec![ObjectKey {
+                    cluster: east_name.clone(),
+                    group: String::new(),
+                    kind: "ConfigMap".into(),
+                    namespace: key.namespace.clone(),
+                    name: target,
+                }]
+            },
+        )
+        .expect("watch");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |key, _ctx| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(key);
+                Ok::<_, String>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("initial")
+        .expect("channel");
+    assert_eq!(
+        (first.cluster.as_str(), first.name.as_str()),
+        ("east", "primary")
+    );
+
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "status-of-primary", "namespace": ns, "annotations": {"for": "primary"}},
+        "stringData": {"phase": "Ready"}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(west.client().expect("client"), &ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create secret");
+    let mapped = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("mapped event")
+        .expect("channel");
+    assert_eq!(
+        (mapped.cluster.as_str(), mapped.name.as_str()),
+        ("east", "primary")
+    );
+    // The unlabelled ConfigMap never produced a key.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(k) = rx.try_recv() {
+        assert_ne!(k.name, "ignored");
+    }
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// The periodic resync reconciles every primary object without any event.
+#[tokio::test]
+async fn resync_reconciles_without_events() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("resync");
+    east.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "still", &[], &[])).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch")
+        .resync(Some(Duration::from_millis(300)));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |_key, _ctx| {
+            let r = r.clone();
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("three resyncs", Duration::from_secs(20), || {
+        let n = runs.load(Ordering::SeqCst);
+        async move { (n >= 3).then_some(()) }
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}
+
+/// Configuration mistakes are reported, not panics.
+#[tokio::test]
+async fn unknown_clusters_and_empty_controllers_are_errors() {
+    let err = Controller::new()
+        .watch("nowhere", Watch::of::<ConfigMap>())
+        .err()
+        .expect("unknown cluster");
+    assert_eq!(err.category(), "UnknownCluster");
+    let err = Controller::new()
+        .run(
+            reconciler_fn(|_k, _c| async { Ok::<_, String>(Action::done()) }),
+            async {},
+        )
+        .await
+        .expect_err("no watches");
+    assert_eq!(err.category(), "InvalidConfig");
+}
