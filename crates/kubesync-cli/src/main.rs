@@ -1,1 +1,9 @@
-fn main() {}
+//! The `kubesync` executable.
+#![forbid(unsafe_code)]
+
+mod cli;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    cli::main().await
+}

@@ -391,8 +391,34 @@ impl TestEnv {
                     api.log_tail(30)
                 )));
             }
-            let req = http_get("/readyz");
-            if let Ok(text) = client.request_text(req).await
+            let addr = self.server.trim_start_matches("https://").to_string();
+            if tokio::net::TcpStream::connect(&addr).await.is_err() {
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout(format!(
+                        "kube-apiserver not listening after {timeout:?}:\n{}",
+                        api.log_tail(30)
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            // Poll quietly: the client logs every 5xx at ERROR level, and /readyz answers 500
+            // until the post-start hooks are done. So first wait for /version and for the
+            // objects the bootstrap hooks create (404 until then), and only then ask /readyz.
+            let mut ready = true;
+            for path in [
+                "/version",
+                "/api/v1/namespaces/default",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin",
+                "/apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical",
+            ] {
+                if client.request_text(http_get(path)).await.is_err() {
+                    ready = false;
+                    break;
+                }
+            }
+            if ready
+                && let Ok(text) = client.request_text(http_get("/readyz")).await
                 && text.trim() == "ok"
             {
                 break;

@@ -10,11 +10,12 @@
 //! another whose events map back to the primary key, reads from the watch stores, and
 //! ownership marks so that only copies made by this program are ever deleted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use kubesync::{Action, Cluster, Context, Controller, ObjectKey, Reconciler, Watch};
 
@@ -48,12 +49,20 @@ pub async fn run_copy(
             Watch::of::<ConfigMap>().labels(&format!("{COPIED_FROM_LABEL}={s}")),
             move |key, _| vec![key.in_cluster(mapped_source.clone())],
         )?
-        .run(Copier { target: t }, shutdown)
+        .run(
+            Copier {
+                target: t,
+                namespaces: Mutex::default(),
+            },
+            shutdown,
+        )
         .await
 }
 
 struct Copier {
     target: String,
+    /// Namespaces known to exist in the target (saves a request per object).
+    namespaces: Mutex<HashSet<String>>,
 }
 
 impl Reconciler for Copier {
@@ -63,65 +72,98 @@ impl Reconciler for Copier {
         let target = ctx.require_cluster(&self.target)?;
         let ns = key.namespace.clone().unwrap_or_default();
         let copies: Api<ConfigMap> = Api::namespaced(target.client().clone(), &ns);
+        // The target watch holds exactly the copies made from this source cluster.
         let existing_copy: Option<ConfigMap> = ctx.get_as(&key.in_cluster(&self.target))?;
         let source: Option<ConfigMap> = ctx.get_as(key)?;
         let origin = format!("{}/{}/{}", key.cluster, ns, key.name);
+        let ours = |c: &ConfigMap| c.annotations().get(ORIGIN_ANNOTATION) == Some(&origin);
 
         let Some(source) = source.filter(|s| s.meta().deletion_timestamp.is_none()) else {
             // Source gone (or no longer labelled): delete the copy, but only if it is ours.
-            if let Some(copy) = existing_copy
-                && copy.annotations().get(ORIGIN_ANNOTATION) == Some(&origin)
-            {
-                println!(
-                    "copy: source {origin} is gone; deleting {}/{ns}/{}",
-                    self.target, key.name
-                );
-                match copies.delete(&key.name, &DeleteParams::default()).await {
+            if let Some(copy) = existing_copy.filter(|c| ours(c)) {
+                tracing::info!(target: "copy", "source {origin} is gone; deleting {}/{ns}/{}", self.target, key.name);
+                let precondition = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: copy.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match copies.delete(&key.name, &precondition).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                    Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {}
                     Err(e) => return Err(e.into()),
                 }
             }
             return Ok(Action::done());
         };
 
-        let desired = desired_copy(&source, &key.cluster, &origin);
-        // The target watch only holds our copies; something else may sit under the name.
-        let existing_copy = match existing_copy {
-            Some(copy) => Some(copy),
-            None => copies.get_opt(&key.name).await?,
+        let mut desired = desired_copy(&source, &key.cluster, &origin);
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
         };
-        if let Some(copy) = &existing_copy {
-            if copy.annotations().get(ORIGIN_ANNOTATION) != Some(&origin) {
-                // Not ours: never overwrite an object this program did not create.
-                println!(
-                    "copy: {}/{ns}/{} exists and is not a copy of {origin}; leaving it",
-                    self.target, key.name
-                );
-                return Ok(Action::done());
+        match existing_copy {
+            Some(copy) if !ours(&copy) => {
+                tracing::info!(target: "copy", "{}/{ns}/{} is not a copy of {origin}; leaving it", self.target, key.name);
             }
-            if in_sync(copy, &desired) {
-                return Ok(Action::done());
+            Some(copy) if in_sync(&copy, &desired) => {}
+            Some(copy) => {
+                // The copy is wholly ours: replace it, guarded by its resourceVersion.
+                tracing::info!(target: "copy", "updating {}/{ns}/{} from {origin}", self.target, key.name);
+                desired.metadata.resource_version = copy.metadata.resource_version.clone();
+                copies.replace(&key.name, &pp, &desired).await?;
+            }
+            None => {
+                self.ensure_namespace(target.client(), &ns).await?;
+                match copies.create(&pp, &desired).await {
+                    Ok(_) => {
+                        tracing::info!(target: "copy", "created {}/{ns}/{} from {origin}", self.target, key.name)
+                    }
+                    // Something else already has the name: never overwrite it.
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                        let other = copies.get_opt(&key.name).await?;
+                        if other.as_ref().is_some_and(|c| !ours(c)) {
+                            tracing::info!(target: "copy", "{}/{ns}/{} exists and is not a copy of {origin}; leaving it", self.target, key.name);
+                        }
+                    }
+                    Err(kube::Error::Api(s)) if s.is_not_found() => {
+                        // The namespace went away since we last looked.
+                        self.lock_namespaces().remove(&ns);
+                        return Err(kube::Error::Api(s).into());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
-        ensure_namespace(target.client(), &ns).await?;
-        let verb = if existing_copy.is_some() {
-            "updating"
-        } else {
-            "creating"
-        };
-        println!(
-            "copy: {verb} {}/{ns}/{} from {origin}",
-            self.target, key.name
-        );
-        copies
-            .patch(
-                &key.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired),
-            )
-            .await?;
         Ok(Action::done())
+    }
+}
+
+impl Copier {
+    fn lock_namespaces(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.namespaces.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn ensure_namespace(&self, client: &kube::Client, ns: &str) -> kubesync::Result<()> {
+        if self.lock_namespaces().contains(ns) {
+            return Ok(());
+        }
+        let api: Api<Namespace> = Api::all(client.clone());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.lock_namespaces().insert(ns.to_string());
+        Ok(())
     }
 }
 
@@ -139,7 +181,6 @@ fn desired_copy(source: &ConfigMap, source_cluster: &str, origin: &str) -> Confi
         },
         data: source.data.clone(),
         binary_data: source.binary_data.clone(),
-        immutable: source.immutable,
         ..Default::default()
     }
 }
@@ -153,25 +194,6 @@ fn in_sync(copy: &ConfigMap, desired: &ConfigMap) -> bool {
             .iter()
             .all(|(k, v)| copy.labels().get(k) == Some(v))
         && copy.labels().len() == desired.labels().len()
-}
-
-async fn ensure_namespace(client: &kube::Client, ns: &str) -> kubesync::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(ns).await?.is_some() {
-        return Ok(());
-    }
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(ns.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[derive(clap::Parser)]
@@ -191,7 +213,10 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     use clap::Parser;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .init();
     let args = Args::parse();
     let load = |context: String| {

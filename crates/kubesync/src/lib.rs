@@ -21,3 +21,8 @@ pub use key::ObjectKey;
 pub use runtime::{
     Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, reconciler_fn,
 };
+
+/// The README's code samples, compiled as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,134 @@
+//! Command-line interface: argument parsing, logging set-up and the commands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kubesync::Cluster;
+
+/// kubesync keeps Kubernetes objects in sync between namespaces and clusters.
+#[derive(Debug, Parser)]
+#[command(name = "kubesync", version, about)]
+struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "KUBESYNC_LOG_FORMAT", global = true)]
+    log_format: LogFormat,
+    /// Log filter (tracing env-filter syntax), e.g. `info,kubesync=debug`.
+    #[arg(long, default_value = "info", env = "RUST_LOG", global = true)]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Connects to clusters and reports each one's reachability and version.
+    Check {
+        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Contexts to check (repeatable; default: the current context).
+        #[arg(long = "context")]
+        contexts: Vec<String>,
+        /// Give up on a cluster after this many seconds.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+    },
+}
+
+pub(crate) async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log);
+    match cli.command {
+        Command::Check {
+            kubeconfig,
+            contexts,
+            timeout,
+        } => check(kubeconfig, contexts, Duration::from_secs(timeout)).await,
+    }
+}
+
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::Result<Cluster> {
+    match (kubeconfig, context) {
+        (Some(path), ctx) => Cluster::from_kubeconfig_file(path, ctx).await,
+        (None, Some(ctx)) => Cluster::from_context(ctx).await,
+        (None, None) => {
+            let kc = kube::config::Kubeconfig::read()
+                .map_err(|e| kubesync::Error::Kubeconfig(e.to_string()))?;
+            Cluster::from_kubeconfig(kc, None, None).await
+        }
+    }
+}
+
+async fn check(kubeconfig: Option<PathBuf>, contexts: Vec<String>, timeout: Duration) -> ExitCode {
+    let targets: Vec<Option<String>> = if contexts.is_empty() {
+        vec![None]
+    } else {
+        contexts.into_iter().map(Some).collect()
+    };
+    let mut failed = false;
+    for ctx in targets {
+        let label = ctx.clone().unwrap_or_else(|| "(current context)".into());
+        let result = match load(&kubeconfig, ctx.as_deref()).await {
+            Ok(cluster) => match tokio::time::timeout(timeout, cluster.server_version()).await {
+                Ok(Ok(version)) => Ok((cluster.name().to_string(), version)),
+                Ok(Err(e)) => Err(format!("{}: {e}", e.category())),
+                Err(_) => Err(format!("Unreachable: no answer within {timeout:?}")),
+            },
+            Err(e) => Err(format!("{}: {e}", e.category())),
+        };
+        match result {
+            Ok((name, version)) => println!("{name}\tready\t{version}"),
+            Err(msg) => {
+                failed = true;
+                println!("{label}\terror\t{msg}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_repeated_contexts() {
+        let cli = Cli::try_parse_from(["kubesync", "check", "--context", "a", "--context", "b"])
+            .expect("parse");
+        match cli.command {
+            Command::Check { contexts, .. } => assert_eq!(contexts, ["a", "b"]),
+        }
+    }
+}
