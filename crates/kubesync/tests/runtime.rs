@@ -520,3 +520,67 @@ async fn unknown_clusters_and_empty_controllers_are_errors() {
         .expect_err("no watches");
     assert_eq!(err.category(), "InvalidConfig");
 }
+
+/// Reconciling starts only after every store of the key's cluster has listed: the first
+/// reconcile already sees all objects of a second watched type.
+#[tokio::test]
+async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("gating");
+    east.create_namespace(&ns).await.expect("ns");
+    const SECRETS: usize = 300;
+    let secrets: Api<Secret> = Api::namespaced(east.client().expect("client"), &ns);
+    futures::future::try_join_all((0..SECRETS).map(|i| {
+        let secrets = secrets.clone();
+        let s: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("s{i}"), "namespace": ns},
+            "stringData": {"i": i.to_string()}
+        }))
+        .expect("secret");
+        async move { secrets.create(&Default::default(), &s).await }
+    }))
+    .await
+    .expect("create secrets");
+    apply_cm(east, &configmap(&ns, "reader", &[], &[])).await;
+
+    let seen = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let s = seen.clone();
+    let secret_type = kube::core::ApiResource::erase::<Secret>(&());
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        // The primary (one small object) lists long before the 300 Secrets have.
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch")
+        .watch_mapped("east", Watch::of::<Secret>().namespace(&ns), |_, _| {
+            Vec::new()
+        })
+        .expect("watch");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(
+        reconciler_fn(move |key, ctx| {
+            let (s, ar) = (s.clone(), secret_type.clone());
+            async move {
+                s.lock()
+                    .expect("lock")
+                    .push(ctx.list(&key.cluster, &ar).len());
+                Ok::<_, String>(Action::done())
+            }
+        }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("first reconcile", Duration::from_secs(20), || {
+        let n = seen.lock().expect("lock").len();
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        seen.lock().expect("lock")[0],
+        SECRETS,
+        "the Secret store was complete"
+    );
+    let _ = stop.send(());
+    task.await.expect("join").expect("run");
+}

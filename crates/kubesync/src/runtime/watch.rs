@@ -1,7 +1,7 @@
 //! One watch task: list+watch a resource type in one cluster, keep its store, turn events into
 //! keys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -62,32 +62,9 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                     Event::InitDone => {
                         // Level-based: after a (re)list, queue what is new or changed, and what
                         // vanished while we were not watching (no Delete event arrives for it).
-                        let before: HashMap<(Option<String>, Option<String>), Arc<DynamicObject>> =
-                            writer
-                                .as_reader()
-                                .state()
-                                .into_iter()
-                                .map(|o| {
-                                    ((o.metadata.namespace.clone(), o.metadata.name.clone()), o)
-                                })
-                                .collect();
-                        let mut changed: Vec<&DynamicObject> = Vec::new();
-                        let mut present = std::collections::HashSet::new();
-                        for obj in &listing {
-                            let id = (obj.metadata.namespace.clone(), obj.metadata.name.clone());
-                            let same = before.get(&id).is_some_and(|old| {
-                                old.metadata.resource_version == obj.metadata.resource_version
-                            });
-                            if !same {
-                                changed.push(obj);
-                            }
-                            present.insert(id);
-                        }
-                        let vanished: Vec<Arc<DynamicObject>> = before
-                            .iter()
-                            .filter(|(id, _)| !present.contains(*id))
-                            .map(|(_, o)| o.clone())
-                            .collect();
+                        let before = writer.as_reader().state();
+                        let (changed, vanished) = relist_changes(&before, &listing);
+                        let present = listing.len();
                         writer.apply_watcher_event(&event);
                         set_state(None, true);
                         let mut all: Vec<&DynamicObject> = changed;
@@ -96,7 +73,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                         listing.clear();
                         if !listed_once {
                             listed_once = true;
-                            tracing::debug!(objects = present.len(), "listed");
+                            tracing::debug!(objects = present, "listed");
                         }
                         let _ = ctx.shared.trigger.send(Msg::Listed(id));
                         continue;
@@ -116,6 +93,39 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     }
 }
 
+type ObjectId = (Option<String>, Option<String>);
+
+fn id_of(obj: &DynamicObject) -> ObjectId {
+    (obj.metadata.namespace.clone(), obj.metadata.name.clone())
+}
+
+/// After a (re)list: the listed objects that are new or have another resourceVersion than the
+/// store held, and the stored objects that the list no longer contains.
+fn relist_changes<'a>(
+    before: &'a [Arc<DynamicObject>],
+    listing: &'a [DynamicObject],
+) -> (Vec<&'a DynamicObject>, Vec<&'a Arc<DynamicObject>>) {
+    let old: HashMap<ObjectId, &Arc<DynamicObject>> =
+        before.iter().map(|o| (id_of(o), o)).collect();
+    let mut present = HashSet::with_capacity(listing.len());
+    let changed = listing
+        .iter()
+        .filter(|obj| {
+            let id = id_of(obj);
+            let same = old
+                .get(&id)
+                .is_some_and(|o| o.metadata.resource_version == obj.metadata.resource_version);
+            present.insert(id);
+            !same
+        })
+        .collect();
+    let vanished = before
+        .iter()
+        .filter(|o| !present.contains(&id_of(o)))
+        .collect();
+    (changed, vanished)
+}
+
 fn describe(e: &watcher::Error) -> String {
     match e {
         watcher::Error::InitialListFailed(k)
@@ -124,5 +134,48 @@ fn describe(e: &watcher::Error) -> String {
             format!("{e}: {k}")
         }
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(name: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}
+        }))
+        .expect("object")
+    }
+
+    fn names<'a>(objs: impl IntoIterator<Item = &'a DynamicObject>) -> Vec<String> {
+        let mut v: Vec<String> = objs
+            .into_iter()
+            .map(|o| o.metadata.name.clone().unwrap_or_default())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn first_list_queues_everything() {
+        let listing = vec![obj("a", "1"), obj("b", "2")];
+        let (changed, vanished) = relist_changes(&[], &listing);
+        assert_eq!(names(changed), ["a", "b"]);
+        assert!(vanished.is_empty());
+    }
+
+    #[test]
+    fn relist_queues_changed_new_and_vanished_but_not_unchanged() {
+        let before = vec![
+            Arc::new(obj("same", "1")),
+            Arc::new(obj("edited", "2")),
+            Arc::new(obj("gone", "3")),
+        ];
+        let listing = vec![obj("same", "1"), obj("edited", "7"), obj("new", "8")];
+        let (changed, vanished) = relist_changes(&before, &listing);
+        assert_eq!(names(changed), ["edited", "new"]);
+        assert_eq!(names(vanished.into_iter().map(|o| o.as_ref())), ["gone"]);
     }
 }
