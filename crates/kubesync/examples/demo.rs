@@ -46,6 +46,14 @@ async fn show(label: &str, api: &Api<ConfigMap>, name: &str) -> anyhow::Result<(
     Ok(())
 }
 
+async fn color(api: &Api<ConfigMap>, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("color").cloned()))
+}
+
 async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
@@ -151,14 +159,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
     wait("the copy in west follows", || async {
-        Ok(west_cms
-            .get("app-settings")
-            .await?
-            .data
-            .unwrap_or_default()
-            .get("color")
-            .map(String::as_str)
-            == Some("green"))
+        Ok(color(&west_cms, "app-settings").await?.as_deref() == Some("green"))
     })
     .await?;
     show("west", &west_cms, "app-settings").await?;
@@ -175,14 +176,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
     wait("kubesync reverts the drift", || async {
-        Ok(west_cms
-            .get("app-settings")
-            .await?
-            .data
-            .unwrap_or_default()
-            .get("color")
-            .map(String::as_str)
-            == Some("green"))
+        Ok(color(&west_cms, "app-settings").await?.as_deref() == Some("green"))
     })
     .await?;
     show("west", &west_cms, "app-settings").await?;

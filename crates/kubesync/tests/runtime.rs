@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams};
 use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
 use kubesync_testenv::TestEnv;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Events from both clusters reach the reconciler with the right cluster name, and the
 /// reconciler reads the object from that cluster's store.
@@ -32,8 +32,8 @@ async fn events_from_two_clusters_carry_their_cluster() {
         .expect("watch")
         .watch("west", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |key, ctx| {
             let tx = tx.clone();
             async move {
@@ -45,19 +45,13 @@ async fn events_from_two_clusters_carry_their_cluster() {
                 Ok::<_, kubesync::Error>(Action::done())
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
 
     apply_cm(east, &configmap(&ns, "hello", &[], &[("who", "east")])).await;
     apply_cm(west, &configmap(&ns, "hello", &[], &[("who", "west")])).await;
     let mut seen: HashMap<String, Option<String>> = HashMap::new();
     while seen.len() < 2 {
-        let (key, who) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("events in time")
-            .expect("channel");
+        let (key, who) = next(&mut rx, "events in time", Duration::from_secs(20)).await;
         assert_eq!(key.kind, "ConfigMap");
         assert_eq!(key.namespace.as_deref(), Some(ns.as_str()));
         if key.name == "hello" && who.is_some() {
@@ -73,17 +67,13 @@ async fn events_from_two_clusters_carry_their_cluster() {
         .await
         .expect("delete");
     loop {
-        let (key, who) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("delete event in time")
-            .expect("channel");
+        let (key, who) = next(&mut rx, "delete event in time", Duration::from_secs(20)).await;
         if key.cluster == "west" && key.name == "hello" && who.is_none() {
             break;
         }
         assert_ne!(key.cluster, "east", "no event expected from east: {key}");
     }
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// A failing reconcile is retried with growing delays, and the failure count resets after a
@@ -107,8 +97,8 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
             max: Duration::from_secs(10),
             factor: 2.0,
         });
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |_key, _ctx| {
             let a = a.clone();
             async move {
@@ -124,10 +114,7 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
                 }
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
     eventually("six attempts", Duration::from_secs(30), || {
         let n = attempts.lock().expect("lock").len();
         async move { (n >= 6).then_some(()) }
@@ -148,8 +135,7 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
     for w in gaps.windows(2) {
         assert!(w[1] > w[0], "delays must grow: {gaps:?}");
     }
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// One key is never reconciled twice at the same time, even under a burst of events, while
@@ -163,12 +149,12 @@ async fn one_key_is_never_reconciled_concurrently() {
     for name in ["a", "b", "c"] {
         apply_cm(east, &configmap(&ns, name, &[], &[("n", "0")])).await;
     }
-    let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let per_key: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let max_same_key = Arc::new(AtomicUsize::new(0));
     let max_total = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     let (r, m1, m2, n) = (
-        running.clone(),
+        per_key.clone(),
         max_same_key.clone(),
         max_total.clone(),
         runs.clone(),
@@ -178,8 +164,8 @@ async fn one_key_is_never_reconciled_concurrently() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch")
         .concurrency(8);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |key, _ctx| {
             let (r, m1, m2, n) = (r.clone(), m1.clone(), m2.clone(), n.clone());
             async move {
@@ -197,10 +183,7 @@ async fn one_key_is_never_reconciled_concurrently() {
                 Ok::<_, String>(Action::done())
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
     // A burst of updates to every key while their reconciles are running.
     for i in 1..=15 {
         for name in ["a", "b", "c"] {
@@ -208,7 +191,7 @@ async fn one_key_is_never_reconciled_concurrently() {
         }
     }
     eventually("quiet", Duration::from_secs(30), || {
-        let idle = running.lock().expect("lock").values().all(|c| *c == 0);
+        let idle = per_key.lock().expect("lock").values().all(|c| *c == 0);
         async move { idle.then_some(()) }
     })
     .await;
@@ -231,8 +214,7 @@ async fn one_key_is_never_reconciled_concurrently() {
         total_runs < 3 * 16,
         "events must be deduplicated, got {total_runs} runs"
     );
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// A third cluster whose apiserver is down does not stop the other two; its state says why,
@@ -265,27 +247,17 @@ async fn a_cluster_that_is_down_does_not_stop_the_others() {
             .expect("watch");
     }
     let ctx = controller.context();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
-        reconciler_fn(move |key, _ctx| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(key);
-                Ok::<_, String>(Action::done())
-            }
-        }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let running = start(controller, forward_keys(tx));
     apply_cm(east, &configmap(&ns, "e", &[], &[])).await;
     apply_cm(west, &configmap(&ns, "w", &[], &[])).await;
     let mut got = std::collections::BTreeSet::new();
     while got.len() < 2 {
-        let key = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-            .await
-            .expect("the healthy clusters keep working")
-            .expect("channel");
+        let key = next(
+            &mut rx,
+            "the healthy clusters keep working",
+            Duration::from_secs(20),
+        )
+        .await;
         assert_ne!(key.cluster, "down");
         got.insert(key.cluster);
     }
@@ -301,10 +273,12 @@ async fn a_cluster_that_is_down_does_not_stop_the_others() {
 
     down.restart_apiserver().await.expect("restart");
     let key = loop {
-        let key = tokio::time::timeout(Duration::from_secs(60), rx.recv())
-            .await
-            .expect("catch-up after the outage")
-            .expect("channel");
+        let key = next(
+            &mut rx,
+            "catch-up after the outage",
+            Duration::from_secs(60),
+        )
+        .await;
         if key.cluster == "down" {
             break key;
         }
@@ -315,8 +289,7 @@ async fn a_cluster_that_is_down_does_not_stop_the_others() {
         async move { (s == ClusterStatus::Ready).then_some(()) }
     })
     .await;
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// Shutdown lets the reconcile in flight finish, starts no new one, and returns.
@@ -335,8 +308,8 @@ async fn shutdown_waits_for_reconciles_in_flight() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch");
     let ctx = controller.context();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |_key, _ctx| {
             let (s, f) = (s.clone(), f.clone());
             async move {
@@ -346,21 +319,13 @@ async fn shutdown_waits_for_reconciles_in_flight() {
                 Ok::<_, String>(Action::requeue(Duration::from_millis(1)))
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
     eventually("reconcile started", Duration::from_secs(20), || {
         let n = started.load(Ordering::SeqCst);
         async move { (n == 1).then_some(()) }
     })
     .await;
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("run returns")
-        .expect("join")
-        .expect("run ok");
+    running.stop().await;
     assert!(
         finished.load(Ordering::SeqCst),
         "the reconcile in flight finished"
@@ -418,23 +383,8 @@ async fn secondary_watches_map_events_across_clusters() {
             },
         )
         .expect("watch");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
-        reconciler_fn(move |key, _ctx| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(key);
-                Ok::<_, String>(Action::done())
-            }
-        }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-        .await
-        .expect("initial")
-        .expect("channel");
+    let running = start(controller, forward_keys(tx));
+    let first = next(&mut rx, "initial", Duration::from_secs(20)).await;
     assert_eq!(
         (first.cluster.as_str(), first.name.as_str()),
         ("east", "primary")
@@ -449,10 +399,7 @@ async fn secondary_watches_map_events_across_clusters() {
         .create(&Default::default(), &secret)
         .await
         .expect("create secret");
-    let mapped = tokio::time::timeout(Duration::from_secs(20), rx.recv())
-        .await
-        .expect("mapped event")
-        .expect("channel");
+    let mapped = next(&mut rx, "mapped event", Duration::from_secs(20)).await;
     assert_eq!(
         (mapped.cluster.as_str(), mapped.name.as_str()),
         ("east", "primary")
@@ -462,8 +409,7 @@ async fn secondary_watches_map_events_across_clusters() {
     while let Ok(k) = rx.try_recv() {
         assert_ne!(k.name, "ignored");
     }
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// The periodic resync reconciles every primary object without any event.
@@ -481,8 +427,8 @@ async fn resync_reconciles_without_events() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch")
         .resync(Some(Duration::from_millis(300)));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |_key, _ctx| {
             let r = r.clone();
             async move {
@@ -490,17 +436,13 @@ async fn resync_reconciles_without_events() {
                 Ok::<_, String>(Action::done())
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
     eventually("three resyncs", Duration::from_secs(20), || {
         let n = runs.load(Ordering::SeqCst);
         async move { (n >= 3).then_some(()) }
     })
     .await;
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }
 
 /// Configuration mistakes are reported, not panics.
@@ -556,8 +498,8 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
             Vec::new()
         })
         .expect("watch");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(
+    let running = start(
+        controller,
         reconciler_fn(move |key, ctx| {
             let (s, ar) = (s.clone(), secret_type.clone());
             async move {
@@ -567,10 +509,7 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
                 Ok::<_, String>(Action::done())
             }
         }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    );
     eventually("first reconcile", Duration::from_secs(20), || {
         let n = seen.lock().expect("lock").len();
         async move { (n > 0).then_some(()) }
@@ -581,6 +520,5 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
         SECRETS,
         "the Secret store was complete"
     );
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }

@@ -100,3 +100,55 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A controller running in the background of a test.
+pub struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<kubesync::Result<()>>,
+}
+
+/// Runs `controller` with `reconciler` until [`Running::stop`].
+pub fn start<R: kubesync::Reconciler>(controller: kubesync::Controller, reconciler: R) -> Running {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(reconciler, async {
+        let _ = stopped.await;
+    }));
+    Running { stop, task }
+}
+
+impl Running {
+    /// Signals shutdown and waits (at most 30 s) for `run` to return successfully.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("run returns after shutdown")
+            .expect("join")
+            .expect("run ok");
+    }
+}
+
+/// A reconciler that forwards every key it gets to `tx`.
+pub fn forward_keys(
+    tx: tokio::sync::mpsc::UnboundedSender<kubesync::ObjectKey>,
+) -> impl kubesync::Reconciler {
+    kubesync::reconciler_fn(move |key, _ctx| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(key);
+            Ok::<_, String>(kubesync::Action::done())
+        }
+    })
+}
+
+/// The next value from `rx`, or a panic naming `what` after `timeout`.
+pub async fn next<T>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    what: &str,
+    timeout: Duration,
+) -> T {
+    tokio::time::timeout(timeout, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+        .expect("channel open")
+}
