@@ -10,10 +10,14 @@
 //! [`DynamicObject`](kube::api::DynamicObject).
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod cluster;
 pub mod error;
 pub mod key;
 pub mod runtime;
+pub mod syncer;
+pub mod syncers;
+pub mod translate;
 
 pub use cluster::Cluster;
 pub use error::{Error, Result};

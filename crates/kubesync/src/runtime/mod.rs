@@ -428,6 +428,7 @@ pub struct Controller {
     concurrency: usize,
     backoff: Backoff,
     resync: Option<Duration>,
+    dependencies: Vec<(String, String)>,
 }
 
 impl Default for Controller {
@@ -456,7 +457,17 @@ impl Controller {
             concurrency: 16,
             backoff: Backoff::default(),
             resync: Some(Duration::from_secs(600)),
+            dependencies: Vec::new(),
         }
+    }
+
+    /// Keys of `cluster` are reconciled only once the watches of `on` have listed too (by
+    /// default a key waits only for its own cluster). A syncer's source keys depend on the
+    /// target cluster, whose stores they read.
+    pub fn depends_on(mut self, cluster: &str, on: &str) -> Self {
+        self.dependencies
+            .push((cluster.to_string(), on.to_string()));
+        self
     }
 
     /// Registers a cluster (replacing one of the same name).
@@ -544,12 +555,16 @@ impl Controller {
             concurrency,
             backoff,
             resync,
+            dependencies,
         } = self;
         if watches.is_empty() {
             return Err(Error::Config("the controller has no watches".into()));
         }
         let reconciler = Arc::new(reconciler);
         let mut queue = WorkQueue::new(backoff);
+        for (cluster, on) in &dependencies {
+            queue.depends_on(cluster, on);
+        }
         let mut watch_tasks = JoinSet::new();
         let mut unlisted: HashMap<String, HashSet<usize>> = HashMap::new();
         for spec in &watches {

@@ -75,6 +75,8 @@ pub(crate) struct WorkQueue {
     /// Keys waiting for their cluster's stores.
     parked: HashMap<String, HashSet<ObjectKey>>,
     ready_clusters: HashSet<String>,
+    /// Clusters whose stores a cluster's keys also need.
+    dependencies: HashMap<String, HashSet<String>>,
     failures: HashMap<ObjectKey, u32>,
     backoff: Backoff,
 }
@@ -109,12 +111,39 @@ impl WorkQueue {
         }
     }
 
-    /// Marks a cluster's stores as listed and releases its parked keys.
+    /// Keys of `cluster` also wait for the stores of `on`.
+    pub(crate) fn depends_on(&mut self, cluster: &str, on: &str) {
+        if cluster != on {
+            self.dependencies
+                .entry(cluster.to_string())
+                .or_default()
+                .insert(on.to_string());
+        }
+    }
+
+    fn is_ready(&self, cluster: &str) -> bool {
+        self.ready_clusters.contains(cluster)
+            && self
+                .dependencies
+                .get(cluster)
+                .is_none_or(|deps| deps.iter().all(|d| self.ready_clusters.contains(d)))
+    }
+
+    /// Marks a cluster's stores as listed and releases the parked keys that were waiting
+    /// for it (its own, and those of clusters depending on it).
     pub(crate) fn cluster_ready(&mut self, cluster: &str, now: Instant) {
         self.ready_clusters.insert(cluster.to_string());
-        if let Some(keys) = self.parked.remove(cluster) {
-            for key in keys {
-                self.schedule(key, now);
+        let waiting: Vec<String> = self
+            .parked
+            .keys()
+            .filter(|c| self.is_ready(c))
+            .cloned()
+            .collect();
+        for c in waiting {
+            if let Some(keys) = self.parked.remove(&c) {
+                for key in keys {
+                    self.schedule(key, now);
+                }
             }
         }
     }
@@ -135,7 +164,7 @@ impl WorkQueue {
             }
             let Reverse((_, _, key)) = self.timeline.pop()?;
             self.due.remove(&key);
-            if !self.ready_clusters.contains(&key.cluster) {
+            if !self.is_ready(&key.cluster) {
                 self.parked
                     .entry(key.cluster.clone())
                     .or_default()
@@ -329,6 +358,18 @@ mod tests {
         assert_eq!(q.len(), 1, "still one");
         q.cluster_ready("down", t0);
         assert_eq!(q.pop(t0), Some(key("down", "x")));
+    }
+
+    #[test]
+    fn keys_wait_for_the_clusters_they_depend_on() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new(Backoff::default());
+        q.depends_on("source", "target");
+        q.cluster_ready("source", t0);
+        q.schedule(key("source", "x"), t0);
+        assert_eq!(q.pop(t0), None, "target not listed yet");
+        q.cluster_ready("target", t0);
+        assert_eq!(q.pop(t0), Some(key("source", "x")));
     }
 
     #[test]

@@ -152,3 +152,11 @@ pub async fn next<T>(
         .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
         .expect("channel open")
 }
+
+/// Runs a sync engine until [`Running::stop`].
+pub async fn start_engine<S: kubesync::syncer::Syncer>(
+    engine: kubesync::syncer::SyncEngine<S>,
+) -> Running {
+    let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
+    start(controller, reconciler)
+}

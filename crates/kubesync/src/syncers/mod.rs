@@ -1,0 +1,3 @@
+//! Built-in syncers, each a [`Syncer`](crate::syncer::Syncer) on the same engine.
+
+pub mod spec_status;

@@ -1,0 +1,616 @@
+//! Spec/status sync between a **remote** (management) cluster and a **local** (regional)
+//! cluster, for any resource type with `spec` and `status` — sync-controller's behaviour,
+//! without its bugs.
+//!
+//! - Remote `<name><remote_name_suffix>` in namespace `<ns>` ↔ local `<name>` in namespace
+//!   `<ns><local_namespace_suffix>`; namespaces must start with `namespace_prefix`. Remote
+//!   objects outside the shard are ignored and never touched.
+//! - A new remote object is claimed with the finalizer `<domain>/sync-local`.
+//! - A missing local namespace is created with `<domain>/sync-owner: <name>`.
+//! - Spec, labels and annotations flow down (minus bookkeeping); local finalizers,
+//!   ownerReferences and status are preserved. Local status flows up to the remote status
+//!   subresource when it differs; if that fails, the spec is not pushed down in that pass.
+//! - The remote records `<domain>/sync-remote-generation` and `<domain>/sync-local-generation`.
+//! - Local Secrets named in `secret_names`, controlled by the local object, are written onto
+//!   pre-existing remote Secrets `<secret><remote_name_suffix>` (update only).
+//! - `<domain>/paused: "true"` on either side stops every write.
+//! - Remote deleted: the local namespace it owns is deleted, or else the local object (with the
+//!   propagation policy); then the remote finalizer is released.
+//! - kubesync deletes a local object only if its `<domain>/sync-origin` mark names the remote
+//!   object, and a namespace only if its `sync-owner` mark names the object.
+//!
+//! With `domain = "cloud.teleport.dev"` every annotation and the finalizer are
+//! sync-controller's, so a sync-controller deployment can be replaced in place.
+
+pub mod plan;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Resource;
+use kube::api::{Api, DynamicObject, PostParams, PropagationPolicy};
+use kube::core::ApiResource;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::runtime::{Action, Watch};
+use crate::syncer::{ExtraWatch, Side, SyncContext, SyncEngine, Syncer};
+use crate::translate::{ObjectName, SuffixTranslator, Translator};
+use plan::{Marks, Phase, SecretUpload, Teardown};
+
+/// Field manager of writes to the local cluster.
+pub const FIELD_MANAGER_DOWN: &str = "kubesync-spec-down";
+/// Field manager of writes to the remote cluster.
+pub const FIELD_MANAGER_UP: &str = "kubesync-status-up";
+
+/// Configuration of a spec/status sync. Build it with [`SpecStatusSync::builder`].
+#[derive(Clone, Debug)]
+pub struct SpecStatusConfig {
+    /// The synced resource type.
+    pub resource: ApiResource,
+    /// Name translation and sharding.
+    pub names: SuffixTranslator,
+    /// Local Secrets to upload.
+    pub secret_names: Vec<String>,
+    /// How a local object is deleted when its remote goes (default Foreground).
+    pub propagation_policy: PropagationPolicy,
+    /// Annotation and finalizer names.
+    pub marks: Marks,
+}
+
+/// The spec/status [`Syncer`]: source = remote cluster, target = local cluster.
+pub struct SpecStatusSync {
+    config: SpecStatusConfig,
+    namespace_resource: ApiResource,
+    secret_resource: ApiResource,
+}
+
+/// Builder of a spec/status sync; see [`SpecStatusSync::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct SpecStatusSyncBuilder {
+    config: SpecStatusConfig,
+    concurrency: usize,
+    resync: Option<Duration>,
+}
+
+impl SpecStatusSync {
+    /// A builder for syncing objects of `resource` (any kind with spec and status).
+    pub fn builder(resource: ApiResource) -> SpecStatusSyncBuilder {
+        SpecStatusSyncBuilder {
+            config: SpecStatusConfig {
+                resource,
+                names: SuffixTranslator::default(),
+                secret_names: Vec::new(),
+                propagation_policy: PropagationPolicy::Foreground,
+                marks: Marks::default(),
+            },
+            concurrency: 16,
+            resync: Some(Duration::from_secs(600)),
+        }
+    }
+
+    /// A builder for a typed resource.
+    pub fn builder_for<K: Resource<DynamicType = ()>>() -> SpecStatusSyncBuilder {
+        Self::builder(ApiResource::erase::<K>(&()))
+    }
+
+    /// A syncer from a configuration.
+    pub fn new(config: SpecStatusConfig) -> Self {
+        Self {
+            config,
+            namespace_resource: ApiResource::erase::<Namespace>(&()),
+            secret_resource: ApiResource::erase::<Secret>(&()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SpecStatusConfig {
+        &self.config
+    }
+}
+
+impl SpecStatusSyncBuilder {
+    /// Suffix of remote names for this shard (removed locally).
+    pub fn remote_name_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.config.names.remote_name_suffix = suffix.into();
+        self
+    }
+    /// Suffix appended to remote namespaces to form local namespaces.
+    pub fn local_namespace_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.config.names.local_namespace_suffix = suffix.into();
+        self
+    }
+    /// Prefix every synced namespace must have.
+    pub fn namespace_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.names.namespace_prefix = prefix.into();
+        self
+    }
+    /// Local Secrets to upload to the remote.
+    pub fn secret_names<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.secret_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Propagation policy for deleting local objects (default Foreground).
+    pub fn propagation_policy(mut self, policy: PropagationPolicy) -> Self {
+        self.config.propagation_policy = policy;
+        self
+    }
+    /// Annotation domain (default `kubesync.io`; `cloud.teleport.dev` for sync-controller
+    /// compatibility).
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.config.marks = Marks::new(domain);
+        self
+    }
+    /// Objects reconciled at once (each object serially).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+    /// Periodic resync (`None`: never).
+    pub fn resync(mut self, every: Option<Duration>) -> Self {
+        self.resync = every;
+        self
+    }
+    /// The engine syncing from `remote` to `local`.
+    pub fn build(self, remote: Cluster, local: Cluster) -> SyncEngine<SpecStatusSync> {
+        SyncEngine::new(SpecStatusSync::new(self.config), remote, local)
+            .concurrency(self.concurrency)
+            .resync(self.resync)
+    }
+}
+
+fn local_name(cx: &SyncContext<'_>) -> (String, String) {
+    (
+        cx.target_name.namespace.clone().unwrap_or_default(),
+        cx.target_name.name.clone(),
+    )
+}
+
+fn origin(cx: &SyncContext<'_>) -> String {
+    cx.source_name.to_string()
+}
+
+impl SpecStatusSync {
+    fn namespace<'a>(&self, cx: &SyncContext<'a>) -> Option<std::sync::Arc<DynamicObject>> {
+        let (ns, _) = local_name(cx);
+        cx.get(
+            Side::Target,
+            &self.namespace_resource,
+            &ObjectName::cluster_scoped(ns),
+        )
+    }
+
+    async fn pass(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: Option<&DynamicObject>,
+        local: Option<&DynamicObject>,
+    ) -> Result<Action> {
+        let marks = &self.config.marks;
+        match plan::phase(remote, local, marks) {
+            Phase::PausedRemote | Phase::PausedLocal => Ok(Action::done()),
+            Phase::Teardown => self.teardown(cx, remote, local).await,
+            Phase::Claim => {
+                let Some(remote) = remote else {
+                    return Ok(Action::done());
+                };
+                cx.writer
+                    .set_finalizer(
+                        cx.source,
+                        &self.config.resource,
+                        remote,
+                        &marks.finalizer(),
+                        true,
+                        FIELD_MANAGER_UP,
+                    )
+                    .await?;
+                tracing::info!(remote = %cx.source_name, "(remote) finalizer added");
+                Ok(Action::done())
+            }
+            Phase::Sync => match remote {
+                Some(remote) => self.sync_pass(cx, remote, local).await,
+                None => Ok(Action::done()),
+            },
+        }
+    }
+
+    async fn teardown(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: Option<&DynamicObject>,
+        local: Option<&DynamicObject>,
+    ) -> Result<Action> {
+        let marks = &self.config.marks;
+        let (ns, name) = local_name(cx);
+        let ns_obj = self.namespace(cx);
+        let step = plan::teardown(remote, local, ns_obj.as_deref(), &name, &origin(cx), marks);
+        match step {
+            Teardown::DeleteNamespace => {
+                cx.writer
+                    .delete(
+                        cx.target,
+                        &self.namespace_resource,
+                        None,
+                        &ns,
+                        None,
+                        ns_obj.as_ref().and_then(|n| n.metadata.uid.as_deref()),
+                    )
+                    .await?;
+                tracing::info!(namespace = %ns, "(local) deleted namespace");
+                Ok(Action::requeue(Duration::from_secs(5)))
+            }
+            Teardown::DeleteLocal { uid } => {
+                cx.writer
+                    .delete(
+                        cx.target,
+                        &self.config.resource,
+                        Some(&ns),
+                        &name,
+                        Some(self.config.propagation_policy.clone()),
+                        uid.as_deref(),
+                    )
+                    .await?;
+                tracing::info!(local = %cx.target_name, "(local) deleted resource");
+                Ok(Action::requeue(Duration::from_secs(5)))
+            }
+            Teardown::WaitForNamespace | Teardown::WaitForLocal => {
+                Ok(Action::requeue(Duration::from_secs(5)))
+            }
+            Teardown::RemoveFinalizer => {
+                if let Some(remote) = remote {
+                    cx.writer
+                        .set_finalizer(
+                            cx.source,
+                            &self.config.resource,
+                            remote,
+                            &marks.finalizer(),
+                            false,
+                            FIELD_MANAGER_UP,
+                        )
+                        .await?;
+                    tracing::info!(remote = %cx.source_name, "(remote) removed finalizer");
+                }
+                Ok(Action::done())
+            }
+            Teardown::Done => Ok(Action::done()),
+        }
+    }
+
+    async fn sync_pass(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: &DynamicObject,
+        local: Option<&DynamicObject>,
+    ) -> Result<Action> {
+        let marks = &self.config.marks;
+        let (ns, name) = local_name(cx);
+        let remote_ns = cx.source_name.namespace.clone().unwrap_or_default();
+
+        // Status up first: the remote must know the current state before the spec changes.
+        if let Some(local) = local
+            && let Some(patch) = plan::status_patch(remote, local)
+        {
+            cx.writer
+                .merge_patch_status(
+                    cx.source,
+                    &self.config.resource,
+                    Some(&remote_ns),
+                    &cx.source_name.name,
+                    &patch,
+                    FIELD_MANAGER_UP,
+                )
+                .await?;
+            tracing::info!(remote = %cx.source_name, "(remote) status patched");
+        }
+
+        // Secrets: failures are reported at the end but do not stop the spec.
+        let secret_error = match local {
+            Some(local) => self
+                .upload_secrets(cx, remote, local, &ns, &remote_ns)
+                .await
+                .err(),
+            None => None,
+        };
+
+        if local.is_some_and(|l| l.metadata.deletion_timestamp.is_some()) {
+            tracing::debug!(local = %cx.target_name, "(local) pending delete, waiting to recreate");
+            return match secret_error {
+                Some(e) => Err(e),
+                None => Ok(Action::requeue(Duration::from_secs(5))),
+            };
+        }
+
+        match self.namespace(cx) {
+            Some(n) if n.metadata.deletion_timestamp.is_some() => {
+                return Err(Error::Config(format!(
+                    "local namespace {ns} is terminating; waiting to recreate it"
+                )));
+            }
+            Some(_) => {}
+            None => {
+                let namespace = Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(ns.clone()),
+                        annotations: Some([(marks.namespace_owner(), name.clone())].into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let api: Api<Namespace> = Api::all(cx.target.client().clone());
+                cx.writer.count_external(cx.target);
+                match api
+                    .create(
+                        &PostParams {
+                            field_manager: Some(FIELD_MANAGER_DOWN.into()),
+                            ..Default::default()
+                        },
+                        &namespace,
+                    )
+                    .await
+                {
+                    Ok(_) => tracing::info!(namespace = %ns, "(local) namespace created"),
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+
+        let mut local_generation = local.and_then(|l| l.metadata.generation);
+        if let Some(desired) = plan::desired_local(remote, local, &ns, &name, &origin(cx), marks) {
+            let written = if local.is_some() {
+                cx.writer
+                    .replace(
+                        cx.target,
+                        &self.config.resource,
+                        &desired,
+                        FIELD_MANAGER_DOWN,
+                    )
+                    .await?
+            } else {
+                cx.writer
+                    .create(
+                        cx.target,
+                        &self.config.resource,
+                        &desired,
+                        FIELD_MANAGER_DOWN,
+                    )
+                    .await?
+            };
+            tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
+            local_generation = written.metadata.generation;
+        }
+        if let Some(patch) = plan::generation_patch(remote, local_generation, marks) {
+            cx.writer
+                .merge_patch(
+                    cx.source,
+                    &self.config.resource,
+                    Some(&remote_ns),
+                    &cx.source_name.name,
+                    &patch,
+                    FIELD_MANAGER_UP,
+                )
+                .await?;
+        }
+        match secret_error {
+            Some(e) => Err(e),
+            None => Ok(Action::done()),
+        }
+    }
+
+    async fn upload_secrets(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: &DynamicObject,
+        local: &DynamicObject,
+        ns: &str,
+        remote_ns: &str,
+    ) -> Result<()> {
+        let marks = &self.config.marks;
+        let mut first_error = None;
+        for secret_name in &self.config.secret_names {
+            let Some(obj) = cx.get(
+                Side::Target,
+                &self.secret_resource,
+                &ObjectName::namespaced(ns, secret_name),
+            ) else {
+                continue;
+            };
+            let local_secret: Secret = match (*obj).clone().try_parse() {
+                Ok(s) => s,
+                Err(e) => {
+                    first_error.get_or_insert(Error::Convert {
+                        key: format!("{ns}/{secret_name}"),
+                        target: "Secret",
+                        message: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let controlled = local_secret
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|refs| {
+                    refs.iter().any(|o| {
+                        o.controller == Some(true) && Some(&o.uid) == local.metadata.uid.as_ref()
+                    })
+                });
+            if !controlled {
+                continue;
+            }
+            let remote_name = format!("{secret_name}{}", self.config.names.remote_name_suffix);
+            let remote_secrets: Api<Secret> =
+                Api::namespaced(cx.source.client().clone(), remote_ns);
+            // Reading the remote copy lets us repair drift; with update-only RBAC we cannot,
+            // and fall back to the local hash.
+            let current = match remote_secrets.get_opt(&remote_name).await {
+                Ok(s) => s,
+                Err(kube::Error::Api(s)) if s.is_forbidden() => None,
+                Err(e) => {
+                    first_error.get_or_insert(e.into());
+                    continue;
+                }
+            };
+            match plan::secret_upload(
+                &local_secret,
+                current.as_ref(),
+                remote,
+                remote_ns,
+                &remote_name,
+                marks,
+            ) {
+                SecretUpload::Unchanged => {}
+                SecretUpload::Update {
+                    remote: desired,
+                    hash,
+                } => {
+                    cx.writer.count_external(cx.source);
+                    if let Err(e) = remote_secrets
+                        .replace(
+                            &remote_name,
+                            &PostParams {
+                                field_manager: Some(FIELD_MANAGER_UP.into()),
+                                ..Default::default()
+                            },
+                            &desired,
+                        )
+                        .await
+                    {
+                        tracing::warn!(secret = %remote_name, error = %e, "(remote) failed to update secret");
+                        first_error.get_or_insert(e.into());
+                        continue;
+                    }
+                    tracing::info!(secret = %remote_name, "(remote) secret updated");
+                    let patch = serde_json::json!({"metadata": {"annotations": {marks.last_uploaded_hash(): hash}}});
+                    if let Err(e) = cx
+                        .writer
+                        .merge_patch(
+                            cx.target,
+                            &self.secret_resource,
+                            Some(ns),
+                            secret_name,
+                            &patch,
+                            FIELD_MANAGER_DOWN,
+                        )
+                        .await
+                    {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Syncer for SpecStatusSync {
+    fn source_resource(&self) -> &ApiResource {
+        &self.config.resource
+    }
+
+    fn translator(&self) -> &dyn Translator {
+        &self.config.names
+    }
+
+    fn is_owned(&self, target: &DynamicObject) -> bool {
+        target
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(&self.config.marks.origin()))
+    }
+
+    async fn sync_down(&self, cx: &SyncContext<'_>, source: &DynamicObject) -> Result<Action> {
+        self.pass(cx, Some(source), None).await
+    }
+
+    async fn sync(
+        &self,
+        cx: &SyncContext<'_>,
+        source: &DynamicObject,
+        target: &DynamicObject,
+    ) -> Result<Action> {
+        self.pass(cx, Some(source), Some(target)).await
+    }
+
+    async fn sync_up(&self, cx: &SyncContext<'_>, target: &DynamicObject) -> Result<Action> {
+        self.pass(cx, None, Some(target)).await
+    }
+
+    async fn cleanup(&self, cx: &SyncContext<'_>) -> Result<Action> {
+        // Neither object exists, but a namespace created for it may remain.
+        self.pass(cx, None, None).await
+    }
+
+    fn extra_watches(&self) -> Vec<ExtraWatch> {
+        let mut watches = Vec::new();
+        // Local namespaces kubesync created map back to their owner (and requeue it when a
+        // namespace deletion finishes). Only namespaces in the shard's form are considered.
+        let names = self.config.names.clone();
+        let owner_key = self.config.marks.namespace_owner();
+        watches.push(ExtraWatch {
+            side: Side::Target,
+            watch: Watch::dynamic(self.namespace_resource.clone()),
+            mapper: std::sync::Arc::new(move |ns: &DynamicObject| {
+                let Some(owner) = ns
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&owner_key))
+                else {
+                    return Vec::new();
+                };
+                let local = ObjectName::namespaced(
+                    ns.metadata.name.clone().unwrap_or_default(),
+                    owner.clone(),
+                );
+                names.to_source(&local).into_iter().collect()
+            }),
+        });
+        if !self.config.secret_names.is_empty() {
+            // Local Secrets map to the remote object of their controller, through the same
+            // (verified) translation as the objects themselves — also with a local namespace
+            // suffix, which sync-controller got wrong.
+            let names = self.config.names.clone();
+            let secret_names = self.config.secret_names.clone();
+            let kind = self.config.resource.kind.clone();
+            let api_version = self.config.resource.api_version.clone();
+            watches.push(ExtraWatch {
+                side: Side::Target,
+                watch: Watch::dynamic(self.secret_resource.clone()),
+                mapper: std::sync::Arc::new(move |secret: &DynamicObject| {
+                    let name = secret.metadata.name.clone().unwrap_or_default();
+                    if !secret_names.contains(&name) {
+                        return Vec::new();
+                    }
+                    let Some(ns) = secret.metadata.namespace.clone() else {
+                        return Vec::new();
+                    };
+                    secret
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .filter(|o| {
+                            o.controller == Some(true)
+                                && o.kind == kind
+                                && o.api_version == api_version
+                        })
+                        .filter_map(|o| {
+                            names.to_source(&ObjectName::namespaced(ns.clone(), o.name.clone()))
+                        })
+                        .collect()
+                }),
+            });
+        }
+        watches
+    }
+}

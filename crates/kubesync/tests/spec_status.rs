@@ -1,0 +1,722 @@
+//! Spec/status sync between a remote and a local cluster — real control planes, one of each
+//! (a third for sharding).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
+};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync::syncers::spec_status::SpecStatusSync;
+use kubesync_testenv::TestEnv;
+
+const CRD: &str = include_str!("fixtures/widget-crd.yaml");
+const T: Duration = Duration::from_secs(30);
+
+fn widget_type() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
+        "widgets",
+    )
+}
+
+/// Shared remote and local clusters, with the Widget CRD installed on both.
+async fn clusters() -> (&'static TestEnv, &'static TestEnv) {
+    let remote = TestEnv::shared("remote", false).expect("remote");
+    let local = TestEnv::shared("local", true).expect("local");
+    for env in [remote, local] {
+        env.install_crds(CRD).await.expect("crd");
+    }
+    (remote, local)
+}
+
+fn widgets(env: &TestEnv, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(env.client().expect("client"), ns, &widget_type())
+}
+
+async fn apply_widget(env: &TestEnv, ns: &str, name: &str, body: serde_json::Value) {
+    let mut v = serde_json::json!({
+        "apiVersion": "demo.kubesync.io/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": ns},
+    });
+    merge(&mut v, &body);
+    widgets(env, ns)
+        .patch(
+            name,
+            &PatchParams::apply("tests").force(),
+            &Patch::Apply(&v),
+        )
+        .await
+        .expect("apply widget");
+}
+
+async fn set_status(env: &TestEnv, ns: &str, name: &str, status: serde_json::Value) {
+    widgets(env, ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .expect("status");
+}
+
+fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    if let (Some(t), Some(p)) = (target.as_object_mut(), patch.as_object()) {
+        for (k, v) in p {
+            merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+        }
+    } else {
+        *target = patch.clone();
+    }
+}
+
+async fn get(api: &Api<DynamicObject>, name: &str) -> Option<DynamicObject> {
+    api.get_opt(name).await.expect("get")
+}
+
+/// Waits until `name` satisfies `f` (absent objects fail `f`).
+async fn until(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    f: impl Fn(&DynamicObject) -> bool,
+) -> DynamicObject {
+    eventually(what, T, || async { get(api, name).await.filter(|o| f(o)) }).await
+}
+
+async fn until_gone(api: &Api<DynamicObject>, name: &str, what: &str) {
+    eventually(what, T, || async {
+        get(api, name).await.is_none().then_some(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn lifecycle_create_update_status_local_delete_remote_delete() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("life");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .remote_name_suffix("-east")
+        .local_namespace_suffix("-local")
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let r = widgets(remote, &ns);
+    let l_ns = format!("{ns}-local");
+    let l = widgets(local, &l_ns);
+
+    // Create: claimed, namespace created and owned, local object created with spec/labels/annotations.
+    apply_widget(
+        remote,
+        &ns,
+        "w-east",
+        serde_json::json!({
+            "metadata": {"labels": {"app": "web"}, "annotations": {"team": "a"}},
+            "spec": {"size": 3}
+        }),
+    )
+    .await;
+    let lw = until(&l, "w", "local created", |_| true).await;
+    assert_eq!(lw.data["spec"]["size"], 3);
+    assert_eq!(lw.labels().get("app").map(String::as_str), Some("web"));
+    assert_eq!(lw.annotations().get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        lw.annotations().get("kubesync.io/sync-origin"),
+        Some(&format!("{ns}/w-east"))
+    );
+    let namespace = Api::<Namespace>::all(local.client().expect("client"))
+        .get(&l_ns)
+        .await
+        .expect("local ns");
+    assert_eq!(
+        namespace
+            .annotations()
+            .get("kubesync.io/sync-owner")
+            .map(String::as_str),
+        Some("w")
+    );
+    let rw = until(&r, "w-east", "generation marks", |o| {
+        o.annotations()
+            .contains_key("kubesync.io/sync-local-generation")
+    })
+    .await;
+    assert!(
+        rw.finalizers()
+            .contains(&"kubesync.io/sync-local".to_string())
+    );
+    assert_eq!(rw.annotations()["kubesync.io/sync-remote-generation"], "1");
+    assert_eq!(rw.annotations()["kubesync.io/sync-local-generation"], "1");
+    // A remote object outside the shard is never touched.
+    apply_widget(
+        remote,
+        &ns,
+        "w-west",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+
+    // Spec change flows down and the generation marks follow.
+    apply_widget(
+        remote,
+        &ns,
+        "w-east",
+        serde_json::json!({"spec": {"size": 5}}),
+    )
+    .await;
+    until(&l, "w", "spec updated", |o| o.data["spec"]["size"] == 5).await;
+    until(&r, "w-east", "generations", |o| {
+        o.annotations()
+            .get("kubesync.io/sync-remote-generation")
+            .map(String::as_str)
+            == Some("2")
+            && o.annotations()
+                .get("kubesync.io/sync-local-generation")
+                .map(String::as_str)
+                == Some("2")
+    })
+    .await;
+
+    // Local status flows up.
+    set_status(
+        local,
+        &l_ns,
+        "w",
+        serde_json::json!({"phase": "Ready", "replicas": 5}),
+    )
+    .await;
+    until(&r, "w-east", "status up", |o| {
+        o.data["status"]["phase"] == "Ready" && o.data["status"]["replicas"] == 5
+    })
+    .await;
+
+    // Local delete: recreated from the remote.
+    let uid = l.get("w").await.expect("w").metadata.uid;
+    l.delete("w", &DeleteParams::default())
+        .await
+        .expect("delete local");
+    until(&l, "w", "recreated", |o| {
+        o.metadata.uid != uid && o.data["spec"]["size"] == 5
+    })
+    .await;
+
+    // Remote delete: the owned namespace is deleted, then the finalizer released.
+    r.delete("w-east", &DeleteParams::default())
+        .await
+        .expect("delete remote");
+    until_gone(&r, "w-east", "remote gone after local cleanup").await;
+    let namespaces = Api::<Namespace>::all(local.client().expect("client"));
+    eventually("local namespace gone", T, || async {
+        namespaces
+            .get_opt(&l_ns)
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let west = get(&r, "w-west").await.expect("w-west untouched");
+    assert!(west.finalizers().is_empty());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn remote_delete_with_unowned_namespace_deletes_only_what_kubesync_created() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("unowned");
+    remote.create_namespace(&ns).await.expect("ns");
+    // The local namespace exists beforehand: kubesync does not own it.
+    local.create_namespace(&ns).await.expect("local ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .propagation_policy(PropagationPolicy::Background)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
+    // A local Widget with no remote twin that kubesync did not create: never deleted.
+    apply_widget(
+        local,
+        &ns,
+        "hand-made",
+        serde_json::json!({"spec": {"size": 9}}),
+    )
+    .await;
+    apply_widget(
+        remote,
+        &ns,
+        "synced",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    until(&l, "synced", "local created", |_| true).await;
+
+    r.delete("synced", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until_gone(&l, "synced", "local deleted").await;
+    until_gone(&r, "synced", "finalizer released").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        get(&l, "hand-made").await.is_some(),
+        "an object kubesync did not create survives"
+    );
+    let namespaces = Api::<Namespace>::all(local.client().expect("client"));
+    let n = namespaces
+        .get(&ns)
+        .await
+        .expect("the unowned namespace survives");
+    assert!(n.metadata.deletion_timestamp.is_none());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn pause_on_either_side_stops_every_write_and_resumes() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("pause");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
+
+    // Paused remotely from the start: not even claimed.
+    apply_widget(
+        remote,
+        &ns,
+        "p",
+        serde_json::json!({
+            "metadata": {"annotations": {"kubesync.io/paused": "true"}}, "spec": {"size": 1}
+        }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(get(&r, "p").await.expect("p").finalizers().is_empty());
+    assert!(get(&l, "p").await.is_none());
+    // Unpause: synced.
+    r.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": null}}}),
+        ),
+    )
+    .await
+    .expect("unpause");
+    until(&l, "p", "synced after unpause", |o| {
+        o.data["spec"]["size"] == 1
+    })
+    .await;
+
+    // Paused locally: spec changes and remote deletion wait.
+    l.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": "true"}}}),
+        ),
+    )
+    .await
+    .expect("pause locally");
+    apply_widget(remote, &ns, "p", serde_json::json!({"spec": {"size": 2}})).await;
+    r.delete("p", &DeleteParams::default())
+        .await
+        .expect("delete remote");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        get(&l, "p").await.expect("still there").data["spec"]["size"],
+        1
+    );
+    assert!(
+        get(&r, "p").await.is_some(),
+        "remote deletion held by the finalizer"
+    );
+    // Resume: the teardown proceeds.
+    l.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": "false"}}}),
+        ),
+    )
+    .await
+    .expect("resume");
+    until_gone(&l, "p", "local deleted after resume").await;
+    until_gone(&r, "p", "remote released after resume").await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("secrets");
+    remote.create_namespace(&ns).await.expect("ns");
+    let l_ns = format!("{ns}-l");
+    let engine = SpecStatusSync::builder(widget_type())
+        .remote_name_suffix("-r")
+        .local_namespace_suffix("-l")
+        .namespace_prefix(&ns)
+        .secret_names(["creds"])
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(remote, &ns), widgets(local, &l_ns));
+    let remote_secrets: Api<Secret> = Api::namespaced(remote.client().expect("client"), &ns);
+    let local_secrets: Api<Secret> = Api::namespaced(local.client().expect("client"), &l_ns);
+    // The remote Secret must pre-exist (uploads are updates only).
+    let pre: Secret = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "creds-r", "namespace": ns}, "type": "Opaque"}),
+    )
+    .expect("secret");
+    remote_secrets
+        .create(&PostParams::default(), &pre)
+        .await
+        .expect("pre-create");
+
+    apply_widget(remote, &ns, "w-r", serde_json::json!({"spec": {"size": 1}})).await;
+    let lw = until(&l, "w", "local created", |_| true).await;
+    let data = |v: &str| serde_json::json!({"token": base64_encode(v)});
+    let owned = |v: &str| -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "creds", "namespace": l_ns, "ownerReferences": [{
+                "apiVersion": "demo.kubesync.io/v1", "kind": "Widget", "name": "w",
+                "uid": lw.metadata.uid, "controller": true}]},
+            "type": "Opaque", "data": data(v)
+        }))
+        .expect("secret")
+    };
+    local_secrets
+        .create(&PostParams::default(), &owned("one"))
+        .await
+        .expect("local secret");
+    let token = |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("token"))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+    };
+    let uploaded = eventually("uploaded", T, || async {
+        remote_secrets
+            .get_opt("creds-r")
+            .await
+            .expect("get")
+            .filter(|s| token(s).as_deref() == Some("one"))
+    })
+    .await;
+    let rw = get(&r, "w-r").await.expect("remote");
+    let owner = &uploaded.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(Some(&owner.uid), rw.metadata.uid.as_ref());
+    assert!(
+        uploaded
+            .annotations()
+            .contains_key("kubesync.io/last-uploaded-hash")
+    );
+
+    // A change of the local Secret alone triggers the upload (with a local namespace suffix,
+    // which sync-controller missed).
+    local_secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": data("two")})),
+        )
+        .await
+        .expect("edit local");
+    eventually("re-uploaded", T, || async {
+        remote_secrets
+            .get_opt("creds-r")
+            .await
+            .expect("get")
+            .filter(|s| token(s).as_deref() == Some("two"))
+    })
+    .await;
+
+    // The remote copy edited by someone: repaired (on the next pass; a status change triggers one).
+    remote_secrets
+        .patch(
+            "creds-r",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": data("tampered")})),
+        )
+        .await
+        .expect("tamper");
+    set_status(local, &l_ns, "w", serde_json::json!({"phase": "Ready"})).await;
+    eventually("repaired", T, || async {
+        remote_secrets
+            .get_opt("creds-r")
+            .await
+            .expect("get")
+            .filter(|s| token(s).as_deref() == Some("two"))
+    })
+    .await;
+    running.stop().await;
+}
+
+fn base64_encode(s: &str) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &c)| acc | (u32::from(c) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn teleport_domain_uses_sync_controller_names() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("teleport");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .local_namespace_suffix("-local-ns")
+        .remote_name_suffix("-remote-rs")
+        .domain("cloud.teleport.dev")
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let r = widgets(remote, &ns);
+    apply_widget(
+        remote,
+        &ns,
+        "test-remote-rs",
+        serde_json::json!({"spec": {"size": 2}}),
+    )
+    .await;
+    let rw = until(&r, "test-remote-rs", "claimed and synced", |o| {
+        o.annotations()
+            .contains_key("cloud.teleport.dev/sync-local-generation")
+    })
+    .await;
+    assert_eq!(rw.finalizers(), ["cloud.teleport.dev/sync-local"]);
+    assert_eq!(
+        rw.annotations()["cloud.teleport.dev/sync-remote-generation"],
+        "1"
+    );
+    assert!(
+        !rw.annotations()
+            .keys()
+            .any(|k| k.starts_with("kubesync.io/"))
+    );
+    let l_ns = format!("{ns}-local-ns");
+    let lw = until(&widgets(local, &l_ns), "test", "local", |_| true).await;
+    assert_eq!(lw.data["spec"]["size"], 2);
+    let n = Api::<Namespace>::all(local.client().expect("client"))
+        .get(&l_ns)
+        .await
+        .expect("ns");
+    assert_eq!(
+        n.annotations()
+            .get("cloud.teleport.dev/sync-owner")
+            .map(String::as_str),
+        Some("test")
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_with_everything_in_sync_makes_zero_writes() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("zero");
+    remote.create_namespace(&ns).await.expect("ns");
+    let build = || {
+        SpecStatusSync::builder(widget_type())
+            .namespace_prefix(&ns)
+            .secret_names(["creds"])
+            .build(cluster(remote), cluster(local))
+    };
+    let first = build();
+    let writes = first.write_counter();
+    let running = common::start_engine(first).await;
+    for i in 0..5 {
+        apply_widget(
+            remote,
+            &ns,
+            &format!("z{i}"),
+            serde_json::json!({"spec": {"size": i}}),
+        )
+        .await;
+    }
+    let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
+    for i in 0..5 {
+        until(&l, &format!("z{i}"), "synced", |_| true).await;
+        set_status(
+            local,
+            &ns,
+            &format!("z{i}"),
+            serde_json::json!({"phase": "Ready"}),
+        )
+        .await;
+    }
+    for i in 0..5 {
+        until(&r, &format!("z{i}"), "status up", |o| {
+            o.data["status"]["phase"] == "Ready"
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.stop().await;
+    assert!(writes.writes() > 0, "the first run did write");
+
+    let second = build();
+    let writes = second.write_counter();
+    let (controller, reconciler) = second.into_parts().await.expect("parts");
+    let ctx = controller.context();
+    let running = start(controller, reconciler);
+    eventually("every object reconciled", T, || {
+        let n = ctx.metrics().reconciles();
+        async move { (n >= 5).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn no_local_deletion_while_the_remote_is_unreachable_and_catch_up_after() {
+    init_tracing();
+    let local = TestEnv::shared("local", true).expect("local");
+    local.install_crds(CRD).await.expect("crd");
+    let mut remote = TestEnv::builder()
+        .name("flaky-remote")
+        .start()
+        .await
+        .expect("remote");
+    remote.install_crds(CRD).await.expect("crd");
+    let ns = unique_ns("outage");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(&remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let l = widgets(local, &ns);
+    apply_widget(
+        &remote,
+        &ns,
+        "keep",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    until(&l, "keep", "synced", |_| true).await;
+
+    remote.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        get(&l, "keep").await.is_some(),
+        "no deletion while the remote is down"
+    );
+    // The dangerous case: kubesync restarts while the remote is down, so its remote store is
+    // empty. The local object must still not be taken for an orphan.
+    running.stop().await;
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(&remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        get(&l, "keep").await.is_some(),
+        "no deletion after a restart during the outage"
+    );
+
+    remote.restart_apiserver().await.expect("restart");
+    apply_widget(
+        &remote,
+        &ns,
+        "keep",
+        serde_json::json!({"spec": {"size": 7}}),
+    )
+    .await;
+    until(&l, "keep", "caught up after the outage", |o| {
+        o.data["spec"]["size"] == 7
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn sharding_by_suffix_across_two_local_clusters() {
+    init_tracing();
+    let (remote, east) = clusters().await;
+    let west = TestEnv::shared("local-west", false).expect("west");
+    west.install_crds(CRD).await.expect("crd");
+    let ns = unique_ns("shard");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = |suffix: &str, local: &TestEnv| {
+        SpecStatusSync::builder(widget_type())
+            .remote_name_suffix(suffix)
+            .local_namespace_suffix(suffix)
+            .namespace_prefix(&ns)
+            .build(cluster(remote), cluster(local))
+    };
+    let e = common::start_engine(engine("-east", east)).await;
+    let w = common::start_engine(engine("-west", west)).await;
+    apply_widget(
+        remote,
+        &ns,
+        "a-east",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    apply_widget(
+        remote,
+        &ns,
+        "b-west",
+        serde_json::json!({"spec": {"size": 2}}),
+    )
+    .await;
+    until(
+        &widgets(east, &format!("{ns}-east")),
+        "a",
+        "east got a",
+        |_| true,
+    )
+    .await;
+    until(
+        &widgets(west, &format!("{ns}-west")),
+        "b",
+        "west got b",
+        |_| true,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        get(&widgets(east, &format!("{ns}-east")), "b")
+            .await
+            .is_none()
+    );
+    assert!(
+        get(&widgets(west, &format!("{ns}-west")), "a")
+            .await
+            .is_none()
+    );
+    assert!(
+        widgets(east, &format!("{ns}-west"))
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(true)
+    );
+    e.stop().await;
+    w.stop().await;
+}
