@@ -1,4 +1,8 @@
 //! Command-line interface: argument parsing, logging set-up and the commands.
+//!
+//! - `kubesync run`: the operator;
+//! - `kubesync crds`: print the CRDs;
+//! - `kubesync check`: reachability and version of clusters.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +35,18 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Runs the operator: reconciles RemoteCluster and ResourceSync objects in this cluster
+    /// (in-cluster config, or --kubeconfig/--context) until SIGTERM or Ctrl-C.
+    Run {
+        /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context.
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
+    Crds,
     /// Connects to clusters and reports each one's reachability and version.
     Check {
         /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
@@ -45,10 +61,25 @@ enum Command {
     },
 }
 
-pub(crate) async fn main() -> ExitCode {
+/// Parses the command line and runs the command.
+pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log);
     match cli.command {
+        Command::Run {
+            kubeconfig,
+            context,
+        } => run(kubeconfig, context).await,
+        Command::Crds => match crate::crd::crds_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kubesync: cannot render the CRDs: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check {
             kubeconfig,
             contexts,
@@ -77,6 +108,35 @@ async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::
             let kc = kube::config::Kubeconfig::read()
                 .map_err(|e| kubesync::Error::Kubeconfig(e.to_string()))?;
             Cluster::from_kubeconfig(kc, None, None).await
+        }
+    }
+}
+
+async fn run(kubeconfig: Option<PathBuf>, context: Option<String>) -> ExitCode {
+    let local = if kubeconfig.is_none() && context.is_none() {
+        match Cluster::in_cluster(crate::operator::LOCAL) {
+            Ok(c) => Ok(c),
+            Err(_) => load(&None, None).await,
+        }
+    } else {
+        load(&kubeconfig, context.as_deref()).await
+    };
+    let local = match local {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubesync: cannot connect to the local cluster: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!("kubesync operator starting");
+    match crate::operator::Operator::new(local)
+        .run(kubesync::runtime::shutdown_signal())
+        .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubesync: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -129,6 +189,7 @@ mod tests {
             .expect("parse");
         match cli.command {
             Command::Check { contexts, .. } => assert_eq!(contexts, ["a", "b"]),
+            other => panic!("parsed as {other:?}"),
         }
     }
 }

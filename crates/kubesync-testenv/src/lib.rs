@@ -51,6 +51,13 @@ use kube::{Client, Config, ResourceExt};
 
 pub use binaries::{Binaries, KUBERNETES_VERSION, cache_dir};
 
+/// Manifests for tests and demos.
+pub mod fixtures {
+    /// A namespaced demo CRD `widgets.demo.kubesync.io/v1` with spec, a status subresource
+    /// and printer columns; any fields are allowed in spec and status.
+    pub const WIDGET_CRD: &str = include_str!("../fixtures/widget-crd.yaml");
+}
+
 use process::Process;
 
 /// Errors of the test environment.

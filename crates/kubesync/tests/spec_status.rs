@@ -15,7 +15,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::syncers::spec_status::SpecStatusSync;
 use kubesync_testenv::TestEnv;
 
-const CRD: &str = include_str!("fixtures/widget-crd.yaml");
+const CRD: &str = kubesync_testenv::fixtures::WIDGET_CRD;
 const T: Duration = Duration::from_secs(30);
 
 fn widget_type() -> ApiResource {

@@ -208,6 +208,7 @@ pub struct Metrics {
     failures: AtomicU64,
     queued: AtomicU64,
     in_flight: AtomicU64,
+    failing: AtomicU64,
 }
 
 impl Metrics {
@@ -226,6 +227,10 @@ impl Metrics {
     /// Reconciles running now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+    /// Keys whose last reconcile failed (waiting for a retry).
+    pub fn failing(&self) -> u64 {
+        self.failing.load(Ordering::Relaxed)
     }
 }
 
@@ -713,6 +718,7 @@ fn update_metrics(ctx: &Context, queue: &WorkQueue, in_flight: usize) {
     let m = &ctx.shared.metrics;
     m.queued.store(queue.len() as u64, Ordering::Relaxed);
     m.in_flight.store(in_flight as u64, Ordering::Relaxed);
+    m.failing.store(queue.failing() as u64, Ordering::Relaxed);
 }
 
 async fn sleep_until(at: Option<Instant>) {

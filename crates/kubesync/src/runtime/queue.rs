@@ -215,6 +215,11 @@ impl WorkQueue {
         self.due.len() + self.parked.values().map(HashSet::len).sum::<usize>()
     }
 
+    /// Number of keys whose last reconcile failed.
+    pub(crate) fn failing(&self) -> usize {
+        self.failures.len()
+    }
+
     /// Number of keys being reconciled.
     #[cfg(test)]
     pub(crate) fn active(&self) -> usize {

@@ -1,0 +1,258 @@
+//! The custom resources of the `kubesync.io` API group, version `v1alpha1`.
+
+use kube::CustomResource;
+use kube::core::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of kubesync's custom resources.
+pub const GROUP: &str = "kubesync.io";
+
+/// A status condition (the shape of `metav1.Condition`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, e.g. `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A PascalCase reason.
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// The generation of the object the condition was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl Condition {
+    /// A `Ready` condition.
+    pub fn ready(ok: bool, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            type_: "Ready".into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: None,
+            observed_generation: None,
+        }
+    }
+}
+
+/// Where a kubeconfig is stored: a key of a Secret.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Namespace of the Secret.
+    pub namespace: String,
+    /// Name of the Secret.
+    pub name: String,
+    /// Key in the Secret's data (default `kubeconfig`).
+    #[serde(default = "default_kubeconfig_key")]
+    pub key: String,
+}
+
+fn default_kubeconfig_key() -> String {
+    "kubeconfig".into()
+}
+
+/// A cluster kubesync connects to, by a kubeconfig stored in a Secret.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "kubesync.io",
+    version = "v1alpha1",
+    kind = "RemoteCluster",
+    status = "RemoteClusterStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.serverVersion"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteClusterSpec {
+    /// The Secret key holding the kubeconfig.
+    pub kubeconfig_secret_ref: SecretKeyRef,
+    /// The kubeconfig context to use (default: its current context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// Observed state of a [`RemoteCluster`].
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteClusterStatus {
+    /// `Ready`: whether the cluster answered, and why not.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The apiserver's version, e.g. `v1.20.2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+}
+
+/// A resource type, by group, version and kind.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRef {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `Widget`.
+    pub kind: String,
+}
+
+/// How a local object is deleted when its remote goes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+pub enum PropagationPolicy {
+    /// Dependents first (default).
+    #[default]
+    Foreground,
+    /// The object first; dependents by the garbage collector.
+    Background,
+    /// Dependents are left behind.
+    Orphan,
+}
+
+/// Spec/status sync of one resource type between a remote cluster and this cluster.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "kubesync.io",
+    version = "v1alpha1",
+    kind = "ResourceSync",
+    status = "ResourceSyncStatus",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.resource.kind"}"#,
+    printcolumn = r#"{"name":"Remote","type":"string","jsonPath":".spec.remoteCluster"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.inSync"}"#,
+    printcolumn = r#"{"name":"Objects","type":"integer","jsonPath":".status.objects"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSyncSpec {
+    /// The synced resource type (needs spec and a status subresource).
+    pub resource: ResourceRef,
+    /// Name of the [`RemoteCluster`] holding the remote objects.
+    pub remote_cluster: String,
+    /// Suffix of remote names for this cluster's shard (removed locally).
+    #[serde(default)]
+    pub remote_name_suffix: String,
+    /// Suffix appended to remote namespaces to form local namespaces.
+    #[serde(default)]
+    pub local_namespace_suffix: String,
+    /// Prefix every synced namespace must have.
+    #[serde(default)]
+    pub namespace_prefix: String,
+    /// Local Secrets (controlled by the local object) uploaded onto pre-existing remote
+    /// Secrets `<name><remoteNameSuffix>`.
+    #[serde(default)]
+    pub secret_names: Vec<String>,
+    /// How local objects are deleted when their remote goes.
+    #[serde(default)]
+    pub propagation_policy: PropagationPolicy,
+    /// Objects reconciled at once (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Domain of annotations and finalizer (default `kubesync.io`; `cloud.teleport.dev` for
+    /// sync-controller compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation_domain: Option<String>,
+}
+
+/// Observed state of a [`ResourceSync`].
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSyncStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`: whether the sync runs, and why not.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Remote objects in this shard.
+    #[serde(default)]
+    pub objects: u32,
+    /// Remote objects whose current generation is applied locally.
+    #[serde(default)]
+    pub in_sync: u32,
+    /// Objects paused on either side.
+    #[serde(default)]
+    pub paused: u32,
+    /// Objects whose last reconcile failed.
+    #[serde(default)]
+    pub failing: u32,
+}
+
+/// The CRDs of every kubesync resource.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![RemoteCluster::crd(), ResourceSync::crd()]
+}
+
+/// The CRDs as a multi-document YAML manifest (what `kubesync crds` prints).
+pub fn crds_yaml() -> Result<String, serde_saphyr::ser_error::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crds_have_the_right_names_scope_and_columns() {
+        let crds = crds();
+        let names: Vec<_> = crds
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            ["remoteclusters.kubesync.io", "resourcesyncs.kubesync.io"]
+        );
+        for crd in &crds {
+            assert_eq!(crd.spec.scope, "Cluster");
+            let v = &crd.spec.versions[0];
+            assert_eq!(v.name, "v1alpha1");
+            assert!(
+                v.subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some()
+            );
+            assert!(
+                v.additional_printer_columns
+                    .as_ref()
+                    .is_some_and(|c| c.len() >= 3)
+            );
+        }
+        let yaml = crds_yaml().expect("yaml");
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 2);
+    }
+
+    #[test]
+    fn spec_defaults() {
+        let rs: ResourceSyncSpec = serde_json::from_value(serde_json::json!({
+            "resource": {"version": "v1", "kind": "Widget"}, "remoteCluster": "mgmt"
+        }))
+        .expect("parse");
+        assert_eq!(rs.resource.group, "");
+        assert_eq!(rs.propagation_policy, PropagationPolicy::Foreground);
+        assert!(rs.secret_names.is_empty());
+        let rc: RemoteClusterSpec = serde_json::from_value(serde_json::json!({
+            "kubeconfigSecretRef": {"namespace": "kubesync", "name": "mgmt"}
+        }))
+        .expect("parse");
+        assert_eq!(rc.kubeconfig_secret_ref.key, "kubeconfig");
+    }
+}

@@ -1,0 +1,9 @@
+//! The `kubesync` operator: its custom resources, the operator loop and the command line.
+//!
+//! Kept as a library so the operator can be tested in-process and embedded; `main.rs` only
+//! calls [`cli::main`].
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod crd;
+pub mod operator;

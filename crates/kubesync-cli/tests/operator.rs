@@ -1,0 +1,281 @@
+//! The operator on real control planes: RemoteCluster and ResourceSync drive spec/status
+//! syncs that start, reconfigure and stop at run time; invalid specs get conditions.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync::Cluster;
+use kubesync_cli::crd::{RemoteCluster, ResourceSync};
+use kubesync_cli::operator::Operator;
+use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
+
+const T: Duration = Duration::from_secs(40);
+
+async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<X>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(x) = f().await {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn widgets(env: &TestEnv, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
+        "widgets",
+    );
+    Api::namespaced_with(env.client().expect("client"), ns, &ar)
+}
+
+async fn apply(env: &TestEnv, yaml: &str) {
+    env.apply_yaml(yaml).await.expect("apply");
+}
+
+async fn apply_widget(env: &TestEnv, ns: &str, name: &str) {
+    env.create_namespace(ns).await.expect("ns");
+    apply(env, &format!("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: 1}}\n")).await;
+}
+
+fn ready(conditions: &[kubesync_cli::crd::Condition]) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn rs_reason(api: &Api<ResourceSync>, name: &str, want: (&str, &str)) -> ResourceSync {
+    eventually(
+        &format!("ResourceSync {name} Ready={}/{}", want.0, want.1),
+        || async {
+            let rs = api.get_opt(name).await.expect("get")?;
+            let st = rs.status.clone()?;
+            (ready(&st.conditions) == Some((want.0.to_string(), want.1.to_string()))).then_some(rs)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let (local, remote) = tokio::join!(
+        TestEnv::builder()
+            .name("op-local")
+            .with_controller_manager(true)
+            .start(),
+        TestEnv::builder().name("op-remote").start()
+    );
+    let (local, remote) = (local.expect("local"), remote.expect("remote"));
+    local
+        .install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("kubesync crds");
+    local.install_crds(WIDGET_CRD).await.expect("widget crd");
+    remote.install_crds(WIDGET_CRD).await.expect("widget crd");
+    local.create_namespace("kubesync").await.expect("ns");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "mgmt-kubeconfig", "namespace": "kubesync"},
+        "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(local.client().expect("client"), "kubesync")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("kubeconfig secret");
+
+    let operator = Operator::with_status_refresh(
+        Cluster::new("local", local.client().expect("client")),
+        Duration::from_secs(1),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(operator.clone().run(async {
+        let _ = stopped.await;
+    }));
+
+    // RemoteCluster: connected, with the server version.
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: mgmt}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: mgmt-kubeconfig}\n").await;
+    let rcs: Api<RemoteCluster> = Api::all(local.client().expect("client"));
+    let rc = eventually("RemoteCluster ready", || async {
+        rcs.get("mgmt").await.ok().filter(|rc| {
+            rc.status
+                .as_ref()
+                .is_some_and(|s| ready(&s.conditions).is_some_and(|r| r.0 == "True"))
+        })
+    })
+    .await;
+    assert_eq!(
+        rc.status.expect("status").server_version.as_deref(),
+        Some("v1.20.2")
+    );
+
+    // A valid ResourceSync: objects flow down, status counts them.
+    apply_widget(&remote, "ops-a", "w1").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
+    let rss: Api<ResourceSync> = Api::all(local.client().expect("client"));
+    eventually("w1 synced down", || async {
+        widgets(&local, "ops-a").get_opt("w1").await.expect("get")
+    })
+    .await;
+    let rs = eventually("status counts", || async {
+        rss.get("widgets").await.ok().filter(|rs| {
+            rs.status
+                .as_ref()
+                .is_some_and(|s| s.objects == 1 && s.in_sync == 1)
+        })
+    })
+    .await;
+    let st = rs.status.expect("status");
+    assert_eq!(
+        ready(&st.conditions),
+        Some(("True".into(), "Syncing".into()))
+    );
+    assert_eq!(st.observed_generation, rs.metadata.generation);
+
+    // Invalid specs: each gets a condition saying why; the operator keeps running.
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: bad-kind}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Gizmo}\n  remoteCluster: mgmt\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: bad-remote}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: nowhere\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: no-status}\nspec:\n  resource: {version: v1, kind: ConfigMap}\n  remoteCluster: mgmt\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: broken}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: missing}\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: bad-secret}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: broken\n").await;
+    let bad = rs_reason(&rss, "bad-kind", ("False", "ResourceNotFound")).await;
+    assert!(
+        ready_message(&bad).contains("Gizmo"),
+        "{}",
+        ready_message(&bad)
+    );
+    rs_reason(&rss, "bad-remote", ("False", "RemoteClusterNotFound")).await;
+    rs_reason(&rss, "no-status", ("False", "NoStatusSubresource")).await;
+    rs_reason(&rss, "bad-secret", ("False", "KubeconfigSecretInvalid")).await;
+    eventually("RemoteCluster broken reported", || async {
+        rcs.get("broken").await.ok().filter(|rc| {
+            rc.status.as_ref().is_some_and(|s| {
+                ready(&s.conditions) == Some(("False".into(), "KubeconfigSecretInvalid".into()))
+            })
+        })
+    })
+    .await;
+    assert_eq!(operator.running().await, ["widgets"]);
+
+    // Fixing a bad spec starts it: the RemoteCluster gets its Secret.
+    let fixed: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "missing", "namespace": "kubesync"},
+        "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(local.client().expect("client"), "kubesync")
+        .create(&PostParams::default(), &fixed)
+        .await
+        .expect("secret");
+    rs_reason(&rss, "bad-secret", ("True", "Syncing")).await;
+    rss.delete("bad-secret", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    // Reconfigure at run time: another namespace prefix.
+    rss.patch(
+        "widgets",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"namespacePrefix": "ops2-"}})),
+    )
+    .await
+    .expect("reconfigure");
+    apply_widget(&remote, "ops2-b", "w2").await;
+    eventually("w2 synced after reconfiguration", || async {
+        widgets(&local, "ops2-b").get_opt("w2").await.expect("get")
+    })
+    .await;
+    apply_widget(&remote, "ops-a", "w3").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        widgets(&local, "ops-a")
+            .get_opt("w3")
+            .await
+            .expect("get")
+            .is_none(),
+        "the old prefix no longer syncs"
+    );
+
+    // Delete: the sync stops and the remote objects' finalizers are released.
+    let remote_w2 = widgets(&remote, "ops2-b").get("w2").await.expect("w2");
+    assert!(
+        remote_w2
+            .finalizers()
+            .iter()
+            .any(|f| f == "kubesync.io/sync-local")
+    );
+    rss.delete("widgets", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("ResourceSync gone", || async {
+        rss.get_opt("widgets")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let remote_w2 = widgets(&remote, "ops2-b").get("w2").await.expect("w2");
+    assert!(
+        remote_w2.finalizers().is_empty(),
+        "finalizer released: {:?}",
+        remote_w2.finalizers()
+    );
+    eventually("engine stopped", || async {
+        (!operator.running().await.contains(&"widgets".to_string())).then_some(())
+    })
+    .await;
+    assert!(
+        widgets(&local, "ops2-b")
+            .get_opt("w2")
+            .await
+            .expect("get")
+            .is_some(),
+        "local objects stay"
+    );
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("operator stops")
+        .expect("join")
+        .expect("run");
+}
+
+fn ready_message(rs: &ResourceSync) -> String {
+    rs.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn kubesync_crds_output_installs_on_the_apiserver() {
+    let env = TestEnv::builder()
+        .name("crds")
+        .start()
+        .await
+        .expect("start");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .arg("crds")
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let yaml = String::from_utf8(out.stdout).expect("utf8");
+    env.install_crds(&yaml)
+        .await
+        .expect("the printed CRDs install and become Established");
+}
