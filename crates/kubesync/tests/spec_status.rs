@@ -720,3 +720,77 @@ async fn sharding_by_suffix_across_two_local_clusters() {
     e.stop().await;
     w.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_status_upload_holds_back_the_spec_until_it_succeeds() {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    init_tracing();
+    let local = TestEnv::shared("local", true).expect("local");
+    local.install_crds(CRD).await.expect("crd");
+    let remote = TestEnv::builder()
+        .name("rbac-remote")
+        .user("syncer", &[])
+        .start()
+        .await
+        .expect("remote");
+    remote.install_crds(CRD).await.expect("crd");
+    let ns = unique_ns("blocked");
+    remote.create_namespace(&ns).await.expect("ns");
+    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec!["demo.kubesync.io".into()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    // Everything but the status subresource.
+    remote
+        .grant(
+            "syncer",
+            None,
+            "widgets",
+            vec![rule(
+                &["widgets"],
+                &["get", "list", "watch", "patch", "update"],
+            )],
+        )
+        .await
+        .expect("grant");
+    let remote_as_syncer =
+        kubesync::Cluster::new("rbac-remote", remote.client_as("syncer").expect("client"));
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(remote_as_syncer, cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(&remote, &ns), widgets(local, &ns));
+    apply_widget(&remote, &ns, "w", serde_json::json!({"spec": {"size": 1}})).await;
+    until(&l, "w", "created", |_| true).await;
+
+    set_status(local, &ns, "w", serde_json::json!({"phase": "Degraded"})).await;
+    apply_widget(&remote, &ns, "w", serde_json::json!({"spec": {"size": 2}})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        get(&l, "w").await.expect("w").data["spec"]["size"],
+        1,
+        "spec held back while status cannot be written"
+    );
+    assert!(get(&r, "w").await.expect("w").data.get("status").is_none());
+
+    remote
+        .grant(
+            "syncer",
+            None,
+            "widgets-status",
+            vec![rule(&["widgets/status"], &["patch", "update"])],
+        )
+        .await
+        .expect("grant status");
+    until(&r, "w", "status up once allowed", |o| {
+        o.data["status"]["phase"] == "Degraded"
+    })
+    .await;
+    until(&l, "w", "then the spec comes down", |o| {
+        o.data["spec"]["size"] == 2
+    })
+    .await;
+    running.stop().await;
+}
