@@ -26,7 +26,7 @@ test: fmt-check clippy control-plane
 	$(CARGO) test --workspace
 
 demo: control-plane
-	$(CARGO) run --quiet -p kubesync --example demo
+	$(CARGO) run --quiet -p kubesync-cli --example demo
 
 bench: control-plane
 	$(CARGO) bench -p kubesync --bench runtime

@@ -85,6 +85,11 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                 }
                 writer.apply_watcher_event(&event);
             }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                // The resourceVersion expired (common right after a CRD is installed, or
+                // after a long disconnect): the watcher re-lists. Normal, not an outage.
+                tracing::debug!(reason = %status.reason, "watch expired; re-listing");
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "watch failed; retrying with backoff");
                 set_state(Some(describe(&e)), false);

@@ -1,0 +1,424 @@
+//! `make demo`: two local control planes and kubesync between them, narrated.
+//!
+//! Starts clusters `east` and `west` (real etcd + kube-apiserver processes; west also runs
+//! kube-controller-manager). Part 1 runs the runtime's copy example from east to west. Part 2
+//! runs the kubesync operator (the code of `kubesync run`) in west with a `RemoteCluster` for
+//! east and a `ResourceSync` for a demo `Widget` CRD: objects created on east come down, status
+//! written in west goes up, deletion on east cleans up west. Everything is stopped and removed
+//! at the end.
+
+#[allow(dead_code)]
+#[path = "../../kubesync/examples/copy.rs"]
+mod copy;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync::Cluster;
+use kubesync_cli::crd::{RemoteCluster, ResourceSync};
+use kubesync_cli::operator::Operator;
+use kubesync_testenv::fixtures::WIDGET_CRD;
+use kubesync_testenv::{TestEnv, merged_kubeconfig};
+
+const NS: &str = "demo";
+
+fn step(n: u32, text: &str) {
+    println!("\n\x1b[1m{n}. {text}\x1b[0m");
+}
+
+fn cm(name: &str, copy: bool, data: &[(&str, &str)]) -> serde_json::Value {
+    let mut labels = serde_json::Map::new();
+    if copy {
+        labels.insert(copy::COPY_LABEL.into(), "true".into());
+    }
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "data": data.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+async fn show(label: &str, api: &Api<ConfigMap>, name: &str) -> anyhow::Result<()> {
+    match api.get_opt(name).await? {
+        Some(c) => println!(
+            "   {label:<5} {NS}/{name}: data={:?}",
+            c.data.unwrap_or_default()
+        ),
+        None => println!("   {label:<5} {NS}/{name}: (absent)"),
+    }
+    Ok(())
+}
+
+async fn color(api: &Api<ConfigMap>, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("color").cloned()))
+}
+
+async fn wait<F, Fut>(what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let start = Instant::now();
+    while !check().await? {
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("   ✓ {what} ({} ms)", start.elapsed().as_millis());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .without_time()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(
+                    "warn,copy=info,kubesync::syncers::spec_status=info,kubesync_cli=info",
+                )
+            }),
+        )
+        .init();
+    println!("kubesync demo");
+    println!(
+        "Part 1 — the multi-cluster runtime: copying ConfigMaps labelled {}=true from east to west",
+        copy::COPY_LABEL
+    );
+
+    step(
+        1,
+        "Starting two local control planes (etcd + kube-apiserver each)",
+    );
+    let started = Instant::now();
+    let (east, west) = tokio::join!(
+        TestEnv::builder().name("east").start(),
+        TestEnv::builder()
+            .name("west")
+            .with_controller_manager(true)
+            .start()
+    );
+    let (east, west) = (east.context("start east")?, west.context("start west")?);
+    println!(
+        "   east at {}, west at {} — ready in {:.1} s",
+        east.server(),
+        west.server(),
+        started.elapsed().as_secs_f64()
+    );
+    let kubeconfig = east.dir().join("demo.kubeconfig");
+    std::fs::write(&kubeconfig, merged_kubeconfig(&[&east, &west]))?;
+    println!(
+        "   kubeconfig with contexts east and west: {}",
+        kubeconfig.display()
+    );
+
+    let source = Cluster::from_kubeconfig_file(&kubeconfig, Some("east")).await?;
+    let target = Cluster::from_kubeconfig_file(&kubeconfig, Some("west")).await?;
+    east.create_namespace(NS).await?;
+    let east_cms: Api<ConfigMap> = Api::namespaced(source.client().clone(), NS);
+    let west_cms: Api<ConfigMap> = Api::namespaced(target.client().clone(), NS);
+
+    step(
+        2,
+        "Starting the copy controller (kubesync runtime: one queue, watches in both clusters)",
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(copy::run_copy(source, target, async {
+        let _ = stopped.await;
+    }));
+    let apply = PatchParams::apply("kubesync-demo").force();
+
+    step(
+        3,
+        "Creating ConfigMap app-settings (labelled) and local-only (not labelled) in east",
+    );
+    east_cms
+        .patch(
+            "app-settings",
+            &apply,
+            &Patch::Apply(cm("app-settings", true, &[("color", "blue")])),
+        )
+        .await?;
+    east_cms
+        .patch(
+            "local-only",
+            &apply,
+            &Patch::Apply(cm("local-only", false, &[("x", "1")])),
+        )
+        .await?;
+    wait(
+        "app-settings appears in west (namespace created there too)",
+        || async { Ok(west_cms.get_opt("app-settings").await?.is_some()) },
+    )
+    .await?;
+    show("east", &east_cms, "app-settings").await?;
+    show("west", &west_cms, "app-settings").await?;
+    show("west", &west_cms, "local-only").await?;
+
+    step(4, "Updating app-settings in east: color=green");
+    east_cms
+        .patch(
+            "app-settings",
+            &apply,
+            &Patch::Apply(cm("app-settings", true, &[("color", "green")])),
+        )
+        .await?;
+    wait("the copy in west follows", || async {
+        Ok(color(&west_cms, "app-settings").await?.as_deref() == Some("green"))
+    })
+    .await?;
+    show("west", &west_cms, "app-settings").await?;
+
+    step(
+        5,
+        "Someone edits the copy in west by hand (color=red): drift",
+    );
+    west_cms
+        .patch(
+            "app-settings",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"color": "red"}})),
+        )
+        .await?;
+    wait("kubesync reverts the drift", || async {
+        Ok(color(&west_cms, "app-settings").await?.as_deref() == Some("green"))
+    })
+    .await?;
+    show("west", &west_cms, "app-settings").await?;
+
+    step(6, "Someone deletes the copy in west");
+    west_cms
+        .delete("app-settings", &DeleteParams::default())
+        .await?;
+    wait("kubesync recreates it", || async {
+        Ok(west_cms.get_opt("app-settings").await?.is_some())
+    })
+    .await?;
+
+    step(7, "Deleting the source in east");
+    east_cms
+        .delete("app-settings", &DeleteParams::default())
+        .await?;
+    wait("the copy in west is deleted", || async {
+        Ok(west_cms.get_opt("app-settings").await?.is_none())
+    })
+    .await?;
+    show("east", &east_cms, "app-settings").await?;
+    show("west", &west_cms, "app-settings").await?;
+
+    step(
+        8,
+        "Stopping the copy controller (it finishes its work in flight)",
+    );
+    let _ = stop.send(());
+    controller.await??;
+
+    part2(&east, &west).await?;
+
+    step(18, "Stopping the control planes");
+    drop((east, west));
+    println!("   done: processes stopped, temporary directories removed.");
+    Ok(())
+}
+
+fn widgets(env: &TestEnv, ns: &str) -> anyhow::Result<Api<DynamicObject>> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
+        "widgets",
+    );
+    Ok(Api::namespaced_with(env.client()?, ns, &ar))
+}
+
+fn ready_of(conditions: &[kubesync_cli::crd::Condition]) -> String {
+    conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| format!("Ready={} ({}: {})", c.status, c.reason, c.message))
+        .unwrap_or_else(|| "no Ready condition yet".into())
+}
+
+async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
+    println!(
+        "\nPart 2 — spec/status sync run by the kubesync operator: east is the management cluster, west a regional one"
+    );
+    step(
+        9,
+        "Installing CRDs: kubesync's (RemoteCluster, ResourceSync) in west, the demo Widget in both",
+    );
+    west.install_crds(&kubesync_cli::crd::crds_yaml()?).await?;
+    east.install_crds(WIDGET_CRD).await?;
+    west.install_crds(WIDGET_CRD).await?;
+
+    step(
+        10,
+        "Starting the kubesync operator in west (the code of `kubesync run`)",
+    );
+    let operator = Operator::with_status_refresh(
+        Cluster::new("local", west.client()?),
+        Duration::from_secs(1),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(operator.clone().run(async {
+        let _ = stopped.await;
+    }));
+
+    step(
+        11,
+        "Registering east: a Secret with its kubeconfig and a RemoteCluster",
+    );
+    west.create_namespace("kubesync").await?;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "east-kubeconfig", "namespace": "kubesync"},
+        "stringData": {"kubeconfig": east.kubeconfig_yaml()}
+    }))?;
+    Api::<Secret>::namespaced(west.client()?, "kubesync")
+        .create(&PostParams::default(), &secret)
+        .await?;
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: east}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: east-kubeconfig}\n").await?;
+    let rcs: Api<RemoteCluster> = Api::all(west.client()?);
+    wait("RemoteCluster east is Ready", || async {
+        Ok(rcs
+            .get("east")
+            .await?
+            .status
+            .is_some_and(|s| s.conditions.iter().any(|c| c.status == "True")))
+    })
+    .await?;
+    let rc = rcs.get("east").await?;
+    let st = rc.status.unwrap_or_default();
+    println!(
+        "   RemoteCluster east: {}, version {}",
+        ready_of(&st.conditions),
+        st.server_version.unwrap_or_default()
+    );
+
+    step(
+        12,
+        "A ResourceSync: Widgets on east whose names end in -west are this region's shard",
+    );
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: east\n  remoteNameSuffix: -west\n").await?;
+
+    step(
+        13,
+        "The control plane creates Widgets on east: shop/frontend-west and shop/backend-east",
+    );
+    east.create_namespace("shop").await?;
+    east.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: frontend-west, namespace: shop, labels: {app: frontend}}\nspec: {replicas: 2, image: shop/frontend:1.0}\n---\napiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: backend-east, namespace: shop}\nspec: {replicas: 1}\n").await?;
+    let (east_w, west_w) = (widgets(east, "shop")?, widgets(west, "shop")?);
+    wait(
+        "shop/frontend appears in west (namespace shop created for it)",
+        || async { Ok(west_w.get_opt("frontend").await?.is_some()) },
+    )
+    .await?;
+    let local = west_w.get("frontend").await?;
+    println!(
+        "   west  shop/frontend: spec={} labels={:?}",
+        local.data["spec"],
+        local.metadata.labels.unwrap_or_default()
+    );
+    wait(
+        "east records what was applied (generation marks)",
+        || async {
+            Ok(east_w
+                .get("frontend-west")
+                .await?
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("kubesync.io/sync-local-generation"))
+        },
+    )
+    .await?;
+    let remote = east_w.get("frontend-west").await?;
+    println!(
+        "   east  shop/frontend-west: finalizers={:?}",
+        remote.metadata.finalizers.unwrap_or_default()
+    );
+    for (k, v) in remote.metadata.annotations.unwrap_or_default() {
+        println!("         {k}: {v}");
+    }
+    println!(
+        "   west  shop/backend: {} (another region's shard)",
+        if west_w.get_opt("backend").await?.is_some() {
+            "present?!"
+        } else {
+            "absent"
+        }
+    );
+
+    step(
+        14,
+        "A controller in west reports status on its Widget: phase=Running",
+    );
+    west_w
+        .patch_status(
+            "frontend",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Running", "readyReplicas": 2}})),
+        )
+        .await?;
+    wait("the status appears on east", || async {
+        Ok(east_w.get("frontend-west").await?.data["status"]["phase"] == "Running")
+    })
+    .await?;
+    println!(
+        "   east  shop/frontend-west: status={}",
+        east_w.get("frontend-west").await?.data["status"]
+    );
+
+    step(15, "The control plane changes the spec on east: replicas=3");
+    east.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: frontend-west, namespace: shop, labels: {app: frontend}}\nspec: {replicas: 3, image: shop/frontend:1.0}\n").await?;
+    wait("west follows", || async {
+        Ok(west_w.get("frontend").await?.data["spec"]["replicas"] == 3)
+    })
+    .await?;
+    let rss: Api<ResourceSync> = Api::all(west.client()?);
+    wait("the ResourceSync counts it in sync", || async {
+        Ok(rss
+            .get("widgets")
+            .await?
+            .status
+            .is_some_and(|s| s.objects == 1 && s.in_sync == 1))
+    })
+    .await?;
+    let st = rss.get("widgets").await?.status.unwrap_or_default();
+    println!(
+        "   ResourceSync widgets: {}; objects={} inSync={} paused={} failing={}",
+        ready_of(&st.conditions),
+        st.objects,
+        st.in_sync,
+        st.paused,
+        st.failing
+    );
+
+    step(16, "The control plane deletes shop/frontend-west on east");
+    east_w
+        .delete("frontend-west", &DeleteParams::default())
+        .await?;
+    let namespaces: Api<Namespace> = Api::all(west.client()?);
+    wait(
+        "west deletes the namespace it created (and the Widget in it)",
+        || async { Ok(namespaces.get_opt("shop").await?.is_none()) },
+    )
+    .await?;
+    wait(
+        "then east's finalizer is released and the Widget is gone",
+        || async { Ok(east_w.get_opt("frontend-west").await?.is_none()) },
+    )
+    .await?;
+
+    step(17, "Stopping the operator");
+    let _ = stop.send(());
+    task.await??;
+    Ok(())
+}
