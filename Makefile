@@ -29,7 +29,7 @@ demo: control-plane
 	$(CARGO) run --quiet -p kubesync-cli --example demo
 
 bench: control-plane
-	$(CARGO) bench -p kubesync --bench runtime
+	$(CARGO) bench -p kubesync
 
 clean:
 	$(CARGO) clean

@@ -199,7 +199,8 @@ impl SpecStatusSync {
                 let Some(remote) = remote else {
                     return Ok(Action::done());
                 };
-                cx.writer
+                let claimed = cx
+                    .writer
                     .set_finalizer(
                         cx.source,
                         &self.config.resource,
@@ -210,7 +211,14 @@ impl SpecStatusSync {
                     )
                     .await?;
                 tracing::info!(remote = %cx.source_name, "(remote) finalizer added");
-                Ok(Action::done())
+                // The patch returned the remote's current state: go on with it (re-checking
+                // the phase, e.g. a pause added meanwhile) instead of waiting for the event.
+                match claimed {
+                    Some(claimed) if plan::phase(Some(&claimed), local, marks) == Phase::Sync => {
+                        self.sync_pass(cx, &claimed, local).await
+                    }
+                    _ => Ok(Action::done()),
+                }
             }
             Phase::Sync => match remote {
                 Some(remote) => self.sync_pass(cx, remote, local).await,
