@@ -794,3 +794,89 @@ async fn a_failed_status_upload_holds_back_the_spec_until_it_succeeds() {
     .await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_terminating_local_object_is_waited_for_then_recreated() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("terminating");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
+    apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 1}})).await;
+    until(&l, "t", "created", |_| true).await;
+    // A local controller's finalizer keeps the object terminating after a delete.
+    l.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+    )
+    .await
+    .expect("finalizer");
+    l.delete("t", &DeleteParams::default())
+        .await
+        .expect("delete");
+    apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 2}})).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let waiting = get(&l, "t").await.expect("still terminating");
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        waiting.data["spec"]["size"], 1,
+        "a terminating object is not written"
+    );
+    let uid = waiting.metadata.uid.clone();
+    l.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    until(&l, "t", "recreated with the current spec", |o| {
+        o.metadata.uid != uid && o.data["spec"]["size"] == 2
+    })
+    .await;
+    assert!(get(&r, "t").await.is_some());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn remote_objects_outside_the_namespace_prefix_are_never_touched() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let inside = unique_ns("prefix-in");
+    let outside = unique_ns("other");
+    for ns in [&inside, &outside] {
+        remote.create_namespace(ns).await.expect("ns");
+    }
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&inside)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    apply_widget(
+        remote,
+        &outside,
+        "x",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    apply_widget(
+        remote,
+        &inside,
+        "y",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    until(&widgets(local, &inside), "y", "inside synced", |_| true).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let x = get(&widgets(remote, &outside), "x").await.expect("x");
+    assert!(
+        x.finalizers().is_empty() && x.annotations().is_empty(),
+        "not claimed, not annotated"
+    );
+    assert!(get(&widgets(local, &outside), "x").await.is_none());
+    running.stop().await;
+}

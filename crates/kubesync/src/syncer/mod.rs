@@ -17,6 +17,11 @@
 //! watches are healthy: an unreachable source is never read as "the source is gone".
 //!
 //! Writes go through the [`Writer`](crate::apply::Writer) in the [`SyncContext`].
+//!
+//! For target objects that exist because *other* objects need them (no 1:1 source), see
+//! [`virtual_syncer`].
+
+pub mod virtual_syncer;
 
 use std::future::Future;
 use std::sync::Arc;
