@@ -168,22 +168,20 @@ impl<V: VirtualSyncer> Reconciler for VirtualReconciler<V> {
                     .await?;
                 tracing::info!(target = %name, "created (needed)");
             }
-            (Some(d), Some(a)) if self.syncer.is_owned(a) => {
-                if !self.syncer.in_sync(&d, a) {
-                    let mut updated = a.clone();
-                    updated.metadata.labels = d.metadata.labels.clone();
-                    updated.metadata.annotations = d.metadata.annotations.clone();
-                    if let (Some(u), Some(dm)) = (updated.data.as_object_mut(), d.data.as_object())
-                    {
-                        for (k, v) in dm {
-                            u.insert(k.clone(), v.clone());
-                        }
+            (Some(d), Some(a)) if self.syncer.is_owned(a) && !self.syncer.in_sync(&d, a) => {
+                let mut updated = a.clone();
+                updated.metadata.labels = d.metadata.labels.clone();
+                updated.metadata.annotations = d.metadata.annotations.clone();
+                if let (Some(u), Some(dm)) = (updated.data.as_object_mut(), d.data.as_object()) {
+                    for (k, v) in dm {
+                        u.insert(k.clone(), v.clone());
                     }
-                    self.writer
-                        .replace(&self.target, ar, &updated, "kubesync-virtual")
-                        .await?;
                 }
+                self.writer
+                    .replace(&self.target, ar, &updated, "kubesync-virtual")
+                    .await?;
             }
+            (Some(_), Some(a)) if self.syncer.is_owned(a) => {}
             (Some(_), Some(_)) => {
                 tracing::info!(target = %name, "needed, but an object kubesync did not create is there; leaving it");
             }
