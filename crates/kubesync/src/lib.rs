@@ -23,7 +23,7 @@ pub use cluster::Cluster;
 pub use error::{Error, Result};
 pub use key::ObjectKey;
 pub use runtime::{
-    Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, reconciler_fn,
+    Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, WatchId, reconciler_fn,
 };
 
 /// The README's code samples, compiled as doctests.

@@ -522,3 +522,74 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
     );
     running.stop().await;
 }
+
+/// Watches can start and stop while the controller runs, on clusters registered at run time;
+/// a new watch's store is only trusted once it has listed.
+#[tokio::test]
+async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
+    init_tracing();
+    let (east, west) = (shared("east"), shared("west"));
+    let ns = unique_ns("dynamic");
+    east.create_namespace(&ns).await.expect("ns");
+    west.create_namespace(&ns).await.expect("ns");
+    apply_cm(west, &configmap(&ns, "before", &[], &[])).await;
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(controller, forward_keys(tx));
+
+    // A second cluster and a watch there, at run time.
+    ctx.add_cluster(cluster(west));
+    let id = ctx
+        .start_watch("west", Watch::of::<ConfigMap>().namespace(&ns), None)
+        .expect("start watch");
+    eventually("listed", Duration::from_secs(20), || {
+        let listed = ctx.watch_listed(id);
+        async move { listed.then_some(()) }
+    })
+    .await;
+    let cm_type = kube::core::ApiResource::erase::<ConfigMap>(&());
+    assert_eq!(
+        ctx.list("west", &cm_type).len(),
+        1,
+        "the store holds what existed"
+    );
+    loop {
+        let k = next(
+            &mut rx,
+            "key of the existing object",
+            Duration::from_secs(20),
+        )
+        .await;
+        if k.cluster == "west" && k.name == "before" {
+            break;
+        }
+    }
+    apply_cm(west, &configmap(&ns, "after", &[], &[])).await;
+    loop {
+        let k = next(&mut rx, "event of the new watch", Duration::from_secs(20)).await;
+        if k.cluster == "west" && k.name == "after" {
+            break;
+        }
+    }
+
+    // Stopped: its store is gone and its events stop.
+    ctx.stop_watch(id);
+    assert!(!ctx.watch_listed(id));
+    assert!(ctx.list("west", &cm_type).is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while rx.try_recv().is_ok() {}
+    apply_cm(west, &configmap(&ns, "ignored", &[], &[])).await;
+    apply_cm(east, &configmap(&ns, "still-watched", &[], &[])).await;
+    loop {
+        let k = next(&mut rx, "east keeps working", Duration::from_secs(20)).await;
+        assert_ne!(k.cluster, "west", "no events after stop_watch: {k}");
+        if k.name == "still-watched" {
+            break;
+        }
+    }
+    running.stop().await;
+}

@@ -195,11 +195,16 @@ struct WatchState {
 }
 
 struct StoreEntry {
+    id: usize,
     cluster: String,
     resource: ApiResource,
     reader: Store<DynamicObject>,
     primary: bool,
 }
+
+/// Identifies a watch started with [`Context::start_watch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WatchId(usize);
 
 /// Counters of a running controller.
 #[derive(Debug, Default)]
@@ -237,7 +242,8 @@ impl Metrics {
 struct Shared {
     clusters: RwLock<BTreeMap<String, Cluster>>,
     stores: RwLock<Vec<StoreEntry>>,
-    watches: RwLock<Vec<WatchState>>,
+    watches: RwLock<BTreeMap<usize, WatchState>>,
+    next_watch: AtomicU64,
     metrics: Metrics,
     trigger: mpsc::UnboundedSender<Msg>,
 }
@@ -354,7 +360,7 @@ impl Context {
     /// The health of a cluster's watches.
     pub fn cluster_status(&self, cluster: &str) -> ClusterStatus {
         let watches = read(&self.shared.watches);
-        let mine: Vec<&WatchState> = watches.iter().filter(|w| w.cluster == cluster).collect();
+        let mine: Vec<&WatchState> = watches.values().filter(|w| w.cluster == cluster).collect();
         if mine.is_empty() {
             return ClusterStatus::Unknown;
         }
@@ -366,6 +372,80 @@ impl Context {
         } else {
             ClusterStatus::Syncing
         }
+    }
+
+    fn register_watch(
+        &self,
+        cluster: &str,
+        watch: Watch,
+        mapper: Option<Mapper>,
+    ) -> Result<WatchSpec> {
+        let cluster = self.require_cluster(cluster)?;
+        let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
+            .unwrap_or(usize::MAX);
+        let writer = kube::runtime::reflector::store::Writer::new(watch.resource.clone());
+        write(&self.shared.stores).push(StoreEntry {
+            id,
+            cluster: cluster.name().to_string(),
+            resource: watch.resource.clone(),
+            reader: writer.as_reader(),
+            primary: mapper.is_none(),
+        });
+        write(&self.shared.watches).insert(
+            id,
+            WatchState {
+                cluster: cluster.name().to_string(),
+                listed: false,
+                error: None,
+            },
+        );
+        Ok(WatchSpec {
+            id,
+            cluster,
+            watch,
+            mapper,
+            writer,
+        })
+    }
+
+    /// Registers (or replaces) a cluster while the controller runs, e.g. one named by a
+    /// custom resource.
+    pub fn add_cluster(&self, cluster: Cluster) {
+        write(&self.shared.clusters).insert(cluster.name().to_string(), cluster);
+    }
+
+    /// Starts a watch while the controller runs (e.g. of a type the first declaration needing
+    /// it names). With a `mapper` its events queue the keys the mapper returns; without, the
+    /// keys of the objects themselves. Until [`Context::watch_listed`] says so, its store is
+    /// incomplete: do not read absence from it. Unlike the watches given to the builder, it
+    /// does not hold back the keys of its cluster.
+    pub fn start_watch(
+        &self,
+        cluster: &str,
+        watch: Watch,
+        mapper: Option<Mapper>,
+    ) -> Result<WatchId> {
+        let spec = self.register_watch(cluster, watch, mapper)?;
+        let id = spec.id;
+        self.shared
+            .trigger
+            .send(Msg::Start(Box::new(spec)))
+            .map_err(|_| Error::Config("the controller is not running".into()))?;
+        Ok(WatchId(id))
+    }
+
+    /// Stops a watch started with [`Context::start_watch`] and drops its store.
+    pub fn stop_watch(&self, id: WatchId) {
+        write(&self.shared.stores).retain(|s| s.id != id.0);
+        write(&self.shared.watches).remove(&id.0);
+        let _ = self.shared.trigger.send(Msg::Stop(id.0));
+    }
+
+    /// Whether a watch has completed its first list (its store can be trusted for absence).
+    pub fn watch_listed(&self, id: WatchId) -> bool {
+        read(&self.shared.watches)
+            .get(&id.0)
+            .is_some_and(|w| w.listed)
     }
 
     /// Queues a key for reconciliation now (deduplicated with keys already queued).
@@ -390,9 +470,11 @@ impl Context {
 pub(crate) enum Msg {
     Trigger(Vec<ObjectKey>, Option<Duration>),
     Listed(usize),
+    Start(Box<WatchSpec>),
+    Stop(usize),
 }
 
-struct WatchSpec {
+pub(crate) struct WatchSpec {
     id: usize,
     cluster: Cluster,
     watch: Watch,
@@ -452,7 +534,8 @@ impl Controller {
                 shared: Arc::new(Shared {
                     clusters: RwLock::new(BTreeMap::new()),
                     stores: RwLock::new(Vec::new()),
-                    watches: RwLock::new(Vec::new()),
+                    watches: RwLock::new(BTreeMap::new()),
+                    next_watch: AtomicU64::new(0),
                     metrics: Metrics::default(),
                     trigger: tx,
                 }),
@@ -496,30 +579,8 @@ impl Controller {
     }
 
     fn add_watch(mut self, cluster: &str, watch: Watch, mapper: Option<Mapper>) -> Result<Self> {
-        let cluster = self.ctx.require_cluster(cluster)?;
-        let writer = kube::runtime::reflector::store::Writer::new(watch.resource.clone());
-        write(&self.ctx.shared.stores).push(StoreEntry {
-            cluster: cluster.name().to_string(),
-            resource: watch.resource.clone(),
-            reader: writer.as_reader(),
-            primary: mapper.is_none(),
-        });
-        let id = {
-            let mut states = write(&self.ctx.shared.watches);
-            states.push(WatchState {
-                cluster: cluster.name().to_string(),
-                listed: false,
-                error: None,
-            });
-            states.len() - 1
-        };
-        self.watches.push(WatchSpec {
-            id,
-            cluster,
-            watch,
-            mapper,
-            writer,
-        });
+        let spec = self.ctx.register_watch(cluster, watch, mapper)?;
+        self.watches.push(spec);
         Ok(self)
     }
 
@@ -571,6 +632,7 @@ impl Controller {
             queue.depends_on(cluster, on);
         }
         let mut watch_tasks = JoinSet::new();
+        let mut watch_aborts: HashMap<usize, tokio::task::AbortHandle> = HashMap::new();
         let mut unlisted: HashMap<String, HashSet<usize>> = HashMap::new();
         for spec in &watches {
             unlisted
@@ -586,7 +648,11 @@ impl Controller {
                 kind = %spec.watch.resource.kind,
                 group = %spec.watch.resource.group
             );
-            watch_tasks.spawn(watch::run(spec, ctx).instrument(span));
+            let id = spec.id;
+            watch_aborts.insert(
+                id,
+                watch_tasks.spawn(watch::run(spec, ctx).instrument(span)),
+            );
         }
 
         let mut inflight: JoinSet<(ObjectKey, Outcome)> = JoinSet::new();
@@ -653,11 +719,30 @@ impl Controller {
                                 queue.schedule(key, now + delay.unwrap_or_default());
                             }
                         }
+                        Msg::Start(spec) => {
+                            let span = tracing::info_span!(
+                                "watch",
+                                cluster = spec.cluster.name(),
+                                kind = %spec.watch.resource.kind,
+                                group = %spec.watch.resource.group
+                            );
+                            let id = spec.id;
+                            if read(&ctx.shared.watches).contains_key(&id) {
+                                watch_aborts.insert(id, watch_tasks.spawn(watch::run(*spec, ctx.clone()).instrument(span)));
+                            }
+                        }
+                        Msg::Stop(id) => {
+                            if let Some(handle) = watch_aborts.remove(&id) {
+                                handle.abort();
+                            }
+                        }
                         Msg::Listed(id) => {
-                            let cluster = read(&ctx.shared.watches).get(id).map(|w| w.cluster.clone());
-                            if let Some(cluster) = cluster
-                                && let Some(pending) = unlisted.get_mut(&cluster)
-                            {
+                            let cluster = read(&ctx.shared.watches).get(&id).map(|w| w.cluster.clone());
+                            if let Some(cluster) = cluster {
+                                // Builder-time watches hold back their cluster until all have
+                                // listed; a cluster with only run-time watches is ready once
+                                // one of them has.
+                                let pending = unlisted.entry(cluster.clone()).or_default();
                                 pending.remove(&id);
                                 if pending.is_empty() {
                                     tracing::info!(cluster = %cluster, "all watches listed; reconciling");

@@ -40,7 +40,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     };
     let set_state = |error: Option<String>, listed: bool| {
         let mut states = write(&ctx.shared.watches);
-        if let Some(s) = states.get_mut(id) {
+        if let Some(s) = states.get_mut(&id) {
             s.error = error;
             s.listed |= listed;
         }
