@@ -7,4 +7,10 @@
 //! annotations naming the declaration and the source — never from memory, so deletion works
 //! after restarts.
 
+pub mod engine;
 pub mod plan;
+
+pub use engine::{
+    Declaration, Destination, DestinationState, DestinationStatus, FanOut, FanOutSpec, Report,
+    SourceRef,
+};

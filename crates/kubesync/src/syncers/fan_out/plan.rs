@@ -7,6 +7,8 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use kube::core::ApiResource;
+
 use crate::apply::sanitize;
 
 /// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
@@ -244,6 +246,7 @@ pub struct CopyRules {
 /// server-managed fields (status too), filtered labels and annotations, and the ownership
 /// marks.
 pub fn desired_copy(
+    resource: &ApiResource,
     source: &DynamicObject,
     namespace: &str,
     name: &str,
@@ -253,6 +256,11 @@ pub fn desired_copy(
 ) -> DynamicObject {
     let mut copy = source.clone();
     sanitize(&mut copy, |_| false);
+    // Objects from list responses of built-in kinds carry no apiVersion/kind.
+    copy.types = Some(kube::core::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    });
     copy.metadata.namespace = Some(namespace.to_string());
     copy.metadata.name = Some(name.to_string());
     let mut labels = rules
@@ -272,13 +280,9 @@ pub fn desired_copy(
     copy.metadata.annotations = Some(annotations);
     if let Some(m) = copy.data.as_object_mut() {
         m.remove("status");
-        let is_data_kind = matches!(
-            source
-                .types
-                .as_ref()
-                .map(|t| (t.api_version.as_str(), t.kind.as_str())),
-            Some(("v1", "Secret" | "ConfigMap"))
-        );
+        let is_data_kind = resource.group.is_empty()
+            && resource.version == "v1"
+            && matches!(resource.kind.as_str(), "Secret" | "ConfigMap");
         if is_data_kind && let Some(filter) = &rules.data {
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(v) = m.get(field).cloned() {
@@ -519,9 +523,13 @@ mod tests {
         assert!(only.allows("team") && only.allows("example.com/x") && !only.allows("app"));
     }
 
+    fn secret_type() -> ApiResource {
+        ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "v1", "Secret"))
+    }
+
     fn tls_secret() -> DynamicObject {
+        // As a list item of a built-in kind: no apiVersion or kind.
         obj(json!({
-            "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "ca", "namespace": "certs", "uid": "s-uid", "resourceVersion": "42",
                          "labels": {"app": "ca", "argocd.argoproj.io/instance": "x"},
                          "annotations": {LAST_APPLIED: "{}", "note": "hi"},
@@ -545,6 +553,7 @@ mod tests {
             }),
         };
         let c = desired_copy(
+            &secret_type(),
             &tls_secret(),
             "team-a",
             "ca",
@@ -553,6 +562,10 @@ mod tests {
             "core/Secret/certs/ca",
         );
         let v = serde_json::to_value(&c).expect("json");
+        assert_eq!(
+            (v["apiVersion"].as_str(), v["kind"].as_str()),
+            (Some("v1"), Some("Secret"))
+        );
         assert_eq!(v["metadata"]["namespace"], "team-a");
         assert_eq!(v["metadata"].get("uid"), None);
         assert_eq!(v["metadata"].get("resourceVersion"), None);
@@ -573,6 +586,7 @@ mod tests {
     #[test]
     fn decisions() {
         let desired = desired_copy(
+            &secret_type(),
             &tls_secret(),
             "team-a",
             "ca",

@@ -369,7 +369,15 @@ impl SpecStatusSync {
         }
 
         let mut local_generation = local.and_then(|l| l.metadata.generation);
-        if let Some(desired) = plan::desired_local(remote, local, &ns, &name, &origin(cx), marks) {
+        if let Some(desired) = plan::desired_local(
+            &self.config.resource,
+            remote,
+            local,
+            &ns,
+            &name,
+            &origin(cx),
+            marks,
+        ) {
             let written = if local.is_some() {
                 cx.writer
                     .replace(

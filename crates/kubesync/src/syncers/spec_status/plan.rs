@@ -216,6 +216,7 @@ fn copied_down(map: &BTreeMap<String, String>, marks: &Marks) -> BTreeMap<String
 /// already applied and the local object has not changed since — the local apiserver may
 /// default fields the remote lacks, and that must not cause a write on every pass.
 pub fn desired_local(
+    resource: &kube::core::ApiResource,
     remote: &DynamicObject,
     local: Option<&DynamicObject>,
     namespace: &str,
@@ -228,8 +229,12 @@ pub fn desired_local(
     annotations.insert(marks.origin(), origin.to_string());
     let spec = remote.data.get("spec").cloned();
     let Some(local) = local else {
+        // Objects from list responses of built-in kinds carry no apiVersion/kind.
         let mut obj = DynamicObject {
-            types: remote.types.clone(),
+            types: Some(kube::core::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            }),
             metadata: Default::default(),
             data: serde_json::json!({}),
         };
@@ -253,6 +258,10 @@ pub fn desired_local(
         return None;
     }
     let mut obj = local.clone();
+    obj.types = Some(kube::core::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    });
     obj.metadata.labels = Some(std::mem::take(&mut labels));
     obj.metadata.annotations = Some(std::mem::take(&mut annotations));
     match spec {
@@ -395,6 +404,14 @@ mod tests {
 
     fn obj(v: Value) -> DynamicObject {
         serde_json::from_value(v).expect("object")
+    }
+
+    fn widget() -> kube::core::ApiResource {
+        kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "example.com",
+            "v1",
+            "Widget",
+        ))
     }
 
     fn marks() -> Marks {
@@ -575,7 +592,16 @@ mod tests {
         let l = local(
             json!({"metadata": {"labels": {"local-only": "x"}, "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "u"}]}}),
         );
-        let d = desired_local(&r, Some(&l), "team-local", "w", "team/w-east", &m).expect("differs");
+        let d = desired_local(
+            &widget(),
+            &r,
+            Some(&l),
+            "team-local",
+            "w",
+            "team/w-east",
+            &m,
+        )
+        .expect("differs");
         assert_eq!(d.data["spec"], json!({"size": 5}));
         assert_eq!(
             d.labels(),
@@ -612,7 +638,15 @@ mod tests {
         let r = remote(json!({}));
         let l = local(json!({}));
         assert_eq!(
-            desired_local(&r, Some(&l), "team-local", "w", "team/w-east", &m),
+            desired_local(
+                &widget(),
+                &r,
+                Some(&l),
+                "team-local",
+                "w",
+                "team/w-east",
+                &m
+            ),
             None
         );
         // A defaulted local spec field does not cause a write once generations are recorded.
@@ -622,6 +656,7 @@ mod tests {
         );
         assert_eq!(
             desired_local(
+                &widget(),
                 &recorded,
                 Some(&defaulted),
                 "team-local",
@@ -635,6 +670,7 @@ mod tests {
         let edited = local(json!({"spec": {"size": 99}, "metadata": {"generation": 2}}));
         assert!(
             desired_local(
+                &widget(),
                 &recorded,
                 Some(&edited),
                 "team-local",
@@ -650,7 +686,8 @@ mod tests {
     fn desired_local_for_a_new_object() {
         let m = marks();
         let r = remote(json!({}));
-        let d = desired_local(&r, None, "team-local", "w", "team/w-east", &m).expect("create");
+        let d = desired_local(&widget(), &r, None, "team-local", "w", "team/w-east", &m)
+            .expect("create");
         assert_eq!(d.metadata.name.as_deref(), Some("w"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("team-local"));
         assert_eq!(d.metadata.uid, None);

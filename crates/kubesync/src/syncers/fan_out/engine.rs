@@ -1,0 +1,645 @@
+//! The fan-out engine: reconciles declarations ("copy this source to these destinations")
+//! on the multi-cluster runtime.
+//!
+//! - **One watch per resource type and cluster** serves every declaration; it starts when the
+//!   first declaration needs it and stops when the last one is forgotten. Each cluster with
+//!   destinations also gets one Namespace watch.
+//! - **Events map straight to declarations**: a source event to the declarations copying it,
+//!   a copy event (by its `managed-by` uid) to its owner, a namespace event to the declarations
+//!   with destinations in that cluster. No periodic sweep is needed to notice a new namespace.
+//! - **Ownership is read from the copies' marks**, never from memory: deletion works after a
+//!   restart. Nothing without this declaration's marks is modified (unless adopted) or deleted.
+//! - A cluster that is unreachable is never read as "no copies there".
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{DynamicObject, PropagationPolicy};
+use kube::core::ApiResource;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{
+    self, CopyRules, Decision, MANAGED_BY, NamespaceRule, OnConflict, Owner, Strategy,
+};
+use crate::apply::{Deleted, Writer};
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+use crate::runtime::{ClusterStatus, Context, Watch, WatchId};
+
+/// Field manager of every copy write.
+pub const FIELD_MANAGER: &str = "kubesync";
+
+/// The source of a fan-out (in the engine's own cluster).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceRef {
+    /// Its type.
+    pub resource: ApiResource,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Where copies go.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Destination {
+    /// Cluster name (registered in the runtime context); `None`: the engine's own cluster.
+    pub cluster: Option<String>,
+    /// Which namespaces.
+    pub namespaces: NamespaceRule,
+    /// Name at the destination (default: the source's).
+    pub name: Option<String>,
+    /// How copies are written.
+    pub strategy: Strategy,
+}
+
+/// A resolved fan-out declaration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FanOutSpec {
+    /// What to copy.
+    pub source: SourceRef,
+    /// Where.
+    pub destinations: Vec<Destination>,
+    /// What to do with pre-existing objects.
+    pub on_conflict: OnConflict,
+    /// Label, annotation and data filters.
+    pub rules: CopyRules,
+}
+
+/// One declaration to reconcile.
+#[derive(Clone, Debug)]
+pub struct Declaration {
+    /// The runtime key of the declaring object (events are mapped back to it).
+    pub key: ObjectKey,
+    /// Who owns the copies (`<cluster>/<namespace>/<name>` and uid).
+    pub owner: Owner,
+    /// The resolved spec.
+    pub spec: FanOutSpec,
+    /// The declaration is being deleted: remove every copy it made.
+    pub deleting: bool,
+}
+
+/// State of one destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DestinationState {
+    /// The copy is current.
+    Synced,
+    /// Not written yet (e.g. waiting for a cluster's first list).
+    Pending,
+    /// Someone else's object is there.
+    Conflict,
+    /// Writing failed or the cluster cannot be reached.
+    Error,
+}
+
+/// What a reconcile found at one destination.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationStatus {
+    /// Cluster name.
+    pub cluster: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+    /// State.
+    pub state: DestinationState,
+    /// Why (for Conflict and Error: the reason, e.g. the API's message).
+    pub message: String,
+    /// The source resourceVersion the copy carries.
+    pub source_resource_version: String,
+}
+
+/// The outcome of one reconcile.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Every watch the declaration needs has listed (otherwise nothing was decided).
+    pub ready: bool,
+    /// The source exists and is not being deleted.
+    pub source_found: bool,
+    /// Per destination.
+    pub destinations: Vec<DestinationStatus>,
+    /// Copies of this declaration that still exist (0 after a complete cleanup).
+    pub remaining_copies: usize,
+    /// Clusters that could not be checked (unreachable): cleanup is not complete there.
+    pub unreachable: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct WatchKey {
+    cluster: String,
+    group: String,
+    kind: String,
+}
+
+#[derive(Default)]
+struct Index {
+    by_source: HashMap<(String, String, String, String, String), HashSet<ObjectKey>>,
+    by_uid: HashMap<String, ObjectKey>,
+    by_cluster: HashMap<String, HashSet<ObjectKey>>,
+    watches: HashMap<WatchKey, (WatchId, HashSet<ObjectKey>)>,
+    used: HashMap<ObjectKey, HashSet<WatchKey>>,
+}
+
+/// The fan-out engine. Cheap to share (`Arc`); one per process serves every declaration.
+pub struct FanOut {
+    local: String,
+    writer: Writer,
+    concurrency: usize,
+    index: Arc<Mutex<Index>>,
+    namespace_type: ApiResource,
+}
+
+fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
+    index.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl FanOut {
+    /// An engine whose sources live in the cluster named `local`; copies are written with at
+    /// most 16 requests in flight per reconcile.
+    pub fn new(local: &str) -> Self {
+        Self {
+            local: local.to_string(),
+            writer: Writer::new(),
+            concurrency: 16,
+            index: Arc::default(),
+            namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "",
+                "v1",
+                "Namespace",
+            )),
+        }
+    }
+
+    /// At most `n` copy writes in flight per reconcile.
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// The writer whose counts this engine updates.
+    pub fn write_counter(&self) -> Writer {
+        self.writer.clone()
+    }
+
+    /// Watches in use (type and namespace watches, all clusters).
+    pub fn watch_count(&self) -> usize {
+        lock(&self.index).watches.len()
+    }
+
+    fn ensure_watch(
+        &self,
+        ctx: &Context,
+        key: WatchKey,
+        resource: &ApiResource,
+        user: &ObjectKey,
+    ) -> Result<WatchId> {
+        let mut idx = lock(&self.index);
+        idx.used
+            .entry(user.clone())
+            .or_default()
+            .insert(key.clone());
+        if let Some((id, users)) = idx.watches.get_mut(&key) {
+            users.insert(user.clone());
+            return Ok(*id);
+        }
+        let index = self.index.clone();
+        let is_namespace = resource.kind == "Namespace" && resource.group.is_empty();
+        let local = self.local.clone();
+        let cluster = key.cluster.clone();
+        let mapper: crate::runtime::Mapper = Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
+            let idx = lock(&index);
+            let mut out: Vec<ObjectKey> = Vec::new();
+            if is_namespace {
+                out.extend(idx.by_cluster.get(&cluster).into_iter().flatten().cloned());
+                return out;
+            }
+            if k.cluster == local {
+                let id = (
+                    k.cluster.clone(),
+                    k.group.clone(),
+                    k.kind.clone(),
+                    k.namespace.clone().unwrap_or_default(),
+                    k.name.clone(),
+                );
+                out.extend(idx.by_source.get(&id).into_iter().flatten().cloned());
+            }
+            if let Some(uid) = obj.labels().get(MANAGED_BY)
+                && let Some(decl) = idx.by_uid.get(uid)
+            {
+                out.push(decl.clone());
+            }
+            out
+        });
+        let id = ctx.start_watch(&key.cluster, Watch::dynamic(resource.clone()), Some(mapper))?;
+        idx.watches.insert(key, (id, HashSet::from([user.clone()])));
+        Ok(id)
+    }
+
+    /// Drops a declaration that is gone: its index entries, and the watches no other
+    /// declaration uses.
+    pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
+        let mut idx = lock(&self.index);
+        idx.by_source.values_mut().for_each(|s| {
+            s.remove(key);
+        });
+        idx.by_cluster.values_mut().for_each(|s| {
+            s.remove(key);
+        });
+        idx.by_uid.retain(|_, k| k != key);
+        for wk in idx.used.remove(key).unwrap_or_default() {
+            let unused = idx.watches.get_mut(&wk).is_some_and(|(_, users)| {
+                users.remove(key);
+                users.is_empty()
+            });
+            if unused && let Some((id, _)) = idx.watches.remove(&wk) {
+                ctx.stop_watch(id);
+            }
+        }
+    }
+
+    /// Reconciles one declaration: copies where they must be, nothing where they must not.
+    pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
+        let spec = &decl.spec;
+        let ar = &spec.source.resource;
+        let mut clusters: Vec<String> = spec
+            .destinations
+            .iter()
+            .map(|d| d.cluster.clone().unwrap_or_else(|| self.local.clone()))
+            .collect();
+        clusters.push(self.local.clone());
+        {
+            let mut idx = lock(&self.index);
+            let source_id = (
+                self.local.clone(),
+                ar.group.clone(),
+                ar.kind.clone(),
+                spec.source.namespace.clone(),
+                spec.source.name.clone(),
+            );
+            idx.by_source
+                .entry(source_id)
+                .or_default()
+                .insert(decl.key.clone());
+            idx.by_uid.insert(decl.owner.uid.clone(), decl.key.clone());
+            // Clusters used before stay until their copies are gone.
+            let previous: Vec<String> = idx
+                .used
+                .get(&decl.key)
+                .into_iter()
+                .flatten()
+                .map(|w| w.cluster.clone())
+                .collect();
+            clusters.extend(previous);
+            for c in &clusters {
+                idx.by_cluster
+                    .entry(c.clone())
+                    .or_default()
+                    .insert(decl.key.clone());
+            }
+        }
+        clusters.sort();
+        clusters.dedup();
+        let mut ready = true;
+        let mut unknown = Vec::new();
+        for c in &clusters {
+            if ctx.cluster(c).is_none() {
+                unknown.push(c.clone());
+                continue;
+            }
+            let type_watch = WatchKey {
+                cluster: c.clone(),
+                group: ar.group.clone(),
+                kind: ar.kind.clone(),
+            };
+            let ns_watch = WatchKey {
+                cluster: c.clone(),
+                group: String::new(),
+                kind: "Namespace".into(),
+            };
+            let a = self.ensure_watch(ctx, type_watch, ar, &decl.key)?;
+            let b = self.ensure_watch(ctx, ns_watch, &self.namespace_type.clone(), &decl.key)?;
+            ready &= ctx.watch_listed(a) && ctx.watch_listed(b);
+        }
+        let mut report = Report {
+            ready,
+            ..Default::default()
+        };
+        if !ready {
+            return Ok(report);
+        }
+        let unreachable: HashSet<String> = clusters
+            .iter()
+            .filter(|c| matches!(ctx.cluster_status(c), ClusterStatus::Unreachable(_)))
+            .cloned()
+            .collect();
+        report.unreachable = unreachable.iter().cloned().collect();
+        report.unreachable.sort();
+
+        let source_key = ObjectKey::new(
+            self.local.clone(),
+            ar,
+            Some(spec.source.namespace.clone()),
+            &spec.source.name,
+        );
+        let source = ctx
+            .get(&source_key)
+            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting);
+        report.source_found = source.is_some();
+
+        // Existing copies of this declaration, by (cluster, namespace, name).
+        let mut owned: BTreeMap<(String, String, String), Arc<DynamicObject>> = BTreeMap::new();
+        for c in &clusters {
+            for obj in ctx.list(c, ar) {
+                if plan::owned_by(&obj, &decl.owner) {
+                    owned.insert(
+                        (
+                            c.clone(),
+                            obj.namespace().unwrap_or_default(),
+                            obj.name_any(),
+                        ),
+                        obj,
+                    );
+                }
+            }
+        }
+
+        // Desired destinations.
+        let mut targets: BTreeMap<(String, String, String), Strategy> = BTreeMap::new();
+        if let Some(_source) = &source {
+            for d in &spec.destinations {
+                let c = d.cluster.clone().unwrap_or_else(|| self.local.clone());
+                if unknown.contains(&c) {
+                    report.destinations.push(DestinationStatus {
+                        cluster: c.clone(),
+                        namespace: String::new(),
+                        name: String::new(),
+                        state: DestinationState::Error,
+                        message: format!("unknown cluster {c:?}"),
+                        source_resource_version: String::new(),
+                    });
+                    continue;
+                }
+                let name = d.name.clone().unwrap_or_else(|| spec.source.name.clone());
+                for ns in ctx.list(&c, &self.namespace_type) {
+                    let ns_name = ns.name_any();
+                    if !d.namespaces.matches(
+                        &ns_name,
+                        ns.labels(),
+                        ns.metadata.deletion_timestamp.is_some(),
+                    ) {
+                        continue;
+                    }
+                    // Never copy the source onto itself.
+                    if c == self.local
+                        && ns_name == spec.source.namespace
+                        && name == spec.source.name
+                    {
+                        continue;
+                    }
+                    targets
+                        .entry((c.clone(), ns_name, name.clone()))
+                        .or_insert(d.strategy);
+                }
+            }
+        }
+
+        enum Op {
+            Write {
+                at: (String, String, String),
+                desired: Box<DynamicObject>,
+                existing: Option<Arc<DynamicObject>>,
+                strategy: Strategy,
+                decision: Decision,
+            },
+            Delete {
+                at: (String, String, String),
+                uid: Option<String>,
+            },
+        }
+        let mut ops = Vec::new();
+        let source_ref = format!(
+            "{}/{}/{}/{}",
+            if ar.group.is_empty() {
+                "core"
+            } else {
+                ar.group.as_str()
+            },
+            ar.kind,
+            spec.source.namespace,
+            spec.source.name
+        );
+        let source_rv = source
+            .as_ref()
+            .and_then(|s| s.metadata.resource_version.clone())
+            .unwrap_or_default();
+        for (at, strategy) in &targets {
+            let Some(source) = &source else { break };
+            if unreachable.contains(&at.0) {
+                report.destinations.push(status(
+                    at,
+                    DestinationState::Error,
+                    format!("cluster {} is unreachable", at.0),
+                    "",
+                ));
+                continue;
+            }
+            let desired = plan::desired_copy(
+                ar,
+                source,
+                &at.1,
+                &at.2,
+                &spec.rules,
+                &decl.owner,
+                &source_ref,
+            );
+            let existing = ctx.get(&ObjectKey::new(at.0.clone(), ar, Some(at.1.clone()), &at.2));
+            let decision = plan::decide(
+                existing.as_deref(),
+                &desired,
+                &decl.owner,
+                *strategy,
+                spec.on_conflict,
+            );
+            ops.push(Op::Write {
+                at: at.clone(),
+                desired: Box::new(desired),
+                existing,
+                strategy: *strategy,
+                decision,
+            });
+        }
+        for (at, copy) in &owned {
+            if targets.contains_key(at) {
+                continue;
+            }
+            if unreachable.contains(&at.0) {
+                continue;
+            }
+            ops.push(Op::Delete {
+                at: at.clone(),
+                uid: copy.metadata.uid.clone(),
+            });
+        }
+        report.remaining_copies = owned.len();
+        tracing::debug!(
+            declaration = %decl.key,
+            source_found = report.source_found,
+            targets = targets.len(),
+            owned = owned.len(),
+            operations = ops.len(),
+            "fan-out planned"
+        );
+
+        let source_rv = &source_rv;
+        let results: Vec<(Option<DestinationStatus>, bool)> = futures::stream::iter(ops)
+            .map(|op| async move {
+                match op {
+                    Op::Delete { at, uid } => {
+                        let gone = self.delete_copy(ctx, ar, &at, uid.as_deref()).await;
+                        if let Err(e) = &gone {
+                            tracing::warn!(destination = %fmt_at(&at), error = %e, "deleting a copy failed");
+                        }
+                        (None, gone.is_ok())
+                    }
+                    Op::Write { at, desired, existing, strategy, decision } => {
+                        let rv = source_rv.clone();
+                        let st = match decision {
+                            Decision::InSync => status(&at, DestinationState::Synced, String::new(), &rv),
+                            Decision::Conflict(msg) => status(&at, DestinationState::Conflict, msg, ""),
+                            Decision::Create | Decision::Update | Decision::Adopt => {
+                                match self.write_copy(ctx, ar, &at, &desired, existing.as_deref(), strategy).await {
+                                    Ok(()) => status(&at, DestinationState::Synced, String::new(), &rv),
+                                    Err(e) => {
+                                        tracing::warn!(destination = %fmt_at(&at), error = %e, "writing a copy failed");
+                                        status(&at, DestinationState::Error, api_message(&e), "")
+                                    }
+                                }
+                            }
+                        };
+                        (Some(st), false)
+                    }
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        for (st, deleted) in results {
+            if let Some(st) = st {
+                report.destinations.push(st);
+            }
+            if deleted {
+                report.remaining_copies = report.remaining_copies.saturating_sub(1);
+            }
+        }
+        report.destinations.sort_by(|a, b| {
+            (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
+        });
+        Ok(report)
+    }
+
+    async fn write_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &(String, String, String),
+        desired: &DynamicObject,
+        existing: Option<&DynamicObject>,
+        strategy: Strategy,
+    ) -> Result<()> {
+        let cluster = ctx.require_cluster(&at.0)?;
+        match (strategy, existing) {
+            (Strategy::Apply, _) => {
+                self.writer
+                    .apply(&cluster, ar, desired, FIELD_MANAGER)
+                    .await?;
+            }
+            (Strategy::Replace, None) => {
+                self.writer
+                    .create(&cluster, ar, desired, FIELD_MANAGER)
+                    .await?;
+            }
+            (Strategy::Replace, Some(existing)) => {
+                let mut body = desired.clone();
+                body.metadata.resource_version = existing.metadata.resource_version.clone();
+                match self
+                    .writer
+                    .replace(&cluster, ar, &body, FIELD_MANAGER)
+                    .await
+                {
+                    Err(Error::Kube(kube::Error::Api(s))) if s.is_invalid() => {
+                        // An immutable field changed: delete and recreate the copy.
+                        tracing::info!(destination = %fmt_at(at), "immutable field changed; recreating the copy");
+                        self.writer
+                            .delete(
+                                &cluster,
+                                ar,
+                                Some(&at.1),
+                                &at.2,
+                                Some(PropagationPolicy::Background),
+                                existing.metadata.uid.as_deref(),
+                            )
+                            .await?;
+                        self.writer
+                            .create(&cluster, ar, desired, FIELD_MANAGER)
+                            .await?;
+                    }
+                    other => {
+                        other?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &(String, String, String),
+        uid: Option<&str>,
+    ) -> Result<Deleted> {
+        let cluster = ctx.require_cluster(&at.0)?;
+        self.writer
+            .delete(
+                &cluster,
+                ar,
+                Some(&at.1),
+                &at.2,
+                Some(PropagationPolicy::Background),
+                uid,
+            )
+            .await
+    }
+}
+
+fn fmt_at(at: &(String, String, String)) -> String {
+    format!("{}/{}/{}", at.0, at.1, at.2)
+}
+
+fn status(
+    at: &(String, String, String),
+    state: DestinationState,
+    message: String,
+    rv: &str,
+) -> DestinationStatus {
+    DestinationStatus {
+        cluster: at.0.clone(),
+        namespace: at.1.clone(),
+        name: at.2.clone(),
+        state,
+        message,
+        source_resource_version: rv.to_string(),
+    }
+}
+
+fn api_message(e: &Error) -> String {
+    match e {
+        Error::Kube(kube::Error::Api(s)) => format!("{}: {}", s.reason, s.message),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,605 @@
+//! The fan-out engine on real control planes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kubesync::syncers::fan_out::plan::{
+    CopyRules, DataFilter, KeyFilter, LabelSelector, NamespaceRule, OnConflict, Owner, Strategy,
+};
+use kubesync::syncers::fan_out::{
+    Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
+};
+use kubesync::{Action, Controller, Watch, reconciler_fn};
+use kubesync_testenv::TestEnv;
+
+const T: Duration = Duration::from_secs(40);
+
+type Specs = Arc<Mutex<HashMap<String, FanOutSpec>>>;
+type Reports = Arc<Mutex<HashMap<String, Report>>>;
+
+/// Runs a fan-out controller: each ConfigMap in `control` is a declaration whose spec is in
+/// `specs` under its name; deleting the ConfigMap deletes the declaration.
+fn run_fan_out(
+    env: &TestEnv,
+    control: &str,
+    specs: Specs,
+    reports: Reports,
+    extra: Vec<kubesync::Cluster>,
+) -> Running {
+    let fan_out = Arc::new(FanOut::new("local"));
+    let mut controller = Controller::new()
+        .cluster(kubesync::Cluster::new(
+            "local",
+            env.client().expect("client"),
+        ))
+        .watch("local", Watch::of::<ConfigMap>().namespace(control))
+        .expect("watch");
+    for c in extra {
+        controller = controller.cluster(c);
+    }
+    let cm_type = ApiResource::erase::<ConfigMap>(&());
+    let control = control.to_string();
+    start(
+        controller,
+        reconciler_fn(move |key, ctx| {
+            let (fan_out, specs, reports, cm_type, control) = (
+                fan_out.clone(),
+                specs.clone(),
+                reports.clone(),
+                cm_type.clone(),
+                control.clone(),
+            );
+            async move {
+                if !key.is_of(&cm_type) || key.namespace.as_deref() != Some(control.as_str()) {
+                    return Ok(Action::done());
+                }
+                let anchor = ctx.get(&key);
+                let Some(spec) = specs.lock().expect("lock").get(&key.name).cloned() else {
+                    return Ok(Action::done());
+                };
+                let Some(anchor) = anchor else {
+                    // Declaration gone: its copies were removed while it was deleting (below);
+                    // a restarted engine finds them by their marks through `owner_uid`.
+                    return Ok(Action::done());
+                };
+                let deleting = anchor.annotations().get("test/deleting").is_some();
+                let decl = Declaration {
+                    key: key.clone(),
+                    owner: Owner {
+                        reference: format!("local/{control}/{}", key.name),
+                        uid: anchor.uid().unwrap_or_default(),
+                    },
+                    spec,
+                    deleting,
+                };
+                let report = fan_out.reconcile(&ctx, &decl).await?;
+                let again = !report.ready
+                    || report
+                        .destinations
+                        .iter()
+                        .any(|d| d.state == DestinationState::Error)
+                    || (deleting && report.remaining_copies > 0);
+                reports
+                    .lock()
+                    .expect("lock")
+                    .insert(key.name.clone(), report);
+                Ok::<_, kubesync::Error>(if again {
+                    Action::requeue(Duration::from_millis(500))
+                } else {
+                    Action::done()
+                })
+            }
+        }),
+    )
+}
+
+fn secret_type() -> ApiResource {
+    ApiResource::erase::<Secret>(&())
+}
+
+fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSpec {
+    FanOutSpec {
+        source: SourceRef {
+            resource: secret_type(),
+            namespace: source_ns.into(),
+            name: name.into(),
+        },
+        destinations,
+        on_conflict: OnConflict::Skip,
+        rules: CopyRules::default(),
+    }
+}
+
+fn all_with_label(label: &str) -> Destination {
+    Destination {
+        namespaces: NamespaceRule {
+            namespace: Some("*".into()),
+            namespace_selector: Some(LabelSelector {
+                match_labels: [(label.to_string(), "yes".to_string())].into(),
+                ..Default::default()
+            }),
+            exclude_namespaces: vec![],
+        },
+        ..Default::default()
+    }
+}
+
+async fn create_ns(env: &TestEnv, name: &str, labels: &[(&str, &str)]) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels.iter().cloned().collect::<HashMap<_, _>>()}})).expect("ns");
+    Api::<Namespace>::all(env.client().expect("client"))
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create ns");
+}
+
+async fn put_secret(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    data: &[(&str, &str)],
+    type_: &str,
+    annotations: &[(&str, &str)],
+) {
+    let v = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns,
+        "annotations": annotations.iter().cloned().collect::<HashMap<_, _>>()},
+        "type": type_, "stringData": data.iter().cloned().collect::<HashMap<_, _>>()});
+    Api::<Secret>::namespaced(env.client().expect("client"), ns)
+        .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(v))
+        .await
+        .expect("put secret");
+}
+
+fn value(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+}
+
+async fn copies_with(env: &TestEnv, label: &str, name: &str, want: Option<&str>) -> usize {
+    let namespaces = Api::<Namespace>::all(env.client().expect("client"))
+        .list(&Default::default())
+        .await
+        .expect("list");
+    let mut n = 0;
+    for ns in namespaces
+        .items
+        .iter()
+        .filter(|n| n.labels().get(label).is_some())
+    {
+        let s = Api::<Secret>::namespaced(env.client().expect("client"), &ns.name_any())
+            .get_opt(name)
+            .await
+            .expect("get");
+        if s.is_some_and(|s| want.is_none_or(|w| value(&s, "token").as_deref() == Some(w))) {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn fan_out_to_100_namespaces_follows_source_namespaces_and_drift_then_cleans_up() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("f100");
+    let control = format!("{tag}-control");
+    let source_ns = format!("{tag}-src");
+    create_ns(env, &control, &[]).await;
+    create_ns(env, &source_ns, &[(&tag, "yes")]).await;
+    for i in 0..100 {
+        create_ns(env, &format!("{tag}-{i}"), &[(&tag, "yes")]).await;
+    }
+    put_secret(env, &source_ns, "pull", &[("token", "v1")], "Opaque", &[]).await;
+    let specs: Specs = Arc::default();
+    let reports: Reports = Arc::default();
+    specs.lock().expect("lock").insert(
+        "share".into(),
+        spec(&source_ns, "pull", vec![all_with_label(&tag)]),
+    );
+    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "share", &[], &[])).await;
+
+    eventually("100 copies", T, || async {
+        (copies_with(env, &tag, "pull", Some("v1")).await == 101).then_some(())
+    })
+    .await;
+    // 101 namespaces carry the label, the source's among them: it is never copied onto itself
+    // (the source is counted once).
+    let r = reports.lock().expect("lock")["share"].clone();
+    assert_eq!(r.destinations.len(), 100);
+    assert!(
+        r.destinations
+            .iter()
+            .all(|d| d.state == DestinationState::Synced)
+    );
+
+    // Source update reaches all.
+    put_secret(env, &source_ns, "pull", &[("token", "v2")], "Opaque", &[]).await;
+    eventually("update everywhere", T, || async {
+        (copies_with(env, &tag, "pull", Some("v2")).await == 101).then_some(())
+    })
+    .await;
+
+    // Drift: edit and delete of a copy are reverted.
+    let c0: Api<Secret> = Api::namespaced(env.client().expect("client"), &format!("{tag}-0"));
+    c0.patch(
+        "pull",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"stringData": {"token": "hacked"}})),
+    )
+    .await
+    .expect("edit");
+    let c1: Api<Secret> = Api::namespaced(env.client().expect("client"), &format!("{tag}-1"));
+    c1.delete("pull", &DeleteParams::default())
+        .await
+        .expect("delete copy");
+    eventually("drift reverted", T, || async {
+        let a = c0
+            .get_opt("pull")
+            .await
+            .expect("get")
+            .and_then(|s| value(&s, "token"));
+        let b = c1
+            .get_opt("pull")
+            .await
+            .expect("get")
+            .and_then(|s| value(&s, "token"));
+        (a.as_deref() == Some("v2") && b.as_deref() == Some("v2")).then_some(())
+    })
+    .await;
+
+    // A new matching namespace gets its copy; a relabelled one gets one; one that stops
+    // matching loses it.
+    create_ns(env, &format!("{tag}-new"), &[(&tag, "yes")]).await;
+    let late = format!("{tag}-late");
+    create_ns(env, &late, &[]).await;
+    Api::<Namespace>::all(env.client().expect("client"))
+        .patch(
+            &late,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {&tag: "yes"}}})),
+        )
+        .await
+        .expect("label");
+    Api::<Namespace>::all(env.client().expect("client"))
+        .patch(
+            &format!("{tag}-2"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {&tag: null}}})),
+        )
+        .await
+        .expect("unlabel");
+    let new_api: Api<Secret> =
+        Api::namespaced(env.client().expect("client"), &format!("{tag}-new"));
+    let late_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &late);
+    let gone_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &format!("{tag}-2"));
+    eventually("namespace changes followed", T, || async {
+        (new_api.get_opt("pull").await.expect("get").is_some()
+            && late_api.get_opt("pull").await.expect("get").is_some()
+            && gone_api.get_opt("pull").await.expect("get").is_none())
+        .then_some(())
+    })
+    .await;
+
+    // Source deleted: every copy goes, the source's namespace is untouched.
+    Api::<Secret>::namespaced(env.client().expect("client"), &source_ns)
+        .delete("pull", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    eventually("all copies deleted", T, || async {
+        (copies_with(env, &tag, "pull", None).await == 0).then_some(())
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn conflicts_adoption_protection_and_two_declarations() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("conf");
+    let control = format!("{tag}-control");
+    let src = format!("{tag}-src");
+    let (skip_ns, adopt_ns, protect_ns) = (
+        format!("{tag}-skip"),
+        format!("{tag}-adopt"),
+        format!("{tag}-protect"),
+    );
+    for ns in [&control, &src, &skip_ns, &adopt_ns, &protect_ns] {
+        create_ns(env, ns, &[]).await;
+    }
+    put_secret(env, &src, "s", &[("token", "ours")], "Opaque", &[]).await;
+    put_secret(env, &skip_ns, "s", &[("token", "theirs")], "Opaque", &[]).await;
+    put_secret(env, &adopt_ns, "s", &[("token", "theirs")], "Opaque", &[]).await;
+    put_secret(
+        env,
+        &protect_ns,
+        "s",
+        &[("token", "theirs")],
+        "Opaque",
+        &[("kubesync.io/protect", "true")],
+    )
+    .await;
+    let to = |ns: &str| Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let specs: Specs = Arc::default();
+    let reports: Reports = Arc::default();
+    {
+        let mut s = specs.lock().expect("lock");
+        s.insert("skipper".into(), spec(&src, "s", vec![to(&skip_ns)]));
+        let mut adopter = spec(&src, "s", vec![to(&adopt_ns), to(&protect_ns)]);
+        adopter.on_conflict = OnConflict::Adopt;
+        s.insert("adopter".into(), adopter);
+        // A second declaration for the same destination as the adopter.
+        s.insert("second".into(), spec(&src, "s", vec![to(&adopt_ns)]));
+    }
+    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "skipper", &[], &[])).await;
+    apply_cm(env, &configmap(&control, "adopter", &[], &[])).await;
+    let get = |ns: &str| {
+        let api: Api<Secret> = Api::namespaced(env.client().expect("client"), ns);
+        async move { api.get("s").await.expect("get") }
+    };
+    eventually("adopted", T, || async {
+        (value(&get(&adopt_ns).await, "token").as_deref() == Some("ours")).then_some(())
+    })
+    .await;
+    apply_cm(env, &configmap(&control, "second", &[], &[])).await;
+    let state = |decl: &str, ns: &str| {
+        reports
+            .lock()
+            .expect("lock")
+            .get(decl)
+            .and_then(|r| r.destinations.iter().find(|d| d.namespace == ns).cloned())
+    };
+    eventually("second reports a conflict", T, || async {
+        state("second", &adopt_ns).filter(|d| d.state == DestinationState::Conflict)
+    })
+    .await;
+    let skip = eventually("skip reported", T, || async {
+        state("skipper", &skip_ns).filter(|d| d.state == DestinationState::Conflict)
+    })
+    .await;
+    assert!(
+        skip.message.contains("not created by kubesync"),
+        "{}",
+        skip.message
+    );
+    let protect = eventually("protect reported", T, || async {
+        state("adopter", &protect_ns).filter(|d| d.state == DestinationState::Conflict)
+    })
+    .await;
+    assert!(protect.message.contains("protect"));
+    assert_eq!(
+        value(&get(&skip_ns).await, "token").as_deref(),
+        Some("theirs"),
+        "untouched"
+    );
+    assert_eq!(
+        value(&get(&protect_ns).await, "token").as_deref(),
+        Some("theirs"),
+        "untouched"
+    );
+    let adopted = get(&adopt_ns).await;
+    assert!(adopted.labels().contains_key("kubesync.io/managed-by"));
+    // The adopter keeps the copy: the second declaration did not change it.
+    assert_eq!(
+        adopted.annotations().get("kubesync.io/owner"),
+        Some(&format!("local/{control}/adopter"))
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn replace_recreates_on_an_immutable_field_and_filters_apply() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("repl");
+    let (control, src, dst) = (
+        format!("{tag}-control"),
+        format!("{tag}-src"),
+        format!("{tag}-dst"),
+    );
+    for ns in [&control, &src, &dst] {
+        create_ns(env, ns, &[]).await;
+    }
+    let source_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &src);
+    put_secret(
+        env,
+        &src,
+        "tls",
+        &[("ca.crt", "CA"), ("tls.key", "KEY")],
+        "Opaque",
+        &[("argocd.argoproj.io/sync", "x"), ("keep", "1")],
+    )
+    .await;
+    let mut s = spec(
+        &src,
+        "tls",
+        vec![Destination {
+            namespaces: NamespaceRule {
+                namespace: Some(dst.clone()),
+                ..Default::default()
+            },
+            name: Some("ca-bundle".into()),
+            strategy: Strategy::Replace,
+            ..Default::default()
+        }],
+    );
+    s.rules = CopyRules {
+        labels: KeyFilter::default(),
+        annotations: KeyFilter {
+            include: vec![],
+            exclude: vec!["argocd.argoproj.io/".into()],
+        },
+        data: Some(DataFilter {
+            include: vec!["ca.crt".into()],
+            rename: [("ca.crt".to_string(), "bundle.pem".to_string())].into(),
+        }),
+    };
+    let specs: Specs = Arc::new(Mutex::new([("r".to_string(), s)].into()));
+    let running = run_fan_out(env, &control, specs, Arc::default(), vec![]);
+    apply_cm(env, &configmap(&control, "r", &[], &[])).await;
+    let dst_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
+    let copy = eventually("copy", T, || async {
+        dst_api.get_opt("ca-bundle").await.expect("get")
+    })
+    .await;
+    assert_eq!(value(&copy, "bundle.pem").as_deref(), Some("CA"));
+    assert!(
+        value(&copy, "tls.key").is_none() && value(&copy, "ca.crt").is_none(),
+        "only the included key, renamed"
+    );
+    assert_eq!(
+        copy.annotations().get("keep").map(String::as_str),
+        Some("1")
+    );
+    assert!(!copy.annotations().contains_key("argocd.argoproj.io/sync"));
+    let uid = copy.uid();
+    // The source is recreated with another type: a Secret's type is immutable.
+    source_api
+        .delete("tls", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    put_secret(
+        env,
+        &src,
+        "tls",
+        &[("ca.crt", "CA2")],
+        "kubesync.io/custom",
+        &[],
+    )
+    .await;
+    let copy = eventually("recreated", T, || async {
+        dst_api
+            .get_opt("ca-bundle")
+            .await
+            .expect("get")
+            .filter(|c| c.type_.as_deref() == Some("kubesync.io/custom"))
+    })
+    .await;
+    assert_ne!(copy.uid(), uid, "a new object");
+    assert_eq!(value(&copy, "bundle.pem").as_deref(), Some("CA2"));
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn copies_are_deleted_after_a_restart_when_the_declaration_goes() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("restart");
+    let (control, src) = (format!("{tag}-control"), format!("{tag}-src"));
+    for ns in [&control, &src] {
+        create_ns(env, ns, &[]).await;
+    }
+    for i in 0..3 {
+        create_ns(env, &format!("{tag}-{i}"), &[(&tag, "yes")]).await;
+    }
+    put_secret(env, &src, "s", &[("token", "x")], "Opaque", &[]).await;
+    let specs: Specs = Arc::new(Mutex::new(
+        [("d".to_string(), spec(&src, "s", vec![all_with_label(&tag)]))].into(),
+    ));
+    let first = run_fan_out(env, &control, specs.clone(), Arc::default(), vec![]);
+    apply_cm(env, &configmap(&control, "d", &[], &[])).await;
+    eventually("copies", T, || async {
+        (copies_with(env, &tag, "s", None).await == 3).then_some(())
+    })
+    .await;
+    first.stop().await;
+
+    // While no engine runs, the source is deleted.
+    Api::<Secret>::namespaced(env.client().expect("client"), &src)
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete");
+    // A fresh engine (empty memory) finds the copies by their marks and deletes them.
+    let second = run_fan_out(env, &control, specs, Arc::default(), vec![]);
+    eventually("copies gone after restart", T, || async {
+        (copies_with(env, &tag, "s", None).await == 0).then_some(())
+    })
+    .await;
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn a_second_cluster_as_destination_and_its_outage() {
+    init_tracing();
+    let env = shared("fan");
+    let mut other = TestEnv::builder()
+        .name("fan-other")
+        .start()
+        .await
+        .expect("other");
+    let tag = unique_ns("mc");
+    let (control, src) = (format!("{tag}-control"), format!("{tag}-src"));
+    for ns in [&control, &src] {
+        create_ns(env, ns, &[]).await;
+    }
+    create_ns(&other, &format!("{tag}-remote"), &[(&tag, "yes")]).await;
+    put_secret(env, &src, "s", &[("token", "one")], "Opaque", &[]).await;
+    let mut dest = all_with_label(&tag);
+    dest.cluster = Some("other".into());
+    let specs: Specs = Arc::new(Mutex::new(
+        [("mc".to_string(), spec(&src, "s", vec![dest]))].into(),
+    ));
+    let reports: Reports = Arc::default();
+    let other_cluster = kubesync::Cluster::new("other", other.client().expect("client"));
+    let running = run_fan_out(env, &control, specs, reports.clone(), vec![other_cluster]);
+    apply_cm(env, &configmap(&control, "mc", &[], &[])).await;
+    let remote_api: Api<Secret> =
+        Api::namespaced(other.client().expect("client"), &format!("{tag}-remote"));
+    eventually("copy in the other cluster", T, || async {
+        remote_api.get_opt("s").await.expect("get")
+    })
+    .await;
+
+    other.stop_apiserver();
+    put_secret(env, &src, "s", &[("token", "two")], "Opaque", &[]).await;
+    let r = eventually("status says the cluster is unreachable", T, || async {
+        reports
+            .lock()
+            .expect("lock")
+            .get("mc")
+            .cloned()
+            .filter(|r| !r.unreachable.is_empty())
+    })
+    .await;
+    assert!(
+        r.destinations
+            .iter()
+            .all(|d| d.state == DestinationState::Error && d.message.contains("unreachable")),
+        "{:?}",
+        r.destinations
+    );
+    other.restart_apiserver().await.expect("restart");
+    let remote_api: Api<Secret> =
+        Api::namespaced(other.client().expect("client"), &format!("{tag}-remote"));
+    eventually(
+        "caught up after the outage",
+        Duration::from_secs(90),
+        || async {
+            remote_api
+                .get_opt("s")
+                .await
+                .ok()
+                .flatten()
+                .filter(|s| value(s, "token").as_deref() == Some("two"))
+        },
+    )
+    .await;
+    running.stop().await;
+}
