@@ -44,6 +44,19 @@ enum Command {
         /// Kubeconfig context.
         #[arg(long)]
         context: Option<String>,
+        /// ObjectSync: namespaces (names or globs) any ObjectSync may copy from, besides its
+        /// own (repeatable).
+        #[arg(long = "allow-source-namespace")]
+        source_namespaces: Vec<String>,
+        /// ObjectSync: only these destination namespaces (names or globs; repeatable).
+        #[arg(long = "allow-destination-namespace")]
+        allow_destination_namespaces: Vec<String>,
+        /// ObjectSync: never these destination namespaces (names or globs; repeatable).
+        #[arg(long = "deny-destination-namespace")]
+        deny_destination_namespaces: Vec<String>,
+        /// ObjectSync: only these kinds, as `Kind` (core) or `Kind.group` (repeatable).
+        #[arg(long = "allowed-resource")]
+        allowed_resources: Vec<String>,
     },
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,
@@ -69,7 +82,19 @@ pub async fn main() -> ExitCode {
         Command::Run {
             kubeconfig,
             context,
-        } => run(kubeconfig, context).await,
+            source_namespaces,
+            allow_destination_namespaces,
+            deny_destination_namespaces,
+            allowed_resources,
+        } => {
+            let policy = crate::object_sync::ObjectSyncPolicy {
+                source_namespaces,
+                allow_destination_namespaces,
+                deny_destination_namespaces,
+                allowed_resources,
+            };
+            run(kubeconfig, context, policy).await
+        }
         Command::Crds => match crate::crd::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -112,7 +137,11 @@ async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::
     }
 }
 
-async fn run(kubeconfig: Option<PathBuf>, context: Option<String>) -> ExitCode {
+async fn run(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+    policy: crate::object_sync::ObjectSyncPolicy,
+) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
             Ok(c) => Ok(c),
@@ -129,7 +158,11 @@ async fn run(kubeconfig: Option<PathBuf>, context: Option<String>) -> ExitCode {
         }
     };
     tracing::info!("kubesync operator starting");
-    match crate::operator::Operator::new(local)
+    let options = crate::operator::OperatorOptions {
+        policy,
+        ..Default::default()
+    };
+    match crate::operator::Operator::with_options(local, options)
         .run(kubesync::runtime::shutdown_signal())
         .await
     {

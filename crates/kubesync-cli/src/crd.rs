@@ -192,7 +192,7 @@ pub struct ResourceSyncStatus {
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    vec![RemoteCluster::crd(), ResourceSync::crd()]
+    vec![RemoteCluster::crd(), ResourceSync::crd(), ObjectSync::crd()]
 }
 
 /// The CRDs as a multi-document YAML manifest (what `kubesync crds` prints).
@@ -218,10 +218,19 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["remoteclusters.kubesync.io", "resourcesyncs.kubesync.io"]
+            [
+                "remoteclusters.kubesync.io",
+                "resourcesyncs.kubesync.io",
+                "objectsyncs.kubesync.io"
+            ]
         );
         for crd in &crds {
-            assert_eq!(crd.spec.scope, "Cluster");
+            let scope = if crd.spec.names.kind == "ObjectSync" {
+                "Namespaced"
+            } else {
+                "Cluster"
+            };
+            assert_eq!(crd.spec.scope, scope);
             let v = &crd.spec.versions[0];
             assert_eq!(v.name, "v1alpha1");
             assert!(
@@ -237,7 +246,7 @@ mod tests {
             );
         }
         let yaml = crds_yaml().expect("yaml");
-        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 2);
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 3);
     }
 
     #[test]
@@ -255,4 +264,194 @@ mod tests {
         .expect("parse");
         assert_eq!(rc.kubeconfig_secret_ref.key, "kubeconfig");
     }
+}
+
+/// The source of an [`ObjectSync`].
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSyncSource {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// API version (default: the group's preferred version, by discovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Kind, e.g. `Secret`.
+    pub kind: String,
+    /// Name of the source object.
+    pub name: String,
+    /// Namespace of the source (default: the ObjectSync's own namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A label selector (`matchLabels`, `matchExpressions`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Selector {
+    /// Labels that must all be present with these values.
+    #[serde(default)]
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// Requirements that must all hold.
+    #[serde(default)]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values for `In` and `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// How copies are written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum CopyStrategy {
+    /// Server-side apply with kubesync's field manager, forced; other managers keep theirs.
+    #[default]
+    Apply,
+    /// kubesync owns the whole copy; an immutable-field change deletes and recreates it.
+    Replace,
+}
+
+/// Where copies go.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSyncDestination {
+    /// A namespace name, or `"*"` / `""` / absent for all namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Namespaces whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<Selector>,
+    /// Namespace names or globs to leave out.
+    #[serde(default)]
+    pub exclude_namespaces: Vec<String>,
+    /// A RemoteCluster name (default: this cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Name at the destination (default: the source's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// How copies are written (default `apply`).
+    #[serde(default)]
+    pub strategy: CopyStrategy,
+}
+
+/// What to do when a destination holds an object kubesync did not create.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ConflictPolicy {
+    /// Leave it untouched and report a Conflict (default).
+    #[default]
+    Skip,
+    /// Take it over, unless it carries `kubesync.io/protect: "true"`.
+    Adopt,
+}
+
+/// Include and exclude lists of keys (exact keys, or prefixes ending in `/` or `*`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct KeyFilterSpec {
+    /// Keys to copy (empty: all).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Keys never to copy.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// Key-level control of Secret and ConfigMap data.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct DataFilterSpec {
+    /// Keys to copy (empty: all).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Source key → destination key.
+    #[serde(default)]
+    pub rename: std::collections::BTreeMap<String, String>,
+}
+
+/// One object kept in sync across many namespaces and clusters.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "kubesync.io",
+    version = "v1alpha1",
+    kind = "ObjectSync",
+    namespaced,
+    status = "ObjectSyncStatus",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.source.kind"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.name"}"#,
+    printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.inSync"}"#,
+    printcolumn = r#"{"name":"Destinations","type":"integer","jsonPath":".status.total"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSyncSpec {
+    /// The object to copy.
+    pub source: ObjectSyncSource,
+    /// Where to copy it.
+    pub destinations: Vec<ObjectSyncDestination>,
+    /// What to do with objects kubesync did not create (default `skip`).
+    #[serde(default)]
+    pub on_conflict: ConflictPolicy,
+    /// Which source labels reach the copies.
+    #[serde(default)]
+    pub labels: KeyFilterSpec,
+    /// Which source annotations reach the copies.
+    #[serde(default)]
+    pub annotations: KeyFilterSpec,
+    /// Key-level control of data (Secret and ConfigMap only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataFilterSpec>,
+}
+
+/// State of one destination in [`ObjectSyncStatus`].
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationStatusEntry {
+    /// Cluster (`local` for this cluster, else the RemoteCluster name).
+    pub cluster: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name of the copy.
+    pub name: String,
+    /// `Synced`, `Pending`, `Conflict` or `Error`.
+    pub state: String,
+    /// Why, for Conflict and Error.
+    #[serde(default)]
+    pub message: String,
+    /// When the copy was last written or confirmed current (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<String>,
+    /// The source resourceVersion the copy carries.
+    #[serde(default)]
+    pub source_resource_version: String,
+}
+
+/// Observed state of an [`ObjectSync`]. Never contains Secret data.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSyncStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (the sync runs) and `Synced` (every destination is current).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Destinations whose copy is current.
+    #[serde(default)]
+    pub in_sync: u32,
+    /// All destinations.
+    #[serde(default)]
+    pub total: u32,
+    /// One entry per destination.
+    #[serde(default)]
+    pub destinations: Vec<DestinationStatusEntry>,
 }

@@ -6,4 +6,5 @@
 
 pub mod cli;
 pub mod crd;
+pub mod object_sync;
 pub mod operator;

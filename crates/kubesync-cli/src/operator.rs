@@ -49,7 +49,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -80,30 +80,65 @@ impl Engine {
 
 /// The operator's shared state.
 pub struct Operator {
-    local: Cluster,
+    pub(crate) local: Cluster,
     engines: tokio::sync::Mutex<HashMap<String, Engine>>,
-    writer: Writer,
-    status_refresh: Duration,
+    pub(crate) writer: Writer,
+    pub(crate) status_refresh: Duration,
+    pub(crate) policy: crate::object_sync::ObjectSyncPolicy,
+    pub(crate) fan_out: kubesync::syncers::fan_out::FanOut,
+    pub(crate) remotes: std::sync::Mutex<HashMap<String, (String, Cluster)>>,
+}
+
+/// Options of an [`Operator`].
+#[derive(Clone, Debug)]
+pub struct OperatorOptions {
+    /// How often statuses are refreshed (default 10 s).
+    pub status_refresh: Duration,
+    /// Which ObjectSyncs are allowed (sources, destinations, kinds).
+    pub policy: crate::object_sync::ObjectSyncPolicy,
+    /// Copy writes in flight per ObjectSync (default 16).
+    pub fan_out_concurrency: usize,
+}
+
+impl Default for OperatorOptions {
+    fn default() -> Self {
+        Self {
+            status_refresh: STATUS_REFRESH,
+            policy: Default::default(),
+            fan_out_concurrency: 16,
+        }
+    }
 }
 
 impl Operator {
     /// An operator managing syncs into `local` (the cluster it runs in).
     pub fn new(local: Cluster) -> Arc<Self> {
+        Self::with_options(local, OperatorOptions::default())
+    }
+
+    /// An operator with options.
+    pub fn with_options(local: Cluster, options: OperatorOptions) -> Arc<Self> {
         Arc::new(Self {
             local: Cluster::new(LOCAL, local.client().clone()),
             engines: tokio::sync::Mutex::new(HashMap::new()),
             writer: Writer::new(),
-            status_refresh: STATUS_REFRESH,
+            status_refresh: options.status_refresh,
+            policy: options.policy,
+            fan_out: kubesync::syncers::fan_out::FanOut::new(LOCAL)
+                .concurrency(options.fan_out_concurrency),
+            remotes: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
     /// How often ResourceSync statuses are refreshed (default 10 s).
     pub fn with_status_refresh(local: Cluster, every: Duration) -> Arc<Self> {
-        let mut op = Self::new(local);
-        if let Some(o) = Arc::get_mut(&mut op) {
-            o.status_refresh = every;
-        }
-        op
+        Self::with_options(
+            local,
+            OperatorOptions {
+                status_refresh: every,
+                ..Default::default()
+            },
+        )
     }
 
     /// Names of the `ResourceSync`s whose engines run now.
@@ -136,6 +171,7 @@ impl Operator {
         let controller = controller
             .watch(LOCAL, Watch::of::<ResourceSync>())?
             .watch(LOCAL, Watch::of::<RemoteCluster>())?
+            .watch(LOCAL, Watch::of::<crate::crd::ObjectSync>())?
             // A RemoteCluster change re-runs every ResourceSync that uses it.
             .watch_mapped(LOCAL, Watch::of::<RemoteCluster>(), move |key, _| {
                 ctx.list(LOCAL, &rs_type)
@@ -216,7 +252,10 @@ impl Operator {
         Ok(cluster)
     }
 
-    async fn connect_with_hash(&self, rc: &RemoteCluster) -> Result<(Cluster, String), Refusal> {
+    pub(crate) async fn connect_with_hash(
+        &self,
+        rc: &RemoteCluster,
+    ) -> Result<(Cluster, String), Refusal> {
         let r = &rc.spec.kubeconfig_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.local.client().clone(), &r.namespace);
         let secret = match secrets.get_opt(&r.name).await {
@@ -594,7 +633,11 @@ impl Operator {
 }
 
 /// Keeps the previous transition time when the condition's status did not change.
-fn with_transition(mut c: Condition, old: &[Condition], generation: Option<i64>) -> Condition {
+pub(crate) fn with_transition(
+    mut c: Condition,
+    old: &[Condition],
+    generation: Option<i64>,
+) -> Condition {
     c.observed_generation = generation;
     c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
         Some(o) if o.status == c.status => o.last_transition_time.clone(),
@@ -617,6 +660,7 @@ impl Reconciler for OperatorReconciler {
         match key.kind.as_str() {
             "ResourceSync" => self.0.reconcile_resource_sync(key, ctx).await,
             "RemoteCluster" => self.0.reconcile_remote_cluster(key, ctx).await,
+            "ObjectSync" => self.0.reconcile_object_sync(key, ctx).await,
             _ => Ok(Action::done()),
         }
     }

@@ -127,6 +127,7 @@ fn all_with_label(label: &str) -> Destination {
                 ..Default::default()
             }),
             exclude_namespaces: vec![],
+            only_namespaces: vec![],
         },
         ..Default::default()
     }

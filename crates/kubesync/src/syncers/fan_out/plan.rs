@@ -125,6 +125,10 @@ pub struct NamespaceRule {
     /// Names or globs to leave out.
     #[serde(default)]
     pub exclude_namespaces: Vec<String>,
+    /// If not empty, only namespaces matching one of these names or globs (an operator's
+    /// allow list, on top of the rule).
+    #[serde(default)]
+    pub only_namespaces: Vec<String>,
 }
 
 impl NamespaceRule {
@@ -148,6 +152,8 @@ impl NamespaceRule {
                 .as_ref()
                 .is_none_or(|s| s.matches(labels))
             && !self.exclude_namespaces.iter().any(|g| glob(g, name))
+            && (self.only_namespaces.is_empty()
+                || self.only_namespaces.iter().any(|g| glob(g, name)))
     }
 }
 

@@ -1,0 +1,220 @@
+//! ObjectSync through the operator, on a real control plane.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use kubesync::Cluster;
+use kubesync_cli::crd::ObjectSync;
+use kubesync_cli::object_sync::ObjectSyncPolicy;
+use kubesync_cli::operator::{Operator, OperatorOptions};
+use kubesync_testenv::TestEnv;
+
+const T: Duration = Duration::from_secs(40);
+
+async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<X>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(x) = f().await {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn start(
+    env: &TestEnv,
+    policy: ObjectSyncPolicy,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<kubesync::Result<()>>,
+) {
+    let operator = Operator::with_options(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            status_refresh: Duration::from_secs(1),
+            policy,
+            ..Default::default()
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(operator.run(async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+async fn stop(
+    handle: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<kubesync::Result<()>>,
+    ),
+) {
+    let _ = handle.0.send(());
+    tokio::time::timeout(Duration::from_secs(30), handle.1)
+        .await
+        .expect("stops")
+        .expect("join")
+        .expect("run");
+}
+
+fn ready(os: &ObjectSync) -> Option<(String, String)> {
+    os.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let env = TestEnv::builder()
+        .name("objectsync")
+        .with_controller_manager(true)
+        .start()
+        .await
+        .expect("start");
+    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("crds");
+    for ns in ["apps", "shared", "team-a", "team-b"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {color: blue}\n").await.expect("cm");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("secret");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: ca, namespace: shared}\ntype: Opaque\nstringData: {ca.crt: CA}\n").await.expect("secret");
+    let operator = start(&env, ObjectSyncPolicy::default());
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+
+    // k8s-object-syncer's first example: a ConfigMap to all namespaces.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings-everywhere, namespace: apps}\nspec:\n  source: {group: \"\", kind: ConfigMap, name: settings}\n  destinations:\n  - namespace: \"*\"\n").await.expect("objectsync");
+    let namespaces = Api::<Namespace>::all(env.client().expect("client"))
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .len();
+    let os = eventually("all destinations in sync", || async {
+        syncs.get("settings-everywhere").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.total as usize == namespaces - 1 && s.in_sync == s.total)
+        })
+    })
+    .await;
+    assert_eq!(ready(&os), Some(("True".into(), "Syncing".into())));
+    let status = os.status.expect("status");
+    assert!(status.destinations.iter().all(|d| d.state == "Synced"
+        && d.last_sync_time.is_some()
+        && !d.source_resource_version.is_empty()));
+    assert!(
+        !status.destinations.iter().any(|d| d.namespace == "apps"),
+        "never onto itself"
+    );
+    let team_a: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "team-a");
+    assert_eq!(
+        team_a
+            .get("settings")
+            .await
+            .expect("copy")
+            .data
+            .expect("data")["color"],
+        "blue"
+    );
+
+    // Example 2: a Secret, renamed at the destination, to named namespaces.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - {namespace: team-a, name: registry-credentials}\n  - {namespace: team-b, name: registry-credentials}\n").await.expect("objectsync");
+    let team_b: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-b");
+    eventually("renamed copy", || async {
+        team_b.get_opt("registry-credentials").await.expect("get")
+    })
+    .await;
+    let os = eventually("registry status", || async {
+        syncs.get("registry").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.total == 2 && s.in_sync == 2)
+        })
+    })
+    .await;
+    let text = serde_json::to_string(&os.status).expect("json");
+    assert!(
+        !text.contains("t0k3n") && !text.contains("dDBrM24="),
+        "no Secret data in status"
+    );
+
+    // A cross-namespace source is refused by default, saying which rule refused it.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: steal-ca, namespace: apps}\nspec:\n  source: {kind: Secret, name: ca, namespace: shared}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
+    eventually("refused", || async {
+        syncs
+            .get("steal-ca")
+            .await
+            .ok()
+            .filter(|o| ready(o) == Some(("False".into(), "SourceNamespaceNotAllowed".into())))
+    })
+    .await;
+    let team_a_secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-a");
+    assert!(team_a_secrets.get_opt("ca").await.expect("get").is_none());
+    // An unknown kind.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: gizmo, namespace: apps}\nspec:\n  source: {group: example.com, kind: Gizmo, name: g}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
+    eventually("unknown kind", || async {
+        syncs
+            .get("gizmo")
+            .await
+            .ok()
+            .filter(|o| ready(o).is_some_and(|r| r.1 == "ResourceNotFound"))
+    })
+    .await;
+
+    // Deleting an ObjectSync deletes its copies, then the ObjectSync goes.
+    syncs
+        .delete("settings-everywhere", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("ObjectSync gone", || async {
+        syncs
+            .get_opt("settings-everywhere")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        team_a.get_opt("settings").await.expect("get").is_none(),
+        "copies deleted"
+    );
+    stop(operator).await;
+
+    // The operator allows the shared namespace as a source: the same ObjectSync now works.
+    let operator = start(
+        &env,
+        ObjectSyncPolicy {
+            source_namespaces: vec!["shared".into()],
+            ..Default::default()
+        },
+    );
+    eventually("allowed by the flag", || async {
+        team_a_secrets.get_opt("ca").await.expect("get")
+    })
+    .await;
+    let ca = team_a_secrets.get("ca").await.expect("ca");
+    assert_eq!(
+        ca.annotations()
+            .get("kubesync.io/owner")
+            .map(String::as_str),
+        Some("local/apps/steal-ca")
+    );
+    stop(operator).await;
+}
