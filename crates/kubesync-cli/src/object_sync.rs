@@ -133,11 +133,20 @@ impl Operator {
             )
             .await
             .map_err(|e| not_found(e.to_string()))?,
-            None => kube::discovery::group(self.local.client(), group)
-                .await
-                .map_err(|e| not_found(e.to_string()))?
-                .recommended_kind(kind)
-                .ok_or_else(|| not_found("no such kind in the group's preferred version".into()))?,
+            None => {
+                // The preferred version first, then the group's other versions in order (on
+                // v1.20, batch prefers v1 but CronJob is only in v1beta1).
+                let g = kube::discovery::group(self.local.client(), group)
+                    .await
+                    .map_err(|e| not_found(e.to_string()))?;
+                g.recommended_kind(kind)
+                    .or_else(|| {
+                        g.versions()
+                            .flat_map(|v| g.versioned_resources(v))
+                            .find(|(ar, _)| ar.kind == kind)
+                    })
+                    .ok_or_else(|| not_found("no version of the group serves it".into()))?
+            }
         };
         if caps.scope != kube::discovery::Scope::Namespaced {
             return Err(Refusal::new(

@@ -154,6 +154,19 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         "no Secret data in status"
     );
 
+    // Example 3: a CronJob to named namespaces; the version comes from discovery
+    // (batch/v1beta1 on this v1.20 apiserver).
+    env.apply_yaml("apiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: nightly, namespace: apps}\nspec:\n  schedule: \"0 3 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n").await.expect("cronjob");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nightly, namespace: apps}\nspec:\n  source: {group: batch, kind: CronJob, name: nightly}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await.expect("objectsync");
+    eventually("cronjob copies", || async {
+        syncs.get("nightly").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.total == 2 && s.in_sync == 2)
+        })
+    })
+    .await;
+
     // A cross-namespace source is refused by default, saying which rule refused it.
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: steal-ca, namespace: apps}\nspec:\n  source: {kind: Secret, name: ca, namespace: shared}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
     eventually("refused", || async {
