@@ -148,6 +148,12 @@ impl Operator {
         v
     }
 
+    /// Watches the ObjectSync fan-out holds (one per type and cluster, plus one Namespace
+    /// watch per cluster), whatever the number of ObjectSyncs.
+    pub fn fan_out_watches(&self) -> usize {
+        self.fan_out.watch_count()
+    }
+
     /// Write requests sent by all running engines.
     pub async fn engine_writes(&self) -> u64 {
         self.engines

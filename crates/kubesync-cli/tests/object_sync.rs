@@ -231,3 +231,168 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
     );
     stop(operator).await;
 }
+
+#[tokio::test]
+async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clean_up() {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    let env = TestEnv::builder()
+        .name("objectsync-rbac")
+        .user("kubesync", &[])
+        .start()
+        .await
+        .expect("start");
+    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("crds");
+    for ns in ["apps", "open", "locked"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: apps}\ntype: Opaque\nstringData: {k: v}\n").await.expect("secret");
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    // The operator may read everywhere but write Secrets only in "apps" and "open".
+    env.grant(
+        "kubesync",
+        None,
+        "read",
+        vec![
+            rule(
+                &["kubesync.io"],
+                &["*"],
+                &["get", "list", "watch", "update", "patch"],
+            ),
+            rule(
+                &[""],
+                &["namespaces", "secrets", "configmaps"],
+                &["get", "list", "watch"],
+            ),
+        ],
+    )
+    .await
+    .expect("grant");
+    for ns in ["apps", "open"] {
+        env.grant(
+            "kubesync",
+            Some(ns),
+            "write",
+            vec![rule(
+                &[""],
+                &["secrets"],
+                &["create", "update", "patch", "delete"],
+            )],
+        )
+        .await
+        .expect("grant");
+    }
+    let as_operator = Cluster::new("local", env.client_as("kubesync").expect("client"));
+    let start_op = || {
+        let operator = Operator::with_options(
+            as_operator.clone(),
+            OperatorOptions {
+                status_refresh: Duration::from_secs(1),
+                ..Default::default()
+            },
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(operator.clone().run(async {
+            let _ = stopped.await;
+        }));
+        (operator, (stop, task))
+    };
+    let (operator, handle) = start_op();
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: one, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open}, {namespace: locked}]\n").await.expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: two, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open, name: s2}]\n").await.expect("objectsync");
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+    let os = eventually("forbidden reported", || async {
+        syncs.get("one").await.ok().filter(|o| {
+            o.status.as_ref().is_some_and(|s| {
+                s.destinations
+                    .iter()
+                    .any(|d| d.namespace == "locked" && d.state == "Error")
+            })
+        })
+    })
+    .await;
+    let status = os.status.expect("status");
+    let locked = status
+        .destinations
+        .iter()
+        .find(|d| d.namespace == "locked")
+        .expect("locked");
+    assert!(
+        locked.message.contains("forbidden"),
+        "the API's message: {}",
+        locked.message
+    );
+    let synced = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Synced")
+        .expect("Synced");
+    assert_eq!(synced.status, "False");
+    assert!(synced.message.contains("forbidden"), "{}", synced.message);
+    eventually("second in sync", || async {
+        syncs
+            .get("two")
+            .await
+            .ok()
+            .filter(|o| o.status.as_ref().is_some_and(|s| s.in_sync == 1))
+    })
+    .await;
+    // Two ObjectSyncs of one type share the watches: Secrets and Namespaces of this cluster.
+    assert_eq!(operator.fan_out_watches(), 2);
+
+    // The operator stops; the source is deleted while it is down; a restarted operator
+    // deletes the copies (ownership is read from their marks).
+    stop(handle).await;
+    Api::<Secret>::namespaced(env.client().expect("client"), "apps")
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    let (operator, handle) = start_op();
+    let open: Api<Secret> = Api::namespaced(env.client().expect("client"), "open");
+    eventually("copies gone after the restart", || async {
+        (open.get_opt("s").await.expect("get").is_none()
+            && open.get_opt("s2").await.expect("get").is_none())
+        .then_some(())
+    })
+    .await;
+    let os = eventually("source reported missing", || async {
+        syncs
+            .get("one")
+            .await
+            .ok()
+            .filter(|o| ready(o).is_some_and(|r| r.1 == "SourceNotFound"))
+    })
+    .await;
+    assert_eq!(ready(&os).map(|r| r.0), Some("False".into()));
+
+    // The last ObjectSyncs go: their watches stop.
+    syncs
+        .delete("one", &DeleteParams::default())
+        .await
+        .expect("delete");
+    syncs
+        .delete("two", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("ObjectSyncs gone", || async {
+        syncs
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually("watches stopped", || async {
+        (operator.fan_out_watches() == 0).then_some(())
+    })
+    .await;
+    stop(handle).await;
+}
