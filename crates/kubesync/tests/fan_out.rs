@@ -604,3 +604,55 @@ async fn a_second_cluster_as_destination_and_its_outage() {
     .await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn changing_the_source_kind_removes_the_old_copies() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("kind");
+    let (control, src, dst) = (
+        format!("{tag}-control"),
+        format!("{tag}-src"),
+        format!("{tag}-dst"),
+    );
+    for ns in [&control, &src, &dst] {
+        create_ns(env, ns, &[]).await;
+    }
+    put_secret(env, &src, "cfg", &[("token", "s")], "Opaque", &[]).await;
+    apply_cm(env, &configmap(&src, "cfg", &[], &[("token", "c")])).await;
+    let to_dst = Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(dst.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let specs: Specs = Arc::new(Mutex::new(
+        [("k".to_string(), spec(&src, "cfg", vec![to_dst.clone()]))].into(),
+    ));
+    let running = run_fan_out(env, &control, specs.clone(), Arc::default(), vec![]);
+    apply_cm(env, &configmap(&control, "k", &[], &[])).await;
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), &dst);
+    eventually("secret copy", T, || async {
+        secrets.get_opt("cfg").await.expect("get")
+    })
+    .await;
+
+    // The declaration now copies the ConfigMap of the same name.
+    let mut next = spec(&src, "cfg", vec![to_dst]);
+    next.source.resource = ApiResource::erase::<ConfigMap>(&());
+    specs.lock().expect("lock").insert("k".into(), next);
+    apply_cm(env, &configmap(&control, "k", &[("touch", "1")], &[])).await;
+    eventually("old kind's copy removed, new kind copied", T, || async {
+        let secret_gone = secrets.get_opt("cfg").await.expect("get").is_none();
+        let cm = cms.get_opt("cfg").await.expect("get");
+        (secret_gone
+            && cm.is_some_and(|c| {
+                c.data.unwrap_or_default().get("token").map(String::as_str) == Some("c")
+            }))
+        .then_some(())
+    })
+    .await;
+    running.stop().await;
+}

@@ -141,6 +141,8 @@ struct Index {
     by_cluster: HashMap<String, HashSet<ObjectKey>>,
     watches: HashMap<WatchKey, (WatchId, HashSet<ObjectKey>)>,
     used: HashMap<ObjectKey, HashSet<WatchKey>>,
+    /// The source type each declaration copied last time.
+    types: HashMap<ObjectKey, ApiResource>,
 }
 
 /// The fan-out engine. Cheap to share (`Arc`); one per process serves every declaration.
@@ -250,6 +252,7 @@ impl FanOut {
             s.remove(key);
         });
         idx.by_uid.retain(|_, k| k != key);
+        idx.types.remove(key);
         for wk in idx.used.remove(key).unwrap_or_default() {
             let unused = idx.watches.get_mut(&wk).is_some_and(|(_, users)| {
                 users.remove(key);
@@ -261,8 +264,80 @@ impl FanOut {
         }
     }
 
+    /// The declaration now copies another kind: delete the copies of the old kind first (found
+    /// by their marks in the old kind's stores) and release its watches.
+    async fn retire_previous_type(&self, ctx: &Context, decl: &Declaration) -> Result<()> {
+        let ar = &decl.spec.source.resource;
+        let previous = lock(&self.index).types.insert(decl.key.clone(), ar.clone());
+        let Some(old) = previous.filter(|p| p.group != ar.group || p.kind != ar.kind) else {
+            return Ok(());
+        };
+        let old_keys: Vec<WatchKey> = lock(&self.index)
+            .used
+            .get(&decl.key)
+            .into_iter()
+            .flatten()
+            .filter(|w| w.group == old.group && w.kind == old.kind)
+            .cloned()
+            .collect();
+        for wk in &old_keys {
+            if let ClusterStatus::Unreachable(m) = ctx.cluster_status(&wk.cluster) {
+                // Try again later; remember the old type until its copies are gone.
+                lock(&self.index)
+                    .types
+                    .insert(decl.key.clone(), old.clone());
+                return Err(Error::Config(format!(
+                    "cluster {} is unreachable ({m}); cannot remove the old copies yet",
+                    wk.cluster
+                )));
+            }
+            for copy in ctx
+                .list(&wk.cluster, &old)
+                .iter()
+                .filter(|c| plan::owned_by(c, &decl.owner))
+            {
+                let at = (
+                    wk.cluster.clone(),
+                    copy.namespace().unwrap_or_default(),
+                    copy.name_any(),
+                );
+                if let Err(e) = self
+                    .delete_copy(ctx, &old, &at, copy.metadata.uid.as_deref())
+                    .await
+                {
+                    lock(&self.index)
+                        .types
+                        .insert(decl.key.clone(), old.clone());
+                    return Err(e);
+                }
+                tracing::info!(destination = %fmt_at(&at), kind = %old.kind, "the source kind changed; deleted the old copy");
+            }
+        }
+        let mut idx = lock(&self.index);
+        for wk in old_keys {
+            if let Some(used) = idx.used.get_mut(&decl.key) {
+                used.remove(&wk);
+            }
+            let unused = idx.watches.get_mut(&wk).is_some_and(|(_, users)| {
+                users.remove(&decl.key);
+                users.is_empty()
+            });
+            if unused && let Some((id, _)) = idx.watches.remove(&wk) {
+                ctx.stop_watch(id);
+            }
+        }
+        idx.by_source.retain(|(_, g, k, _, _), users| {
+            if *g == old.group && *k == old.kind {
+                users.remove(&decl.key);
+            }
+            !users.is_empty()
+        });
+        Ok(())
+    }
+
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
+        self.retire_previous_type(ctx, decl).await?;
         let spec = &decl.spec;
         let ar = &spec.source.resource;
         let mut clusters: Vec<String> = spec
