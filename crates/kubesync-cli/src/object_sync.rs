@@ -379,16 +379,21 @@ impl Operator {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         if !report.ready {
-            self.patch_object_sync_status(
-                &os,
-                vec![Condition::ready(
+            // A watch that cannot list (forbidden, unreachable) says why.
+            let failure = report
+                .watch_errors
+                .first()
+                .map(|(c, m)| format!("{}: {m}", c.strip_prefix("remote:").unwrap_or(c)));
+            let condition = match failure {
+                Some(m) => Condition::ready(false, "WatchFailed", m),
+                None => Condition::ready(
                     false,
                     "Starting",
                     "waiting for the first list of the watched types",
-                )],
-                Vec::new(),
-            )
-            .await?;
+                ),
+            };
+            self.patch_object_sync_status(&os, vec![condition], Vec::new())
+                .await?;
             return Ok(Action::requeue(Duration::from_millis(500)));
         }
         let old = os.status.clone().unwrap_or_default();

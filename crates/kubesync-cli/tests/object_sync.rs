@@ -396,3 +396,134 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
     .await;
     stop(handle).await;
 }
+
+#[tokio::test]
+async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
+    use kubesync_testenv::fixtures::WIDGET_CRD;
+    let (local, remote) = tokio::join!(
+        TestEnv::builder()
+            .name("os-local")
+            .user("limited", &[])
+            .start(),
+        TestEnv::builder().name("os-remote").start()
+    );
+    let (local, remote) = (local.expect("local"), remote.expect("remote"));
+    local
+        .install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("crds");
+    for env in [&local, &remote] {
+        env.install_crds(WIDGET_CRD).await.expect("widget crd");
+    }
+    local.create_namespace("apps").await.expect("ns");
+    local.create_namespace("kubesync").await.expect("ns");
+    for ns in ["edge-1", "edge-2", "core"] {
+        remote.create_namespace(ns).await.expect("ns");
+    }
+    remote
+        .apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: edge-1, labels: {tier: edge}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: edge-2, labels: {tier: edge}}\n")
+        .await
+        .expect("labels");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "eu-kubeconfig", "namespace": "kubesync"},
+        "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(local.client().expect("client"), "kubesync")
+        .create(&Default::default(), &secret)
+        .await
+        .expect("secret");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: eu}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: eu-kubeconfig}\n").await.expect("rc");
+    local.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: defaults, namespace: apps}\nspec: {size: 3}\n").await.expect("widget");
+    let handle = start(&local, ObjectSyncPolicy::default());
+
+    // Example 4 (a custom resource) into labelled namespaces of a RemoteCluster.
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: widget-defaults, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations:\n  - cluster: eu\n    namespaceSelector: {matchLabels: {tier: edge}}\n").await.expect("objectsync");
+    let syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "apps");
+    let os = eventually("copies in the remote cluster", || async {
+        syncs.get("widget-defaults").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.total == 2 && s.in_sync == 2)
+        })
+    })
+    .await;
+    let st = os.status.expect("status");
+    assert!(
+        st.destinations
+            .iter()
+            .all(|d| d.cluster == "eu" && d.namespace.starts_with("edge-")),
+        "{:?}",
+        st.destinations
+    );
+    let ar = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
+        "widgets",
+    );
+    let remote_widget = Api::<kube::api::DynamicObject>::namespaced_with(
+        remote.client().expect("client"),
+        "edge-1",
+        &ar,
+    )
+    .get("defaults")
+    .await
+    .expect("copy");
+    assert_eq!(remote_widget.data["spec"]["size"], 3);
+    stop(handle).await;
+
+    // An operator that may not list Widgets says why, with the API's message.
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    local
+        .grant(
+            "limited",
+            None,
+            "no-widgets",
+            vec![
+                PolicyRule {
+                    api_groups: Some(vec!["kubesync.io".into()]),
+                    resources: Some(vec!["*".into()]),
+                    verbs: vec!["*".into()],
+                    ..Default::default()
+                },
+                PolicyRule {
+                    api_groups: Some(vec!["".into()]),
+                    resources: Some(vec!["namespaces".into(), "secrets".into()]),
+                    verbs: vec!["get".into(), "list".into(), "watch".into()],
+                    ..Default::default()
+                },
+            ],
+        )
+        .await
+        .expect("grant");
+    let operator = Operator::with_options(
+        Cluster::new("local", local.client_as("limited").expect("client")),
+        OperatorOptions {
+            status_refresh: Duration::from_secs(1),
+            ..Default::default()
+        },
+    );
+    let (s, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(operator.run(async {
+        let _ = stopped.await;
+    }));
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: cannot-watch, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations: [{namespace: kubesync}]\n").await.expect("objectsync");
+    let os = eventually("watch failure reported", || async {
+        syncs
+            .get("cannot-watch")
+            .await
+            .ok()
+            .filter(|o| ready(o).is_some_and(|r| r.1 == "WatchFailed"))
+    })
+    .await;
+    let msg = os
+        .status
+        .expect("status")
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("ready")
+        .message
+        .clone();
+    assert!(msg.contains("forbidden"), "{msg}");
+    stop((s, task)).await;
+}

@@ -448,6 +448,13 @@ impl Context {
             .is_some_and(|w| w.listed)
     }
 
+    /// The error of a watch's last request, if it failed (e.g. forbidden, connection refused).
+    pub fn watch_error(&self, id: WatchId) -> Option<String> {
+        read(&self.shared.watches)
+            .get(&id.0)
+            .and_then(|w| w.error.clone())
+    }
+
     /// Queues a key for reconciliation now (deduplicated with keys already queued).
     pub fn enqueue(&self, key: ObjectKey) {
         let _ = self.shared.trigger.send(Msg::Trigger(vec![key], None));

@@ -125,6 +125,8 @@ pub struct Report {
     pub remaining_copies: usize,
     /// Clusters that could not be checked (unreachable): cleanup is not complete there.
     pub unreachable: Vec<String>,
+    /// Failing watches of this declaration: (cluster, the API's message).
+    pub watch_errors: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -380,6 +382,7 @@ impl FanOut {
         clusters.dedup();
         let mut ready = true;
         let mut unknown = Vec::new();
+        let mut watch_errors: Vec<(String, String)> = Vec::new();
         for c in &clusters {
             if ctx.cluster(c).is_none() {
                 unknown.push(c.clone());
@@ -398,19 +401,20 @@ impl FanOut {
             let a = self.ensure_watch(ctx, type_watch, ar, &decl.key)?;
             let b = self.ensure_watch(ctx, ns_watch, &self.namespace_type.clone(), &decl.key)?;
             ready &= ctx.watch_listed(a) && ctx.watch_listed(b);
+            // Health is judged from this declaration's own watches, not the whole cluster's.
+            if let Some(e) = ctx.watch_error(a).or_else(|| ctx.watch_error(b)) {
+                watch_errors.push((c.clone(), e));
+            }
         }
         let mut report = Report {
             ready,
+            watch_errors: watch_errors.clone(),
             ..Default::default()
         };
         if !ready {
             return Ok(report);
         }
-        let unreachable: HashSet<String> = clusters
-            .iter()
-            .filter(|c| matches!(ctx.cluster_status(c), ClusterStatus::Unreachable(_)))
-            .cloned()
-            .collect();
+        let unreachable: HashSet<String> = watch_errors.iter().map(|(c, _)| c.clone()).collect();
         report.unreachable = unreachable.iter().cloned().collect();
         report.unreachable.sort();
 
