@@ -4,8 +4,9 @@
 //! kube-controller-manager). Part 1 runs the runtime's copy example from east to west. Part 2
 //! runs the kubesync operator (the code of `kubesync run`) in west with a `RemoteCluster` for
 //! east and a `ResourceSync` for a demo `Widget` CRD: objects created on east come down, status
-//! written in west goes up, deletion on east cleans up west. Everything is stopped and removed
-//! at the end.
+//! written in west goes up, deletion on east cleans up west. Part 3 has the same operator keep a
+//! Secret in sync in every team namespace with an `ObjectSync`. Everything is stopped and
+//! removed at the end.
 
 #[allow(dead_code)]
 #[path = "../../kubesync/examples/copy.rs"]
@@ -20,7 +21,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::Cluster;
-use kubesync_cli::crd::{RemoteCluster, ResourceSync};
+use kubesync_cli::crd::{ObjectSync, RemoteCluster, ResourceSync};
 use kubesync_cli::operator::Operator;
 use kubesync_testenv::fixtures::WIDGET_CRD;
 use kubesync_testenv::{TestEnv, merged_kubeconfig};
@@ -225,9 +226,128 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(18, "Stopping the control planes");
+    step(24, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
+    Ok(())
+}
+
+async fn count_copies(env: &TestEnv, name: &str) -> anyhow::Result<usize> {
+    let all: Api<Secret> = Api::all(env.client()?);
+    Ok(all
+        .list(&kube::api::ListParams::default().labels("kubesync.io/managed-by"))
+        .await?
+        .items
+        .iter()
+        .filter(|s| s.metadata.name.as_deref() == Some(name))
+        .count())
+}
+
+async fn part3(west: &TestEnv) -> anyhow::Result<()> {
+    println!(
+        "\nPart 3 — ObjectSync: one Secret kept in sync in every team namespace (same operator)"
+    );
+    step(
+        17,
+        "Creating namespaces team-a … team-e (labelled team=true) and a source Secret in platform",
+    );
+    for ns in ["platform", "team-a", "team-b", "team-c", "team-d", "team-e"] {
+        let labels = if ns.starts_with("team-") {
+            "{team: \"true\"}"
+        } else {
+            "{}"
+        };
+        west.apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {labels}}}\n"
+        ))
+        .await?;
+    }
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: platform, labels: {app: registry}}\ntype: Opaque\nstringData: {token: first}\n").await?;
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-e}\ntype: Opaque\nstringData: {token: team-e-owns-this}\n").await?;
+    println!("   team-e already has its own Secret named registry (kubesync must not touch it)");
+
+    step(
+        18,
+        "An ObjectSync in platform: registry → every namespace labelled team=true",
+    );
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: platform}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - namespaceSelector: {matchLabels: {team: \"true\"}}\n").await?;
+    let syncs: Api<ObjectSync> = Api::namespaced(west.client()?, "platform");
+    wait("4 copies written, 1 conflict reported", || async {
+        Ok(syncs
+            .get("registry")
+            .await?
+            .status
+            .is_some_and(|s| s.total == 5 && s.in_sync == 4))
+    })
+    .await?;
+    for d in syncs
+        .get("registry")
+        .await?
+        .status
+        .unwrap_or_default()
+        .destinations
+    {
+        println!(
+            "   {:<7} {:<7} {:<9} {}",
+            d.cluster, d.namespace, d.state, d.message
+        );
+    }
+
+    step(19, "A new namespace team-f appears");
+    west.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-f, labels: {team: \"true\"}}\n",
+    )
+    .await?;
+    let team_f: Api<Secret> = Api::namespaced(west.client()?, "team-f");
+    wait("team-f gets its copy", || async {
+        Ok(team_f.get_opt("registry").await?.is_some())
+    })
+    .await?;
+
+    step(20, "The source changes: token=second");
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: platform, labels: {app: registry}}\ntype: Opaque\nstringData: {token: second}\n").await?;
+    wait("every copy follows", || async {
+        let all: Api<Secret> = Api::all(west.client()?);
+        let copies = all
+            .list(&kube::api::ListParams::default().labels("kubesync.io/managed-by"))
+            .await?
+            .items;
+        Ok(copies.len() == 5
+            && copies.iter().all(|c| {
+                c.data
+                    .as_ref()
+                    .and_then(|d| d.get("token"))
+                    .map(|b| b.0.as_slice())
+                    == Some(b"second".as_slice())
+            }))
+    })
+    .await?;
+
+    step(21, "Someone deletes the copy in team-b");
+    Api::<Secret>::namespaced(west.client()?, "team-b")
+        .delete("registry", &DeleteParams::default())
+        .await?;
+    wait("it is back", || async {
+        Ok(Api::<Secret>::namespaced(west.client()?, "team-b")
+            .get_opt("registry")
+            .await?
+            .is_some())
+    })
+    .await?;
+
+    step(22, "Deleting the ObjectSync");
+    syncs.delete("registry", &DeleteParams::default()).await?;
+    wait(
+        "every copy it made is gone; team-e's own Secret stays",
+        || async {
+            Ok(count_copies(west, "registry").await? == 0
+                && Api::<Secret>::namespaced(west.client()?, "team-e")
+                    .get_opt("registry")
+                    .await?
+                    .is_some())
+        },
+    )
+    .await?;
     Ok(())
 }
 
@@ -417,7 +537,9 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     )
     .await?;
 
-    step(17, "Stopping the operator");
+    part3(west).await?;
+
+    step(23, "Stopping the operator");
     let _ = stop.send(());
     task.await??;
     Ok(())
