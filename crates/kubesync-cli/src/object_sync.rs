@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
@@ -26,7 +26,7 @@ use crate::crd::{
     Condition, ConflictPolicy, CopyStrategy, DestinationStatusEntry, ObjectSync, ObjectSyncStatus,
     RemoteCluster,
 };
-use crate::operator::{FIELD_MANAGER, LOCAL, Operator, Refusal, with_transition};
+use crate::operator::{LOCAL, Operator, Refusal, with_transition};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
 pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
@@ -297,24 +297,9 @@ impl Operator {
             return Ok(Action::done());
         };
         let ns = os.namespace().unwrap_or_default();
-        let os_type = ApiResource::erase::<ObjectSync>(&());
-        let as_dynamic = |o: &ObjectSync| -> kubesync::Result<DynamicObject> {
-            serde_json::from_value(
-                serde_json::to_value(o).map_err(|e| kubesync::Error::Config(e.to_string()))?,
-            )
-            .map_err(|e| kubesync::Error::Config(e.to_string()))
-        };
         let deleting = os.meta().deletion_timestamp.is_some();
         if !deleting && !os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER) {
-            self.writer
-                .set_finalizer(
-                    &self.local,
-                    &os_type,
-                    &as_dynamic(&os)?,
-                    OBJECT_SYNC_FINALIZER,
-                    true,
-                    FIELD_MANAGER,
-                )
+            self.set_own_finalizer(&os, OBJECT_SYNC_FINALIZER, true)
                 .await?;
             return Ok(Action::done());
         }
@@ -332,15 +317,7 @@ impl Operator {
                     // Nothing valid to clean up with; copies are still found by their marks
                     // below only when the spec resolves. Release the ObjectSync.
                     self.fan_out.forget(ctx, key);
-                    self.writer
-                        .set_finalizer(
-                            &self.local,
-                            &os_type,
-                            &as_dynamic(&os)?,
-                            OBJECT_SYNC_FINALIZER,
-                            false,
-                            FIELD_MANAGER,
-                        )
+                    self.set_own_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
                         .await?;
                     return Ok(Action::done());
                 }
@@ -364,15 +341,7 @@ impl Operator {
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
                 self.fan_out.forget(ctx, key);
-                self.writer
-                    .set_finalizer(
-                        &self.local,
-                        &os_type,
-                        &as_dynamic(&os)?,
-                        OBJECT_SYNC_FINALIZER,
-                        false,
-                        FIELD_MANAGER,
-                    )
+                self.set_own_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
                     .await?;
                 return Ok(Action::done());
             }

@@ -390,19 +390,7 @@ impl Operator {
             return self.finalize(&rs, ctx, &api).await;
         }
         if !rs.finalizers().iter().any(|f| f == RESOURCE_SYNC_FINALIZER) {
-            let obj: DynamicObject = serde_json::from_value(
-                serde_json::to_value(&rs).map_err(|e| kubesync::Error::Config(e.to_string()))?,
-            )
-            .map_err(|e| kubesync::Error::Config(e.to_string()))?;
-            self.writer
-                .set_finalizer(
-                    &self.local,
-                    &ApiResource::erase::<ResourceSync>(&()),
-                    &obj,
-                    RESOURCE_SYNC_FINALIZER,
-                    true,
-                    FIELD_MANAGER,
-                )
+            self.set_own_finalizer(&rs, RESOURCE_SYNC_FINALIZER, true)
                 .await?;
             return Ok(Action::done());
         }
@@ -619,22 +607,39 @@ impl Operator {
             }
             tracing::info!(resourcesync = %name, "released the remote objects' finalizers");
         }
-        let obj: DynamicObject = serde_json::from_value(
-            serde_json::to_value(rs).map_err(|e| kubesync::Error::Config(e.to_string()))?,
-        )
-        .map_err(|e| kubesync::Error::Config(e.to_string()))?;
-        self.writer
-            .set_finalizer(
-                &self.local,
-                &ApiResource::erase::<ResourceSync>(&()),
-                &obj,
-                RESOURCE_SYNC_FINALIZER,
-                false,
-                FIELD_MANAGER,
-            )
+        self.set_own_finalizer(rs, RESOURCE_SYNC_FINALIZER, false)
             .await?;
         let _ = api;
         Ok(Action::done())
+    }
+}
+
+impl Operator {
+    /// Adds or removes one of the operator's finalizers on one of its own resources.
+    pub(crate) async fn set_own_finalizer<K>(
+        &self,
+        obj: &K,
+        finalizer: &str,
+        present: bool,
+    ) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let value =
+            serde_json::to_value(obj).map_err(|e| kubesync::Error::Config(e.to_string()))?;
+        let dynamic: DynamicObject =
+            serde_json::from_value(value).map_err(|e| kubesync::Error::Config(e.to_string()))?;
+        self.writer
+            .set_finalizer(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                &dynamic,
+                finalizer,
+                present,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
     }
 }
 

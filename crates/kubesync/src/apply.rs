@@ -134,14 +134,8 @@ impl Writer {
         patch: &Value,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.count(cluster);
-        let pp = PatchParams {
-            field_manager: Some(field_manager.into()),
-            ..Default::default()
-        };
-        Ok(api(cluster, ar, namespace)
-            .patch(name, &pp, &Patch::Merge(patch))
-            .await?)
+        self.merge((cluster, ar, namespace, name), patch, field_manager, false)
+            .await
     }
 
     /// Sends a JSON merge patch to an object's status subresource.
@@ -154,14 +148,28 @@ impl Writer {
         patch: &Value,
         field_manager: &str,
     ) -> Result<DynamicObject> {
+        self.merge((cluster, ar, namespace, name), patch, field_manager, true)
+            .await
+    }
+
+    async fn merge(
+        &self,
+        (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
+        patch: &Value,
+        field_manager: &str,
+        status: bool,
+    ) -> Result<DynamicObject> {
         self.count(cluster);
         let pp = PatchParams {
             field_manager: Some(field_manager.into()),
             ..Default::default()
         };
-        Ok(api(cluster, ar, namespace)
-            .patch_status(name, &pp, &Patch::Merge(patch))
-            .await?)
+        let api = api(cluster, ar, namespace);
+        Ok(if status {
+            api.patch_status(name, &pp, &Patch::Merge(patch)).await?
+        } else {
+            api.patch(name, &pp, &Patch::Merge(patch)).await?
+        })
     }
 
     /// Adds (`present = true`) or removes a finalizer, guarded by the object's
