@@ -249,7 +249,8 @@ impl Operator {
             )
             .await?;
         }
-        Ok(Action::requeue(Duration::from_secs(30)))
+        // Reachability is re-checked every three status-refresh periods (30 s by default).
+        Ok(Action::requeue(self.status_refresh * 3))
     }
 
     /// Builds a cluster handle from a RemoteCluster's kubeconfig Secret.

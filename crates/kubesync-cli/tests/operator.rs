@@ -78,7 +78,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
             .start(),
         TestEnv::builder().name("op-remote").start()
     );
-    let (local, remote) = (local.expect("local"), remote.expect("remote"));
+    let (local, mut remote) = (local.expect("local"), remote.expect("remote"));
     local
         .install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
         .await
@@ -207,6 +207,27 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
             .is_none(),
         "the old prefix no longer syncs"
     );
+
+    // The remote cluster goes down: both resources say so; nothing local is deleted.
+    remote.stop_apiserver();
+    rs_reason(&rss, "widgets", ("False", "RemoteUnreachable")).await;
+    eventually("RemoteCluster unreachable", || async {
+        rcs.get("mgmt").await.ok().filter(|rc| {
+            rc.status.as_ref().is_some_and(|s| {
+                ready(&s.conditions) == Some(("False".into(), "Unreachable".into()))
+            })
+        })
+    })
+    .await;
+    assert!(
+        widgets(&local, "ops2-b")
+            .get_opt("w2")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    remote.restart_apiserver().await.expect("restart");
+    rs_reason(&rss, "widgets", ("True", "Syncing")).await;
 
     // Delete: the sync stops and the remote objects' finalizers are released.
     let remote_w2 = widgets(&remote, "ops2-b").get("w2").await.expect("w2");
