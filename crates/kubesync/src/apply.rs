@@ -26,6 +26,15 @@ pub enum Deleted {
     AlreadyGone,
 }
 
+/// Logs a write's duration (debug) when dropped.
+struct WriteTimer(std::time::Instant);
+
+impl Drop for WriteTimer {
+    fn drop(&mut self) {
+        tracing::debug!(elapsed_us = self.0.elapsed().as_micros() as u64, "write");
+    }
+}
+
 /// Sends every write and counts them per cluster. Cheap to clone (clones share the counts).
 #[derive(Clone, Debug, Default)]
 pub struct Writer {
@@ -61,11 +70,12 @@ impl Writer {
 
     /// Counts a write sent with another client (typed writes made by a syncer itself).
     pub fn count_external(&self, cluster: &Cluster) {
-        self.count(cluster);
+        let _ = self.count(cluster);
     }
 
-    fn count(&self, cluster: &Cluster) {
+    fn count(&self, cluster: &Cluster) -> WriteTimer {
         *self.lock().entry(cluster.name().to_string()).or_insert(0) += 1;
+        WriteTimer(std::time::Instant::now())
     }
 
     /// Creates `obj` (its namespace and name are taken from its metadata).
@@ -76,7 +86,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.count(cluster);
+        let _timer = self.count(cluster);
         let pp = PostParams {
             field_manager: Some(field_manager.into()),
             ..Default::default()
@@ -94,7 +104,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.count(cluster);
+        let _timer = self.count(cluster);
         let pp = PostParams {
             field_manager: Some(field_manager.into()),
             ..Default::default()
@@ -113,7 +123,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.count(cluster);
+        let _timer = self.count(cluster);
         let name = obj.metadata.name.clone().unwrap_or_default();
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
             .patch(
@@ -159,7 +169,7 @@ impl Writer {
         field_manager: &str,
         status: bool,
     ) -> Result<DynamicObject> {
-        self.count(cluster);
+        let _timer = self.count(cluster);
         let pp = PatchParams {
             field_manager: Some(field_manager.into()),
             ..Default::default()
@@ -210,7 +220,7 @@ impl Writer {
         propagation: Option<PropagationPolicy>,
         uid: Option<&str>,
     ) -> Result<Deleted> {
-        self.count(cluster);
+        let _timer = self.count(cluster);
         let dp = DeleteParams {
             propagation_policy: propagation,
             preconditions: uid.map(|u| Preconditions {
