@@ -227,6 +227,36 @@ async fn main() -> anyhow::Result<()> {
         synced.as_secs_f64() / plain_watched.as_secs_f64()
     );
 
+    // The plain client once more, after the engine: same cluster state (object count, etcd
+    // revision), to separate order effects from engine cost.
+    remote.create_namespace("plain-after").await?;
+    local.create_namespace("plain-after").await?;
+    let r_after: Api<DynamicObject> = Api::namespaced_with(remote.client()?, "plain-after", &ar);
+    let l_after: Api<DynamicObject> = Api::namespaced_with(local.client()?, "plain-after", &ar);
+    create_widgets(&r_after, "plain-after").await;
+    let t = Instant::now();
+    futures::stream::iter(0..N)
+        .map(|i| {
+            let (r, l) = (r_after.clone(), l_after.clone());
+            async move {
+                let name = format!("w{i}");
+                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["kubesync.io/sync-local"]}}))).await?;
+                let obj: DynamicObject = serde_json::from_value(widget("plain-after", &name)).expect("widget");
+                let created = l.create(&PostParams::default(), &obj).await?;
+                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                    "kubesync.io/sync-remote-generation": "1",
+                    "kubesync.io/sync-local-generation": created.metadata.generation.unwrap_or(1).to_string()}}}))).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    println!(
+        "  the plain client again after the engine ran: {:.2} s (ratio kubesync / that {:.2})",
+        t.elapsed().as_secs_f64(),
+        synced.as_secs_f64() / t.elapsed().as_secs_f64()
+    );
+
     // Status latency at idle.
     let l_api: Api<DynamicObject> = Api::namespaced_with(local.client()?, "bench", &ar);
     let mut lat = Vec::new();
