@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
@@ -157,8 +156,7 @@ impl Operator {
         Ok(ar)
     }
 
-    /// Registers the RemoteCluster named by a destination (cached by kubeconfig hash) and
-    /// returns the runtime cluster name.
+    /// Registers the RemoteCluster named by a destination and returns its runtime name.
     async fn destination_cluster(&self, ctx: &Context, name: &str) -> Result<String, Refusal> {
         let key = ObjectKey::new(LOCAL, &ApiResource::erase::<RemoteCluster>(&()), None, name);
         let rc = ctx
@@ -170,14 +168,11 @@ impl Operator {
                     format!("RemoteCluster {name:?} does not exist"),
                 )
             })?;
-        let (cluster, hash) = self.connect_with_hash(&rc).await?;
-        let runtime_name = format!("remote:{name}");
-        let mut remotes = self.remotes.lock().unwrap_or_else(|e| e.into_inner());
-        if remotes.get(name).is_none_or(|(h, _)| *h != hash) {
-            ctx.add_cluster(cluster.clone());
-            remotes.insert(name.to_string(), (hash, cluster));
-        }
-        Ok(runtime_name)
+        let (cluster, _) = self.connect_with_hash(&rc).await?;
+        // Re-registering replaces the handle when the kubeconfig changed; the client itself
+        // is cached by `connect_with_hash`.
+        ctx.add_cluster(cluster.clone());
+        Ok(cluster.name().to_string())
     }
 
     async fn object_sync_spec(
@@ -481,17 +476,7 @@ impl Operator {
         if status == old {
             return Ok(());
         }
-        let api: Api<ObjectSync> = Api::namespaced(
-            self.local.client().clone(),
-            &os.namespace().unwrap_or_default(),
-        );
-        self.writer.count_external(&self.local);
-        api.patch_status(
-            &os.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
-        )
-        .await?;
+        self.patch_own_status(os, &status).await?;
         Ok(())
     }
 }

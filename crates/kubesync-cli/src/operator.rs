@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::apply::Writer;
@@ -240,14 +240,7 @@ impl Operator {
             }),
         };
         if status != old {
-            let api: Api<RemoteCluster> = Api::all(self.local.client().clone());
-            self.writer.count_external(&self.local);
-            api.patch_status(
-                &rc.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await?;
+            self.patch_own_status(&rc, &status).await?;
         }
         // Reachability is re-checked every three status-refresh periods (30 s by default).
         Ok(Action::requeue(self.status_refresh * 3))
@@ -259,6 +252,9 @@ impl Operator {
         Ok(cluster)
     }
 
+    /// The cluster handle of a RemoteCluster, with the hash of its kubeconfig. The Secret is
+    /// read each time (to notice a changed kubeconfig); the client is built only when the
+    /// kubeconfig changed, and shared by every sync that uses the cluster.
     pub(crate) async fn connect_with_hash(
         &self,
         rc: &RemoteCluster,
@@ -290,11 +286,27 @@ impl Operator {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let name = format!("remote:{}", rc.name_any());
+        // The context is part of what the client is built from.
+        let hash = format!("{hash}/{}", rc.spec.context.as_deref().unwrap_or(""));
+        let rc_name = rc.name_any();
+        if let Some((h, cluster)) = self
+            .remotes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&rc_name)
+            && *h == hash
+        {
+            return Ok((cluster.clone(), hash));
+        }
+        let name = format!("remote:{rc_name}");
         let cluster =
             Cluster::from_kubeconfig_bytes(&bytes.0, rc.spec.context.as_deref(), Some(&name))
                 .await
                 .map_err(|e| Refusal::new("KubeconfigInvalid", e.to_string()))?;
+        self.remotes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(rc_name, (hash.clone(), cluster.clone()));
         Ok((cluster, hash))
     }
 
@@ -427,13 +439,7 @@ impl Operator {
             failing: counts.3,
         };
         if status != old {
-            self.writer.count_external(&self.local);
-            api.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await?;
+            self.patch_own_status(&rs, &status).await?;
         }
         Ok(Action::requeue(self.status_refresh))
     }
@@ -616,6 +622,27 @@ impl Operator {
 }
 
 impl Operator {
+    /// Writes the status of one of the operator's own resources (a merge patch through the
+    /// single writer).
+    pub(crate) async fn patch_own_status<K, S>(&self, obj: &K, status: &S) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + ResourceExt,
+        S: serde::Serialize,
+    {
+        let patch = serde_json::json!({ "status": status });
+        self.writer
+            .merge_patch_status(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                obj.namespace().as_deref(),
+                &obj.name_any(),
+                &patch,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Adds or removes one of the operator's finalizers on one of its own resources.
     pub(crate) async fn set_own_finalizer<K>(
         &self,

@@ -1,6 +1,8 @@
 //! ObjectSync through the operator, on a real control plane.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::*;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
@@ -8,69 +10,25 @@ use kube::api::{Api, DeleteParams};
 use kubesync::Cluster;
 use kubesync_cli::crd::ObjectSync;
 use kubesync_cli::object_sync::ObjectSyncPolicy;
-use kubesync_cli::operator::{Operator, OperatorOptions};
+use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::TestEnv;
 
-const T: Duration = Duration::from_secs(40);
-
-async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<X>>,
-{
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(x) = f().await {
-            return x;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn start(
-    env: &TestEnv,
-    policy: ObjectSyncPolicy,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<kubesync::Result<()>>,
-) {
-    let operator = Operator::with_options(
+fn start(env: &TestEnv, policy: ObjectSyncPolicy) -> RunningOperator {
+    start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
-            status_refresh: Duration::from_secs(1),
             policy,
             ..Default::default()
         },
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(operator.run(async {
-        let _ = stopped.await;
-    }));
-    (stop, task)
+    )
 }
 
-async fn stop(
-    handle: (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<kubesync::Result<()>>,
-    ),
-) {
-    let _ = handle.0.send(());
-    tokio::time::timeout(Duration::from_secs(30), handle.1)
-        .await
-        .expect("stops")
-        .expect("join")
-        .expect("run");
+async fn stop(running: RunningOperator) {
+    running.stop().await;
 }
 
 fn ready(os: &ObjectSync) -> Option<(String, String)> {
-    os.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    ready_condition(&os.status.as_ref()?.conditions)
 }
 
 #[tokio::test]
@@ -289,21 +247,8 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .expect("grant");
     }
     let as_operator = Cluster::new("local", env.client_as("kubesync").expect("client"));
-    let start_op = || {
-        let operator = Operator::with_options(
-            as_operator.clone(),
-            OperatorOptions {
-                status_refresh: Duration::from_secs(1),
-                ..Default::default()
-            },
-        );
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(operator.clone().run(async {
-            let _ = stopped.await;
-        }));
-        (operator, (stop, task))
-    };
-    let (operator, handle) = start_op();
+    let start_op = || start_operator(as_operator.clone(), OperatorOptions::default());
+    let handle = start_op();
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: one, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open}, {namespace: locked}]\n").await.expect("objectsync");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: two, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open, name: s2}]\n").await.expect("objectsync");
     let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
@@ -344,7 +289,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
     })
     .await;
     // Two ObjectSyncs of one type share the watches: Secrets and Namespaces of this cluster.
-    assert_eq!(operator.fan_out_watches(), 2);
+    assert_eq!(handle.operator.fan_out_watches(), 2);
 
     // The operator stops; the source is deleted while it is down; a restarted operator
     // deletes the copies (ownership is read from their marks).
@@ -353,7 +298,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .delete("s", &DeleteParams::default())
         .await
         .expect("delete source");
-    let (operator, handle) = start_op();
+    let handle = start_op();
     let open: Api<Secret> = Api::namespaced(env.client().expect("client"), "open");
     eventually("copies gone after the restart", || async {
         (open.get_opt("s").await.expect("get").is_none()
@@ -391,7 +336,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
     })
     .await;
     eventually("watches stopped", || async {
-        (operator.fan_out_watches() == 0).then_some(())
+        (handle.operator.fan_out_watches() == 0).then_some(())
     })
     .await;
     stop(handle).await;
@@ -495,17 +440,10 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
         )
         .await
         .expect("grant");
-    let operator = Operator::with_options(
+    let limited = start_operator(
         Cluster::new("local", local.client_as("limited").expect("client")),
-        OperatorOptions {
-            status_refresh: Duration::from_secs(1),
-            ..Default::default()
-        },
+        OperatorOptions::default(),
     );
-    let (s, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(operator.run(async {
-        let _ = stopped.await;
-    }));
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: cannot-watch, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations: [{namespace: kubesync}]\n").await.expect("objectsync");
     let os = eventually("watch failure reported", || async {
         syncs
@@ -525,5 +463,5 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
         .message
         .clone();
     assert!(msg.contains("forbidden"), "{msg}");
-    stop((s, task)).await;
+    limited.stop().await;
 }

@@ -1,7 +1,11 @@
 //! The operator on real control planes: RemoteCluster and ResourceSync drive spec/status
 //! syncs that start, reconfigure and stop at run time; invalid specs get conditions.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::*;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -9,25 +13,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::Cluster;
 use kubesync_cli::crd::{RemoteCluster, ResourceSync};
-use kubesync_cli::operator::Operator;
+use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
-
-const T: Duration = Duration::from_secs(40);
-
-async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<X>>,
-{
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(x) = f().await {
-            return x;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn widgets(env: &TestEnv, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -47,10 +34,7 @@ async fn apply_widget(env: &TestEnv, ns: &str, name: &str) {
 }
 
 fn ready(conditions: &[kubesync_cli::crd::Condition]) -> Option<(String, String)> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    ready_condition(conditions)
 }
 
 async fn rs_reason(api: &Api<ResourceSync>, name: &str, want: (&str, &str)) -> ResourceSync {
@@ -96,14 +80,11 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         .await
         .expect("kubeconfig secret");
 
-    let operator = Operator::with_status_refresh(
+    let running = start_operator(
         Cluster::new("local", local.client().expect("client")),
-        Duration::from_secs(1),
+        OperatorOptions::default(),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(operator.clone().run(async {
-        let _ = stopped.await;
-    }));
+    let operator = running.operator.clone();
 
     // RemoteCluster: connected, with the server version.
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: mgmt}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: mgmt-kubeconfig}\n").await;
@@ -267,12 +248,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         "local objects stay"
     );
 
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("operator stops")
-        .expect("join")
-        .expect("run");
+    running.stop().await;
 }
 
 fn ready_message(rs: &ResourceSync) -> String {

@@ -63,6 +63,32 @@ fn cpu() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
+/// What kubesync writes for N new remote objects, sent by a plain client: finalizer patch,
+/// local create, generation-mark patch per object, with the same concurrency.
+async fn plain_writes(
+    remote: &Api<DynamicObject>,
+    local: &Api<DynamicObject>,
+) -> anyhow::Result<()> {
+    let ns = local.namespace().unwrap_or_default().to_string();
+    futures::stream::iter(0..N)
+        .map(|i| {
+            let (r, l, ns) = (remote.clone(), local.clone(), ns.clone());
+            async move {
+                let name = format!("w{i}");
+                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["kubesync.io/sync-local"]}}))).await?;
+                let obj: DynamicObject = serde_json::from_value(widget(&ns, &name)).expect("widget");
+                let created = l.create(&PostParams::default(), &obj).await?;
+                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                    "kubesync.io/sync-remote-generation": "1",
+                    "kubesync.io/sync-local-generation": created.metadata.generation.unwrap_or(1).to_string()}}}))).await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -93,22 +119,7 @@ async fn main() -> anyhow::Result<()> {
     create_widgets(&r_plain, "plain").await;
     let t = Instant::now();
     let cpu0 = cpu();
-    futures::stream::iter(0..N)
-        .map(|i| {
-            let (r, l) = (r_plain.clone(), l_plain.clone());
-            async move {
-                let name = format!("w{i}");
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["kubesync.io/sync-local"]}}))).await?;
-                let obj: DynamicObject = serde_json::from_value(widget("plain", &name)).expect("widget");
-                let created = l.create(&PostParams::default(), &obj).await?;
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
-                    "kubesync.io/sync-remote-generation": "1",
-                    "kubesync.io/sync-local-generation": created.metadata.generation.unwrap_or(1).to_string()}}}))).await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
+    plain_writes(&r_plain, &l_plain).await?;
     let plain = t.elapsed();
     let plain_cpu = cpu() - cpu0;
 
@@ -138,22 +149,7 @@ async fn main() -> anyhow::Result<()> {
     ];
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
-    futures::stream::iter(0..N)
-        .map(|i| {
-            let (r, l) = (r_plainw.clone(), l_plainw.clone());
-            async move {
-                let name = format!("w{i}");
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["kubesync.io/sync-local"]}}))).await?;
-                let obj: DynamicObject = serde_json::from_value(widget("plainw", &name)).expect("widget");
-                let created = l.create(&PostParams::default(), &obj).await?;
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
-                    "kubesync.io/sync-remote-generation": "1",
-                    "kubesync.io/sync-local-generation": created.metadata.generation.unwrap_or(1).to_string()}}}))).await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
+    plain_writes(&r_plainw, &l_plainw).await?;
     let plain_watched = t.elapsed();
     for w in watchers {
         w.abort();
@@ -235,22 +231,7 @@ async fn main() -> anyhow::Result<()> {
     let l_after: Api<DynamicObject> = Api::namespaced_with(local.client()?, "plain-after", &ar);
     create_widgets(&r_after, "plain-after").await;
     let t = Instant::now();
-    futures::stream::iter(0..N)
-        .map(|i| {
-            let (r, l) = (r_after.clone(), l_after.clone());
-            async move {
-                let name = format!("w{i}");
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["kubesync.io/sync-local"]}}))).await?;
-                let obj: DynamicObject = serde_json::from_value(widget("plain-after", &name)).expect("widget");
-                let created = l.create(&PostParams::default(), &obj).await?;
-                r.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
-                    "kubesync.io/sync-remote-generation": "1",
-                    "kubesync.io/sync-local-generation": created.metadata.generation.unwrap_or(1).to_string()}}}))).await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
+    plain_writes(&r_after, &l_after).await?;
     println!(
         "  the plain client again after the engine ran: {:.2} s (ratio kubesync / that {:.2})",
         t.elapsed().as_secs_f64(),

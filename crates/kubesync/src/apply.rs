@@ -68,16 +68,27 @@ impl Writer {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a write sent with another client (typed writes made by a syncer itself).
-    pub fn count_external(&self, cluster: &Cluster) {
-        let _ = self.count(cluster);
-    }
-
     fn count(&self, cluster: &Cluster) -> WriteTimer {
         *self.lock().entry(cluster.name().to_string()).or_insert(0) += 1;
         WriteTimer(std::time::Instant::now())
     }
+}
 
+fn post_params(field_manager: &str) -> PostParams {
+    PostParams {
+        field_manager: Some(field_manager.into()),
+        ..Default::default()
+    }
+}
+
+/// A typed object (`Secret`, a custom resource type, …) as a [`DynamicObject`] for the
+/// [`Writer`].
+pub fn to_dynamic<K: serde::Serialize>(obj: &K) -> Result<DynamicObject> {
+    let value = serde_json::to_value(obj).map_err(|e| crate::Error::Config(e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| crate::Error::Config(e.to_string()))
+}
+
+impl Writer {
     /// Creates `obj` (its namespace and name are taken from its metadata).
     pub async fn create(
         &self,
@@ -87,12 +98,8 @@ impl Writer {
         field_manager: &str,
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster);
-        let pp = PostParams {
-            field_manager: Some(field_manager.into()),
-            ..Default::default()
-        };
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
-            .create(&pp, obj)
+            .create(&post_params(field_manager), obj)
             .await?)
     }
 
@@ -105,13 +112,9 @@ impl Writer {
         field_manager: &str,
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster);
-        let pp = PostParams {
-            field_manager: Some(field_manager.into()),
-            ..Default::default()
-        };
         let name = obj.metadata.name.clone().unwrap_or_default();
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
-            .replace(&name, &pp, obj)
+            .replace(&name, &post_params(field_manager), obj)
             .await?)
     }
 

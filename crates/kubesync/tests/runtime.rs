@@ -557,6 +557,12 @@ async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
         1,
         "the store holds what existed"
     );
+    // List items of built-in kinds come without apiVersion/kind; stored objects have them.
+    let stored = ctx.list("west", &cm_type)[0].types.clone().expect("typed");
+    assert_eq!(
+        (stored.api_version.as_str(), stored.kind.as_str()),
+        ("v1", "ConfigMap")
+    );
     loop {
         let k = next(
             &mut rx,

@@ -50,8 +50,21 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     let mut stream = std::pin::pin!(stream);
     let mut listing: Vec<DynamicObject> = Vec::new();
     let mut listed_once = false;
+    // List items of built-in kinds carry no apiVersion/kind; give every stored object its
+    // type, so reconcilers never have to patch it in.
+    let types = kube::core::TypeMeta {
+        api_version: watch.resource.api_version.clone(),
+        kind: watch.resource.kind.clone(),
+    };
+    let typed = |event: Event<DynamicObject>| {
+        event.modify(|obj| {
+            if obj.types.is_none() {
+                obj.types = Some(types.clone());
+            }
+        })
+    };
     while let Some(event) = stream.next().await {
-        match event {
+        match event.map(typed) {
             Ok(event) => {
                 match &event {
                     Event::Init => listing.clear(),

@@ -262,7 +262,7 @@ pub fn desired_copy(
 ) -> DynamicObject {
     let mut copy = source.clone();
     sanitize(&mut copy, |_| false);
-    // Objects from list responses of built-in kinds carry no apiVersion/kind.
+    // The object is of the synced resource type (the source may be untyped).
     copy.types = Some(kube::core::TypeMeta {
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),

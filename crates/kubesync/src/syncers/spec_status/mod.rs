@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Resource;
-use kube::api::{Api, DynamicObject, PostParams, PropagationPolicy};
+use kube::api::{Api, DynamicObject, PropagationPolicy};
 use kube::core::ApiResource;
 
 use crate::cluster::Cluster;
@@ -349,21 +349,20 @@ impl SpecStatusSync {
                     },
                     ..Default::default()
                 };
-                let api: Api<Namespace> = Api::all(cx.target.client().clone());
-                cx.writer.count_external(cx.target);
-                match api
+                let namespace = crate::apply::to_dynamic(&namespace)?;
+                match cx
+                    .writer
                     .create(
-                        &PostParams {
-                            field_manager: Some(FIELD_MANAGER_DOWN.into()),
-                            ..Default::default()
-                        },
+                        cx.target,
+                        &self.namespace_resource,
                         &namespace,
+                        FIELD_MANAGER_DOWN,
                     )
                     .await
                 {
                     Ok(_) => tracing::info!(namespace = %ns, "(local) namespace created"),
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                    Err(e) => return Err(e.into()),
+                    Err(Error::Kube(kube::Error::Api(s))) if s.is_already_exists() => {}
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -485,20 +484,17 @@ impl SpecStatusSync {
                     remote: desired,
                     hash,
                 } => {
-                    cx.writer.count_external(cx.source);
-                    if let Err(e) = remote_secrets
-                        .replace(
-                            &remote_name,
-                            &PostParams {
-                                field_manager: Some(FIELD_MANAGER_UP.into()),
-                                ..Default::default()
-                            },
-                            &desired,
-                        )
-                        .await
-                    {
+                    let written = match crate::apply::to_dynamic(&*desired) {
+                        Ok(d) => {
+                            cx.writer
+                                .replace(cx.source, &self.secret_resource, &d, FIELD_MANAGER_UP)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = written {
                         tracing::warn!(secret = %remote_name, error = %e, "(remote) failed to update secret");
-                        first_error.get_or_insert(e.into());
+                        first_error.get_or_insert(e);
                         continue;
                     }
                     tracing::info!(secret = %remote_name, "(remote) secret updated");

@@ -229,7 +229,7 @@ pub fn desired_local(
     annotations.insert(marks.origin(), origin.to_string());
     let spec = remote.data.get("spec").cloned();
     let Some(local) = local else {
-        // Objects from list responses of built-in kinds carry no apiVersion/kind.
+        // The object is of the synced resource type (the source may be untyped).
         let mut obj = DynamicObject {
             types: Some(kube::core::TypeMeta {
                 api_version: resource.api_version.clone(),

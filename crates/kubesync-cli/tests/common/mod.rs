@@ -1,0 +1,75 @@
+//! Helpers shared by the operator's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubesync::Cluster;
+use kubesync_cli::crd::Condition;
+use kubesync_cli::operator::{Operator, OperatorOptions};
+
+/// How long a test waits for a state.
+pub const T: Duration = Duration::from_secs(40);
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics naming `what` after [`T`].
+pub async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<X>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(x) = f().await {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Status and reason of the `Ready` condition.
+pub fn ready_condition(conditions: &[Condition]) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// An operator running in the background of a test.
+pub struct RunningOperator {
+    pub operator: Arc<Operator>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<kubesync::Result<()>>,
+}
+
+/// Runs an operator on `local` with a 1 s status refresh and the given options otherwise.
+pub fn start_operator(local: Cluster, options: OperatorOptions) -> RunningOperator {
+    let operator = Operator::with_options(
+        local,
+        OperatorOptions {
+            status_refresh: Duration::from_secs(1),
+            ..options
+        },
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(operator.clone().run(async {
+        let _ = stopped.await;
+    }));
+    RunningOperator {
+        operator,
+        stop,
+        task,
+    }
+}
+
+impl RunningOperator {
+    /// Signals shutdown and waits (at most 30 s) for the operator to return successfully.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("stops")
+            .expect("join")
+            .expect("run");
+    }
+}
