@@ -148,6 +148,27 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
     })
     .await;
 
+    // Invalid specs: an unknown selector operator, no destinations, a cluster-scoped kind.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: bad-selector, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - namespaceSelector: {matchExpressions: [{key: team, operator: Near}]}\n").await.expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nowhere, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: []\n").await.expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: cluster-scoped, namespace: apps}\nspec:\n  source: {kind: Namespace, name: apps}\n  destinations: [{namespace: team-a}]\n").await.expect("objectsync");
+    for (name, needle) in [
+        ("bad-selector", "Near"),
+        ("nowhere", "destinations"),
+        ("cluster-scoped", "cluster-scoped"),
+    ] {
+        let os = eventually(name, || async {
+            syncs
+                .get(name)
+                .await
+                .ok()
+                .filter(|o| ready(o).is_some_and(|r| r.1 == "InvalidSpec"))
+        })
+        .await;
+        let message = &os.status.expect("status").conditions[0].message;
+        assert!(message.contains(needle), "{name}: {message}");
+    }
+
     // Deleting an ObjectSync deletes its copies, then the ObjectSync goes.
     syncs
         .delete("settings-everywhere", &DeleteParams::default())

@@ -139,6 +139,13 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     );
     rs_reason(&rss, "bad-remote", ("False", "RemoteClusterNotFound")).await;
     rs_reason(&rss, "no-status", ("False", "NoStatusSubresource")).await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: zero}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  concurrency: 0\n").await;
+    let zero = rs_reason(&rss, "zero", ("False", "InvalidSpec")).await;
+    assert!(
+        ready_message(&zero).contains("concurrency"),
+        "{}",
+        ready_message(&zero)
+    );
     rs_reason(&rss, "bad-secret", ("False", "KubeconfigSecretInvalid")).await;
     eventually("RemoteCluster broken reported", || async {
         rcs.get("broken").await.ok().filter(|rc| {
