@@ -2,24 +2,31 @@
 //!
 //! - convergence: 1000 remote Widgets until each is claimed, created locally and its
 //!   generation marks recorded, next to a plain client sending the same writes (finalizer
-//!   patch, local create, generation-mark patch per object) with the same concurrency;
-//! - status latency: a local status change until the remote shows it (at idle);
-//! - restart: a second engine over the converged state, counting its write requests.
+//!   patch, local create, generation-mark patch per object) with the same concurrency — once
+//!   alone and once with the engine's watches open. Each of the three runs [`ROUNDS`] times, in
+//!   a rotating order (the clusters grow with every run, which slows later runs), and the
+//!   medians are compared. The apiservers' own metrics show how long they took per write;
+//! - restart: a second engine over a converged namespace, counting its write requests;
+//! - status latency: a local status change until the remote shows it (at idle).
 //!
 //! `ENGINE_CONCURRENCY=<n>` sets the engine's concurrency (default 16, as the plain client).
 
 use std::time::{Duration, Instant};
 
+mod common;
+
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kubesync::Cluster;
+use kubesync::syncer::SyncEngine;
 use kubesync::syncers::spec_status::SpecStatusSync;
+use kubesync::{Cluster, ClusterStatus};
 use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
 use tokio::sync::oneshot;
 
 const N: usize = 1000;
 const CONCURRENCY: usize = 16;
+const ROUNDS: usize = 3;
 
 fn widget_type() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -93,6 +100,180 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+fn median(values: &[Duration]) -> Duration {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    percentile(&sorted, 0.5)
+}
+
+/// One measured run: elapsed time and the apiservers' view of its writes.
+struct Run {
+    elapsed: Duration,
+    writes: u64,
+    server_mean: Duration,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Plain,
+    PlainWatched,
+    Kubesync,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain client",
+            Mode::PlainWatched => "plain client, watches open",
+            Mode::Kubesync => "kubesync",
+        }
+    }
+}
+
+struct Bench {
+    remote: TestEnv,
+    local: TestEnv,
+    ar: ApiResource,
+    engine_writes: u64,
+    engine_reconciles: u64,
+    engine_failures: u64,
+    engine_cpu: Duration,
+    /// Per kubesync run: time until the engine's watches had listed both clusters.
+    listed: Vec<Duration>,
+}
+
+impl Bench {
+    fn engine(&self, prefix: &str) -> SyncEngine<SpecStatusSync> {
+        SpecStatusSync::builder(self.ar.clone())
+            .namespace_prefix(prefix)
+            .concurrency(
+                std::env::var("ENGINE_CONCURRENCY")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(CONCURRENCY),
+            )
+            .build(
+                Cluster::new("remote", self.remote.client().expect("client")),
+                Cluster::new("local", self.local.client().expect("client")),
+            )
+    }
+
+    async fn run(&mut self, mode: Mode, round: usize) -> anyhow::Result<Run> {
+        let ns = match mode {
+            Mode::Plain => format!("plain-{round}"),
+            Mode::PlainWatched => format!("watched-{round}"),
+            Mode::Kubesync => format!("bench-{round}"),
+        };
+        self.remote.create_namespace(&ns).await?;
+        let r_api: Api<DynamicObject> = Api::namespaced_with(self.remote.client()?, &ns, &self.ar);
+        create_widgets(&r_api, &ns).await;
+        let counting = common::ServerWrites::start(
+            vec![self.remote.client()?, self.local.client()?],
+            "widgets",
+        )
+        .await?;
+        let elapsed = match mode {
+            Mode::Plain | Mode::PlainWatched => {
+                self.local.create_namespace(&ns).await?;
+                let l_api: Api<DynamicObject> =
+                    Api::namespaced_with(self.local.client()?, &ns, &self.ar);
+                // The engine's three watches and the benchmark's own observer, drained.
+                let watchers = if matches!(mode, Mode::PlainWatched) {
+                    let (rc, lc) = (self.remote.client()?, self.local.client()?);
+                    let cached = common::cached_lists;
+                    vec![
+                        common::drain(
+                            Api::<DynamicObject>::all_with(rc.clone(), &self.ar),
+                            cached(),
+                        ),
+                        common::drain(
+                            Api::<DynamicObject>::all_with(lc.clone(), &self.ar),
+                            cached(),
+                        ),
+                        common::drain(
+                            Api::<DynamicObject>::all_with(
+                                lc,
+                                &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+                            ),
+                            cached(),
+                        ),
+                        common::drain(
+                            Api::<DynamicObject>::namespaced_with(rc, &ns, &self.ar),
+                            cached(),
+                        ),
+                    ]
+                } else {
+                    Vec::new()
+                };
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let t = Instant::now();
+                plain_writes(&r_api, &l_api).await?;
+                let elapsed = t.elapsed();
+                for w in watchers {
+                    w.abort();
+                }
+                elapsed
+            }
+            Mode::Kubesync => {
+                let engine = self.engine(&ns);
+                let writes = engine.write_counter();
+                let (controller, reconciler) = engine.into_parts().await?;
+                let ctx = controller.context();
+                // Convergence is observed through a watch, started before the engine.
+                let converged = tokio::spawn(common::wait_for(
+                    r_api.clone(),
+                    common::cached_lists(),
+                    N,
+                    |o: &DynamicObject| {
+                        o.metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key("kubesync.io/sync-local-generation"))
+                    },
+                ));
+                let (stop, stopped) = oneshot::channel::<()>();
+                let t = Instant::now();
+                let cpu0 = cpu();
+                let engine = tokio::spawn(controller.run(reconciler, async {
+                    let _ = stopped.await;
+                }));
+                let listed = {
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        let ready = |c: &str| ctx.cluster_status(c) == ClusterStatus::Ready;
+                        while !(ready("remote") && ready("local")) {
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        t.elapsed()
+                    })
+                };
+                converged.await??;
+                self.listed.push(listed.await?);
+                let elapsed = t.elapsed();
+                self.engine_cpu += cpu() - cpu0;
+                let _ = stop.send(());
+                engine.await??;
+                self.engine_writes += writes.writes();
+                self.engine_reconciles += ctx.metrics().reconciles();
+                self.engine_failures += ctx.metrics().failures();
+                elapsed
+            }
+        };
+        if std::env::var_os("BENCH_TRACE").is_some() {
+            eprintln!(
+                "  {} (round {round}), requests the apiservers served:",
+                mode.label()
+            );
+        }
+        let (writes, server_mean) = counting.since_start().await?;
+        Ok(Run {
+            elapsed,
+            writes,
+            server_mean,
+        })
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::var_os("BENCH_TRACE").is_some() {
@@ -101,7 +282,9 @@ async fn main() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .init();
     }
-    println!("kubesync spec/status benchmarks (N = {N}, concurrency = {CONCURRENCY})\n");
+    println!(
+        "kubesync spec/status benchmarks (N = {N}, concurrency = {CONCURRENCY}, {ROUNDS} rounds)\n"
+    );
     let (remote, local) = tokio::join!(
         TestEnv::builder().name("bench-remote").start(),
         TestEnv::builder().name("bench-local").start()
@@ -109,137 +292,88 @@ async fn main() -> anyhow::Result<()> {
     let (remote, local) = (remote?, local?);
     remote.install_crds(WIDGET_CRD).await?;
     local.install_crds(WIDGET_CRD).await?;
-    let ar = widget_type();
-
-    // Plain client: the same writes kubesync sends for N new objects.
-    remote.create_namespace("plain").await?;
-    local.create_namespace("plain").await?;
-    let r_plain: Api<DynamicObject> = Api::namespaced_with(remote.client()?, "plain", &ar);
-    let l_plain: Api<DynamicObject> = Api::namespaced_with(local.client()?, "plain", &ar);
-    create_widgets(&r_plain, "plain").await;
-    let t = Instant::now();
-    let cpu0 = cpu();
-    plain_writes(&r_plain, &l_plain).await?;
-    let plain = t.elapsed();
-    let plain_cpu = cpu() - cpu0;
-
-    // The plain client again, with the engine's watches open (drained by a consumer): the
-    // share of the gap that is the cost of watching, not of the engine.
-    remote.create_namespace("plainw").await?;
-    local.create_namespace("plainw").await?;
-    // One client per cluster for the watches and the writes, as the engine has.
-    let (remote_client, local_client) = (remote.client()?, local.client()?);
-    let r_plainw: Api<DynamicObject> = Api::namespaced_with(remote_client.clone(), "plainw", &ar);
-    let l_plainw: Api<DynamicObject> = Api::namespaced_with(local_client.clone(), "plainw", &ar);
-    create_widgets(&r_plainw, "plainw").await;
-    let drain = |api: Api<DynamicObject>| {
-        tokio::spawn(async move {
-            let stream = kube::runtime::watcher::watcher(api, Default::default());
-            let mut stream = std::pin::pin!(stream);
-            while stream.next().await.is_some() {}
-        })
+    let mut bench = Bench {
+        remote,
+        local,
+        ar: widget_type(),
+        engine_writes: 0,
+        engine_reconciles: 0,
+        engine_failures: 0,
+        engine_cpu: Duration::ZERO,
+        listed: Vec::new(),
     };
-    let watchers = [
-        drain(Api::all_with(remote_client.clone(), &ar)),
-        drain(Api::all_with(local_client.clone(), &ar)),
-        drain(Api::all_with(
-            local_client.clone(),
-            &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
-        )),
-    ];
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t = Instant::now();
-    plain_writes(&r_plainw, &l_plainw).await?;
-    let plain_watched = t.elapsed();
-    for w in watchers {
-        w.abort();
+
+    let modes = [Mode::Plain, Mode::PlainWatched, Mode::Kubesync];
+    let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        // Rotate the order: each mode runs early once and late once.
+        for i in 0..modes.len() {
+            let m = (i + round) % modes.len();
+            let run = bench.run(modes[m], round).await?;
+            runs[m].push(run);
+        }
     }
+    println!("convergence of {N} new remote objects (median of {ROUNDS} runs each):");
+    let medians: Vec<Duration> = runs
+        .iter()
+        .map(|r| median(&r.iter().map(|r| r.elapsed).collect::<Vec<_>>()))
+        .collect();
+    for (m, mode) in modes.iter().enumerate() {
+        let all: Vec<String> = runs[m]
+            .iter()
+            .map(|r| format!("{:.2}", r.elapsed.as_secs_f64()))
+            .collect();
+        let server: Vec<Duration> = runs[m].iter().map(|r| r.server_mean).collect();
+        let writes: u64 = runs[m].iter().map(|r| r.writes).sum::<u64>() / ROUNDS as u64;
+        println!(
+            "  {:<28} {:.2} s (runs: {} s); {writes} writes per run, apiserver {:.1} ms per write",
+            mode.label(),
+            medians[m].as_secs_f64(),
+            all.join(", "),
+            median(&server).as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "  ratio kubesync / plain client {:.2}; kubesync / plain client with the same watches open {:.2}",
+        medians[2].as_secs_f64() / medians[0].as_secs_f64(),
+        medians[2].as_secs_f64() / medians[1].as_secs_f64()
+    );
+    println!(
+        "  kubesync's time includes its start: listing every Widget in both clusters and the local Namespaces took {:.2} s (median)",
+        median(&bench.listed).as_secs_f64()
+    );
+    println!(
+        "  kubesync: {} writes, {} reconciles, {} failed in {ROUNDS} runs; CPU of this process {:.2} s per run (2 cores, shared with both control planes)",
+        bench.engine_writes,
+        bench.engine_reconciles,
+        bench.engine_failures,
+        bench.engine_cpu.as_secs_f64() / ROUNDS as f64
+    );
 
-    // kubesync: from engine start until every object converged.
-    remote.create_namespace("bench").await?;
-    let r_api: Api<DynamicObject> = Api::namespaced_with(remote.client()?, "bench", &ar);
-    create_widgets(&r_api, "bench").await;
-    let build = || {
-        SpecStatusSync::builder(ar.clone())
-            .namespace_prefix("bench")
-            .concurrency(
-                std::env::var("ENGINE_CONCURRENCY")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(CONCURRENCY),
-            )
-            .build(
-                Cluster::new("remote", remote.client().expect("client")),
-                Cluster::new("local", local.client().expect("client")),
-            )
-    };
-    let first = build();
-    let first_writes = first.write_counter();
-    let (controller, reconciler) = first.into_parts().await?;
-    let first_ctx = controller.context();
+    // Restart over converged state: a new engine over the first kubesync namespace.
+    let second = bench.engine("bench-0");
+    let writes = second.write_counter();
+    let (controller, reconciler) = second.into_parts().await?;
+    let ctx = controller.context();
     let (stop, stopped) = oneshot::channel::<()>();
     let t = Instant::now();
-    let cpu0 = cpu();
     let engine = tokio::spawn(controller.run(reconciler, async {
         let _ = stopped.await;
     }));
-    loop {
-        let done = r_api
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|o| {
-                o.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("kubesync.io/sync-local-generation"))
-            })
-            .count();
-        if done >= N {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    while ctx.metrics().reconciles() < N as u64 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let synced = t.elapsed();
-    let synced_cpu = cpu() - cpu0;
     println!(
-        "  CPU of this process: kubesync {:.2} s, plain client {:.2} s (the machine has 2 cores, shared with both control planes)",
-        synced_cpu.as_secs_f64(),
-        plain_cpu.as_secs_f64()
-    );
-    println!(
-        "convergence of {N} remote objects: kubesync {:.2} s, plain client (same writes) {:.2} s, ratio {:.2} ({} writes, {} reconciles, {} failed)",
-        synced.as_secs_f64(),
-        plain.as_secs_f64(),
-        synced.as_secs_f64() / plain.as_secs_f64(),
-        first_writes.writes(),
-        first_ctx.metrics().reconciles(),
-        first_ctx.metrics().failures()
-    );
-    println!(
-        "  the plain client with the engine's watches open on its own client: {:.2} s (ratio kubesync / that {:.2})",
-        plain_watched.as_secs_f64(),
-        synced.as_secs_f64() / plain_watched.as_secs_f64()
-    );
-
-    // The plain client once more, after the engine: same cluster state (object count, etcd
-    // revision), to separate order effects from engine cost.
-    remote.create_namespace("plain-after").await?;
-    local.create_namespace("plain-after").await?;
-    let r_after: Api<DynamicObject> = Api::namespaced_with(remote.client()?, "plain-after", &ar);
-    let l_after: Api<DynamicObject> = Api::namespaced_with(local.client()?, "plain-after", &ar);
-    create_widgets(&r_after, "plain-after").await;
-    let t = Instant::now();
-    plain_writes(&r_after, &l_after).await?;
-    println!(
-        "  the plain client again after the engine ran: {:.2} s (ratio kubesync / that {:.2})",
+        "restart with {N} objects in sync: all reconciled in {:.2} s with {} write requests",
         t.elapsed().as_secs_f64(),
-        synced.as_secs_f64() / t.elapsed().as_secs_f64()
+        writes.writes()
     );
 
-    // Status latency at idle.
-    let l_api: Api<DynamicObject> = Api::namespaced_with(local.client()?, "bench", &ar);
+    // Status latency at idle, with that engine running.
+    let r_api: Api<DynamicObject> =
+        Api::namespaced_with(bench.remote.client()?, "bench-0", &bench.ar);
+    let l_api: Api<DynamicObject> =
+        Api::namespaced_with(bench.local.client()?, "bench-0", &bench.ar);
     let mut lat = Vec::new();
     for i in 0..20 {
         let name = format!("w{i}");
@@ -265,27 +399,6 @@ async fn main() -> anyhow::Result<()> {
         percentile(&lat, 0.5).as_secs_f64() * 1e3,
         percentile(&lat, 0.9).as_secs_f64() * 1e3,
         lat[lat.len() - 1].as_secs_f64() * 1e3
-    );
-    let _ = stop.send(());
-    engine.await??;
-
-    // Restart over converged state.
-    let second = build();
-    let writes = second.write_counter();
-    let (controller, reconciler) = second.into_parts().await?;
-    let ctx = controller.context();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let t = Instant::now();
-    let engine = tokio::spawn(controller.run(reconciler, async {
-        let _ = stopped.await;
-    }));
-    while ctx.metrics().reconciles() < N as u64 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    println!(
-        "restart with {N} objects in sync: all reconciled in {:.2} s with {} write requests",
-        t.elapsed().as_secs_f64(),
-        writes.writes()
     );
     let _ = stop.send(());
     engine.await??;

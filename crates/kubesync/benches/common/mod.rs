@@ -1,0 +1,181 @@
+//! Helpers shared by the benchmarks.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// The watch configuration the engine uses: lists served from the apiserver's watch cache
+/// in one page. Drains and observers in the benchmarks use it too, so that the plain client's
+/// runs carry the same watch load as the engine's.
+pub fn cached_lists() -> watcher::Config {
+    let mut config = watcher::Config::default().any_semantic();
+    config.page_size = None;
+    config
+}
+
+/// Waits until at least `want` objects seen by a watch on `api` satisfy `done`.
+///
+/// Convergence is observed through one watch, as the engine observes its own writes: polling
+/// with full lists would load the apiserver and etcd (each list of N objects is decoded and
+/// filtered on the server) and slow down the very writes being measured.
+pub async fn wait_for<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    want: usize,
+    done: impl Fn(&K) -> bool,
+) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut matched: HashSet<(Option<String>, String)> = HashSet::new();
+    let stream = watcher::watcher(api, config);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.try_next().await? {
+        match event {
+            // A (re)list starts from scratch: the objects it lists are sent again.
+            Event::Init => matched.clear(),
+            Event::InitDone => {}
+            Event::Apply(obj) | Event::InitApply(obj) => {
+                let key = (obj.namespace(), obj.name_any());
+                if done(&obj) {
+                    matched.insert(key);
+                } else {
+                    matched.remove(&key);
+                }
+            }
+            Event::Delete(obj) => {
+                matched.remove(&(obj.namespace(), obj.name_any()));
+            }
+        }
+        if matched.len() >= want {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("the watch ended before {want} objects were done")
+}
+
+/// Requests and seconds spent serving them, by (verb, resource, subresource).
+pub type Totals = BTreeMap<(String, String, String), (f64, f64)>;
+
+/// Request totals by (verb, resource, subresource), read from an apiserver's `/metrics`:
+/// (requests, seconds spent serving them).
+pub async fn server_requests(client: &kube::Client) -> anyhow::Result<Totals> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    let mut totals = Totals::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_duration_seconds_") else {
+            continue;
+        };
+        let (is_count, labels) = if let Some(l) = rest.strip_prefix("count{") {
+            (true, l)
+        } else if let Some(l) = rest.strip_prefix("sum{") {
+            (false, l)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let value: f64 = value.parse().unwrap_or(0.0);
+        let entry = totals
+            .entry((label("verb"), label("resource"), label("subresource")))
+            .or_default();
+        if is_count {
+            entry.0 += value;
+        } else {
+            entry.1 += value;
+        }
+    }
+    Ok(totals)
+}
+
+const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
+
+/// Server-side request totals of several apiservers, to compare phases of a benchmark.
+pub struct ServerWrites {
+    clients: Vec<kube::Client>,
+    resource: String,
+    start: Vec<Totals>,
+}
+
+impl ServerWrites {
+    /// Starts counting requests on these apiservers; `resource` names the one whose writes
+    /// [`since_start`](Self::since_start) reports.
+    pub async fn start(clients: Vec<kube::Client>, resource: &str) -> anyhow::Result<Self> {
+        let mut start = Vec::new();
+        for c in &clients {
+            start.push(server_requests(c).await?);
+        }
+        Ok(Self {
+            clients,
+            resource: resource.to_string(),
+            start,
+        })
+    }
+
+    /// Requests served since `start`, by (verb, resource, subresource), summed over the
+    /// apiservers: (requests, seconds).
+    pub async fn all_since_start(&self) -> anyhow::Result<Totals> {
+        let mut diff = Totals::new();
+        for (c, before) in self.clients.iter().zip(&self.start) {
+            for (k, (c1, s1)) in server_requests(c).await? {
+                let (c0, s0) = before.get(&k).copied().unwrap_or_default();
+                if c1 > c0 {
+                    let e = diff.entry(k).or_default();
+                    e.0 += c1 - c0;
+                    e.1 += s1 - s0;
+                }
+            }
+        }
+        Ok(diff)
+    }
+
+    /// Write requests for the resource served since `start` and their mean server-side
+    /// latency. With `BENCH_TRACE` set, every request kind is printed too.
+    pub async fn since_start(&self) -> anyhow::Result<(u64, Duration)> {
+        let all = self.all_since_start().await?;
+        if std::env::var_os("BENCH_TRACE").is_some() {
+            for ((verb, resource, sub), (count, sum)) in &all {
+                eprintln!(
+                    "    {verb:<7} {resource}{}{sub}: {count} requests, mean {:.1} ms",
+                    if sub.is_empty() { "" } else { "/" },
+                    sum * 1e3 / count
+                );
+            }
+        }
+        let (count, sum) = all
+            .iter()
+            .filter(|((verb, resource, _), _)| {
+                *resource == self.resource && WRITE_VERBS.contains(&verb.as_str())
+            })
+            .fold((0.0, 0.0), |(c, s), (_, (c1, s1))| (c + c1, s + s1));
+        let mean = if count > 0.0 { sum / count } else { 0.0 };
+        Ok((count as u64, Duration::from_secs_f64(mean)))
+    }
+}
+
+/// Keeps a watch open and discards its events (the load of a watch, without its consumer).
+pub fn drain<K>(api: Api<K>, config: watcher::Config) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = watcher::watcher(api, config);
+        let mut stream = std::pin::pin!(stream);
+        while futures::StreamExt::next(&mut stream).await.is_some() {}
+    })
+}
