@@ -48,6 +48,7 @@ impl Translator for MirrorNames {
 pub struct ServiceMirror {
     names: MirrorNames,
     resource: ApiResource,
+    selector: Option<String>,
 }
 
 impl ServiceMirror {
@@ -58,7 +59,15 @@ impl ServiceMirror {
                 namespace: namespace.to_string(),
             },
             resource: ApiResource::erase::<Service>(&()),
+            selector: None,
         }
+    }
+
+    /// Mirrors only Services matching this label selector. A Service that stops matching
+    /// keeps its mirror: only a source that is really gone takes its mirror with it.
+    pub fn selector(mut self, selector: &str) -> Self {
+        self.selector = Some(selector.to_string());
+        self
     }
 
     fn desired(&self, cx: &SyncContext<'_>, source: &DynamicObject) -> Result<DynamicObject> {
@@ -96,7 +105,11 @@ impl Syncer for ServiceMirror {
     }
 
     fn source_watch(&self) -> Watch {
-        Watch::of::<Service>().namespace(&self.names.namespace)
+        let watch = Watch::of::<Service>().namespace(&self.names.namespace);
+        match &self.selector {
+            Some(selector) => watch.labels(selector),
+            None => watch,
+        }
     }
 
     fn target_watch(&self) -> Watch {

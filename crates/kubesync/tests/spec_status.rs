@@ -852,10 +852,22 @@ async fn remote_objects_outside_the_namespace_prefix_are_never_touched() {
     for ns in [&inside, &outside] {
         remote.create_namespace(ns).await.expect("ns");
     }
+    // Objects outside the prefix, present when the engine starts.
+    for i in 0..30 {
+        apply_widget(
+            remote,
+            &outside,
+            &format!("old-{i}"),
+            serde_json::json!({"spec": {"size": 1}}),
+        )
+        .await;
+    }
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&inside)
         .build(cluster(remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    let (controller, reconciler) = engine.into_parts().await.expect("parts");
+    let ctx = controller.context();
+    let running = common::start(controller, reconciler);
     apply_widget(
         remote,
         &outside,
@@ -878,5 +890,9 @@ async fn remote_objects_outside_the_namespace_prefix_are_never_touched() {
         "not claimed, not annotated"
     );
     assert!(get(&widgets(local, &outside), "x").await.is_none());
+    // They never even reach the queue: only "y" is reconciled (its first pass and the
+    // echoes of its own writes), not the 31 objects outside the prefix.
+    let reconciles = ctx.metrics().reconciles();
+    assert!(reconciles <= 8, "{reconciles} reconciles");
     running.stop().await;
 }

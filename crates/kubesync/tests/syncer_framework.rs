@@ -137,3 +137,49 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
     assert_eq!(writes.writes(), 3, "writes: {}", writes.writes());
     running.stop().await;
 }
+
+/// A target is deleted only when its source is really gone: a source that is missing from the
+/// store but exists in the cluster (here: it left the source watch's label selector) keeps
+/// its target. The default `sync_up` confirms absence with a live read.
+#[tokio::test]
+async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
+    init_tracing();
+    let (src, dst) = (shared("fw-src"), shared("fw-dst"));
+    let ns = unique_ns("narrow");
+    src.create_namespace(&ns).await.expect("ns");
+    dst.create_namespace(&ns).await.expect("ns");
+    let source: Api<Service> = Api::namespaced(src.client().expect("client"), &ns);
+    let target: Api<Service> = Api::namespaced(dst.client().expect("client"), &ns);
+    let engine = SyncEngine::new(
+        service_mirror::ServiceMirror::new(&ns).selector("mirror=yes"),
+        cluster(src),
+        cluster(dst),
+    );
+    let writes = engine.write_counter();
+    let running = start_engine(engine).await;
+
+    let mut body = service("api", 80, serde_json::json!({}));
+    body["metadata"]["labels"] = serde_json::json!({"mirror": "yes"});
+    apply_service(&source, "api", body).await;
+    eventually("mirror created", T, || async {
+        target.get_opt("mirror-api").await.expect("get")
+    })
+    .await;
+
+    // The label goes: the watch reports the source as deleted, but it still exists.
+    source
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"mirror": null}}})),
+        )
+        .await
+        .expect("unlabel");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        target.get_opt("mirror-api").await.expect("get").is_some(),
+        "the mirror of a source that still exists was deleted"
+    );
+    assert_eq!(writes.writes(), 1, "writes: {}", writes.writes());
+    running.stop().await;
+}

@@ -141,11 +141,19 @@ impl Watch {
     }
 
     /// A watch of any resource type described by an [`ApiResource`] (e.g. from discovery).
+    ///
+    /// Lists are served from the apiserver's watch cache (`resourceVersion=0`, one page), as
+    /// client-go's informers do: no quorum read from etcd, no paging through it. The list may
+    /// be a moment old; the watch that follows starts at its resourceVersion, so every later
+    /// change still arrives. Decisions to delete are never taken from a store's absence
+    /// alone (see [`Context::confirm_absent`]).
     pub fn dynamic(resource: ApiResource) -> Self {
+        let mut config = watcher::Config::default().any_semantic();
+        config.page_size = None;
         Self {
             resource,
             namespace: None,
-            config: watcher::Config::default(),
+            config,
         }
     }
 
@@ -355,6 +363,16 @@ impl Context {
             Some(ns) => Api::namespaced_with(client, ns, resource),
             None => Api::all_with(client, resource),
         })
+    }
+
+    /// Whether the object behind `key` is really absent from its cluster, by a live read.
+    ///
+    /// Stores are filled by separate watches and may be a moment behind the cluster (or behind
+    /// each other); a decision to delete *because something is missing* is confirmed with
+    /// this first. A failed read is an error, never "absent".
+    pub async fn confirm_absent(&self, key: &ObjectKey, resource: &ApiResource) -> Result<bool> {
+        let api = self.api(&key.cluster, resource, key.namespace.as_deref())?;
+        Ok(api.get_metadata_opt(&key.name).await?.is_none())
     }
 
     /// The health of a cluster's watches.
@@ -851,4 +869,23 @@ pub async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watches_list_from_the_watch_cache_in_one_page() {
+        let w = Watch::dynamic(ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
+            "widgets",
+        ))
+        .labels("a=b");
+        // resourceVersion=0 (kube-rs sends it only without a limit): served from the
+        // apiserver's watch cache, not read from etcd page by page.
+        assert_eq!(w.config.list_semantic, watcher::ListSemantic::Any);
+        assert_eq!(w.config.page_size, None);
+        assert_eq!(w.config.label_selector.as_deref(), Some("a=b"));
+    }
 }

@@ -89,6 +89,13 @@ pub struct SyncContext<'a> {
 }
 
 impl SyncContext<'_> {
+    /// Whether the source object is really gone, by a live read of the source cluster: call
+    /// it before deleting anything because the source is missing from the store (stores may
+    /// be a moment behind the cluster). A failed read is an error, never "gone".
+    pub async fn confirm_source_absent(&self, resource: &ApiResource) -> Result<bool> {
+        self.ctx.confirm_absent(self.key, resource).await
+    }
+
     /// An object of `resource` on `side`, from the watch stores.
     pub fn get(
         &self,
@@ -165,6 +172,12 @@ pub trait Syncer: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Action>> + Send {
         async move {
             if self.is_owned(target) && target.metadata.deletion_timestamp.is_none() {
+                if !cx.confirm_source_absent(self.source_resource()).await? {
+                    // The source exists: the store is behind (its event is on the way) or
+                    // the source left the watch's selector. Either way, nothing is deleted.
+                    tracing::debug!(target = %cx.target_name, "source absent from the store but present in the cluster; keeping the target");
+                    return Ok(Action::done());
+                }
                 tracing::info!(target = %cx.target_name, "source gone; deleting the target it owned");
                 cx.writer
                     .delete(
@@ -289,7 +302,21 @@ impl<S: Syncer> SyncEngine<S> {
             .concurrency(concurrency)
             .resync(resync)
             .depends_on(&s, &t)
-            .watch(&s, syncer.source_watch())?
+            // Source objects outside the translator's names (another shard, another prefix)
+            // never reach the queue.
+            .watch_mapped(&s, syncer.source_watch(), {
+                let syncer = syncer.clone();
+                move |key, _obj| {
+                    let source = ObjectName {
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                    };
+                    match syncer.translator().to_target(&source) {
+                        Some(_) => vec![key.clone()],
+                        None => Vec::new(),
+                    }
+                }
+            })?
             .watch_mapped(&t, syncer.target_watch(), {
                 let s = s.clone();
                 let ar = source_resource.clone();

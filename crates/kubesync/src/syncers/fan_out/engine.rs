@@ -446,6 +446,18 @@ impl FanOut {
             }
         }
 
+        // A source missing from the store while copies exist: the store may be a moment
+        // behind the cluster. Confirm with a live read before any copy is deleted for it.
+        if ctx.get(&source_key).is_none()
+            && !decl.deleting
+            && !owned.is_empty()
+            && !ctx.confirm_absent(&source_key, ar).await?
+        {
+            tracing::debug!(declaration = %decl.key, "source not in the store yet; waiting for its event");
+            report.ready = false;
+            return Ok(report);
+        }
+
         // Desired destinations.
         let mut targets: BTreeMap<(String, String, String), Strategy> = BTreeMap::new();
         if let Some(_source) = &source {
@@ -556,6 +568,12 @@ impl FanOut {
                 continue;
             }
             if unreachable.contains(&at.0) {
+                continue;
+            }
+            // The copy exists, so its namespace does: absent from the store means the
+            // namespace watch is behind, not that the copy is unwanted.
+            let namespace_key = ObjectKey::new(at.0.clone(), &self.namespace_type, None, &at.1);
+            if ctx.get(&namespace_key).is_none() {
                 continue;
             }
             ops.push(Op::Delete {

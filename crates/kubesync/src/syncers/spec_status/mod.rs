@@ -237,6 +237,17 @@ impl SpecStatusSync {
         let (ns, name) = local_name(cx);
         let ns_obj = self.namespace(cx);
         let step = plan::teardown(remote, local, ns_obj.as_deref(), &name, &origin(cx), marks);
+        if remote.is_none()
+            && matches!(
+                step,
+                Teardown::DeleteNamespace | Teardown::DeleteLocal { .. }
+            )
+            && !cx.confirm_source_absent(&self.config.resource).await?
+        {
+            // The remote store is behind: the remote exists; its event is on the way.
+            tracing::debug!(remote = %cx.source_name, "remote absent from the store but present in the cluster; not tearing down");
+            return Ok(Action::done());
+        }
         match step {
             Teardown::DeleteNamespace => {
                 cx.writer
