@@ -534,6 +534,42 @@ async fn teleport_domain_uses_sync_controller_names() {
 }
 
 #[tokio::test]
+async fn a_new_local_namespace_is_created_once_for_many_objects_at_once() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("burst");
+    remote.create_namespace(&ns).await.expect("ns");
+    // Thirty objects of one namespace, all queued at once when the engine starts: sixteen
+    // reconciles find the local namespace missing at the same moment.
+    for i in 0..30 {
+        apply_widget(
+            remote,
+            &ns,
+            &format!("b{i}"),
+            serde_json::json!({"spec": {"size": i}}),
+        )
+        .await;
+    }
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let writes = engine.write_counter();
+    let running = common::start_engine(engine).await;
+    let l = widgets(local, &ns);
+    for i in 0..30 {
+        until(&l, &format!("b{i}"), "synced", |_| true).await;
+    }
+    running.stop().await;
+    // 30 creates and one namespace (a rare retry of a create that raced its own watch event
+    // is tolerated; sixteen namespace creates are not).
+    let local_writes = writes.writes_to(local.name());
+    assert!(
+        (31..=33).contains(&local_writes),
+        "{local_writes} writes to the local cluster"
+    );
+}
+
+#[tokio::test]
 async fn a_restart_with_everything_in_sync_makes_zero_writes() {
     init_tracing();
     let (remote, local) = clusters().await;

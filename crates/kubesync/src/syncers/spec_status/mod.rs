@@ -63,6 +63,23 @@ pub struct SpecStatusSync {
     config: SpecStatusConfig,
     namespace_resource: ApiResource,
     secret_resource: ApiResource,
+    /// Serialises local namespace creation: many objects of a new namespace arrive at once,
+    /// and only the first of their reconciles should create it.
+    namespace_creation: tokio::sync::Mutex<NamespacesCreated>,
+}
+
+/// Local namespaces this sync created, until the Namespace watch shows them (an entry is
+/// trusted for a short while only, so a namespace deleted by someone else is recreated).
+#[derive(Default)]
+struct NamespacesCreated(std::collections::HashMap<String, std::time::Instant>);
+
+impl NamespacesCreated {
+    const TRUSTED_FOR: Duration = Duration::from_secs(10);
+
+    fn recently(&mut self, ns: &str) -> bool {
+        self.0.retain(|_, at| at.elapsed() < Self::TRUSTED_FOR);
+        self.0.contains_key(ns)
+    }
 }
 
 /// Builder of a spec/status sync; see [`SpecStatusSync::builder`].
@@ -101,6 +118,7 @@ impl SpecStatusSync {
             config,
             namespace_resource: ApiResource::erase::<Namespace>(&()),
             secret_resource: ApiResource::erase::<Secret>(&()),
+            namespace_creation: Default::default(),
         }
     }
 
@@ -185,6 +203,40 @@ impl SpecStatusSync {
         )
     }
 
+    /// Creates the local namespace `ns` for object `name`, once even when many reconciles of
+    /// its objects ask at the same time.
+    async fn create_namespace(&self, cx: &SyncContext<'_>, ns: &str, name: &str) -> Result<()> {
+        let mut created = self.namespace_creation.lock().await;
+        if created.recently(ns) || self.namespace(cx).is_some() {
+            return Ok(());
+        }
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(ns.to_string()),
+                annotations: Some([(self.config.marks.namespace_owner(), name.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let namespace = crate::apply::to_dynamic(&namespace)?;
+        match cx
+            .writer
+            .create(
+                cx.target,
+                &self.namespace_resource,
+                &namespace,
+                FIELD_MANAGER_DOWN,
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(namespace = %ns, "(local) namespace created"),
+            Err(Error::Kube(kube::Error::Api(s))) if s.is_already_exists() => {}
+            Err(e) => return Err(e),
+        }
+        created.0.insert(ns.to_string(), std::time::Instant::now());
+        Ok(())
+    }
+
     async fn pass(
         &self,
         cx: &SyncContext<'_>,
@@ -260,6 +312,7 @@ impl SpecStatusSync {
                         ns_obj.as_ref().and_then(|n| n.metadata.uid.as_deref()),
                     )
                     .await?;
+                self.namespace_creation.lock().await.0.remove(&ns);
                 tracing::info!(namespace = %ns, "(local) deleted namespace");
                 Ok(Action::requeue(Duration::from_secs(5)))
             }
@@ -351,31 +404,7 @@ impl SpecStatusSync {
                 )));
             }
             Some(_) => {}
-            None => {
-                let namespace = Namespace {
-                    metadata: kube::api::ObjectMeta {
-                        name: Some(ns.clone()),
-                        annotations: Some([(marks.namespace_owner(), name.clone())].into()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
-                let namespace = crate::apply::to_dynamic(&namespace)?;
-                match cx
-                    .writer
-                    .create(
-                        cx.target,
-                        &self.namespace_resource,
-                        &namespace,
-                        FIELD_MANAGER_DOWN,
-                    )
-                    .await
-                {
-                    Ok(_) => tracing::info!(namespace = %ns, "(local) namespace created"),
-                    Err(Error::Kube(kube::Error::Api(s))) if s.is_already_exists() => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            None => self.create_namespace(cx, &ns, &name).await?,
         }
 
         let mut local_generation = local.and_then(|l| l.metadata.generation);
