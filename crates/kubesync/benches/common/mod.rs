@@ -10,13 +10,13 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-/// The watch configuration the engine uses: lists served from the apiserver's watch cache
-/// in one page. Drains and observers in the benchmarks use it too, so that the plain client's
-/// runs carry the same watch load as the engine's.
+/// The watch configuration the engine's watches run with (lists served from the apiserver's
+/// watch cache in one page). Drains and observers in the benchmarks use it too, so that the
+/// plain client's runs carry the same watch load as the engine's.
 pub fn cached_lists() -> watcher::Config {
-    let mut config = watcher::Config::default().any_semantic();
-    config.page_size = None;
-    config
+    kubesync::Watch::of::<k8s_openapi::api::core::v1::Namespace>()
+        .config()
+        .clone()
 }
 
 /// Waits until at least `want` objects seen by a watch on `api` satisfy `done`.

@@ -179,6 +179,11 @@ impl Watch {
     pub fn resource(&self) -> &ApiResource {
         &self.resource
     }
+
+    /// The watcher configuration (list semantics, selectors) this watch runs with.
+    pub fn config(&self) -> &watcher::Config {
+        &self.config
+    }
 }
 
 /// Health of one cluster as seen by its watches.

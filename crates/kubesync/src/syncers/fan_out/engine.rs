@@ -424,9 +424,10 @@ impl FanOut {
             Some(spec.source.namespace.clone()),
             &spec.source.name,
         );
-        let source = ctx
-            .get(&source_key)
-            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting);
+        let stored_source = ctx.get(&source_key);
+        let source_in_store = stored_source.is_some();
+        let source =
+            stored_source.filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting);
         report.source_found = source.is_some();
 
         // Existing copies of this declaration, by (cluster, namespace, name).
@@ -448,7 +449,7 @@ impl FanOut {
 
         // A source missing from the store while copies exist: the store may be a moment
         // behind the cluster. Confirm with a live read before any copy is deleted for it.
-        if ctx.get(&source_key).is_none()
+        if !source_in_store
             && !decl.deleting
             && !owned.is_empty()
             && !ctx.confirm_absent(&source_key, ar).await?
