@@ -339,6 +339,33 @@ async fn shutdown_waits_for_reconciles_in_flight() {
     assert_eq!(ctx.metrics().reconciles(), 1);
 }
 
+/// The loop turns while idle, so a liveness probe can tell a quiet controller from a stuck one.
+#[tokio::test]
+async fn an_idle_controller_keeps_its_loop_turning() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("idle");
+    east.create_namespace(&ns).await.expect("ns");
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    assert_eq!(ctx.metrics().idle_for(), None, "not started");
+    let running = start(
+        controller,
+        reconciler_fn(|_key, _ctx| async { Ok::<_, String>(Action::done()) }),
+    );
+    // Nothing happens for longer than a heartbeat.
+    tokio::time::sleep(kubesync::runtime::HEARTBEAT + Duration::from_secs(2)).await;
+    let idle = ctx.metrics().idle_for().expect("started");
+    assert!(
+        idle <= kubesync::runtime::HEARTBEAT + Duration::from_millis(500),
+        "{idle:?}"
+    );
+    running.stop().await;
+}
+
 /// A secondary watch in another cluster maps its events to primary keys (the building block
 /// for "status comes back from the other cluster"); label selectors narrow watches on the
 /// server.

@@ -227,7 +227,20 @@ pub struct Metrics {
     queued: AtomicU64,
     in_flight: AtomicU64,
     failing: AtomicU64,
+    /// When the controller's loop last turned, in milliseconds since [`epoch`] plus one
+    /// (0: never).
+    last_turn: AtomicU64,
 }
+
+/// A process-wide reference instant for [`Metrics::idle_for`].
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// How often an idle controller's loop turns anyway, so that [`Metrics::idle_for`] stays small
+/// while the controller is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 impl Metrics {
     /// Reconciles completed (successful or not).
@@ -249,6 +262,14 @@ impl Metrics {
     /// Keys whose last reconcile failed (waiting for a retry).
     pub fn failing(&self) -> u64 {
         self.failing.load(Ordering::Relaxed)
+    }
+    /// How long ago the controller's loop last turned; `None` before it started. The loop
+    /// turns on every event, and at least every [`HEARTBEAT`] while idle, so a value well
+    /// above that means the loop is stuck (a liveness probe's question).
+    pub fn idle_for(&self) -> Option<Duration> {
+        let at = self.last_turn.load(Ordering::Relaxed);
+        let at = epoch() + Duration::from_millis(at.checked_sub(1)?);
+        Some(Instant::now().saturating_duration_since(at))
     }
 }
 
@@ -691,6 +712,8 @@ impl Controller {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = shutdown.fuse();
         tokio::pin!(shutdown);
         loop {
@@ -783,6 +806,7 @@ impl Controller {
                     }
                 }
                 () = sleep_until(next_due) => {}
+                _ = heartbeat.tick() => {}
                 _ = tick(&mut resync_timer) => {
                     let now = Instant::now();
                     let stores = read(&ctx.shared.stores);
@@ -834,6 +858,13 @@ fn update_metrics(ctx: &Context, queue: &WorkQueue, in_flight: usize) {
     m.queued.store(queue.len() as u64, Ordering::Relaxed);
     m.in_flight.store(in_flight as u64, Ordering::Relaxed);
     m.failing.store(queue.failing() as u64, Ordering::Relaxed);
+    let since = u64::try_from(
+        Instant::now()
+            .saturating_duration_since(epoch())
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX - 1);
+    m.last_turn.store(since + 1, Ordering::Relaxed);
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -48,7 +48,6 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
 
     let stream = watcher::watcher(api, watch.config.clone()).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut listing: Vec<DynamicObject> = Vec::new();
     let mut listed_once = false;
     // List items of built-in kinds carry no apiVersion/kind; give every stored object its
     // type, so reconcilers never have to patch it in.
@@ -67,23 +66,22 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         match event.map(typed) {
             Ok(event) => {
                 match &event {
-                    Event::Init => listing.clear(),
-                    Event::InitApply(obj) => {
-                        set_state(None, false);
-                        listing.push(obj.clone());
-                    }
+                    // The store buffers a (re)list until it is complete; nothing to do here.
+                    Event::Init | Event::InitApply(_) => {}
                     Event::InitDone => {
                         // Level-based: after a (re)list, queue what is new or changed, and what
                         // vanished while we were not watching (no Delete event arrives for it).
+                        // Both sides are the store's shared objects: nothing is copied.
                         let before = writer.as_reader().state();
-                        let (changed, vanished) = relist_changes(&before, &listing);
-                        let present = listing.len();
                         writer.apply_watcher_event(&event);
+                        let after = writer.as_reader().state();
+                        let (changed, vanished) = relist_changes(&before, &after);
+                        let present = after.len();
                         set_state(None, true);
-                        let mut all: Vec<&DynamicObject> = changed;
+                        let mut all: Vec<&DynamicObject> =
+                            changed.into_iter().map(|o| o.as_ref()).collect();
                         all.extend(vanished.iter().map(|o| o.as_ref()));
                         emit(&all);
-                        listing.clear();
                         if !listed_once {
                             listed_once = true;
                             tracing::debug!(objects = present, "listed");
@@ -121,8 +119,8 @@ fn id_of(obj: &DynamicObject) -> ObjectId {
 /// store held, and the stored objects that the list no longer contains.
 fn relist_changes<'a>(
     before: &'a [Arc<DynamicObject>],
-    listing: &'a [DynamicObject],
-) -> (Vec<&'a DynamicObject>, Vec<&'a Arc<DynamicObject>>) {
+    listing: &'a [Arc<DynamicObject>],
+) -> (Vec<&'a Arc<DynamicObject>>, Vec<&'a Arc<DynamicObject>>) {
     let old: HashMap<ObjectId, &Arc<DynamicObject>> =
         before.iter().map(|o| (id_of(o), o)).collect();
     let mut present = HashSet::with_capacity(listing.len());
@@ -159,15 +157,17 @@ fn describe(e: &watcher::Error) -> String {
 mod tests {
     use super::*;
 
-    fn obj(name: &str, rv: &str) -> DynamicObject {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}
-        }))
-        .expect("object")
+    fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}
+            }))
+            .expect("object"),
+        )
     }
 
-    fn names<'a>(objs: impl IntoIterator<Item = &'a DynamicObject>) -> Vec<String> {
+    fn names<'a>(objs: impl IntoIterator<Item = &'a Arc<DynamicObject>>) -> Vec<String> {
         let mut v: Vec<String> = objs
             .into_iter()
             .map(|o| o.metadata.name.clone().unwrap_or_default())
@@ -186,14 +186,10 @@ mod tests {
 
     #[test]
     fn relist_queues_changed_new_and_vanished_but_not_unchanged() {
-        let before = vec![
-            Arc::new(obj("same", "1")),
-            Arc::new(obj("edited", "2")),
-            Arc::new(obj("gone", "3")),
-        ];
+        let before = vec![obj("same", "1"), obj("edited", "2"), obj("gone", "3")];
         let listing = vec![obj("same", "1"), obj("edited", "7"), obj("new", "8")];
         let (changed, vanished) = relist_changes(&before, &listing);
         assert_eq!(names(changed), ["edited", "new"]);
-        assert_eq!(names(vanished.into_iter().map(|o| o.as_ref())), ["gone"]);
+        assert_eq!(names(vanished), ["gone"]);
     }
 }
