@@ -1,15 +1,25 @@
 //! Fan-out benchmarks on a local control plane (`make bench`).
 //!
 //! For 300 and 1000 destination namespaces: time until every copy exists — cold (the first
-//! declaration of its kind, so the engine first lists every Secret and Namespace) and warm (a
-//! second declaration of the same kind, its watches already running) — time for a source update
-//! to reach every copy, time for a new namespace to get its copy, and the same writes (one
-//! server-side apply per namespace) sent by a plain client with the same concurrency.
+//! declaration of its kind in a running controller, so the engine first starts and lists its
+//! Secret and Namespace watches) and warm (a second declaration of the same kind, its watches
+//! already running) — time for a source update to reach every copy, time for a new namespace to
+//! get its copy, time to delete every copy, and the same writes (one server-side apply per
+//! namespace) sent by a plain client with the same concurrency. Each destination namespace also
+//! holds [`OTHER_SECRETS`] Secrets of other owners, and every run deletes its copies again, so
+//! each run starts from the same cluster.
 //!
 //! Each measurement runs [`ROUNDS`] times, the engine and the plain client alternating in a
-//! rotating order (the cluster grows with every run), and medians are compared. Convergence is
-//! observed through a watch, as the engine observes its writes.
+//! rotating order (the cluster grows with every run); each engine run is compared with the
+//! plain runs next to it, and the median of those ratios is reported.
+//!
+//! Both sides are timed the same way: until their last write is acknowledged. For the plain
+//! client that is its last response; for the engine it is the reconcile whose report shows
+//! every destination `Synced` (carrying the expected source version). The copies are then
+//! checked through a watch, outside the timed window, so that the observer's own watch does
+//! not load the apiserver during the engine's runs only.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,29 +28,49 @@ mod common;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kubesync::syncers::fan_out::engine::FIELD_MANAGER;
+use kubesync::syncers::fan_out::engine::{DestinationState, Report};
 use kubesync::syncers::fan_out::plan::{self, CopyRules, NamespaceRule, OnConflict, Owner};
 use kubesync::syncers::fan_out::{Declaration, Destination, FanOut, FanOutSpec, SourceRef};
 use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
 use kubesync_testenv::TestEnv;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 const CONCURRENCY: usize = 16;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
+/// Secrets of other owners in each destination namespace (as a service-account token and an
+/// application's credentials would be): the engine's first list reads them too.
+const OTHER_SECRETS: usize = 2;
 
-async fn create_namespaces(api: &Api<Namespace>, prefix: &str, n: usize) {
+/// Creates `n` namespaces, each holding [`OTHER_SECRETS`] Secrets of about 1 KiB.
+async fn create_namespaces(client: &kube::Client, prefix: &str, n: usize) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
     futures::stream::iter(0..n)
         .map(|i| {
-            let api = api.clone();
-            let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("{prefix}-{i}"), "labels": {"bench": prefix}}})).expect("ns");
-            async move { api.create(&PostParams::default(), &ns).await }
+            let (api, client) = (api.clone(), client.clone());
+            let name = format!("{prefix}-{i}");
+            async move {
+                let ns: Namespace = serde_json::from_value(
+                    serde_json::json!({"metadata": {"name": name, "labels": {"bench": prefix}}}),
+                )?;
+                api.create(&PostParams::default(), &ns).await?;
+                let secrets: Api<Secret> = Api::namespaced(client, &name);
+                for k in 0..OTHER_SECRETS {
+                    let other: Secret = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": format!("other-{k}"), "labels": {"app": "other"}},
+                        "stringData": {"credentials": "x".repeat(1024)}
+                    }))?;
+                    secrets.create(&PostParams::default(), &other).await?;
+                }
+                anyhow::Ok(())
+            }
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
-        .await
-        .expect("namespaces");
+        .await?;
+    Ok(())
 }
 
 fn secret(name: &str, value: &str) -> serde_json::Value {
@@ -72,6 +102,80 @@ async fn copies(
     .await
 }
 
+/// A reconcile's report: (declaration, when the reconcile started, when it completed, report).
+type Reported = (String, Instant, Instant, Report);
+
+/// Reports of the engine's reconciles, as they complete; and when the first reconcile that
+/// found its watches listed started.
+struct Reports(mpsc::UnboundedReceiver<Reported>, Option<Instant>);
+
+impl Reports {
+    /// When the first reconcile of `name` whose report has `want` destinations `Synced` (at
+    /// source version `version`, when given) completed.
+    async fn synced(
+        &mut self,
+        name: &str,
+        want: usize,
+        version: Option<&str>,
+    ) -> anyhow::Result<Instant> {
+        while let Some((decl, started, at, report)) = self.0.recv().await {
+            if report.ready && self.1.is_none() {
+                self.1 = Some(started);
+            }
+            let synced = report
+                .destinations
+                .iter()
+                .filter(|d| {
+                    d.state == DestinationState::Synced
+                        && version.is_none_or(|v| d.source_resource_version == v)
+                })
+                .count();
+            if decl == name && report.ready && synced >= want {
+                return Ok(at);
+            }
+        }
+        anyhow::bail!("the engine stopped before {name} had {want} copies")
+    }
+
+    /// Waits for any report of `name`.
+    async fn seen(&mut self, name: &str) -> anyhow::Result<()> {
+        while let Some((decl, ..)) = self.0.recv().await {
+            if decl == name {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("the controller stopped before it reconciled {name}")
+    }
+
+    /// Waits until each of `names` has had a report with no copies left.
+    async fn cleaned(&mut self, names: &[&String]) -> anyhow::Result<()> {
+        let mut waiting: HashSet<&str> = names.iter().map(|n| n.as_str()).collect();
+        while let Some((decl, _, _, report)) = self.0.recv().await {
+            if report.ready && !report.source_found && report.remaining_copies == 0 {
+                waiting.remove(decl.as_str());
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("the engine stopped before the copies of {waiting:?} were deleted")
+    }
+
+    /// Like [`synced`](Self::synced), for the destination in `namespace` only.
+    async fn synced_in(&mut self, name: &str, namespace: &str) -> anyhow::Result<Instant> {
+        while let Some((decl, _, at, report)) = self.0.recv().await {
+            let done = report
+                .destinations
+                .iter()
+                .any(|d| d.namespace == namespace && d.state == DestinationState::Synced);
+            if decl == name && done {
+                return Ok(at);
+            }
+        }
+        anyhow::bail!("the engine stopped before {name} had a copy in {namespace}")
+    }
+}
+
 fn median(values: &[Duration]) -> Duration {
     let mut sorted = values.to_vec();
     sorted.sort();
@@ -87,6 +191,14 @@ struct EngineRun {
     writes: u64,
     /// Mean server-side latency of the Secret writes of the cold fan-out.
     server: Duration,
+    /// Cold: time until the engine's watches had listed.
+    listed: Duration,
+    /// Time to delete all 2n + 1 copies once both declarations are deleted.
+    cleanup: Duration,
+    /// CPU seconds (benchmark process with the engine, control plane) of the cold fan-out.
+    cold_cpu: (f64, f64),
+    /// The same for the warm fan-out.
+    warm_cpu: (f64, f64),
 }
 
 struct Setup {
@@ -162,12 +274,23 @@ async fn engine_round(
         .watch("local", Watch::of::<ConfigMap>().namespace(control))?;
     let (stop, stopped) = oneshot::channel::<()>();
     let (f, control2) = (fan_out.clone(), control.clone());
-    let t = Instant::now();
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let mut reports = Reports(report_rx, None);
     let task = tokio::spawn(controller.run(
         reconciler_fn(move |key, ctx| {
             let (f, entry, control) = (f.clone(), specs.get(&key.name).cloned(), control2.clone());
+            let report_tx = report_tx.clone();
             async move {
+                let started = Instant::now();
                 let Some((spec, uid)) = entry else {
+                    // Not a declaration (the uid anchors): reported, so the benchmark knows
+                    // the controller runs.
+                    let _ = report_tx.send((
+                        key.name.clone(),
+                        started,
+                        Instant::now(),
+                        Report::default(),
+                    ));
                     return Ok(Action::done());
                 };
                 let decl = Declaration {
@@ -177,10 +300,13 @@ async fn engine_round(
                         uid,
                     },
                     spec,
-                    deleting: false,
+                    // The anchor deleted: remove every copy.
+                    deleting: ctx.get(&key).is_none(),
                 };
                 let report = f.reconcile(&ctx, &decl).await?;
-                Ok::<_, kubesync::Error>(if report.ready {
+                let ready = report.ready;
+                let _ = report_tx.send((key.name.clone(), started, Instant::now(), report));
+                Ok::<_, kubesync::Error>(if ready {
                     Action::done()
                 } else {
                     Action::requeue(Duration::from_millis(100))
@@ -191,17 +317,23 @@ async fn engine_round(
             let _ = stopped.await;
         },
     ));
-    // Cold: the first declaration; the engine lists Secrets and Namespaces first.
+    // Cold: the first declaration of its kind, in a running controller; the engine starts
+    // its Secret and Namespace watches and lists them first.
+    reports.seen(&format!("{cold_name}-uid")).await?;
     let counting = common::ServerWrites::start(vec![env.client()?], "secrets").await?;
+    let cpu = common::CpuMeter::start(env.pids());
+    let t = Instant::now();
     anchor
         .create(
             &PostParams::default(),
             &serde_json::from_value(serde_json::json!({"metadata": {"name": cold_name}}))?,
         )
         .await?;
-    copies(env, &uids[&cold_name], None, n).await?;
-    let cold = t.elapsed();
+    let cold = reports.synced(&cold_name, n, None).await? - t;
+    let cold_cpu = cpu.since_start();
+    let listed = reports.1.map(|at| at - t).unwrap_or_default();
     let (_, server) = counting.since_start().await?;
+    copies(env, &uids[&cold_name], None, n).await?;
 
     let t = Instant::now();
     let updated = src
@@ -212,8 +344,8 @@ async fn engine_round(
         )
         .await?;
     let rv = updated.metadata.resource_version.unwrap_or_default();
+    let update = reports.synced(&cold_name, n, Some(&rv)).await? - t;
     copies(env, &uids[&cold_name], Some(rv), n).await?;
-    let update = t.elapsed();
 
     let t = Instant::now();
     let late = format!("{prefix}-late-{round}");
@@ -225,13 +357,15 @@ async fn engine_round(
             )?,
         )
         .await?;
+    let new_namespace = reports.synced_in(&cold_name, &late).await? - t;
     let late_api: Api<Secret> = Api::namespaced(env.client()?, &late);
-    while late_api.get_opt(&cold_name).await?.is_none() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let new_namespace = t.elapsed();
+    anyhow::ensure!(
+        late_api.get_opt(&cold_name).await?.is_some(),
+        "no copy in {late}"
+    );
 
     // Warm: a second declaration of the same kind, whose watches already run.
+    let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
     anchor
         .create(
@@ -239,8 +373,24 @@ async fn engine_round(
             &serde_json::from_value(serde_json::json!({"metadata": {"name": warm_name}}))?,
         )
         .await?;
+    let warm = reports.synced(&warm_name, n + 1, None).await? - t;
+    let warm_cpu = cpu.since_start();
     copies(env, &uids[&warm_name], None, n + 1).await?;
-    let warm = t.elapsed();
+
+    // Cleanup: both declarations deleted; the engine removes their 2n + 1 copies, so every
+    // round starts from the same cluster.
+    let t = Instant::now();
+    for name in [&cold_name, &warm_name] {
+        anchor.delete(name, &DeleteParams::default()).await?;
+    }
+    reports.cleaned(&[&cold_name, &warm_name]).await?;
+    let cleanup = t.elapsed();
+    for uid in uids.values() {
+        let left = Api::<Secret>::all(env.client()?)
+            .list_metadata(&ListParams::default().labels(&format!("kubesync.io/managed-by={uid}")))
+            .await?;
+        anyhow::ensure!(left.items.is_empty(), "{} copies left", left.items.len());
+    }
     let _ = stop.send(());
     task.await??;
     // Later rounds fan out to the same n namespaces.
@@ -258,6 +408,10 @@ async fn engine_round(
         new_namespace,
         writes: fan_out.write_counter().writes(),
         server,
+        listed,
+        cleanup,
+        cold_cpu,
+        warm_cpu,
     })
 }
 
@@ -269,7 +423,7 @@ async fn plain_round(
     n: usize,
     round: usize,
     watched: bool,
-) -> anyhow::Result<(Duration, Duration)> {
+) -> anyhow::Result<PlainRun> {
     let client = env.client()?;
     let name = format!("{}-{round}", if watched { "watched" } else { "plain" });
     let prefix = &setup.prefix;
@@ -300,8 +454,8 @@ async fn plain_round(
             )
         })
         .collect();
-    // With `watched`, the watches the engine holds (every Secret, every Namespace) and the
-    // benchmark's observer are open and drained, so the apiserver does the same event work.
+    // With `watched`, the watches the engine holds (every Secret, every Namespace) are open
+    // and drained, so the apiserver does the same event work.
     let watchers = if watched {
         vec![
             common::drain(Api::<Secret>::all(client.clone()), common::cached_lists()),
@@ -309,17 +463,18 @@ async fn plain_round(
                 Api::<Namespace>::all(client.clone()),
                 common::cached_lists(),
             ),
-            common::drain(
-                Api::<Secret>::all(client.clone()),
-                common::cached_lists().labels(&format!("kubesync.io/managed-by={}", owner.uid)),
-            ),
         ]
     } else {
         Vec::new()
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let counting = common::ServerWrites::start(vec![env.client()?], "secrets").await?;
+    let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
+    let namespaces: Vec<String> = copies
+        .iter()
+        .filter_map(|c| c.metadata.namespace.clone())
+        .collect();
     futures::stream::iter(copies)
         .map(|copy| {
             let api: Api<DynamicObject> = Api::namespaced_with(
@@ -341,11 +496,41 @@ async fn plain_round(
         .try_collect::<Vec<_>>()
         .await?;
     let elapsed = t.elapsed();
+    let cpu = cpu.since_start();
     let (_, server) = counting.since_start().await?;
+    // Cleanup, as the engine's round does: the same deletes, same concurrency.
+    let t = Instant::now();
+    futures::stream::iter(namespaces)
+        .map(|ns| {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+            let name = name.clone();
+            async move { api.delete(&name, &DeleteParams::background()).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let delete = t.elapsed();
     for w in watchers {
         w.abort();
     }
-    Ok((elapsed, server))
+    Ok(PlainRun {
+        write: elapsed,
+        server,
+        delete,
+        cpu,
+    })
+}
+
+/// One round of the plain client.
+struct PlainRun {
+    /// Time for the n applies.
+    write: Duration,
+    /// Mean server-side latency of those writes.
+    server: Duration,
+    /// Time to delete the n copies again.
+    delete: Duration,
+    /// CPU seconds (benchmark process, control plane) of the writes.
+    cpu: (f64, f64),
 }
 
 async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
@@ -364,12 +549,17 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
             )
             .await?;
     }
-    create_namespaces(&namespaces, &prefix, n).await;
+    create_namespaces(&env.client()?, &prefix, n).await?;
+    let population = Api::<Secret>::all(env.client()?)
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
     let mut engine_runs = Vec::new();
     let mut plain_runs = Vec::new();
     let mut watched_runs = Vec::new();
     for round in 0..ROUNDS {
-        // Rotate the order: the cluster grows with every run.
+        // Rotate the order; every run deletes its copies again.
         for step in 0..3 {
             match (step + round) % 3 {
                 0 => engine_runs.push(engine_round(env, &setup, n, round).await?),
@@ -386,8 +576,8 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
         pick(|r| r.update),
         pick(|r| r.new_namespace),
     );
-    let plain = median(&plain_runs.iter().map(|r| r.0).collect::<Vec<_>>());
-    let watched = median(&watched_runs.iter().map(|r| r.0).collect::<Vec<_>>());
+    let plain = median(&plain_runs.iter().map(|r| r.write).collect::<Vec<_>>());
+    let watched = median(&watched_runs.iter().map(|r| r.write).collect::<Vec<_>>());
     let list = |v: Vec<Duration>| {
         v.iter()
             .map(|d| format!("{:.2}", d.as_secs_f64()))
@@ -395,7 +585,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
             .join(", ")
     };
     println!(
-        "1 → {n} namespaces (median of {ROUNDS} rounds; writes per round {}):",
+        "1 → {n} namespaces (median of {ROUNDS} rounds; {population} Secrets in the cluster before each run; writes per round {}):",
         engine_runs[0].writes
     );
     println!(
@@ -406,29 +596,76 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
         list(engine_runs.iter().map(|r| r.warm).collect()),
     );
     println!(
+        "  cold: the engine's watches had listed after {:.2} s (runs {})",
+        pick(|r| r.listed).as_secs_f64(),
+        list(engine_runs.iter().map(|r| r.listed).collect()),
+    );
+    println!(
         "  plain client, same applies: {:.2} s (runs {}); with the same watches open: {:.2} s (runs {})",
         plain.as_secs_f64(),
-        list(plain_runs.iter().map(|r| r.0).collect()),
+        list(plain_runs.iter().map(|r| r.write).collect()),
         watched.as_secs_f64(),
-        list(watched_runs.iter().map(|r| r.0).collect()),
+        list(watched_runs.iter().map(|r| r.write).collect()),
     );
     println!(
         "  apiserver time per Secret write: kubesync (cold) {:.1} ms, plain client {:.1} ms, with watches {:.1} ms",
         pick(|r| r.server).as_secs_f64() * 1e3,
-        median(&plain_runs.iter().map(|r| r.1).collect::<Vec<_>>()).as_secs_f64() * 1e3,
-        median(&watched_runs.iter().map(|r| r.1).collect::<Vec<_>>()).as_secs_f64() * 1e3
+        median(&plain_runs.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3,
+        median(&watched_runs.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3
+    );
+    // Each engine run against the plain runs of its own round (next to it in time).
+    let ratios = |f: fn(&EngineRun) -> Duration, base: &[PlainRun]| {
+        let mut r: Vec<f64> = engine_runs
+            .iter()
+            .zip(base)
+            .map(|(e, p)| f(e).as_secs_f64() / p.write.as_secs_f64())
+            .collect();
+        r.sort_by(f64::total_cmp);
+        format!(
+            "{:.2} (rounds {:.2}–{:.2})",
+            r[r.len() / 2],
+            r[0],
+            r[r.len() - 1]
+        )
+    };
+    println!(
+        "  ratio to the plain client, median of rounds: warm {}, cold {} (includes listing every Secret and Namespace)",
+        ratios(|r| r.warm, &plain_runs),
+        ratios(|r| r.cold, &plain_runs),
     );
     println!(
-        "  ratio to the plain client: cold {:.2} (includes listing every Secret and Namespace), warm {:.2}; to the plain client with watches: cold {:.2}, warm {:.2}",
-        cold.as_secs_f64() / plain.as_secs_f64(),
-        warm.as_secs_f64() / plain.as_secs_f64(),
-        cold.as_secs_f64() / watched.as_secs_f64(),
-        warm.as_secs_f64() / watched.as_secs_f64()
+        "  ratio to the plain client with the same watches: warm {}, cold {}",
+        ratios(|r| r.warm, &watched_runs),
+        ratios(|r| r.cold, &watched_runs),
+    );
+    let per_copy = |v: Vec<(f64, f64)>, copies: usize| {
+        let mut client: Vec<f64> = v.iter().map(|c| c.0 * 1e3 / copies as f64).collect();
+        let mut server: Vec<f64> = v.iter().map(|c| c.1 * 1e3 / copies as f64).collect();
+        client.sort_by(f64::total_cmp);
+        server.sort_by(f64::total_cmp);
+        format!(
+            "control plane {:.2} ms, client {:.2} ms",
+            server[server.len() / 2],
+            client[client.len() / 2]
+        )
+    };
+    println!(
+        "  CPU per copy (median): kubesync warm: {}; cold: {}; plain client: {}; with watches: {}",
+        per_copy(engine_runs.iter().map(|r| r.warm_cpu).collect(), n + 1),
+        per_copy(engine_runs.iter().map(|r| r.cold_cpu).collect(), n),
+        per_copy(plain_runs.iter().map(|r| r.cpu).collect(), n),
+        per_copy(watched_runs.iter().map(|r| r.cpu).collect(), n),
     );
     println!(
         "  update reaches all copies in {:.2} s; a new namespace gets its copy in {:.0} ms",
         update.as_secs_f64(),
         new_ns.as_secs_f64() * 1e3
+    );
+    println!(
+        "  cleanup: deleting both declarations removes their {} copies in {:.2} s; the plain client deletes {n} in {:.2} s",
+        2 * n + 1,
+        pick(|r| r.cleanup).as_secs_f64(),
+        median(&plain_runs.iter().map(|r| r.delete).collect::<Vec<_>>()).as_secs_f64(),
     );
     Ok(())
 }

@@ -13,6 +13,8 @@
 
 use std::time::{Duration, Instant};
 
+// Not every helper is used by every benchmark.
+#[allow(dead_code)]
 mod common;
 
 use futures::{StreamExt, TryStreamExt};

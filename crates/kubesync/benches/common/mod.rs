@@ -179,3 +179,60 @@ where
         while futures::StreamExt::next(&mut stream).await.is_some() {}
     })
 }
+
+/// CPU time used so far by processes (from `/proc/<pid>/stat`: user + system), in seconds.
+fn cpu_seconds(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may contain spaces): state is field 3, utime 14,
+    // stime 15.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields
+        .get(11..13)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.parse::<f64>().ok())
+        .sum();
+    // The kernel's USER_HZ is 100 on every Linux architecture this runs on.
+    ticks / 100.0
+}
+
+/// CPU time spent by the benchmark process and by a control plane's processes between
+/// [`start`](Self::start) and [`since_start`](Self::since_start): a measure of work done
+/// that, unlike wall time, does not depend on what else the machine is busy with.
+pub struct CpuMeter {
+    servers: Vec<u32>,
+    start: (f64, f64),
+}
+
+impl CpuMeter {
+    /// Starts measuring this process and the processes `servers` (e.g. `TestEnv::pids`).
+    pub fn start(servers: Vec<u32>) -> Self {
+        let mut m = Self {
+            servers,
+            start: (0.0, 0.0),
+        };
+        m.start = m.now();
+        m
+    }
+
+    fn now(&self) -> (f64, f64) {
+        (
+            cpu_seconds("self"),
+            self.servers
+                .iter()
+                .map(|p| cpu_seconds(&p.to_string()))
+                .sum(),
+        )
+    }
+
+    /// CPU seconds since start: (this process, the servers).
+    pub fn since_start(&self) -> (f64, f64) {
+        let (c, s) = self.now();
+        (c - self.start.0, s - self.start.1)
+    }
+}
