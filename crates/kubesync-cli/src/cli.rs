@@ -57,6 +57,14 @@ enum Command {
         /// ObjectSync: only these kinds, as `Kind` (core) or `Kind.group` (repeatable).
         #[arg(long = "allowed-resource")]
         allowed_resources: Vec<String>,
+        /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
+        /// `/readyz` (readiness); `none` turns them off.
+        #[arg(
+            long,
+            default_value = "0.0.0.0:8080",
+            env = "KUBESYNC_TELEMETRY_ADDRESS"
+        )]
+        telemetry_address: String,
     },
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,
@@ -86,6 +94,7 @@ pub async fn main() -> ExitCode {
             allow_destination_namespaces,
             deny_destination_namespaces,
             allowed_resources,
+            telemetry_address,
         } => {
             let policy = crate::object_sync::ObjectSyncPolicy {
                 source_namespaces,
@@ -93,7 +102,17 @@ pub async fn main() -> ExitCode {
                 deny_destination_namespaces,
                 allowed_resources,
             };
-            run(kubeconfig, context, policy).await
+            let telemetry = match telemetry_address.as_str() {
+                "none" | "" => None,
+                addr => match addr.parse::<std::net::SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        eprintln!("kubesync: --telemetry-address {addr:?}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
+            run(kubeconfig, context, policy, telemetry).await
         }
         Command::Crds => match crate::crd::crds_yaml() {
             Ok(yaml) => {
@@ -141,6 +160,7 @@ async fn run(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
     policy: crate::object_sync::ObjectSyncPolicy,
+    telemetry: Option<std::net::SocketAddr>,
 ) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
@@ -162,10 +182,25 @@ async fn run(
         policy,
         ..Default::default()
     };
-    match crate::operator::Operator::with_options(local, options)
-        .run(kubesync::runtime::shutdown_signal())
-        .await
-    {
+    let operator = crate::operator::Operator::with_options(local, options);
+    let (stop_telemetry, telemetry_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(addr) = telemetry {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+                tokio::spawn(crate::telemetry::serve(listener, operator.clone(), async {
+                    let _ = telemetry_stopped.await;
+                }));
+            }
+            Err(e) => {
+                eprintln!("kubesync: cannot listen on {addr} (--telemetry-address): {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let result = operator.run(kubesync::runtime::shutdown_signal()).await;
+    let _ = stop_telemetry.send(());
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kubesync: {e}");

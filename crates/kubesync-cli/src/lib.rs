@@ -8,3 +8,4 @@ pub mod cli;
 pub mod crd;
 pub mod object_sync;
 pub mod operator;
+pub mod telemetry;

@@ -25,7 +25,7 @@ use crate::crd::{
     Condition, ConflictPolicy, CopyStrategy, DestinationStatusEntry, ObjectSync, ObjectSyncStatus,
     RemoteCluster,
 };
-use crate::operator::{LOCAL, Operator, Refusal, with_transition};
+use crate::operator::{LOCAL, ObjectSyncGauge, Operator, Refusal, with_transition};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
 pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
@@ -288,7 +288,7 @@ impl Operator {
         ctx: &Context,
     ) -> kubesync::Result<Action> {
         let Some(os) = ctx.get_as::<ObjectSync>(key)? else {
-            self.fan_out.forget(ctx, key);
+            self.forget_object_sync(ctx, key);
             return Ok(Action::done());
         };
         let ns = os.namespace().unwrap_or_default();
@@ -311,7 +311,7 @@ impl Operator {
                 if deleting {
                     // Nothing valid to clean up with; copies are still found by their marks
                     // below only when the spec resolves. Release the ObjectSync.
-                    self.fan_out.forget(ctx, key);
+                    self.forget_object_sync(ctx, key);
                     self.set_own_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
                         .await?;
                     return Ok(Action::done());
@@ -335,7 +335,7 @@ impl Operator {
         let report = self.fan_out.reconcile(ctx, &decl).await?;
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
-                self.fan_out.forget(ctx, key);
+                self.forget_object_sync(ctx, key);
                 self.set_own_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
                     .await?;
                 return Ok(Action::done());
@@ -462,6 +462,37 @@ impl Operator {
     ) -> kubesync::Result<()> {
         let old = os.status.clone().unwrap_or_default();
         let generation = os.metadata.generation;
+        self.record_gauge(os, &conditions, &destinations);
+        let id = (os.namespace().unwrap_or_default(), os.name_any());
+        let events: Vec<_> = {
+            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            let last = published.entry(id).or_default();
+            condition_events(&old.conditions, &conditions)
+                .into_iter()
+                .filter(|(_, type_, _, _)| {
+                    let c = conditions.iter().find(|c| &c.type_ == type_);
+                    let now = c.map(|c| (c.status.clone(), c.reason.clone()));
+                    let repeat = now.is_some() && last.get(type_) == now.as_ref();
+                    if let Some(now) = now {
+                        last.insert(type_.clone(), now);
+                    }
+                    !repeat
+                })
+                .map(|(event_type, _, reason, note)| (event_type, reason, note))
+                .collect()
+        };
+        for (type_, reason, note) in events {
+            let event = kube::runtime::events::Event {
+                type_,
+                reason,
+                note: Some(note),
+                action: "Sync".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &os.object_ref(&())).await {
+                tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
+            }
+        }
         let status = ObjectSyncStatus {
             observed_generation: generation,
             conditions: conditions
@@ -479,11 +510,141 @@ impl Operator {
         self.patch_own_status(os, &status).await?;
         Ok(())
     }
+
+    /// Remembers an ObjectSync's state for `/metrics`.
+    fn record_gauge(
+        &self,
+        os: &ObjectSync,
+        conditions: &[Condition],
+        destinations: &[DestinationStatusEntry],
+    ) {
+        let mut gauge = ObjectSyncGauge {
+            ready: conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            destinations: ["Synced", "Pending", "Conflict", "Error"]
+                .into_iter()
+                .map(|s| (s.to_string(), 0))
+                .collect(),
+        };
+        for d in destinations {
+            *gauge.destinations.entry(d.state.clone()).or_default() += 1;
+        }
+        self.object_syncs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((os.namespace().unwrap_or_default(), os.name_any()), gauge);
+    }
+
+    /// Forgets an ObjectSync that is gone: its engine state and its metrics.
+    fn forget_object_sync(&self, ctx: &Context, key: &ObjectKey) {
+        self.fan_out.forget(ctx, key);
+        let id = (key.namespace.clone().unwrap_or_default(), key.name.clone());
+        self.object_syncs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+}
+
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
+const MAX_NOTE: usize = 1024;
+
+/// The Events to publish when conditions change (pure): one per condition whose status or
+/// reason changed, except the transient `Starting` and a `Ready=True` that `Synced` already
+/// reports. Warnings for conditions that are not `True`. Each: (event type, condition type,
+/// reason, note).
+pub fn condition_events(
+    old: &[Condition],
+    new: &[Condition],
+) -> Vec<(kube::runtime::events::EventType, String, String, String)> {
+    use kube::runtime::events::EventType;
+    new.iter()
+        .filter(|c| {
+            let before = old.iter().find(|o| o.type_ == c.type_);
+            let changed = before.is_none_or(|o| o.status != c.status || o.reason != c.reason);
+            changed && c.reason != "Starting" && !(c.type_ == "Ready" && c.status == "True")
+        })
+        .map(|c| {
+            let type_ = if c.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            let mut note = c.message.clone();
+            if note.len() > MAX_NOTE {
+                let mut end = MAX_NOTE - 3;
+                while !note.is_char_boundary(end) {
+                    end -= 1;
+                }
+                note.truncate(end);
+                note.push_str("...");
+            }
+            (type_, c.type_.clone(), c.reason.clone(), note)
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn synced(ok: bool, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: "Synced".into(),
+            ..Condition::ready(ok, reason, message)
+        }
+    }
+
+    #[test]
+    fn events_are_published_for_condition_transitions_only() {
+        use kube::runtime::events::EventType;
+        let all = vec![
+            Condition::ready(true, "Syncing", "copying"),
+            synced(true, "AllSynced", "2 of 2"),
+        ];
+        let conflict = vec![
+            Condition::ready(true, "Syncing", "copying"),
+            synced(false, "NotAllSynced", "local/team-c: Conflict not ours"),
+        ];
+        // The first time: AllSynced (Normal); Ready=True is what Synced already says.
+        let first = condition_events(&[], &all);
+        assert_eq!(first.len(), 1);
+        assert!(matches!(first[0].0, EventType::Normal));
+        assert_eq!(
+            (first[0].1.as_str(), first[0].2.as_str()),
+            ("Synced", "AllSynced")
+        );
+        // No change, no event.
+        assert!(condition_events(&all, &all).is_empty());
+        // A transition to a problem: a Warning with the condition's message.
+        let warn = condition_events(&all, &conflict);
+        assert_eq!(warn.len(), 1);
+        assert!(matches!(warn[0].0, EventType::Warning));
+        assert_eq!(warn[0].2, "NotAllSynced");
+        assert_eq!(warn[0].3, "local/team-c: Conflict not ours");
+        // Starting is transient; a refusal is a Warning.
+        assert!(condition_events(&[], &[Condition::ready(false, "Starting", "")]).is_empty());
+        let refused = condition_events(
+            &all,
+            &[Condition::ready(false, "SourceNamespaceNotAllowed", "no")],
+        );
+        assert_eq!(refused.len(), 1);
+        assert!(matches!(refused[0].0, EventType::Warning));
+    }
+
+    #[test]
+    fn long_event_notes_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(1000);
+        let events = condition_events(&[], &[synced(false, "NotAllSynced", &long)]);
+        let note = &events[0].3;
+        assert!(note.len() <= MAX_NOTE, "{}", note.len());
+        assert!(note.ends_with("..."));
+    }
 
     #[test]
     fn policy_refuses_with_the_rule_that_refused() {

@@ -5,7 +5,7 @@
 //! run time. An invalid spec gets a `Ready=False` condition with a reason and a message; the
 //! operator keeps running and the other syncs are unaffected.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,6 +87,28 @@ pub struct Operator {
     pub(crate) policy: crate::object_sync::ObjectSyncPolicy,
     pub(crate) fan_out: kubesync::syncers::fan_out::FanOut,
     pub(crate) remotes: std::sync::Mutex<HashMap<String, (String, Cluster)>>,
+    /// The running controller's context (set when [`run`](Self::run) starts).
+    ctx: std::sync::OnceLock<Context>,
+    /// Each ObjectSync's last reported state, for `/metrics`.
+    pub(crate) object_syncs: std::sync::Mutex<BTreeMap<(String, String), ObjectSyncGauge>>,
+    /// Publishes Kubernetes Events about kubesync's resources.
+    pub(crate) recorder: kube::runtime::events::Recorder,
+    /// The (status, reason) last published as an Event, by object (namespace, name) and
+    /// condition type: a reconcile that reads a status older than its own last patch does not
+    /// publish the same transition again.
+    pub(crate) published: std::sync::Mutex<HashMap<(String, String), PublishedConditions>>,
+}
+
+/// Per condition type: the (status, reason) last published as an Event.
+pub(crate) type PublishedConditions = BTreeMap<String, (String, String)>;
+
+/// An ObjectSync's state as `/metrics` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectSyncGauge {
+    /// Its Ready condition is True.
+    pub ready: bool,
+    /// Destinations by state (`Synced`, `Pending`, `Conflict`, `Error`; all four present).
+    pub destinations: BTreeMap<String, u32>,
 }
 
 /// Options of an [`Operator`].
@@ -127,7 +149,42 @@ impl Operator {
             fan_out: kubesync::syncers::fan_out::FanOut::new(LOCAL)
                 .concurrency(options.fan_out_concurrency),
             remotes: std::sync::Mutex::new(HashMap::new()),
+            ctx: std::sync::OnceLock::new(),
+            object_syncs: std::sync::Mutex::new(BTreeMap::new()),
+            published: std::sync::Mutex::new(HashMap::new()),
+            recorder: kube::runtime::events::Recorder::new(
+                local.client().clone(),
+                kube::runtime::events::Reporter {
+                    controller: "kubesync".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
         })
+    }
+
+    /// The running controller's context; `None` before [`run`](Self::run).
+    pub fn context(&self) -> Option<Context> {
+        self.ctx.get().cloned()
+    }
+
+    /// Each ObjectSync's last reported state, by (namespace, name).
+    pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
+        self.object_syncs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Write requests sent so far, by component: the operator's own (statuses, finalizers),
+    /// ObjectSync copies, ResourceSync engines.
+    pub async fn writes_by_component(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("operator", self.writer.writes()),
+            ("objectsync", self.fan_out.write_counter().writes()),
+            ("resourcesync", self.engine_writes().await),
+        ]
     }
 
     /// How often ResourceSync statuses are refreshed (default 10 s).
@@ -173,6 +230,7 @@ impl Operator {
             .cluster(self.local.clone())
             .resync(Some(Duration::from_secs(60)));
         let ctx = controller.context();
+        let _ = self.ctx.set(ctx.clone());
         let rs_type = ApiResource::erase::<ResourceSync>(&());
         let controller = controller
             .watch(LOCAL, Watch::of::<ResourceSync>())?
