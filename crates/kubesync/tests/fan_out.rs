@@ -656,3 +656,108 @@ async fn changing_the_source_kind_removes_the_old_copies() {
     .await;
     running.stop().await;
 }
+
+/// Updates and adoptions are applied on the condition that the object is the one the decision
+/// was made on: an object that replaced it between kubesync's read of its store and its write
+/// is left untouched. Shown with the apiserver's own answers to those writes.
+#[tokio::test]
+async fn updates_never_take_over_an_object_that_replaced_the_copy() {
+    use kubesync::Cluster;
+    use kubesync::apply::Writer;
+    use kubesync::syncers::fan_out::engine::FIELD_MANAGER;
+    use kubesync::syncers::fan_out::plan::apply_precondition;
+
+    let env = TestEnv::shared("fan-out-precondition", false).expect("env");
+    let ns = "precondition";
+    create_ns(env, ns, &[]).await;
+    let cluster = Cluster::new("local", env.client().expect("client"));
+    let writer = Writer::new();
+    let ar = secret_type();
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), ns);
+    let copy = |token: &str, uid: Option<String>| -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "copy", "namespace": ns, "uid": uid,
+                "labels": {"kubesync.io/managed-by": "decl-uid"}},
+            "type": "Opaque", "stringData": {"token": token}}))
+        .expect("copy")
+    };
+    // Nothing in the store: the create carries no uid.
+    let created = writer
+        .apply(
+            &cluster,
+            &ar,
+            &copy("v1", apply_precondition(None)),
+            FIELD_MANAGER,
+        )
+        .await
+        .expect("created");
+    // An update carries the uid of the copy it was decided on.
+    writer
+        .apply(
+            &cluster,
+            &ar,
+            &copy("v2", apply_precondition(Some(&created))),
+            FIELD_MANAGER,
+        )
+        .await
+        .expect("updated");
+    assert_eq!(
+        value(&secrets.get("copy").await.expect("copy"), "token").as_deref(),
+        Some("v2")
+    );
+    // The copy was deleted and someone else created an object of that name: an update
+    // decided on the old copy fails and leaves the new object alone.
+    secrets
+        .delete("copy", &DeleteParams::default())
+        .await
+        .expect("delete");
+    put_secret(
+        env,
+        ns,
+        "copy",
+        &[("token", "someone else's")],
+        "Opaque",
+        &[],
+    )
+    .await;
+    let err = writer
+        .apply(
+            &cluster,
+            &ar,
+            &copy("v3", apply_precondition(Some(&created))),
+            FIELD_MANAGER,
+        )
+        .await
+        .expect_err("a replaced object is not taken over");
+    assert!(
+        kubesync::syncers::fan_out::engine::is_uid_precondition_failure(&err),
+        "{err}"
+    );
+    let theirs = secrets.get("copy").await.expect("copy");
+    assert_eq!(value(&theirs, "token").as_deref(), Some("someone else's"));
+    assert!(!theirs.labels().contains_key("kubesync.io/managed-by"));
+    // Deleted and not replaced yet: the update does not recreate it either (the next
+    // reconcile, seeing it gone, creates it without a precondition).
+    secrets
+        .delete("copy", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let err = writer
+        .apply(
+            &cluster,
+            &ar,
+            &copy("v4", apply_precondition(Some(&theirs_as_dynamic(&theirs)))),
+            FIELD_MANAGER,
+        )
+        .await
+        .expect_err("not recreated by an update");
+    assert!(
+        kubesync::syncers::fan_out::engine::is_uid_precondition_failure(&err),
+        "{err}"
+    );
+    assert!(secrets.get_opt("copy").await.expect("get").is_none());
+}
+
+fn theirs_as_dynamic(s: &Secret) -> kube::api::DynamicObject {
+    serde_json::from_value(serde_json::to_value(s).expect("json")).expect("dynamic")
+}

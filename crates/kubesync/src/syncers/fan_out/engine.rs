@@ -611,6 +611,10 @@ impl FanOut {
                             Decision::Create | Decision::Update | Decision::Adopt => {
                                 match self.write_copy(ctx, ar, &at, &desired, existing.as_deref(), strategy).await {
                                     Ok(()) => status(&at, DestinationState::Synced, String::new(), &rv),
+                                    Err(e) if strategy == Strategy::Apply && is_uid_precondition_failure(&e) => {
+                                        tracing::info!(destination = %fmt_at(&at), "the object was replaced while kubesync wrote its copy; left untouched");
+                                        status(&at, DestinationState::Error, "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again".into(), "")
+                                    }
                                     Err(e) => {
                                         tracing::warn!(destination = %fmt_at(&at), error = %e, "writing a copy failed");
                                         status(&at, DestinationState::Error, api_message(&e), "")
@@ -651,8 +655,12 @@ impl FanOut {
         let cluster = ctx.require_cluster(&at.0)?;
         match (strategy, existing) {
             (Strategy::Apply, _) => {
+                // Conditional on the object decided on: never takes over an object that
+                // replaced it after the store was read.
+                let mut body = desired.clone();
+                body.metadata.uid = plan::apply_precondition(existing);
                 self.writer
-                    .apply(&cluster, ar, desired, FIELD_MANAGER)
+                    .apply(&cluster, ar, &body, FIELD_MANAGER)
                     .await?;
             }
             (Strategy::Replace, None) => {
@@ -713,6 +721,20 @@ impl FanOut {
             )
             .await
     }
+}
+
+/// Whether a write failed on its uid precondition ([`plan::apply_precondition`]): the object
+/// it was decided on is gone (409, "uid mismatch") or was replaced by another one (422,
+/// `metadata.uid` is immutable).
+pub fn is_uid_precondition_failure(e: &Error) -> bool {
+    let Error::Kube(kube::Error::Api(s)) = e else {
+        return false;
+    };
+    (s.code == 409 && s.message.contains("uid mismatch"))
+        || (s.code == 422
+            && s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")))
 }
 
 fn fmt_at(at: &(String, String, String)) -> String {

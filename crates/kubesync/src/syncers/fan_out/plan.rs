@@ -406,6 +406,15 @@ pub fn decide(
     }
 }
 
+/// The uid an apply carries as its precondition: that of the object the decision was made on.
+/// The apiserver refuses the apply (409, "uid mismatch") if that object was deleted and
+/// replaced by another one in the meantime, so an update or adoption never takes over an
+/// object it did not decide on. `None` when the store showed no object: an apply with a uid
+/// never creates, so a create carries none.
+pub fn apply_precondition(existing: Option<&DynamicObject>) -> Option<String> {
+    existing.and_then(|e| e.metadata.uid.clone())
+}
+
 /// Whether a copy may be deleted by `owner`: only copies that carry its marks.
 pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
     copy.metadata
@@ -419,6 +428,17 @@ pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn applies_are_conditional_on_the_object_decided_on() {
+        let existing = obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "a", "namespace": "n", "uid": "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}));
+        assert_eq!(
+            apply_precondition(Some(&existing)).as_deref(),
+            Some("1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+        );
+        assert_eq!(apply_precondition(None), None);
+    }
 
     fn obj(v: Value) -> DynamicObject {
         serde_json::from_value(v).expect("object")
