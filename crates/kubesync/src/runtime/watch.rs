@@ -89,9 +89,10 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                         let _ = ctx.shared.trigger.send(Msg::Listed(id));
                         continue;
                     }
-                    Event::Apply(obj) | Event::Delete(obj) => {
+                    Event::Apply(_) | Event::Delete(_) => {
                         set_state(None, false);
-                        emit(&[obj]);
+                        store_then_emit(&mut writer, &event, |obj| emit(&[obj]));
+                        continue;
                     }
                 }
                 writer.apply_watcher_event(&event);
@@ -106,6 +107,21 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                 set_state(Some(describe(&e)), false);
             }
         }
+    }
+}
+
+/// Applies a change event to the store, then hands its object to `emit`: a reconcile started
+/// by the emitted keys (possibly on another thread, at once) reads the object as the event
+/// left it, never the state before. The other order loses changes: a reconcile that reads
+/// the old object is the last one this change triggers.
+fn store_then_emit(
+    writer: &mut kube::runtime::reflector::store::Writer<DynamicObject>,
+    event: &Event<DynamicObject>,
+    emit: impl FnOnce(&DynamicObject),
+) {
+    writer.apply_watcher_event(event);
+    if let Event::Apply(obj) | Event::Delete(obj) = event {
+        emit(obj);
     }
 }
 
@@ -174,6 +190,32 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn keys_are_emitted_after_the_store_has_the_change() {
+        use kube::runtime::reflector::{ObjectRef, store::Writer};
+        let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut writer = Writer::<DynamicObject>::new(ar.clone());
+        let reader = writer.as_reader();
+        let stored_rv = || {
+            reader
+                .get(&ObjectRef::new_with("a", ar.clone()).within("ns"))
+                .and_then(|o| o.metadata.resource_version.clone())
+        };
+        writer.apply_watcher_event(&Event::Apply((*obj("a", "1")).clone()));
+        let mut seen = Vec::new();
+        store_then_emit(&mut writer, &Event::Apply((*obj("a", "2")).clone()), |_| {
+            seen.push(stored_rv());
+        });
+        store_then_emit(
+            &mut writer,
+            &Event::Delete((*obj("a", "3")).clone()),
+            |_| {
+                seen.push(stored_rv());
+            },
+        );
+        assert_eq!(seen, [Some("2".to_string()), None]);
     }
 
     #[test]
