@@ -65,6 +65,16 @@ enum Command {
             env = "KUBESYNC_TELEMETRY_ADDRESS"
         )]
         telemetry_address: String,
+        /// Run as one of several replicas: only the holder of a Lease works, the others wait
+        /// to take over.
+        #[arg(long)]
+        leader_elect: bool,
+        /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+        #[arg(long)]
+        leader_election_namespace: Option<String>,
+        /// Name of the leader Lease.
+        #[arg(long, default_value = "kubesync")]
+        leader_election_name: String,
     },
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,
@@ -95,6 +105,9 @@ pub async fn main() -> ExitCode {
             deny_destination_namespaces,
             allowed_resources,
             telemetry_address,
+            leader_elect,
+            leader_election_namespace,
+            leader_election_name,
         } => {
             let policy = crate::object_sync::ObjectSyncPolicy {
                 source_namespaces,
@@ -112,7 +125,13 @@ pub async fn main() -> ExitCode {
                     }
                 },
             };
-            run(kubeconfig, context, policy, telemetry).await
+            let election = leader_elect.then(|| Election {
+                namespace: leader_election_namespace
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "default".into()),
+                name: leader_election_name,
+            });
+            run(kubeconfig, context, policy, telemetry, election).await
         }
         Command::Crds => match crate::crd::crds_yaml() {
             Ok(yaml) => {
@@ -156,11 +175,35 @@ async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::
     }
 }
 
+/// Where the leader Lease lives.
+struct Election {
+    namespace: String,
+    name: String,
+}
+
+/// This replica's identity in the election: the pod's (or host's) name and the process id.
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+        .unwrap_or_else(|_| "kubesync".into());
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+/// How the holding of the Lease ended.
+enum Held {
+    /// Leadership was lost (the operator must stop and the process exit non-zero).
+    Lost(String),
+    /// The operator stopped normally; the Lease may be released.
+    Stopped(Box<crate::leader::Elector>),
+}
+
 async fn run(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
     policy: crate::object_sync::ObjectSyncPolicy,
     telemetry: Option<std::net::SocketAddr>,
+    election: Option<Election>,
 ) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
@@ -198,8 +241,82 @@ async fn run(
             }
         }
     }
-    let result = operator.run(kubesync::runtime::shutdown_signal()).await;
+    // SIGTERM / Ctrl-C, observable from several places.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        kubesync::runtime::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
+        let mut rx = rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let mut holding = None;
+    let mut lost_rx = None;
+    if let Some(election) = election {
+        let mut elector = crate::leader::Elector::new(
+            operator.local.client().clone(),
+            &election.namespace,
+            &election.name,
+            &identity(),
+            crate::leader::Timing::default(),
+        );
+        operator.set_leader(Some(false));
+        tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", election.namespace, election.name), "waiting to become the leader");
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = stopped(&stop_rx) => {
+                let _ = stop_telemetry.send(());
+                return ExitCode::SUCCESS;
+            }
+        }
+        operator.set_leader(Some(true));
+        tracing::info!(identity = elector.identity(), "became the leader");
+        let (lost_tx, rx) = tokio::sync::oneshot::channel::<()>();
+        lost_rx = Some(rx);
+        let until_stopped = stopped(&stop_rx);
+        holding = Some(tokio::spawn(async move {
+            tokio::select! {
+                reason = elector.hold() => {
+                    let _ = lost_tx.send(());
+                    Held::Lost(reason)
+                }
+                () = until_stopped => Held::Stopped(Box::new(elector)),
+            }
+        }));
+    }
+    let until_stopped = stopped(&stop_rx);
+    let result = operator
+        .clone()
+        .run(async move {
+            match lost_rx {
+                Some(lost) => {
+                    tokio::select! {
+                        () = until_stopped => {}
+                        _ = lost => {}
+                    }
+                }
+                None => until_stopped.await,
+            }
+        })
+        .await;
     let _ = stop_telemetry.send(());
+    if let Some(holding) = holding {
+        match holding.await {
+            Ok(Held::Stopped(mut elector)) => elector.release().await,
+            Ok(Held::Lost(reason)) => {
+                operator.set_leader(Some(false));
+                eprintln!("kubesync: lost the leadership ({reason}); stopping");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("kubesync: leader election failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -97,6 +97,8 @@ pub struct Operator {
     /// condition type: a reconcile that reads a status older than its own last patch does not
     /// publish the same transition again.
     pub(crate) published: std::sync::Mutex<HashMap<(String, String), PublishedConditions>>,
+    /// With leader election: whether this replica leads.
+    leader: std::sync::Mutex<Option<bool>>,
 }
 
 /// Per condition type: the (status, reason) last published as an Event.
@@ -152,6 +154,7 @@ impl Operator {
             ctx: std::sync::OnceLock::new(),
             object_syncs: std::sync::Mutex::new(BTreeMap::new()),
             published: std::sync::Mutex::new(HashMap::new()),
+            leader: std::sync::Mutex::new(None),
             recorder: kube::runtime::events::Recorder::new(
                 local.client().clone(),
                 kube::runtime::events::Reporter {
@@ -162,19 +165,35 @@ impl Operator {
         })
     }
 
+    /// Records whether this replica leads (`None`: no leader election).
+    pub fn set_leader(&self, leading: Option<bool>) {
+        *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = leading;
+    }
+
+    /// Whether this replica leads; `None` without leader election.
+    pub fn leader(&self) -> Option<bool> {
+        *self.leader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The running controller's context; `None` before [`run`](Self::run).
     pub fn context(&self) -> Option<Context> {
         self.ctx.get().cloned()
     }
 
     /// Each ObjectSync's last reported state, by (namespace, name).
+    /// Only ObjectSyncs that still exist in the operator's store are shown (a reconcile that
+    /// was in flight when one was deleted may have recorded it after it was forgotten).
     pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
-        self.object_syncs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        let ctx = self.context();
+        let ar = ApiResource::erase::<crate::crd::ObjectSync>(&());
+        let mut gauges = self.object_syncs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ctx) = &ctx {
+            gauges.retain(|(ns, name), _| {
+                ctx.get(&ObjectKey::new(LOCAL, &ar, Some(ns.clone()), name))
+                    .is_some()
+            });
+        }
+        gauges.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     /// Write requests sent so far, by component: the operator's own (statuses, finalizers),

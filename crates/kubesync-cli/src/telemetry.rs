@@ -140,6 +140,12 @@ pub fn liveness(operator: &Operator) -> (bool, String) {
 
 /// Ready once the operator's own watches have listed and none fails.
 pub fn readiness(operator: &Operator) -> (bool, String) {
+    if operator.leader() == Some(false) {
+        return (
+            false,
+            "standby: another replica holds the leader Lease".into(),
+        );
+    }
     let Some(ctx) = operator.context() else {
         return (false, "not started".into());
     };
@@ -208,6 +214,15 @@ pub async fn metrics(operator: &Operator) -> String {
             family(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
+    }
+    if let Some(leading) = operator.leader() {
+        family(
+            &mut out,
+            "kubesync_leader",
+            "gauge",
+            "1 while this replica holds the leader Lease (only with --leader-elect).",
+        );
+        let _ = writeln!(out, "kubesync_leader {}", u8::from(leading));
     }
     family(
         &mut out,

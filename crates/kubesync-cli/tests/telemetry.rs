@@ -5,45 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::eventually;
+use common::{RunningBinary, eventually, free_port, request, sample};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
 use kubesync_cli::crd::ObjectSync;
 use kubesync_testenv::TestEnv;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Sends one request and returns (status code, body); `None` if nothing listens yet.
-async fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((code, body))
-}
-
-/// The value of the first sample line that starts with `series`.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-/// Kills the operator when the test ends, however it ends.
-struct Operator(std::process::Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[tokio::test]
 async fn metrics_health_readiness_and_events_of_the_running_binary() {
@@ -62,18 +28,14 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     // Someone else's object at one destination: a Conflict.
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-c}\ntype: Opaque\nstringData: {token: theirs}\n").await.expect("theirs");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let _operator = Operator(
+    let port = free_port();
+    let _operator = RunningBinary(
         std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
             .arg("run")
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path().expect("kubeconfig"))
             .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "info,kubesync=debug,kubesync_cli=debug")
             .spawn()
             .expect("run kubesync"),
     );

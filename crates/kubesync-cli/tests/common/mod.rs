@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use kubesync::Cluster;
 use kubesync_cli::crd::Condition;
 use kubesync_cli::operator::{Operator, OperatorOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a test waits for a state.
 pub const T: Duration = Duration::from_secs(40);
@@ -71,5 +72,45 @@ impl RunningOperator {
             .expect("stops")
             .expect("join")
             .expect("run");
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Sends one request and returns (status code, body); `None` if nothing listens yet.
+pub async fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+/// The value of the first sample line that starts with `series`.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A `kubesync` process, killed when the test ends, however it ends.
+pub struct RunningBinary(pub std::process::Child);
+
+impl Drop for RunningBinary {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -1,0 +1,269 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, so that several replicas of the
+//! operator can run and exactly one of them works (`kubesync run --leader-elect`).
+//!
+//! As client-go's leader election does: a replica holds the Lease by renewing it; the others
+//! take it over when it has not changed for the lease duration, measured on their own clock
+//! from when they last saw it change (so clocks of different machines need not agree). Every
+//! write carries the Lease's resourceVersion: of two replicas racing for it, one wins. A
+//! leader that cannot renew within the renew deadline stops working (the process exits and is
+//! restarted); one that stops normally releases the Lease, so a standby takes over at once.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
+
+/// Timing of the election (client-go's defaults).
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// A Lease unchanged for this long may be taken over.
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops.
+    pub renew_deadline: Duration,
+    /// How often the Lease is renewed or tried.
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What to do with the Lease as observed (pure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// There is none: create it, held by us.
+    Create,
+    /// We hold it: renew it.
+    Renew,
+    /// Someone else holds it and it is fresh: wait.
+    Wait,
+    /// Free (released) or expired: take it over.
+    TakeOver,
+}
+
+/// Decides the next step: `expired` says whether the Lease has not changed for its duration
+/// (on our clock).
+pub fn step(lease: Option<&LeaseSpec>, me: &str, expired: bool) -> Step {
+    let Some(spec) = lease else {
+        return Step::Create;
+    };
+    match spec.holder_identity.as_deref() {
+        Some(holder) if holder == me => Step::Renew,
+        Some(holder) if !holder.is_empty() && !expired => Step::Wait,
+        _ => Step::TakeOver,
+    }
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timing: Timing,
+    /// The Lease's resourceVersion as last seen, and when (our clock) it was first seen so.
+    observed: Option<(String, Instant)>,
+}
+
+impl Elector {
+    /// An elector for the Lease `namespace/name`, as `identity` (unique per replica).
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timing: Timing,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            timing,
+            observed: None,
+        }
+    }
+
+    /// This replica's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    fn now() -> MicroTime {
+        MicroTime(jiff::Timestamp::now())
+    }
+
+    /// One attempt to acquire or renew: whether this replica holds the Lease afterwards.
+    pub async fn try_once(&mut self) -> kube::Result<bool> {
+        let lease = self.api.get_opt(&self.name).await?;
+        let rv = lease
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone())
+            .unwrap_or_default();
+        let seen_at = match &self.observed {
+            Some((old, at)) if *old == rv => *at,
+            _ => Instant::now(),
+        };
+        self.observed = Some((rv, seen_at));
+        let spec = lease.as_ref().and_then(|l| l.spec.clone());
+        let duration = spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.timing.lease_duration, Duration::from_secs);
+        let expired = seen_at.elapsed() >= duration;
+        let step = match (&lease, spec.as_ref()) {
+            (Some(_), None) => Step::TakeOver,
+            (_, spec) => step(spec, &self.identity, expired),
+        };
+        let seconds = i32::try_from(self.timing.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let result = match (step, lease) {
+            (Step::Wait, _) => return Ok(false),
+            (Step::Create, _) | (_, None) => {
+                let lease = Lease {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(self.name.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.identity.clone()),
+                        lease_duration_seconds: Some(seconds),
+                        acquire_time: Some(Self::now()),
+                        renew_time: Some(Self::now()),
+                        lease_transitions: Some(0),
+                        ..Default::default()
+                    }),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            (step, Some(mut lease)) => {
+                let mut spec = lease.spec.take().unwrap_or_default();
+                if step == Step::TakeOver {
+                    tracing::info!(previous = ?spec.holder_identity, "taking over the leader Lease");
+                    spec.holder_identity = Some(self.identity.clone());
+                    spec.acquire_time = Some(Self::now());
+                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+                }
+                spec.lease_duration_seconds = Some(seconds);
+                spec.renew_time = Some(Self::now());
+                lease.spec = Some(spec);
+                // Carries the resourceVersion read above: a concurrent change wins.
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match result {
+            Ok(lease) => {
+                let rv = lease.metadata.resource_version.unwrap_or_default();
+                self.observed = Some((rv, Instant::now()));
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until this replica holds the Lease.
+    pub async fn acquire(&mut self) {
+        loop {
+            match self.try_once().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: cannot read or write the Lease")
+                }
+            }
+            tokio::time::sleep(self.timing.retry_period).await;
+        }
+    }
+
+    /// Renews the Lease until a renewal has not succeeded for the renew deadline (or another
+    /// replica holds it): returns then, with the reason. Leadership is lost.
+    pub async fn hold(&mut self) -> String {
+        let mut last_renewal = Instant::now();
+        loop {
+            tokio::time::sleep(self.timing.retry_period).await;
+            match self.try_once().await {
+                Ok(true) => last_renewal = Instant::now(),
+                Ok(false) => {
+                    // The Lease changed under us; if another replica holds it now, we lost it.
+                    match self.api.get_opt(&self.name).await {
+                        Ok(Some(l)) => {
+                            let holder = l.spec.and_then(|s| s.holder_identity);
+                            if holder.as_deref() != Some(self.identity.as_str()) {
+                                return format!("the Lease is held by {holder:?} now");
+                            }
+                        }
+                        Ok(None) => return "the Lease was deleted".into(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "leader election: cannot read the Lease")
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "leader election: renewal failed"),
+            }
+            if last_renewal.elapsed() >= self.timing.renew_deadline {
+                return format!(
+                    "the Lease was not renewed for {} s",
+                    last_renewal.elapsed().as_secs()
+                );
+            }
+        }
+    }
+
+    /// Gives the Lease up (on a normal stop), so a standby replica takes over at once.
+    pub async fn release(&mut self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(Self::now());
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!("released the leader Lease"),
+            Err(e) => tracing::warn!(error = %e, "could not release the leader Lease"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_by(holder: &str) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn steps_follow_the_holder_and_expiry() {
+        assert_eq!(step(None, "me", false), Step::Create);
+        assert_eq!(step(Some(&held_by("me")), "me", true), Step::Renew);
+        assert_eq!(step(Some(&held_by("other")), "me", false), Step::Wait);
+        assert_eq!(step(Some(&held_by("other")), "me", true), Step::TakeOver);
+        // Released: free to take at once.
+        assert_eq!(step(Some(&held_by("")), "me", false), Step::TakeOver);
+        assert_eq!(
+            step(Some(&LeaseSpec::default()), "me", false),
+            Step::TakeOver
+        );
+    }
+}

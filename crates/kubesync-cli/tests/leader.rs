@@ -1,0 +1,148 @@
+//! `kubesync run --leader-elect`: several replicas of the real binary on one control plane;
+//! exactly one works, a stopped leader hands over at once, a killed one after its Lease
+//! expires.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{RunningBinary, eventually, free_port, request, sample};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kubesync_testenv::TestEnv;
+
+/// Starts a replica with leader election; returns it and its telemetry port.
+fn replica(env: &TestEnv) -> (RunningBinary, u16) {
+    let port = free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path().expect("kubeconfig"))
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args([
+            "--leader-elect",
+            "--leader-election-namespace",
+            "kube-system",
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("run kubesync");
+    (RunningBinary(child), port)
+}
+
+/// The replica's `kubesync_leader` gauge, once it answers.
+async fn leading(port: u16) -> Option<bool> {
+    let (_, metrics) = request(port, "GET", "/metrics").await?;
+    sample(&metrics, "kubesync_leader").map(|v| v == 1.0)
+}
+
+async fn wait_leading(port: u16, want: bool) {
+    eventually(&format!("replica on {port} leading: {want}"), || async {
+        (leading(port).await == Some(want)).then_some(())
+    })
+    .await;
+}
+
+async fn holder(env: &TestEnv) -> String {
+    Api::<Lease>::namespaced(env.client().expect("client"), "kube-system")
+        .get("kubesync")
+        .await
+        .expect("lease")
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+async fn copy_token(env: &TestEnv) -> Option<String> {
+    let s = Api::<Secret>::namespaced(env.client().expect("client"), "team-a")
+        .get_opt("registry")
+        .await
+        .ok()??;
+    let data = s.data?;
+    Some(String::from_utf8_lossy(&data.get("token")?.0).to_string())
+}
+
+async fn set_token(env: &TestEnv, token: &str) {
+    env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: apps}}\ntype: Opaque\nstringData: {{token: {token}}}\n")).await.expect("source");
+}
+
+#[tokio::test]
+async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires() {
+    let env = TestEnv::builder()
+        .name("leader")
+        .start()
+        .await
+        .expect("start");
+    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("crds");
+    for ns in ["apps", "team-a"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    set_token(&env, "one").await;
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
+
+    // The first replica leads and works; the second waits, and is not ready.
+    let (a, port_a) = replica(&env);
+    wait_leading(port_a, true).await;
+    let (b, port_b) = replica(&env);
+    wait_leading(port_b, false).await;
+    assert!(holder(&env).await.ends_with(&format!("-{}", a.0.id())));
+    eventually("the leader copies", || async {
+        (copy_token(&env).await.as_deref() == Some("one")).then_some(())
+    })
+    .await;
+    let (code, body) = request(port_b, "GET", "/readyz").await.expect("readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("standby"), "{body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leading(port_b).await, Some(false), "still one leader");
+
+    // A leader stopped with SIGTERM releases the Lease: the standby takes over without
+    // waiting for it to expire (15 s).
+    let mut a = a;
+    let stopped_at = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &a.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        let code = a.0.wait().expect("wait");
+        (a, code)
+    })
+    .await
+    .expect("join");
+    assert!(exit.1.success(), "a normal stop exits 0: {:?}", exit.1);
+    wait_leading(port_b, true).await;
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(12),
+        "taken over after {:?}, so not by expiry",
+        stopped_at.elapsed()
+    );
+    assert!(holder(&env).await.ends_with(&format!("-{}", b.0.id())));
+    set_token(&env, "two").await;
+    eventually("the new leader copies", || async {
+        (copy_token(&env).await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+
+    // A leader killed without a chance to release: a standby takes over once the Lease has
+    // not been renewed for its duration.
+    let (_c, port_c) = replica(&env);
+    wait_leading(port_c, false).await;
+    drop(b);
+    let killed_at = Instant::now();
+    wait_leading(port_c, true).await;
+    assert!(
+        killed_at.elapsed() >= Duration::from_secs(10),
+        "took over a fresh Lease after {:?}",
+        killed_at.elapsed()
+    );
+    set_token(&env, "three").await;
+    eventually("the third leader copies", || async {
+        (copy_token(&env).await.as_deref() == Some("three")).then_some(())
+    })
+    .await;
+}
