@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RunningBinary, eventually, free_port, request, sample};
+use common::{RunningBinary, eventually, free_port, operator_cluster, request, sample};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -69,17 +69,7 @@ async fn set_token(env: &TestEnv, token: &str) {
 
 #[tokio::test]
 async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires() {
-    let env = TestEnv::builder()
-        .name("leader")
-        .start()
-        .await
-        .expect("start");
-    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
-        .await
-        .expect("crds");
-    for ns in ["apps", "team-a"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
+    let env = operator_cluster("leader", false, &["apps", "team-a"]).await;
     set_token(&env, "one").await;
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
 

@@ -37,18 +37,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let env = TestEnv::builder()
-        .name("objectsync")
-        .with_controller_manager(true)
-        .start()
-        .await
-        .expect("start");
-    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
-        .await
-        .expect("crds");
-    for ns in ["apps", "shared", "team-a", "team-b"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
+    let env = operator_cluster("objectsync", true, &["apps", "shared", "team-a", "team-b"]).await;
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {color: blue}\n").await.expect("cm");
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("secret");
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: ca, namespace: shared}\ntype: Opaque\nstringData: {ca.crt: CA}\n").await.expect("secret");

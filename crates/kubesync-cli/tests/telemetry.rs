@@ -5,25 +5,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{RunningBinary, eventually, free_port, request, sample};
+use common::{RunningBinary, eventually, free_port, operator_cluster, request, sample};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
 use kubesync_cli::crd::ObjectSync;
-use kubesync_testenv::TestEnv;
 
 #[tokio::test]
 async fn metrics_health_readiness_and_events_of_the_running_binary() {
-    let env = TestEnv::builder()
-        .name("telemetry")
-        .start()
-        .await
-        .expect("start");
-    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
-        .await
-        .expect("crds");
-    for ns in ["apps", "team-a", "team-b", "team-c"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
+    let env = operator_cluster("telemetry", false, &["apps", "team-a", "team-b", "team-c"]).await;
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("source");
     // Someone else's object at one destination: a Conflict.
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-c}\ntype: Opaque\nstringData: {token: theirs}\n").await.expect("theirs");

@@ -114,3 +114,24 @@ impl Drop for RunningBinary {
         let _ = self.0.wait();
     }
 }
+
+/// A control plane with kubesync's CRDs installed and these namespaces created.
+pub async fn operator_cluster(
+    name: &str,
+    with_controller_manager: bool,
+    namespaces: &[&str],
+) -> kubesync_testenv::TestEnv {
+    let env = kubesync_testenv::TestEnv::builder()
+        .name(name)
+        .with_controller_manager(with_controller_manager)
+        .start()
+        .await
+        .expect("start");
+    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
+        .await
+        .expect("crds");
+    for ns in namespaces {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    env
+}
