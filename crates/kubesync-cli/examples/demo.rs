@@ -243,6 +243,33 @@ async fn count_copies(env: &TestEnv, name: &str) -> anyhow::Result<usize> {
         .count())
 }
 
+/// Waits (at most 10 s) for an Event with this reason on the ObjectSync `registry`.
+async fn wait_for_event(
+    events: &Api<k8s_openapi::api::events::v1::Event>,
+    reason: &str,
+) -> anyhow::Result<k8s_openapi::api::events::v1::Event> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("registry")
+            });
+        if let Some(e) = found {
+            return Ok(e);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no {reason} event on the ObjectSync"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn part3(west: &TestEnv) -> anyhow::Result<()> {
     println!(
         "\nPart 3 — ObjectSync: one Secret kept in sync in every team namespace (same operator)"
@@ -292,6 +319,16 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
             d.cluster, d.namespace, d.state, d.message
         );
     }
+    // The same news as a Kubernetes Event on the ObjectSync (kubectl describe objectsync).
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(west.client()?, "platform");
+    let found = wait_for_event(&events, "NotAllSynced").await?;
+    println!(
+        "   event: {} {}: {}",
+        found.type_.unwrap_or_default(),
+        found.reason.unwrap_or_default(),
+        found.note.unwrap_or_default()
+    );
 
     step(19, "A new namespace team-f appears");
     west.apply_yaml(
