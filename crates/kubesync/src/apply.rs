@@ -35,10 +35,12 @@ impl Drop for WriteTimer {
     }
 }
 
-/// Sends every write and counts them per cluster. Cheap to clone (clones share the counts).
+/// Sends every write and counts them per cluster and resource. Cheap to clone (clones share
+/// the counts).
 #[derive(Clone, Debug, Default)]
 pub struct Writer {
-    counts: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// By (cluster, resource plural).
+    counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
 }
 
 fn api(cluster: &Cluster, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -61,15 +63,30 @@ impl Writer {
 
     /// Write requests sent to one cluster so far.
     pub fn writes_to(&self, cluster: &str) -> u64 {
-        self.lock().get(cluster).copied().unwrap_or(0)
+        self.lock()
+            .iter()
+            .filter(|((c, _), _)| c == cluster)
+            .map(|(_, n)| n)
+            .sum()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+    /// Write requests for one resource (its plural, e.g. `namespaces`) sent to one cluster.
+    pub fn writes_of(&self, cluster: &str, plural: &str) -> u64 {
+        self.lock()
+            .get(&(cluster.to_string(), plural.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), u64>> {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn count(&self, cluster: &Cluster) -> WriteTimer {
-        *self.lock().entry(cluster.name().to_string()).or_insert(0) += 1;
+    fn count(&self, cluster: &Cluster, ar: &ApiResource) -> WriteTimer {
+        *self
+            .lock()
+            .entry((cluster.name().to_string(), ar.plural.clone()))
+            .or_insert(0) += 1;
         WriteTimer(std::time::Instant::now())
     }
 }
@@ -97,7 +114,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        let _timer = self.count(cluster);
+        let _timer = self.count(cluster, ar);
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
             .create(&post_params(field_manager), obj)
             .await?)
@@ -111,7 +128,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        let _timer = self.count(cluster);
+        let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
             .replace(&name, &post_params(field_manager), obj)
@@ -126,7 +143,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        let _timer = self.count(cluster);
+        let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
         Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
             .patch(
@@ -172,7 +189,7 @@ impl Writer {
         field_manager: &str,
         status: bool,
     ) -> Result<DynamicObject> {
-        let _timer = self.count(cluster);
+        let _timer = self.count(cluster, ar);
         let pp = PatchParams {
             field_manager: Some(field_manager.into()),
             ..Default::default()
@@ -223,7 +240,7 @@ impl Writer {
         propagation: Option<PropagationPolicy>,
         uid: Option<&str>,
     ) -> Result<Deleted> {
-        let _timer = self.count(cluster);
+        let _timer = self.count(cluster, ar);
         let dp = DeleteParams {
             propagation_policy: propagation,
             preconditions: uid.map(|u| Preconditions {

@@ -560,13 +560,11 @@ async fn a_new_local_namespace_is_created_once_for_many_objects_at_once() {
         until(&l, &format!("b{i}"), "synced", |_| true).await;
     }
     running.stop().await;
-    // 30 creates and one namespace (a rare retry of a create that raced its own watch event
-    // is tolerated; sixteen namespace creates are not).
-    let local_writes = writes.writes_to(local.name());
-    assert!(
-        (31..=33).contains(&local_writes),
-        "{local_writes} writes to the local cluster"
-    );
+    // One namespace create, not one per concurrent reconcile. (The Widgets' count is not
+    // asserted: under load, a reconcile may start before the local store shows the Widget it
+    // just created and try once more, which the apiserver refuses.)
+    assert_eq!(writes.writes_of(local.name(), "namespaces"), 1);
+    assert!(writes.writes_of(local.name(), "widgets") >= 30);
 }
 
 #[tokio::test]
