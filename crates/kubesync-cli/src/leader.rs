@@ -69,6 +69,8 @@ pub struct Elector {
     timing: Timing,
     /// The Lease's resourceVersion as last seen, and when (our clock) it was first seen so.
     observed: Option<(String, Instant)>,
+    /// Its holder as last read (`None`: no Lease, or none holds it).
+    holder: Option<String>,
 }
 
 impl Elector {
@@ -86,6 +88,7 @@ impl Elector {
             identity: identity.to_string(),
             timing,
             observed: None,
+            holder: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl Elector {
         };
         self.observed = Some((rv, seen_at));
         let spec = lease.as_ref().and_then(|l| l.spec.clone());
+        self.holder = spec.as_ref().and_then(|s| s.holder_identity.clone());
         let duration = spec
             .as_ref()
             .and_then(|s| s.lease_duration_seconds)
@@ -162,6 +166,7 @@ impl Elector {
             Ok(lease) => {
                 let rv = lease.metadata.resource_version.unwrap_or_default();
                 self.observed = Some((rv, Instant::now()));
+                self.holder = Some(self.identity.clone());
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -191,21 +196,12 @@ impl Elector {
             tokio::time::sleep(self.timing.retry_period).await;
             match self.try_once().await {
                 Ok(true) => last_renewal = Instant::now(),
-                Ok(false) => {
-                    // The Lease changed under us; if another replica holds it now, we lost it.
-                    match self.api.get_opt(&self.name).await {
-                        Ok(Some(l)) => {
-                            let holder = l.spec.and_then(|s| s.holder_identity);
-                            if holder.as_deref() != Some(self.identity.as_str()) {
-                                return format!("the Lease is held by {holder:?} now");
-                            }
-                        }
-                        Ok(None) => return "the Lease was deleted".into(),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "leader election: cannot read the Lease")
-                        }
-                    }
+                // Another replica holds it now (as just read): lost. A write that lost a race
+                // while the Lease still names us is tried again.
+                Ok(false) if self.holder.as_deref() != Some(self.identity.as_str()) => {
+                    return format!("the Lease is held by {:?} now", self.holder);
                 }
+                Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "leader election: renewal failed"),
             }
             if last_renewal.elapsed() >= self.timing.renew_deadline {

@@ -462,25 +462,7 @@ impl Operator {
     ) -> kubesync::Result<()> {
         let old = os.status.clone().unwrap_or_default();
         let generation = os.metadata.generation;
-        self.record_gauge(os, &conditions, &destinations);
-        let id = (os.namespace().unwrap_or_default(), os.name_any());
-        let events: Vec<_> = {
-            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-            let last = published.entry(id).or_default();
-            condition_events(&old.conditions, &conditions)
-                .into_iter()
-                .filter(|(_, type_, _, _)| {
-                    let c = conditions.iter().find(|c| &c.type_ == type_);
-                    let now = c.map(|c| (c.status.clone(), c.reason.clone()));
-                    let repeat = now.is_some() && last.get(type_) == now.as_ref();
-                    if let Some(now) = now {
-                        last.insert(type_.clone(), now);
-                    }
-                    !repeat
-                })
-                .map(|(event_type, _, reason, note)| (event_type, reason, note))
-                .collect()
-        };
+        let events = self.record(os, &conditions, &destinations);
         for (type_, reason, note) in events {
             let event = kube::runtime::events::Event {
                 type_,
@@ -511,13 +493,14 @@ impl Operator {
         Ok(())
     }
 
-    /// Remembers an ObjectSync's state for `/metrics`.
-    fn record_gauge(
+    /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
+    /// changes call for: those of [`condition_events`] not published already.
+    fn record(
         &self,
         os: &ObjectSync,
         conditions: &[Condition],
         destinations: &[DestinationStatusEntry],
-    ) {
+    ) -> Vec<(kube::runtime::events::EventType, String, String)> {
         let mut gauge = ObjectSyncGauge {
             ready: conditions
                 .iter()
@@ -530,24 +513,37 @@ impl Operator {
         for d in destinations {
             *gauge.destinations.entry(d.state.clone()).or_default() += 1;
         }
-        self.object_syncs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((os.namespace().unwrap_or_default(), os.name_any()), gauge);
+        let old = os.status.as_ref().map(|s| s.conditions.as_slice());
+        let mut records = self.object_syncs.lock().unwrap_or_else(|e| e.into_inner());
+        let record = records
+            .entry((os.namespace().unwrap_or_default(), os.name_any()))
+            .or_default();
+        record.gauge = gauge;
+        let mut events = Vec::new();
+        for (event_type, condition, reason, note) in
+            condition_events(old.unwrap_or_default(), conditions)
+        {
+            let status = conditions
+                .iter()
+                .find(|c| c.type_ == condition)
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            let now = (status, reason.clone());
+            if record.published.get(&condition) != Some(&now) {
+                record.published.insert(condition, now);
+                events.push((event_type, reason, note));
+            }
+        }
+        events
     }
 
     /// Forgets an ObjectSync that is gone: its engine state and its metrics.
     fn forget_object_sync(&self, ctx: &Context, key: &ObjectKey) {
         self.fan_out.forget(ctx, key);
-        let id = (key.namespace.clone().unwrap_or_default(), key.name.clone());
         self.object_syncs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        self.published
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+            .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
     }
 }
 

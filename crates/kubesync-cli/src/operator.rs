@@ -89,20 +89,23 @@ pub struct Operator {
     pub(crate) remotes: std::sync::Mutex<HashMap<String, (String, Cluster)>>,
     /// The running controller's context (set when [`run`](Self::run) starts).
     ctx: std::sync::OnceLock<Context>,
-    /// Each ObjectSync's last reported state, for `/metrics`.
-    pub(crate) object_syncs: std::sync::Mutex<BTreeMap<(String, String), ObjectSyncGauge>>,
+    /// What the operator remembers of each ObjectSync, by (namespace, name); forgotten with it.
+    pub(crate) object_syncs: std::sync::Mutex<BTreeMap<(String, String), ObjectSyncRecord>>,
     /// Publishes Kubernetes Events about kubesync's resources.
     pub(crate) recorder: kube::runtime::events::Recorder,
-    /// The (status, reason) last published as an Event, by object (namespace, name) and
-    /// condition type: a reconcile that reads a status older than its own last patch does not
-    /// publish the same transition again.
-    pub(crate) published: std::sync::Mutex<HashMap<(String, String), PublishedConditions>>,
     /// With leader election: whether this replica leads.
     leader: std::sync::Mutex<Option<bool>>,
 }
 
-/// Per condition type: the (status, reason) last published as an Event.
-pub(crate) type PublishedConditions = BTreeMap<String, (String, String)>;
+/// What the operator remembers of one ObjectSync.
+#[derive(Debug, Default)]
+pub(crate) struct ObjectSyncRecord {
+    /// Its last reported state, for `/metrics`.
+    pub(crate) gauge: ObjectSyncGauge,
+    /// Per condition type, the (status, reason) last published as an Event: a reconcile that
+    /// reads a status older than its own last patch does not publish that transition again.
+    pub(crate) published: BTreeMap<String, (String, String)>,
+}
 
 /// An ObjectSync's state as `/metrics` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -153,7 +156,6 @@ impl Operator {
             remotes: std::sync::Mutex::new(HashMap::new()),
             ctx: std::sync::OnceLock::new(),
             object_syncs: std::sync::Mutex::new(BTreeMap::new()),
-            published: std::sync::Mutex::new(HashMap::new()),
             leader: std::sync::Mutex::new(None),
             recorder: kube::runtime::events::Recorder::new(
                 local.client().clone(),
@@ -186,14 +188,17 @@ impl Operator {
     pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
         let ctx = self.context();
         let ar = ApiResource::erase::<crate::crd::ObjectSync>(&());
-        let mut gauges = self.object_syncs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut records = self.object_syncs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(ctx) = &ctx {
-            gauges.retain(|(ns, name), _| {
+            records.retain(|(ns, name), _| {
                 ctx.get(&ObjectKey::new(LOCAL, &ar, Some(ns.clone()), name))
                     .is_some()
             });
         }
-        gauges.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        records
+            .iter()
+            .map(|(k, r)| (k.clone(), r.gauge.clone()))
+            .collect()
     }
 
     /// Write requests sent so far, by component: the operator's own (statuses, finalizers),
