@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
+use common::Connect;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -85,7 +86,7 @@ async fn copies(
     version: Option<String>,
     want: usize,
 ) -> anyhow::Result<()> {
-    let all: Api<Secret> = Api::all(env.client()?);
+    let all: Api<Secret> = Api::all(env.kubesync_client()?);
     common::wait_for(
         all,
         common::cached_lists().labels(&format!("kubesync.io/managed-by={uid}")),
@@ -218,8 +219,8 @@ async fn engine_round(
         control,
         source_ns,
     } = setup;
-    let namespaces: Api<Namespace> = Api::all(env.client()?);
-    let src: Api<Secret> = Api::namespaced(env.client()?, source_ns);
+    let namespaces: Api<Namespace> = Api::all(env.kubesync_client()?);
+    let src: Api<Secret> = Api::namespaced(env.kubesync_client()?, source_ns);
     let (cold_name, warm_name) = (format!("cold-{round}"), format!("warm-{round}"));
     for name in [&cold_name, &warm_name] {
         src.patch(
@@ -229,7 +230,7 @@ async fn engine_round(
         )
         .await?;
     }
-    let anchor: Api<ConfigMap> = Api::namespaced(env.client()?, control);
+    let anchor: Api<ConfigMap> = Api::namespaced(env.kubesync_client()?, control);
     // Declarations are anchored on ConfigMaps in the control namespace (their uid owns the
     // copies); the reconciler finds each one's spec by the ConfigMap's name.
     let mut uids = std::collections::HashMap::new();
@@ -270,7 +271,7 @@ async fn engine_round(
         .collect();
     let fan_out = Arc::new(FanOut::new("local").concurrency(CONCURRENCY));
     let controller = Controller::new()
-        .cluster(Cluster::new("local", env.client()?))
+        .cluster(Cluster::new("local", env.kubesync_client()?))
         .watch("local", Watch::of::<ConfigMap>().namespace(control))?;
     let (stop, stopped) = oneshot::channel::<()>();
     let (f, control2) = (fan_out.clone(), control.clone());
@@ -320,7 +321,7 @@ async fn engine_round(
     // Cold: the first declaration of its kind, in a running controller; the engine starts
     // its Secret and Namespace watches and lists them first.
     reports.seen(&format!("{cold_name}-uid")).await?;
-    let counting = common::ServerWrites::start(vec![env.client()?], "secrets").await?;
+    let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
     anchor
@@ -358,7 +359,7 @@ async fn engine_round(
         )
         .await?;
     let new_namespace = reports.synced_in(&cold_name, &late).await? - t;
-    let late_api: Api<Secret> = Api::namespaced(env.client()?, &late);
+    let late_api: Api<Secret> = Api::namespaced(env.kubesync_client()?, &late);
     anyhow::ensure!(
         late_api.get_opt(&cold_name).await?.is_some(),
         "no copy in {late}"
@@ -386,7 +387,7 @@ async fn engine_round(
     reports.cleaned(&[&cold_name, &warm_name]).await?;
     let cleanup = t.elapsed();
     for uid in uids.values() {
-        let left = Api::<Secret>::all(env.client()?)
+        let left = Api::<Secret>::all(env.kubesync_client()?)
             .list_metadata(&ListParams::default().labels(&format!("kubesync.io/managed-by={uid}")))
             .await?;
         anyhow::ensure!(left.items.is_empty(), "{} copies left", left.items.len());
@@ -425,7 +426,7 @@ async fn plain_round(
     mode: Plain,
 ) -> anyhow::Result<PlainRun> {
     let watched = mode == Plain::Watched;
-    let client = env.client()?;
+    let client = env.kubesync_client()?;
     let name = format!(
         "{}-{round}",
         match mode {
@@ -476,7 +477,7 @@ async fn plain_round(
         Vec::new()
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let counting = common::ServerWrites::start(vec![env.client()?], "secrets").await?;
+    let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
     // With `ReadFirst`, the plain client does the engine's whole job: it lists the matching
@@ -585,7 +586,7 @@ struct PlainRun {
 
 async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
     let prefix = format!("b{n}");
-    let namespaces: Api<Namespace> = Api::all(env.client()?);
+    let namespaces: Api<Namespace> = Api::all(env.kubesync_client()?);
     let setup = Setup {
         control: format!("{prefix}-control"),
         source_ns: format!("{prefix}-src"),
@@ -599,8 +600,8 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
             )
             .await?;
     }
-    create_namespaces(&env.client()?, &prefix, n).await?;
-    let population = Api::<Secret>::all(env.client()?)
+    create_namespaces(&env.kubesync_client()?, &prefix, n).await?;
+    let population = Api::<Secret>::all(env.kubesync_client()?)
         .list_metadata(&ListParams::default())
         .await?
         .items
@@ -731,9 +732,24 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var_os("BENCH_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     println!("kubesync fan-out benchmarks (concurrency {CONCURRENCY})\n");
     let env = TestEnv::builder().name("bench-fanout").start().await?;
-    run(&env, 300).await?;
-    run(&env, 1000).await?;
+    // `BENCH_SIZES=300` runs one size only.
+    let sizes: Vec<usize> = match std::env::var("BENCH_SIZES") {
+        Ok(v) => v
+            .split(',')
+            .map(|s| s.trim().parse())
+            .collect::<Result<_, _>>()?,
+        Err(_) => vec![300, 1000],
+    };
+    for n in sizes {
+        run(&env, n).await?;
+    }
     Ok(())
 }

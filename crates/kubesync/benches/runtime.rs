@@ -6,11 +6,17 @@
 //!   next to the time a plain client needs to list them;
 //! - event latency: from a write returning to the reconcile that sees it (p50/p90/max);
 //! - copy throughput: the copy example copying N ConfigMaps to a second cluster, next to a plain
-//!   client doing the same server-side applies with the same concurrency, as a ratio.
+//!   client doing the same server-side applies with the same concurrency, as a ratio;
+//! - new connections: a new client lists N ConfigMaps and the namespaces at once (the second list
+//!   opens a second connection), with kube's default client and with kubesync's (`TCP_NODELAY`).
 
+#[allow(dead_code)]
+mod common;
 #[allow(dead_code)]
 #[path = "../examples/copy.rs"]
 mod copy;
+
+use common::Connect;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
     let ns = "bench";
     a.create_namespace(ns).await?;
     b.create_namespace(ns).await?;
-    let a_cms: Api<ConfigMap> = Api::namespaced(a.client()?, ns);
+    let a_cms: Api<ConfigMap> = Api::namespaced(a.kubesync_client()?, ns);
     let created = create_many(&a_cms, ns, N, serde_json::json!({})).await;
     println!(
         "setup: {N} ConfigMaps created by a plain client in {:.2} s",
@@ -109,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
     let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<(String, String)>();
     let c = count.clone();
     let controller = Controller::new()
-        .cluster(Cluster::new("a", a.client()?))
+        .cluster(Cluster::new("a", a.kubesync_client()?))
         .watch("a", Watch::of::<ConfigMap>().namespace(ns))?
         .concurrency(CONCURRENCY);
     let (stop, stopped) = oneshot::channel::<()>();
@@ -186,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
     // 4. Copy throughput against a plain client doing the same writes.
     let copy_ns = "copy";
     a.create_namespace(copy_ns).await?;
-    let a_copy: Api<ConfigMap> = Api::namespaced(a.client()?, copy_ns);
+    let a_copy: Api<ConfigMap> = Api::namespaced(a.kubesync_client()?, copy_ns);
     create_many(
         &a_copy,
         copy_ns,
@@ -194,12 +200,12 @@ async fn main() -> anyhow::Result<()> {
         serde_json::json!({ copy::COPY_LABEL: "true" }),
     )
     .await;
-    let b_copy: Api<ConfigMap> = Api::namespaced(b.client()?, copy_ns);
+    let b_copy: Api<ConfigMap> = Api::namespaced(b.kubesync_client()?, copy_ns);
     let (stop, stopped) = oneshot::channel::<()>();
     let t = Instant::now();
     let task = tokio::spawn(copy::run_copy(
-        Cluster::new("a", a.client()?),
-        Cluster::new("b", b.client()?),
+        Cluster::new("a", a.kubesync_client()?),
+        Cluster::new("b", b.kubesync_client()?),
         async {
             let _ = stopped.await;
         },
@@ -219,7 +225,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = stop.send(());
     task.await??;
     b.create_namespace("plain").await?;
-    let b_plain: Api<ConfigMap> = Api::namespaced(b.client()?, "plain");
+    let b_plain: Api<ConfigMap> = Api::namespaced(b.kubesync_client()?, "plain");
     let plain = create_many(
         &b_plain,
         "plain",
@@ -233,5 +239,37 @@ async fn main() -> anyhow::Result<()> {
         plain.as_secs_f64(),
         copied.as_secs_f64() / plain.as_secs_f64()
     );
+
+    // 5. New connections: kube's default client against kubesync's.
+    let (mut default, mut nodelay) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        default.push(first_requests(kube::Client::try_from(a.config()?)?).await?);
+        nodelay.push(first_requests(a.kubesync_client()?).await?);
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e3
+    };
+    println!(
+        "new connections: a new client lists {N} ConfigMaps and the namespaces at once (median of {ROUNDS}): kube's default client {:.1} ms, kubesync's client (TCP_NODELAY) {:.1} ms",
+        median(&mut default),
+        median(&mut nodelay)
+    );
     Ok(())
+}
+
+/// Rounds of the new-connection measurement.
+const ROUNDS: usize = 11;
+
+/// A controller's start on a new client: one request has opened a connection; then two lists
+/// run at once (the N ConfigMaps, and the namespaces, as two watches' first lists), so the
+/// second needs a new connection. Returns the time for the two.
+async fn first_requests(client: kube::Client) -> anyhow::Result<Duration> {
+    let (configmaps, namespaces): (Api<ConfigMap>, Api<k8s_openapi::api::core::v1::Namespace>) =
+        (Api::all(client.clone()), Api::all(client));
+    let cached = ListParams::default().match_any();
+    namespaces.list_metadata(&cached).await?;
+    let t = Instant::now();
+    futures::try_join!(configmaps.list(&cached), namespaces.list(&cached))?;
+    Ok(t.elapsed())
 }

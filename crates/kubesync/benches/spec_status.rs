@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 // Not every helper is used by every benchmark.
 #[allow(dead_code)]
 mod common;
+use common::Connect;
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -155,8 +156,8 @@ impl Bench {
                     .unwrap_or(CONCURRENCY),
             )
             .build(
-                Cluster::new("remote", self.remote.client().expect("client")),
-                Cluster::new("local", self.local.client().expect("client")),
+                Cluster::new("remote", self.remote.kubesync_client().expect("client")),
+                Cluster::new("local", self.local.kubesync_client().expect("client")),
             )
     }
 
@@ -167,10 +168,14 @@ impl Bench {
             Mode::Kubesync => format!("bench-{round}"),
         };
         self.remote.create_namespace(&ns).await?;
-        let r_api: Api<DynamicObject> = Api::namespaced_with(self.remote.client()?, &ns, &self.ar);
+        let r_api: Api<DynamicObject> =
+            Api::namespaced_with(self.remote.kubesync_client()?, &ns, &self.ar);
         create_widgets(&r_api, &ns).await;
         let counting = common::ServerWrites::start(
-            vec![self.remote.client()?, self.local.client()?],
+            vec![
+                self.remote.kubesync_client()?,
+                self.local.kubesync_client()?,
+            ],
             "widgets",
         )
         .await?;
@@ -178,10 +183,13 @@ impl Bench {
             Mode::Plain | Mode::PlainWatched => {
                 self.local.create_namespace(&ns).await?;
                 let l_api: Api<DynamicObject> =
-                    Api::namespaced_with(self.local.client()?, &ns, &self.ar);
+                    Api::namespaced_with(self.local.kubesync_client()?, &ns, &self.ar);
                 // The engine's three watches and the benchmark's own observer, drained.
                 let watchers = if matches!(mode, Mode::PlainWatched) {
-                    let (rc, lc) = (self.remote.client()?, self.local.client()?);
+                    let (rc, lc) = (
+                        self.remote.kubesync_client()?,
+                        self.local.kubesync_client()?,
+                    );
                     let cached = common::cached_lists;
                     vec![
                         common::drain(
@@ -373,9 +381,9 @@ async fn main() -> anyhow::Result<()> {
 
     // Status latency at idle, with that engine running.
     let r_api: Api<DynamicObject> =
-        Api::namespaced_with(bench.remote.client()?, "bench-0", &bench.ar);
+        Api::namespaced_with(bench.remote.kubesync_client()?, "bench-0", &bench.ar);
     let l_api: Api<DynamicObject> =
-        Api::namespaced_with(bench.local.client()?, "bench-0", &bench.ar);
+        Api::namespaced_with(bench.local.kubesync_client()?, "bench-0", &bench.ar);
     let mut lat = Vec::new();
     for i in 0..20 {
         let name = format!("w{i}");

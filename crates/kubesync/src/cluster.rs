@@ -1,4 +1,5 @@
-//! Cluster connections: a name plus a [`kube::Client`].
+//! Cluster connections: a name plus a [`kube::Client`], and [`client`], which builds that
+//! client with `TCP_NODELAY`.
 
 use std::fmt;
 use std::path::Path;
@@ -114,9 +115,9 @@ impl Cluster {
         Self::from_config(name, config)
     }
 
-    /// A cluster from a [`kube::Config`].
+    /// A cluster from a [`kube::Config`], with a client built by [`client`].
     pub fn from_config(name: impl Into<String>, config: Config) -> Result<Self> {
-        Ok(Self::new(name, Client::try_from(config)?))
+        Ok(Self::new(name, client(config)?))
     }
 
     /// The cluster's name.
@@ -133,4 +134,49 @@ impl Cluster {
     pub async fn server_version(&self) -> Result<String> {
         Ok(self.client.apiserver_version().await?.git_version)
     }
+}
+
+/// A [`kube::Client`] for `config`: kube's own request stack (base URI, retries of 429/503/504
+/// when `config.default_retry` is set, authentication and token refresh, extra headers, connect,
+/// read and write timeouts) over connections with `TCP_NODELAY` set.
+///
+/// kube's default client leaves Nagle's algorithm on. Every new connection then waits for the
+/// apiserver's delayed acknowledgement (about 40 ms on Linux) before its first request goes out,
+/// and a client opens a new HTTP/1.1 connection for each request it sends while the others are
+/// busy: a controller's concurrent writes and its watches' first lists. `make bench` measures the
+/// difference (`runtime` benchmark, "new connections").
+///
+/// With `config.proxy_url` set, the client is kube's default one (its proxy connectors are not
+/// public). The client carries no expiry ([`Client::valid_until`]), which kube sets only for
+/// client certificates issued by an exec plugin.
+pub fn client(config: Config) -> Result<Client> {
+    use kube::client::ConfigExt;
+    use tower::ServiceBuilder;
+
+    if config.proxy_url.is_some() {
+        return Ok(Client::try_from(config)?);
+    }
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let transport =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(transport);
+    Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
 }

@@ -10,6 +10,22 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+/// Clients for a control plane, built like kubesync's own ([`kubesync::cluster::client`]): the
+/// engine and the plain client it is compared with connect the same way.
+pub trait Connect {
+    /// A new client for this control plane.
+    fn kubesync_client(&self) -> Result<kube::Client, kubesync::Error>;
+}
+
+impl Connect for kubesync_testenv::TestEnv {
+    fn kubesync_client(&self) -> Result<kube::Client, kubesync::Error> {
+        let config = self
+            .config()
+            .map_err(|e| kubesync::Error::Kubeconfig(e.to_string()))?;
+        kubesync::cluster::client(config)
+    }
+}
+
 /// The watch configuration the engine's watches run with (lists served from the apiserver's
 /// watch cache in one page). Drains and observers in the benchmarks use it too, so that the
 /// plain client's runs carry the same watch load as the engine's.

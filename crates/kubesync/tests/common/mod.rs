@@ -15,9 +15,9 @@ pub fn shared(name: &str) -> &'static TestEnv {
     TestEnv::shared(name, false).expect("start shared control plane")
 }
 
-/// A `Cluster` for an environment, with a client bound to the current runtime.
+/// A `Cluster` for an environment, with kubesync's client (bound to the current runtime).
 pub fn cluster(env: &TestEnv) -> Cluster {
-    Cluster::new(env.name(), env.client().expect("client"))
+    Cluster::from_config(env.name(), env.config().expect("config")).expect("client")
 }
 
 /// A unique namespace name for one test.
