@@ -4,7 +4,7 @@
 //! declaration of its kind in a running controller, so the engine first starts and lists its
 //! Secret and Namespace watches) and warm (a second declaration of the same kind, its watches
 //! already running) — time for a source update to reach every copy, time for a new namespace to
-//! get its copy, time to delete every copy, and the same writes (one server-side apply per
+//! get its copy, time to delete every copy, and the same writes (one create, a POST, per
 //! namespace) sent by a plain client with the same concurrency. Each destination namespace also
 //! holds [`OTHER_SECRETS`] Secrets of other owners, and every run deletes its copies again, so
 //! each run starts from the same cluster.
@@ -428,7 +428,7 @@ async fn engine_round(
     })
 }
 
-/// The same writes by a plain client: one apply per namespace of the very object kubesync
+/// The same writes by a plain client: one create per namespace of the very object kubesync
 /// would write (the source's copy with kubesync's marks), same concurrency.
 async fn plain_round(
     env: &TestEnv,
@@ -534,14 +534,12 @@ async fn plain_round(
                 copy.metadata.namespace.as_deref().unwrap_or_default(),
                 &ar,
             );
-            let name = name.clone();
             async move {
-                api.patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&copy),
-                )
-                .await
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                api.create(&params, &copy).await
             }
         })
         .buffer_unordered(CONCURRENCY)
@@ -667,7 +665,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
         list(engine_runs.iter().map(|r| r.listed).collect()),
     );
     println!(
-        "  plain client, same applies: {:.2} s (runs {}); with the same watches open: {:.2} s (runs {})",
+        "  plain client, same creates: {:.2} s (runs {}); with the same watches open: {:.2} s (runs {})",
         plain.as_secs_f64(),
         list(plain_runs.iter().map(|r| r.write).collect()),
         watched.as_secs_f64(),

@@ -182,6 +182,29 @@ impl Writer {
             .await
     }
 
+    /// Sends a JSON patch (RFC 6902: `test`, `replace`, … operations) to an object; a failed
+    /// `test` changes nothing.
+    pub async fn json_patch(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Value,
+        field_manager: &str,
+    ) -> Result<DynamicObject> {
+        let ops = serde_json::from_value(patch.clone())
+            .map_err(|e| crate::Error::Config(format!("not a JSON patch: {e}")))?;
+        let _timer = self.count(cluster, ar);
+        let pp = PatchParams {
+            field_manager: Some(field_manager.into()),
+            ..Default::default()
+        };
+        Ok(api(cluster, ar, namespace)
+            .patch(name, &pp, &Patch::<()>::Json(ops))
+            .await?)
+    }
+
     async fn merge(
         &self,
         (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),

@@ -657,6 +657,98 @@ async fn changing_the_source_kind_removes_the_old_copies() {
     running.stop().await;
 }
 
+/// The managed-fields entries of `manager` on an object, as `operation` names.
+fn operations_of(s: &Secret, manager: &str) -> Vec<String> {
+    let mut ops: Vec<String> = s
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some(manager))
+        .filter_map(|e| e.operation.clone())
+        .collect();
+    ops.sort();
+    ops
+}
+
+/// New copies are created with a POST (refused if an object of that name appeared after the
+/// store was read, where an apply would take it over); the POST's `Update` ownership is handed
+/// to kubesync's `Apply` entry before the first update that removes something, so keys the
+/// source drops are removed from the copies too.
+#[tokio::test]
+async fn copies_are_created_by_post_and_lose_the_keys_the_source_drops() {
+    init_tracing();
+    let env = shared("fan");
+    let tag = unique_ns("post");
+    let (control, src, dst) = (
+        format!("{tag}-control"),
+        format!("{tag}-src"),
+        format!("{tag}-dst"),
+    );
+    for ns in [&control, &src, &dst] {
+        create_ns(env, ns, &[]).await;
+    }
+    put_secret(
+        env,
+        &src,
+        "app",
+        &[("token", "a"), ("extra", "b")],
+        "Opaque",
+        &[("team.example.com/owner", "web")],
+    )
+    .await;
+    let to_dst = Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(dst.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let specs: Specs = Arc::new(Mutex::new(
+        [("p".to_string(), spec(&src, "app", vec![to_dst]))].into(),
+    ));
+    let running = run_fan_out(env, &control, specs, Arc::default(), vec![]);
+    apply_cm(env, &configmap(&control, "p", &[], &[])).await;
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
+    let copy = eventually("copy", T, || async {
+        secrets.get_opt("app").await.expect("get")
+    })
+    .await;
+    assert_eq!(value(&copy, "extra").as_deref(), Some("b"));
+    // Created by a POST: its fields are owned by kubesync's `Update` entry.
+    assert_eq!(operations_of(&copy, "kubesync"), ["Update"]);
+
+    assert_eq!(
+        copy.annotations()
+            .get("team.example.com/owner")
+            .map(String::as_str),
+        Some("web")
+    );
+    // The source drops a data key and an annotation, and changes a value.
+    Api::<Secret>::namespaced(env.client().expect("client"), &src)
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {"team.example.com/owner": null}},
+                "data": {"extra": null, "token": "YTI="}})),
+        )
+        .await
+        .expect("update source");
+    let copy = eventually("copy without the dropped key and annotation", T, || async {
+        let c = secrets.get_opt("app").await.expect("get")?;
+        (value(&c, "token").as_deref() == Some("a2")
+            && value(&c, "extra").is_none()
+            && !c.annotations().contains_key("team.example.com/owner"))
+        .then_some(c)
+    })
+    .await;
+    // Ownership now lies with kubesync's `Apply` entry alone.
+    assert_eq!(operations_of(&copy, "kubesync"), ["Apply"]);
+    assert!(copy.labels().contains_key("kubesync.io/managed-by"));
+    running.stop().await;
+}
+
 /// Updates and adoptions are applied on the condition that the object is the one the decision
 /// was made on: an object that replaced it between kubesync's read of its store and its write
 /// is left untouched. Shown with the apiserver's own answers to those writes.

@@ -604,24 +604,9 @@ impl FanOut {
                         (None, gone.is_ok())
                     }
                     Op::Write { at, desired, existing, strategy, decision } => {
-                        let rv = source_rv.clone();
-                        let st = match decision {
-                            Decision::InSync => status(&at, DestinationState::Synced, String::new(), &rv),
-                            Decision::Conflict(msg) => status(&at, DestinationState::Conflict, msg, ""),
-                            Decision::Create | Decision::Update | Decision::Adopt => {
-                                match self.write_copy(ctx, ar, &at, &desired, existing.as_deref(), strategy).await {
-                                    Ok(()) => status(&at, DestinationState::Synced, String::new(), &rv),
-                                    Err(e) if strategy == Strategy::Apply && is_uid_precondition_failure(&e) => {
-                                        tracing::info!(destination = %fmt_at(&at), "the object was replaced while kubesync wrote its copy; left untouched");
-                                        status(&at, DestinationState::Error, "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again".into(), "")
-                                    }
-                                    Err(e) => {
-                                        tracing::warn!(destination = %fmt_at(&at), error = %e, "writing a copy failed");
-                                        status(&at, DestinationState::Error, api_message(&e), "")
-                                    }
-                                }
-                            }
-                        };
+                        let st = self
+                            .settle(ctx, decl, (&at, &desired), existing, strategy, decision, source_rv)
+                            .await;
                         (Some(st), false)
                     }
                 }
@@ -643,6 +628,89 @@ impl FanOut {
         Ok(report)
     }
 
+    /// Carries out `decision` at one destination and says how it ended. A create that finds
+    /// the name taken (the store did not show the object yet: this engine's own copy from a
+    /// moment ago, or someone else's new object) reads the object and decides once more.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        (at, desired): (&(String, String, String), &DynamicObject),
+        mut existing: Option<Arc<DynamicObject>>,
+        strategy: Strategy,
+        mut decision: Decision,
+        source_rv: &str,
+    ) -> DestinationStatus {
+        let ar = &decl.spec.source.resource;
+        let mut looked_again = false;
+        loop {
+            match decision {
+                Decision::InSync => {
+                    return status(at, DestinationState::Synced, String::new(), source_rv);
+                }
+                Decision::Conflict(msg) => return status(at, DestinationState::Conflict, msg, ""),
+                Decision::Create | Decision::Update | Decision::Adopt => {}
+            }
+            let written = self
+                .write_copy(ctx, ar, at, desired, existing.as_deref(), strategy)
+                .await;
+            let e = match written {
+                Ok(()) => return status(at, DestinationState::Synced, String::new(), source_rv),
+                Err(e) => e,
+            };
+            if existing.is_none() && is_already_exists(&e) && !looked_again {
+                looked_again = true;
+                match self.read(ctx, ar, at).await {
+                    Ok(Some(live)) => {
+                        decision = plan::decide(
+                            Some(&live),
+                            desired,
+                            &decl.owner,
+                            strategy,
+                            decl.spec.on_conflict,
+                        );
+                        existing = Some(Arc::new(live));
+                        continue;
+                    }
+                    Ok(None) => {
+                        return status(
+                            at,
+                            DestinationState::Error,
+                            "the name was taken while kubesync created its copy, and is free again; it is looked at again".into(),
+                            "",
+                        );
+                    }
+                    Err(e) => return status(at, DestinationState::Error, api_message(&e), ""),
+                }
+            }
+            if strategy == Strategy::Apply && is_uid_precondition_failure(&e) {
+                tracing::info!(destination = %fmt_at(at), "the object was replaced while kubesync wrote its copy; left untouched");
+                return status(
+                    at,
+                    DestinationState::Error,
+                    "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again".into(),
+                    "",
+                );
+            }
+            tracing::warn!(destination = %fmt_at(at), error = %e, "writing a copy failed");
+            return status(at, DestinationState::Error, api_message(&e), "");
+        }
+    }
+
+    /// A live read of one destination object.
+    async fn read(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &(String, String, String),
+    ) -> Result<Option<DynamicObject>> {
+        let cluster = ctx.require_cluster(&at.0)?;
+        let api: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(cluster.client().clone(), &at.1, ar);
+        Ok(api.get_opt(&at.2).await?)
+    }
+
     async fn write_copy(
         &self,
         ctx: &Context,
@@ -654,16 +722,27 @@ impl FanOut {
     ) -> Result<()> {
         let cluster = ctx.require_cluster(&at.0)?;
         match (strategy, existing) {
-            (Strategy::Apply, _) => {
+            (Strategy::Apply, Some(existing)) => {
+                // A copy created by a POST: its fields are owned by an `Update` entry, which an
+                // apply cannot remove; hand them to the `Apply` entry first when this apply
+                // leaves something out.
+                if let Some(patch) = plan::ownership_upgrade(existing, desired, FIELD_MANAGER) {
+                    self.writer
+                        .json_patch(&cluster, ar, Some(&at.1), &at.2, &patch, FIELD_MANAGER)
+                        .await?;
+                }
                 // Conditional on the object decided on: never takes over an object that
                 // replaced it after the store was read.
                 let mut body = desired.clone();
-                body.metadata.uid = plan::apply_precondition(existing);
+                body.metadata.uid = plan::apply_precondition(Some(existing));
                 self.writer
                     .apply(&cluster, ar, &body, FIELD_MANAGER)
                     .await?;
             }
-            (Strategy::Replace, None) => {
+            // A new copy is created, never applied: the apiserver refuses a create when an
+            // object of that name appeared after the store was read, where an apply would
+            // take it over.
+            (Strategy::Apply | Strategy::Replace, None) => {
                 self.writer
                     .create(&cluster, ar, desired, FIELD_MANAGER)
                     .await?;
@@ -723,6 +802,11 @@ impl FanOut {
     }
 }
 
+/// Whether a create failed because an object of that name exists.
+fn is_already_exists(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if s.is_already_exists())
+}
+
 /// Whether a write failed on its uid precondition ([`plan::apply_precondition`]): the object
 /// it was decided on is gone (409, "uid mismatch") or was replaced by another one (422,
 /// `metadata.uid` is immutable).
@@ -761,5 +845,131 @@ fn api_message(e: &Error) -> String {
     match e {
         Error::Kube(kube::Error::Api(s)) => format!("{}: {}", s.reason, s.message),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::{Cluster, Controller};
+
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    /// A client that answers each request with the next canned `(status, body)` and records
+    /// each request's method and path (the error paths below cannot be timed on a real
+    /// apiserver).
+    fn canned(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Seen) {
+        let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let next = answers.lock().expect("answers").pop_front();
+            log.lock()
+                .expect("log")
+                .push(format!("{} {}", req.method(), req.uri().path()));
+            async move {
+                let (code, body) = next.expect("an answer for every request");
+                http::Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&body).expect("json"),
+                    ))
+            }
+        });
+        (kube::Client::new(service, "default"), seen)
+    }
+
+    fn status(code: u16, reason: &str) -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": format!("secrets \"copy\" {reason}"), "reason": reason, "code": code})
+    }
+
+    fn secret(labels: serde_json::Value, token: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "copy", "namespace": "ns", "uid": "u1", "resourceVersion": "5",
+                "labels": labels},
+            "type": "Opaque", "data": {"token": token}})
+    }
+
+    /// A create whose name turns out to be taken reads the object and decides once more.
+    async fn create_finds(found: (u16, serde_json::Value)) -> (DestinationStatus, Vec<String>) {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        let (client, seen) = canned(vec![(409, status(409, "AlreadyExists")), found]);
+        let ctx = Controller::new()
+            .cluster(Cluster::new("local", client))
+            .context();
+        let decl = Declaration {
+            key: ObjectKey::new("local", &ar, Some("ctl".into()), "d"),
+            owner: Owner {
+                reference: "local/ctl/d".into(),
+                uid: "decl-uid".into(),
+            },
+            spec: FanOutSpec {
+                source: SourceRef {
+                    resource: ar,
+                    namespace: "src".into(),
+                    name: "copy".into(),
+                },
+                destinations: vec![],
+                on_conflict: OnConflict::Skip,
+                rules: CopyRules::default(),
+            },
+            deleting: false,
+        };
+        let desired: DynamicObject =
+            serde_json::from_value(secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE="))
+                .expect("desired");
+        let at = ("local".to_string(), "ns".to_string(), "copy".to_string());
+        let st = FanOut::new("local")
+            .settle(
+                &ctx,
+                &decl,
+                (&at, &desired),
+                None,
+                Strategy::Apply,
+                Decision::Create,
+                "7",
+            )
+            .await;
+        let seen = seen.lock().expect("seen").clone();
+        (st, seen)
+    }
+
+    const POST_THEN_GET: [&str; 2] = [
+        "POST /api/v1/namespaces/ns/secrets",
+        "GET /api/v1/namespaces/ns/secrets/copy",
+    ];
+
+    #[tokio::test]
+    async fn a_create_that_finds_its_own_copy_is_in_sync() {
+        // The store had not shown this declaration's copy yet: nothing more is written.
+        let ours = secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE=");
+        let (st, seen) = create_finds((200, ours)).await;
+        assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
+        assert_eq!(st.source_resource_version, "7");
+        assert_eq!(seen, POST_THEN_GET);
+    }
+
+    #[tokio::test]
+    async fn a_create_that_finds_someone_elses_object_leaves_it_alone() {
+        let theirs = secret(serde_json::json!({}), "dGhlaXJz");
+        let (st, seen) = create_finds((200, theirs)).await;
+        assert_eq!(st.state, DestinationState::Conflict);
+        assert!(
+            st.message.contains("not created by kubesync"),
+            "{}",
+            st.message
+        );
+        assert_eq!(seen, POST_THEN_GET, "no write after the read");
+    }
+
+    #[tokio::test]
+    async fn a_create_whose_name_is_free_again_is_looked_at_again() {
+        let (st, seen) = create_finds((404, status(404, "NotFound"))).await;
+        assert_eq!(st.state, DestinationState::Error);
+        assert!(st.message.contains("looked at again"), "{}", st.message);
+        assert_eq!(seen, POST_THEN_GET);
     }
 }
