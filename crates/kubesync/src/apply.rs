@@ -164,8 +164,13 @@ impl Writer {
         patch: &Value,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.merge((cluster, ar, namespace, name), patch, field_manager, false)
-            .await
+        self.send(
+            (cluster, ar, namespace, name),
+            &Patch::Merge(patch),
+            field_manager,
+            false,
+        )
+        .await
     }
 
     /// Sends a JSON merge patch to an object's status subresource.
@@ -178,8 +183,13 @@ impl Writer {
         patch: &Value,
         field_manager: &str,
     ) -> Result<DynamicObject> {
-        self.merge((cluster, ar, namespace, name), patch, field_manager, true)
-            .await
+        self.send(
+            (cluster, ar, namespace, name),
+            &Patch::Merge(patch),
+            field_manager,
+            true,
+        )
+        .await
     }
 
     /// Sends a JSON patch (RFC 6902: `test`, `replace`, … operations) to an object; a failed
@@ -195,20 +205,19 @@ impl Writer {
     ) -> Result<DynamicObject> {
         let ops = serde_json::from_value(patch.clone())
             .map_err(|e| crate::Error::Config(format!("not a JSON patch: {e}")))?;
-        let _timer = self.count(cluster, ar);
-        let pp = PatchParams {
-            field_manager: Some(field_manager.into()),
-            ..Default::default()
-        };
-        Ok(api(cluster, ar, namespace)
-            .patch(name, &pp, &Patch::<()>::Json(ops))
-            .await?)
+        self.send(
+            (cluster, ar, namespace, name),
+            &Patch::<()>::Json(ops),
+            field_manager,
+            false,
+        )
+        .await
     }
 
-    async fn merge(
+    async fn send<P: serde::Serialize + std::fmt::Debug>(
         &self,
         (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
-        patch: &Value,
+        patch: &Patch<P>,
         field_manager: &str,
         status: bool,
     ) -> Result<DynamicObject> {
@@ -219,9 +228,9 @@ impl Writer {
         };
         let api = api(cluster, ar, namespace);
         Ok(if status {
-            api.patch_status(name, &pp, &Patch::Merge(patch)).await?
+            api.patch_status(name, &pp, patch).await?
         } else {
-            api.patch(name, &pp, &Patch::Merge(patch)).await?
+            api.patch(name, &pp, patch).await?
         })
     }
 

@@ -118,6 +118,17 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
     }
 }
 
+/// One named namespace.
+fn into_namespace(namespace: &str) -> Destination {
+    Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 fn all_with_label(label: &str) -> Destination {
     Destination {
         namespaces: NamespaceRule {
@@ -139,6 +150,20 @@ async fn create_ns(env: &TestEnv, name: &str, labels: &[(&str, &str)]) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("create ns");
+}
+
+/// A unique tag for one test, and a namespace `<tag>-<suffix>` created for each suffix.
+async fn namespaces<const N: usize>(
+    env: &TestEnv,
+    prefix: &str,
+    suffixes: [&str; N],
+) -> (String, [String; N]) {
+    let tag = unique_ns(prefix);
+    let names = suffixes.map(|s| format!("{tag}-{s}"));
+    for ns in &names {
+        create_ns(env, ns, &[]).await;
+    }
+    (tag, names)
 }
 
 async fn put_secret(
@@ -307,17 +332,8 @@ async fn fan_out_to_100_namespaces_follows_source_namespaces_and_drift_then_clea
 async fn conflicts_adoption_protection_and_two_declarations() {
     init_tracing();
     let env = shared("fan");
-    let tag = unique_ns("conf");
-    let control = format!("{tag}-control");
-    let src = format!("{tag}-src");
-    let (skip_ns, adopt_ns, protect_ns) = (
-        format!("{tag}-skip"),
-        format!("{tag}-adopt"),
-        format!("{tag}-protect"),
-    );
-    for ns in [&control, &src, &skip_ns, &adopt_ns, &protect_ns] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (_, [control, src, skip_ns, adopt_ns, protect_ns]) =
+        namespaces(env, "conf", ["control", "src", "skip", "adopt", "protect"]).await;
     put_secret(env, &src, "s", &[("token", "ours")], "Opaque", &[]).await;
     put_secret(env, &skip_ns, "s", &[("token", "theirs")], "Opaque", &[]).await;
     put_secret(env, &adopt_ns, "s", &[("token", "theirs")], "Opaque", &[]).await;
@@ -409,15 +425,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
 async fn replace_recreates_on_an_immutable_field_and_filters_apply() {
     init_tracing();
     let env = shared("fan");
-    let tag = unique_ns("repl");
-    let (control, src, dst) = (
-        format!("{tag}-control"),
-        format!("{tag}-src"),
-        format!("{tag}-dst"),
-    );
-    for ns in [&control, &src, &dst] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (_, [control, src, dst]) = namespaces(env, "repl", ["control", "src", "dst"]).await;
     let source_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &src);
     put_secret(
         env,
@@ -432,13 +440,9 @@ async fn replace_recreates_on_an_immutable_field_and_filters_apply() {
         &src,
         "tls",
         vec![Destination {
-            namespaces: NamespaceRule {
-                namespace: Some(dst.clone()),
-                ..Default::default()
-            },
             name: Some("ca-bundle".into()),
             strategy: Strategy::Replace,
-            ..Default::default()
+            ..into_namespace(&dst)
         }],
     );
     s.rules = CopyRules {
@@ -502,11 +506,7 @@ async fn replace_recreates_on_an_immutable_field_and_filters_apply() {
 async fn copies_are_deleted_after_a_restart_when_the_declaration_goes() {
     init_tracing();
     let env = shared("fan");
-    let tag = unique_ns("restart");
-    let (control, src) = (format!("{tag}-control"), format!("{tag}-src"));
-    for ns in [&control, &src] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (tag, [control, src]) = namespaces(env, "restart", ["control", "src"]).await;
     for i in 0..3 {
         create_ns(env, &format!("{tag}-{i}"), &[(&tag, "yes")]).await;
     }
@@ -545,11 +545,7 @@ async fn a_second_cluster_as_destination_and_its_outage() {
         .start()
         .await
         .expect("other");
-    let tag = unique_ns("mc");
-    let (control, src) = (format!("{tag}-control"), format!("{tag}-src"));
-    for ns in [&control, &src] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (tag, [control, src]) = namespaces(env, "mc", ["control", "src"]).await;
     create_ns(&other, &format!("{tag}-remote"), &[(&tag, "yes")]).await;
     put_secret(env, &src, "s", &[("token", "one")], "Opaque", &[]).await;
     let mut dest = all_with_label(&tag);
@@ -609,24 +605,10 @@ async fn a_second_cluster_as_destination_and_its_outage() {
 async fn changing_the_source_kind_removes_the_old_copies() {
     init_tracing();
     let env = shared("fan");
-    let tag = unique_ns("kind");
-    let (control, src, dst) = (
-        format!("{tag}-control"),
-        format!("{tag}-src"),
-        format!("{tag}-dst"),
-    );
-    for ns in [&control, &src, &dst] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (_, [control, src, dst]) = namespaces(env, "kind", ["control", "src", "dst"]).await;
     put_secret(env, &src, "cfg", &[("token", "s")], "Opaque", &[]).await;
     apply_cm(env, &configmap(&src, "cfg", &[], &[("token", "c")])).await;
-    let to_dst = Destination {
-        namespaces: NamespaceRule {
-            namespace: Some(dst.clone()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let to_dst = into_namespace(&dst);
     let specs: Specs = Arc::new(Mutex::new(
         [("k".to_string(), spec(&src, "cfg", vec![to_dst.clone()]))].into(),
     ));
@@ -679,15 +661,7 @@ fn operations_of(s: &Secret, manager: &str) -> Vec<String> {
 async fn copies_are_created_by_post_and_lose_the_keys_the_source_drops() {
     init_tracing();
     let env = shared("fan");
-    let tag = unique_ns("post");
-    let (control, src, dst) = (
-        format!("{tag}-control"),
-        format!("{tag}-src"),
-        format!("{tag}-dst"),
-    );
-    for ns in [&control, &src, &dst] {
-        create_ns(env, ns, &[]).await;
-    }
+    let (_, [control, src, dst]) = namespaces(env, "post", ["control", "src", "dst"]).await;
     put_secret(
         env,
         &src,
@@ -697,13 +671,7 @@ async fn copies_are_created_by_post_and_lose_the_keys_the_source_drops() {
         &[("team.example.com/owner", "web")],
     )
     .await;
-    let to_dst = Destination {
-        namespaces: NamespaceRule {
-            namespace: Some(dst.clone()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let to_dst = into_namespace(&dst);
     let specs: Specs = Arc::new(Mutex::new(
         [("p".to_string(), spec(&src, "app", vec![to_dst]))].into(),
     ));
