@@ -9,7 +9,7 @@
 //! holds [`OTHER_SECRETS`] Secrets of other owners, and every run deletes its copies again, so
 //! each run starts from the same cluster.
 //!
-//! Each measurement runs [`rounds`] times, the engine and the plain client alternating in a
+//! Each measurement runs [`ROUNDS`] times, the engine and the plain client alternating in a
 //! rotating order. The ratio reported first is the engine's median over the plain client's
 //! median (single runs on a small machine vary by ±50%, and medians of several runs vary far
 //! less); next to it, the median and range of the per-round ratios (each engine run against the
@@ -46,11 +46,9 @@ const CONCURRENCY: usize = 16;
 /// what the previous step left (its deletes, a watch's first list) before the clock starts.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Rounds per size: a 300-namespace run takes about 0.4 s, within reach of the machine's noise,
-/// so it gets more rounds than a 1000-namespace run.
-fn rounds(n: usize) -> usize {
-    if n <= 300 { 11 } else { 7 }
-}
+/// Rounds per size: single runs on a small machine vary by ±50%; the median of 11 varies far
+/// less.
+const ROUNDS: usize = 11;
 /// Secrets of other owners in each destination namespace (as a service-account token and an
 /// application's credentials would be): the engine's first list reads them too.
 const OTHER_SECRETS: usize = 2;
@@ -620,8 +618,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
     let mut plain_runs = Vec::new();
     let mut watched_runs = Vec::new();
     let mut read_runs = Vec::new();
-    let rounds = rounds(n);
-    for round in 0..rounds {
+    for round in 0..ROUNDS {
         // Rotate the order; every run deletes its copies again.
         for step in 0..4 {
             match (step + round) % 4 {
@@ -649,7 +646,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
             .join(", ")
     };
     println!(
-        "1 → {n} namespaces (median of {rounds} rounds; {population} Secrets in the cluster before each run; writes per round {}):",
+        "1 → {n} namespaces (median of {ROUNDS} rounds; {population} Secrets in the cluster before each run; writes per round {}):",
         engine_runs[0].writes
     );
     println!(
