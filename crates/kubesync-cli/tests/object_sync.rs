@@ -203,18 +203,13 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
 #[tokio::test]
 async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clean_up() {
     use k8s_openapi::api::rbac::v1::PolicyRule;
-    let env = TestEnv::builder()
-        .name("objectsync-rbac")
-        .user("kubesync", &[])
-        .start()
-        .await
-        .expect("start");
-    env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
-        .await
-        .expect("crds");
-    for ns in ["apps", "open", "locked"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("objectsync-rbac")
+            .user("kubesync", &[]),
+        &["apps", "open", "locked"],
+    )
+    .await;
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: apps}\ntype: Opaque\nstringData: {k: v}\n").await.expect("secret");
     let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
         api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),

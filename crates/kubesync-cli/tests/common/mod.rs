@@ -121,12 +121,21 @@ pub async fn operator_cluster(
     with_controller_manager: bool,
     namespaces: &[&str],
 ) -> kubesync_testenv::TestEnv {
-    let env = kubesync_testenv::TestEnv::builder()
-        .name(name)
-        .with_controller_manager(with_controller_manager)
-        .start()
-        .await
-        .expect("start");
+    operator_cluster_from(
+        kubesync_testenv::TestEnv::builder()
+            .name(name)
+            .with_controller_manager(with_controller_manager),
+        namespaces,
+    )
+    .await
+}
+
+/// Like [`operator_cluster`], for a control plane configured by `builder` (users, …).
+pub async fn operator_cluster_from(
+    builder: kubesync_testenv::TestEnvBuilder,
+    namespaces: &[&str],
+) -> kubesync_testenv::TestEnv {
+    let env = builder.start().await.expect("start");
     env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
         .await
         .expect("crds");
