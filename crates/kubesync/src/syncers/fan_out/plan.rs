@@ -440,6 +440,10 @@ pub fn ownership_upgrade(
             && e.operation.as_deref() == Some("Update")
             && e.subresource.is_none()
     };
+    // Most copies have no such entry (applied, or already upgraded): nothing to serialize.
+    if !entries.iter().any(|e| is_update(&e)) {
+        return None;
+    }
     let desired_value = serde_json::to_value(desired).ok()?;
     let leaves_something_out = entries.iter().filter(is_update).any(|e| {
         e.fields_v1
