@@ -735,10 +735,7 @@ impl Operator {
     where
         K: Resource<DynamicType = ()> + serde::Serialize,
     {
-        let value =
-            serde_json::to_value(obj).map_err(|e| kubesync::Error::Config(e.to_string()))?;
-        let dynamic: DynamicObject =
-            serde_json::from_value(value).map_err(|e| kubesync::Error::Config(e.to_string()))?;
+        let dynamic: DynamicObject = serde_json::from_value(serde_json::to_value(obj)?)?;
         self.writer
             .set_finalizer(
                 &self.local,

@@ -91,7 +91,7 @@ impl ServiceMirror {
             // Only what defines the service; clusterIP is allocated by the target cluster.
             "spec": { "ports": spec.ports, "selector": spec.selector, "type": spec.type_ },
         });
-        serde_json::from_value(mirror).map_err(|e| kubesync::Error::Config(e.to_string()))
+        Ok(serde_json::from_value(mirror)?)
     }
 }
 

@@ -101,8 +101,7 @@ fn post_params(field_manager: &str) -> PostParams {
 /// A typed object (`Secret`, a custom resource type, …) as a [`DynamicObject`] for the
 /// [`Writer`].
 pub fn to_dynamic<K: serde::Serialize>(obj: &K) -> Result<DynamicObject> {
-    let value = serde_json::to_value(obj).map_err(|e| crate::Error::Config(e.to_string()))?;
-    serde_json::from_value(value).map_err(|e| crate::Error::Config(e.to_string()))
+    Ok(serde_json::from_value(serde_json::to_value(obj)?)?)
 }
 
 impl Writer {
@@ -204,7 +203,7 @@ impl Writer {
         field_manager: &str,
     ) -> Result<DynamicObject> {
         let ops = serde_json::from_value(patch.clone())
-            .map_err(|e| crate::Error::Config(format!("not a JSON patch: {e}")))?;
+            .map_err(|e| crate::Error::Serialization(format!("not a JSON patch: {e}")))?;
         self.send(
             (cluster, ar, namespace, name),
             &Patch::<()>::Json(ops),

@@ -32,6 +32,29 @@ pub enum Error {
     /// The controller was configured inconsistently.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// An object could not be serialized, parsed, or patched as JSON.
+    #[error("serialization: {0}")]
+    Serialization(String),
+    /// A cluster cannot be reached, so a decision that needs it waits.
+    #[error("cluster {cluster} is unreachable ({message})")]
+    ClusterUnreachable {
+        /// The cluster's name.
+        cluster: String,
+        /// Why (the watch's or the request's error).
+        message: String,
+    },
+    /// A namespace is being deleted; what must be created in it waits until it is gone.
+    #[error("namespace {0} is terminating")]
+    NamespaceTerminating(String),
+    /// The controller's run loop has stopped, so it takes no new watches.
+    #[error("the controller is not running")]
+    NotRunning,
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Serialization(e.to_string())
+    }
 }
 
 impl Error {
@@ -48,6 +71,10 @@ impl Error {
             Error::Kube(_) => "Unreachable",
             Error::Convert { .. } => "Convert",
             Error::Config(_) => "InvalidConfig",
+            Error::Serialization(_) => "Serialization",
+            Error::ClusterUnreachable { .. } => "Unreachable",
+            Error::NamespaceTerminating(_) => "NamespaceTerminating",
+            Error::NotRunning => "NotRunning",
         }
     }
 }

@@ -474,7 +474,7 @@ impl Context {
         self.shared
             .trigger
             .send(Msg::Start(Box::new(spec)))
-            .map_err(|_| Error::Config("the controller is not running".into()))?;
+            .map_err(|_| Error::NotRunning)?;
         Ok(WatchId(id))
     }
 

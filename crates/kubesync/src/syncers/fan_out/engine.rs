@@ -288,10 +288,10 @@ impl FanOut {
                 lock(&self.index)
                     .types
                     .insert(decl.key.clone(), old.clone());
-                return Err(Error::Config(format!(
-                    "cluster {} is unreachable ({m}); cannot remove the old copies yet",
-                    wk.cluster
-                )));
+                return Err(Error::ClusterUnreachable {
+                    cluster: wk.cluster.clone(),
+                    message: format!("{m}; cannot remove the old copies yet"),
+                });
             }
             for copy in ctx
                 .list(&wk.cluster, &old)

@@ -399,9 +399,7 @@ impl SpecStatusSync {
 
         match self.namespace(cx) {
             Some(n) if n.metadata.deletion_timestamp.is_some() => {
-                return Err(Error::Config(format!(
-                    "local namespace {ns} is terminating; waiting to recreate it"
-                )));
+                return Err(Error::NamespaceTerminating(ns.to_string()));
             }
             Some(_) => {}
             None => self.create_namespace(cx, &ns, &name).await?,
