@@ -13,9 +13,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
-use kubesync::syncers::fan_out::plan::{
-    CopyRules, DataFilter, KeyFilter, LabelSelector, LabelSelectorRequirement, NamespaceRule,
-    OnConflict, Owner, Strategy, glob,
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kubesync::syncers::fan_out::rules::{
+    CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy, glob, selector,
 };
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationState, FanOutSpec, SourceRef,
@@ -217,22 +217,26 @@ impl Operator {
             .await?;
         let mut destinations = Vec::new();
         for d in &spec.destinations {
-            let selector = d.namespace_selector.as_ref().map(|s| LabelSelector {
-                match_labels: s.match_labels.clone(),
-                match_expressions: s
-                    .match_expressions
-                    .iter()
-                    .map(|e| LabelSelectorRequirement {
-                        key: e.key.clone(),
-                        operator: e.operator.clone(),
-                        values: e.values.clone(),
+            let selector = d
+                .namespace_selector
+                .as_ref()
+                .map(|s| {
+                    selector(&LabelSelector {
+                        match_labels: Some(s.match_labels.clone()),
+                        match_expressions: Some(
+                            s.match_expressions
+                                .iter()
+                                .map(|e| LabelSelectorRequirement {
+                                    key: e.key.clone(),
+                                    operator: e.operator.clone(),
+                                    values: Some(e.values.clone()),
+                                })
+                                .collect(),
+                        ),
                     })
-                    .collect(),
-            });
-            if let Some(s) = &selector {
-                s.validate()
-                    .map_err(|m| Refusal::new("InvalidSpec", format!("namespaceSelector: {m}")))?;
-            }
+                })
+                .transpose()
+                .map_err(|m| Refusal::new("InvalidSpec", format!("namespaceSelector: {m}")))?;
             let cluster = match &d.cluster {
                 None => None,
                 Some(c) => Some(self.destination_cluster(ctx, c).await?),

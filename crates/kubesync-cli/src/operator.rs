@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
-use kubesync::apply::Writer;
+use kubesync::Writer;
 use kubesync::runtime::{Action, ClusterStatus, Context, Controller, Reconciler, Watch};
 use kubesync::syncers::spec_status::SpecStatusSync;
 use kubesync::syncers::spec_status::plan::{Marks, is_paused};

@@ -33,10 +33,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kubesync::syncers::fan_out::engine::FIELD_MANAGER;
-use kubesync::syncers::fan_out::engine::{DestinationState, Report};
-use kubesync::syncers::fan_out::plan::{self, CopyRules, NamespaceRule, OnConflict, Owner};
+use kubesync::syncers::fan_out::FIELD_MANAGER;
+use kubesync::syncers::fan_out::rules::{self, CopyRules, NamespaceRule, OnConflict, Owner};
 use kubesync::syncers::fan_out::{Declaration, Destination, FanOut, FanOutSpec, SourceRef};
+use kubesync::syncers::fan_out::{DestinationState, Report};
 use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
 use kubesync_testenv::TestEnv;
 use tokio::sync::{mpsc, oneshot};
@@ -262,10 +262,10 @@ async fn engine_round(
         destinations: vec![Destination {
             namespaces: NamespaceRule {
                 namespace: Some("*".into()),
-                namespace_selector: Some(kubesync::syncers::fan_out::plan::LabelSelector {
-                    match_labels: [("bench".to_string(), prefix.clone())].into(),
-                    ..Default::default()
-                }),
+                namespace_selector: Some(kube::core::Selector::from_iter([(
+                    "bench".to_string(),
+                    prefix.clone(),
+                )])),
                 ..Default::default()
             },
             ..Default::default()
@@ -462,7 +462,7 @@ async fn plain_round(
     let source_ref = format!("core/Secret/{}/{name}", setup.source_ns);
     let copies: Vec<DynamicObject> = (0..n)
         .map(|i| {
-            plan::desired_copy(
+            rules::desired_copy(
                 &ar,
                 &source,
                 &format!("{prefix}-{i}"),

@@ -136,6 +136,19 @@ impl Cluster {
     }
 }
 
+/// A dynamic API handle for objects of `resource`: in `namespace`, or in all namespaces (and
+/// for cluster-scoped kinds) when `None`.
+pub fn api(
+    client: Client,
+    namespace: Option<&str>,
+    resource: &kube::core::ApiResource,
+) -> kube::Api<kube::api::DynamicObject> {
+    match namespace {
+        Some(ns) => kube::Api::namespaced_with(client, ns, resource),
+        None => kube::Api::all_with(client, resource),
+    }
+}
+
 /// A [`kube::Client`] for `config`: kube's own request stack (base URI, retries of 429/503/504
 /// when `config.default_retry` is set, authentication and token refresh, extra headers, connect,
 /// read and write timeouts) over connections with `TCP_NODELAY` set.

@@ -10,14 +10,15 @@
 //! [`DynamicObject`](kube::api::DynamicObject).
 #![forbid(unsafe_code)]
 
-pub mod apply;
 pub mod cluster;
 pub mod error;
 pub mod key;
+pub mod object;
 pub mod runtime;
 pub mod syncer;
 pub mod syncers;
 pub mod translate;
+pub mod writer;
 
 pub use cluster::Cluster;
 pub use error::{Error, Result};
@@ -25,6 +26,7 @@ pub use key::ObjectKey;
 pub use runtime::{
     Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, WatchId, reconciler_fn,
 };
+pub use writer::Writer;
 
 /// The README's code samples, compiled as doctests.
 #[doc = include_str!("../../../README.md")]

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kubesync::syncers::fan_out::plan::{
-    CopyRules, DataFilter, KeyFilter, LabelSelector, NamespaceRule, OnConflict, Owner, Strategy,
+use kubesync::syncers::fan_out::rules::{
+    CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy,
 };
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
@@ -133,10 +133,10 @@ fn all_with_label(label: &str) -> Destination {
     Destination {
         namespaces: NamespaceRule {
             namespace: Some("*".into()),
-            namespace_selector: Some(LabelSelector {
-                match_labels: [(label.to_string(), "yes".to_string())].into(),
-                ..Default::default()
-            }),
+            namespace_selector: Some(kube::core::Selector::from_iter([(
+                label.to_string(),
+                "yes".to_string(),
+            )])),
             exclude_namespaces: vec![],
             only_namespaces: vec![],
         },
@@ -723,9 +723,9 @@ async fn copies_are_created_by_post_and_lose_the_keys_the_source_drops() {
 #[tokio::test]
 async fn updates_never_take_over_an_object_that_replaced_the_copy() {
     use kubesync::Cluster;
-    use kubesync::apply::Writer;
-    use kubesync::syncers::fan_out::engine::FIELD_MANAGER;
-    use kubesync::syncers::fan_out::plan::apply_precondition;
+    use kubesync::Writer;
+    use kubesync::syncers::fan_out::FIELD_MANAGER;
+    use kubesync::syncers::fan_out::rules::apply_precondition;
 
     let env = TestEnv::shared("fan-out-precondition", false).expect("env");
     let ns = "precondition";
@@ -790,7 +790,7 @@ async fn updates_never_take_over_an_object_that_replaced_the_copy() {
         .await
         .expect_err("a replaced object is not taken over");
     assert!(
-        kubesync::syncers::fan_out::engine::is_uid_precondition_failure(&err),
+        kubesync::syncers::fan_out::is_uid_precondition_failure(&err),
         "{err}"
     );
     let theirs = secrets.get("copy").await.expect("copy");
@@ -812,7 +812,7 @@ async fn updates_never_take_over_an_object_that_replaced_the_copy() {
         .await
         .expect_err("not recreated by an update");
     assert!(
-        kubesync::syncers::fan_out::engine::is_uid_precondition_failure(&err),
+        kubesync::syncers::fan_out::is_uid_precondition_failure(&err),
         "{err}"
     );
     assert!(secrets.get_opt("copy").await.expect("get").is_none());

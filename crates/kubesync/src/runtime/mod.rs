@@ -219,6 +219,14 @@ struct StoreEntry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WatchId(usize);
 
+impl WatchId {
+    /// A watch id for tests of code that only stores and compares ids.
+    #[cfg(test)]
+    pub(crate) fn from_raw(id: usize) -> Self {
+        Self(id)
+    }
+}
+
 /// Counters of a running controller.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -385,10 +393,7 @@ impl Context {
         namespace: Option<&str>,
     ) -> Result<Api<DynamicObject>> {
         let client = self.require_cluster(cluster)?.client().clone();
-        Ok(match namespace {
-            Some(ns) => Api::namespaced_with(client, ns, resource),
-            None => Api::all_with(client, resource),
-        })
+        Ok(crate::cluster::api(client, namespace, resource))
     }
 
     /// Whether the object behind `key` is really absent from its cluster, by a live read.

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
@@ -21,10 +21,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         mut writer,
     } = spec;
     let client = cluster.client().clone();
-    let api: Api<DynamicObject> = match &watch.namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &watch.resource),
-        None => Api::all_with(client, &watch.resource),
-    };
+    let api = crate::cluster::api(client, watch.namespace.as_deref(), &watch.resource);
     let emit = |objs: &[&DynamicObject]| {
         let mut keys = Vec::with_capacity(objs.len());
         for obj in objs {

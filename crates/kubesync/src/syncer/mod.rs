@@ -16,7 +16,7 @@
 //! target object is never taken for a twin. `sync_up` only runs while the source cluster's
 //! watches are healthy: an unreachable source is never read as "the source is gone".
 //!
-//! Writes go through the [`Writer`](crate::apply::Writer) in the [`SyncContext`].
+//! Writes go through the [`Writer`](crate::writer::Writer) in the [`SyncContext`].
 //!
 //! For target objects that exist because *other* objects need them (no 1:1 source), see
 //! [`virtual_syncer`].
@@ -30,12 +30,12 @@ use std::time::Duration;
 use kube::api::{DynamicObject, PropagationPolicy};
 use kube::core::ApiResource;
 
-use crate::apply::Writer;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::{Action, ClusterStatus, Context, Controller, Reconciler, Watch};
 use crate::translate::{ObjectName, Translator};
+use crate::writer::Writer;
 
 /// Which side of a syncer a watch or an object is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

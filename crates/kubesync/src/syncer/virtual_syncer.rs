@@ -19,12 +19,12 @@ use std::time::Duration;
 use kube::api::{DynamicObject, PropagationPolicy};
 use kube::core::ApiResource;
 
-use crate::apply::Writer;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::{Action, ClusterStatus, Context, Controller, Reconciler, Watch};
 use crate::translate::ObjectName;
+use crate::writer::Writer;
 
 /// Maps an event of a watched object to the target names it may need.
 pub type NeedMapper = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectName> + Send + Sync>;

@@ -1,16 +1,27 @@
 //! Object fan-out: one source object copied to many namespaces and clusters.
 //!
-//! This module holds the pure decisions ([`plan`]): which namespaces are destinations, what a
-//! copy looks like (filters, renames, ownership marks), and what to do with what a destination
-//! already holds (create, update, adopt, or report a conflict). Ownership is read from the
-//! copies' marks — a `kubesync.io/managed-by` label with the declaration's uid and
-//! annotations naming the declaration and the source — never from memory, so deletion works
-//! after restarts.
+//! - [`spec`]: what a declaration says and what a reconcile reports (data only);
+//! - [`rules`]: the pure rules — which namespaces are destinations, what a copy looks like
+//!   (filters, renames, ownership marks), what to do with what a destination holds;
+//! - [`plan`]: the pure decision of one reconcile — observed state in, writes, deletes and
+//!   statuses out;
+//! - [`index`]: which declarations an event concerns and which watches they share (pure,
+//!   one lock per operation);
+//! - [`engine`]: the [`FanOut`] engine — reads the stores, runs the plan, writes through the
+//!   [`Writer`](crate::writer::Writer). The only module here that does IO.
+//!
+//! Ownership is read from the copies' marks — a `kubesync.io/managed-by` label with the
+//! declaration's uid and annotations naming the declaration and the source — never from
+//! memory, so deletion works after restarts.
 
 pub mod engine;
+pub mod index;
 pub mod plan;
+pub mod rules;
+pub mod spec;
 
-pub use engine::{
-    Declaration, Destination, DestinationState, DestinationStatus, FanOut, FanOutSpec, Report,
-    SourceRef,
+pub use engine::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
+pub use spec::{
+    Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOutSpec,
+    Report, SourceRef,
 };

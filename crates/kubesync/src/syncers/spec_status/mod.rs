@@ -218,7 +218,7 @@ impl SpecStatusSync {
             },
             ..Default::default()
         };
-        let namespace = crate::apply::to_dynamic(&namespace)?;
+        let namespace = crate::object::to_dynamic(&namespace)?;
         match cx
             .writer
             .create(
@@ -522,7 +522,7 @@ impl SpecStatusSync {
                     remote: desired,
                     hash,
                 } => {
-                    let written = match crate::apply::to_dynamic(&*desired) {
+                    let written = match crate::object::to_dynamic(&*desired) {
                         Ok(d) => {
                             cx.writer
                                 .replace(cx.source, &self.secret_resource, &d, FIELD_MANAGER_UP)

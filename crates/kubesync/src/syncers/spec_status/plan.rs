@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::apply::merge_patch_diff;
+use crate::object::merge_patch_diff;
 
 /// The annotation, finalizer and label names of one annotation domain. With the domain
 /// `cloud.teleport.dev` they are exactly sync-controller's.

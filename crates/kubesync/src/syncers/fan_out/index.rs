@@ -1,0 +1,432 @@
+//! Which declarations an event concerns, and which watches they use. Pure: no IO, no locks.
+//!
+//! The engine keeps one [`Index`] behind a [`SharedIndex`], whose every method takes the lock
+//! once, so each operation is atomic: a watch mapper never sees a declaration half registered
+//! or half forgotten, and two reconciles never start the same watch twice.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+
+use super::rules::MANAGED_BY;
+use crate::error::Result;
+use crate::key::ObjectKey;
+use crate::runtime::WatchId;
+
+/// One shared watch: a resource type in a cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WatchKey {
+    /// The cluster.
+    pub cluster: String,
+    /// The API group (empty for the core group).
+    pub group: String,
+    /// The kind.
+    pub kind: String,
+}
+
+impl WatchKey {
+    /// The watch of `resource` in `cluster`.
+    pub fn of(cluster: &str, resource: &ApiResource) -> Self {
+        Self {
+            cluster: cluster.to_string(),
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+        }
+    }
+
+    fn is_of(&self, resource: &ApiResource) -> bool {
+        self.group == resource.group && self.kind == resource.kind
+    }
+}
+
+/// What a watch event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventOf {
+    /// A namespace of this cluster: every declaration with destinations there.
+    Namespace,
+    /// An object of a copied type: the declarations copying it, and the owner of a copy.
+    Object,
+}
+
+/// Declarations, their sources, and the watches they use.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// Source object → the declarations copying it.
+    by_source: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    /// Declaration uid (the copies' `managed-by` label) → declaration.
+    by_uid: HashMap<String, ObjectKey>,
+    /// Cluster → the declarations with destinations (or copies) there.
+    by_cluster: HashMap<String, HashSet<ObjectKey>>,
+    /// Running watches and the declarations using each.
+    watches: HashMap<WatchKey, (WatchId, HashSet<ObjectKey>)>,
+    /// Declaration → the watches it uses.
+    used: HashMap<ObjectKey, HashSet<WatchKey>>,
+    /// Declaration → the source type it copies.
+    types: HashMap<ObjectKey, ApiResource>,
+}
+
+/// A change of a declaration's source type that must be finished: the old type's copies are
+/// deleted first, then [`Index::finish_retire`] releases the old type's watches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retire {
+    /// The type copied before.
+    pub old: ApiResource,
+    /// The old type's watches this declaration used.
+    pub watches: Vec<WatchKey>,
+}
+
+impl Index {
+    /// Records that `decl` (with `uid`) copies `source` to `clusters`, and returns every
+    /// cluster it must look at: those, plus clusters it used before (their copies stay until
+    /// they are gone), sorted and without repeats.
+    pub fn register(
+        &mut self,
+        decl: &ObjectKey,
+        uid: &str,
+        source: ObjectKey,
+        clusters: impl IntoIterator<Item = String>,
+    ) -> Vec<String> {
+        self.by_source
+            .entry(source)
+            .or_default()
+            .insert(decl.clone());
+        self.by_uid.insert(uid.to_string(), decl.clone());
+        let mut all: Vec<String> = clusters.into_iter().collect();
+        all.extend(
+            self.used
+                .get(decl)
+                .into_iter()
+                .flatten()
+                .map(|w| w.cluster.clone()),
+        );
+        all.sort();
+        all.dedup();
+        for c in &all {
+            self.by_cluster
+                .entry(c.clone())
+                .or_default()
+                .insert(decl.clone());
+        }
+        all
+    }
+
+    /// The watch `key` for `decl`: the running one, or one started by `start` (called at most
+    /// once, only when no declaration uses that watch yet).
+    pub fn watch_for(
+        &mut self,
+        key: WatchKey,
+        decl: &ObjectKey,
+        start: impl FnOnce() -> Result<WatchId>,
+    ) -> Result<WatchId> {
+        if let Some((id, users)) = self.watches.get_mut(&key) {
+            users.insert(decl.clone());
+            let id = *id;
+            self.used.entry(decl.clone()).or_default().insert(key);
+            return Ok(id);
+        }
+        let id = start()?;
+        self.watches
+            .insert(key.clone(), (id, HashSet::from([decl.clone()])));
+        self.used.entry(decl.clone()).or_default().insert(key);
+        Ok(id)
+    }
+
+    /// The declarations an event concerns.
+    pub fn declarations_for(
+        &self,
+        event: EventOf,
+        watch_cluster: &str,
+        local: &str,
+        key: &ObjectKey,
+        obj: &DynamicObject,
+    ) -> Vec<ObjectKey> {
+        let mut out: Vec<ObjectKey> = Vec::new();
+        match event {
+            EventOf::Namespace => {
+                out.extend(
+                    self.by_cluster
+                        .get(watch_cluster)
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+            }
+            EventOf::Object => {
+                if key.cluster == local {
+                    out.extend(self.by_source.get(key).into_iter().flatten().cloned());
+                }
+                if let Some(uid) = obj.labels().get(MANAGED_BY)
+                    && let Some(decl) = self.by_uid.get(uid)
+                {
+                    out.push(decl.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Forgets a declaration that is gone; returns the watches no declaration uses any more
+    /// (to be stopped).
+    pub fn forget(&mut self, decl: &ObjectKey) -> Vec<WatchId> {
+        self.by_source.retain(|_, users| {
+            users.remove(decl);
+            !users.is_empty()
+        });
+        self.by_cluster.retain(|_, users| {
+            users.remove(decl);
+            !users.is_empty()
+        });
+        self.by_uid.retain(|_, k| k != decl);
+        self.types.remove(decl);
+        let used = self.used.remove(decl).unwrap_or_default();
+        self.release(decl, used)
+    }
+
+    /// Whether `decl` copied another kind before `resource`; then its old copies must go
+    /// before [`Index::finish_retire`]. The first type a declaration copies is recorded here.
+    pub fn begin_type(&mut self, decl: &ObjectKey, resource: &ApiResource) -> Option<Retire> {
+        match self.types.get(decl) {
+            None => {
+                self.types.insert(decl.clone(), resource.clone());
+                None
+            }
+            Some(old) if old.group == resource.group && old.kind == resource.kind => None,
+            Some(old) => Some(Retire {
+                old: old.clone(),
+                watches: self
+                    .used
+                    .get(decl)
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| w.is_of(old))
+                    .cloned()
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The old type's copies are gone: `decl` now copies `resource`. Returns the watches no
+    /// declaration uses any more (to be stopped).
+    pub fn finish_retire(
+        &mut self,
+        decl: &ObjectKey,
+        retire: &Retire,
+        resource: &ApiResource,
+    ) -> Vec<WatchId> {
+        self.types.insert(decl.clone(), resource.clone());
+        let old = &retire.old;
+        self.by_source.retain(|source, users| {
+            if source.is_of(old) {
+                users.remove(decl);
+            }
+            !users.is_empty()
+        });
+        let released: HashSet<WatchKey> = retire.watches.iter().cloned().collect();
+        if let Some(used) = self.used.get_mut(decl) {
+            used.retain(|w| !released.contains(w));
+        }
+        self.release(decl, released)
+    }
+
+    /// Removes `decl` from the users of `watches`; returns the ids of those left unused.
+    fn release(
+        &mut self,
+        decl: &ObjectKey,
+        watches: impl IntoIterator<Item = WatchKey>,
+    ) -> Vec<WatchId> {
+        let mut stopped = Vec::new();
+        for wk in watches {
+            let unused = self.watches.get_mut(&wk).is_some_and(|(_, users)| {
+                users.remove(decl);
+                users.is_empty()
+            });
+            if unused && let Some((id, _)) = self.watches.remove(&wk) {
+                stopped.push(id);
+            }
+        }
+        stopped
+    }
+
+    /// Watches running.
+    pub fn watch_count(&self) -> usize {
+        self.watches.len()
+    }
+}
+
+/// The engine's [`Index`], shared with its watch mappers. Every method locks once.
+#[derive(Clone, Debug, Default)]
+pub struct SharedIndex(Arc<Mutex<Index>>);
+
+impl SharedIndex {
+    /// Runs one operation on the index under its lock.
+    pub fn with<T>(&self, op: impl FnOnce(&mut Index) -> T) -> T {
+        op(&mut self.lock())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+
+    fn ar<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+        ApiResource::erase::<K>(&())
+    }
+
+    fn decl(name: &str) -> ObjectKey {
+        ObjectKey::new("local", &ar::<Secret>(), Some("ctl".into()), name)
+    }
+
+    fn source(kind: &ApiResource, name: &str) -> ObjectKey {
+        ObjectKey::new("local", kind, Some("src".into()), name)
+    }
+
+    fn object(labels: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "x", "namespace": "ns", "labels": labels}}))
+        .expect("object")
+    }
+
+    /// Starts watches with ids 0, 1, 2, … and counts the starts.
+    struct Starter(usize);
+
+    impl Starter {
+        fn start(&mut self) -> Result<WatchId> {
+            self.0 += 1;
+            Ok(WatchId::from_raw(self.0 - 1))
+        }
+    }
+
+    #[test]
+    fn register_returns_new_and_previous_clusters() {
+        let mut idx = Index::default();
+        let (d, secret) = (decl("d"), ar::<Secret>());
+        let mut s = Starter(0);
+        let clusters = idx.register(&d, "u", source(&secret, "a"), ["b".into(), "a".into()]);
+        assert_eq!(clusters, ["a", "b"]);
+        idx.watch_for(WatchKey::of("old", &secret), &d, || s.start())
+            .expect("watch");
+        let clusters = idx.register(&d, "u", source(&secret, "a"), ["a".into()]);
+        assert_eq!(clusters, ["a", "old"], "a cluster used before stays");
+    }
+
+    #[test]
+    fn one_watch_serves_many_declarations_and_stops_with_the_last() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let key = WatchKey::of("local", &ar::<Secret>());
+        let a = idx
+            .watch_for(key.clone(), &decl("a"), || s.start())
+            .expect("a");
+        let b = idx
+            .watch_for(key.clone(), &decl("b"), || s.start())
+            .expect("b");
+        assert_eq!((a, s.0), (b, 1), "started once");
+        assert!(idx.forget(&decl("a")).is_empty(), "b still uses it");
+        assert_eq!(idx.forget(&decl("b")), [a]);
+        assert_eq!(idx.watch_count(), 0);
+    }
+
+    #[test]
+    fn a_failed_start_records_nothing() {
+        let mut idx = Index::default();
+        let key = WatchKey::of("local", &ar::<Secret>());
+        let err = idx.watch_for(key, &decl("a"), || Err(crate::Error::NotRunning));
+        assert!(err.is_err());
+        assert_eq!(idx.watch_count(), 0);
+        assert!(idx.forget(&decl("a")).is_empty());
+    }
+
+    #[test]
+    fn events_map_to_sources_copies_and_namespaces() {
+        let mut idx = Index::default();
+        let secret = ar::<Secret>();
+        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        let none = object(serde_json::json!({}));
+        // The source itself, in the local cluster only.
+        let src = source(&secret, "s");
+        let found = idx.declarations_for(EventOf::Object, "local", "local", &src, &none);
+        assert_eq!(found, [decl("d")]);
+        let elsewhere = src.in_cluster("east");
+        let found = idx.declarations_for(EventOf::Object, "east", "local", &elsewhere, &none);
+        assert!(found.is_empty(), "an object of the same name elsewhere");
+        // A copy, by its managed-by label.
+        let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
+        let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+        let found = idx.declarations_for(EventOf::Object, "east", "local", &k, &copy);
+        assert_eq!(found, [decl("d")]);
+        let foreign = object(serde_json::json!({MANAGED_BY: "other"}));
+        assert!(
+            idx.declarations_for(EventOf::Object, "east", "local", &k, &foreign)
+                .is_empty()
+        );
+        // A namespace of a cluster with destinations.
+        let ns = ObjectKey::new("east", &ar::<Namespace>(), None, "team");
+        let found = idx.declarations_for(EventOf::Namespace, "east", "local", &ns, &none);
+        assert_eq!(found, [decl("d")]);
+        let found = idx.declarations_for(EventOf::Namespace, "west", "local", &ns, &none);
+        assert!(found.is_empty());
+    }
+
+    #[test]
+    fn forget_removes_every_trace() {
+        let mut idx = Index::default();
+        let secret = ar::<Secret>();
+        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        idx.forget(&decl("d"));
+        let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
+        let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+        assert!(
+            idx.declarations_for(EventOf::Object, "east", "local", &k, &copy)
+                .is_empty()
+        );
+        let src = source(&secret, "s");
+        assert!(
+            idx.declarations_for(EventOf::Object, "local", "local", &src, &copy)
+                .is_empty()
+        );
+        assert!(
+            idx.declarations_for(EventOf::Namespace, "east", "local", &k, &copy)
+                .is_empty()
+        );
+        assert!(idx.begin_type(&decl("d"), &ar::<ConfigMap>()).is_none());
+    }
+
+    #[test]
+    fn a_type_change_is_retired_only_when_finished() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let (secret, cm, ns) = (ar::<Secret>(), ar::<ConfigMap>(), ar::<Namespace>());
+        let d = decl("d");
+        assert_eq!(idx.begin_type(&d, &secret), None, "first type");
+        idx.register(&d, "u", source(&secret, "s"), ["local".into()]);
+        let old = idx
+            .watch_for(WatchKey::of("local", &secret), &d, || s.start())
+            .expect("secrets");
+        idx.watch_for(WatchKey::of("local", &ns), &d, || s.start())
+            .expect("namespaces");
+        assert_eq!(idx.begin_type(&d, &secret), None, "same type");
+        let retire = idx.begin_type(&d, &cm).expect("type changed");
+        assert_eq!(retire.old, secret);
+        assert_eq!(retire.watches, [WatchKey::of("local", &secret)]);
+        // Not finished (e.g. its copies could not be deleted yet): asked again, same answer.
+        assert_eq!(idx.begin_type(&d, &cm), Some(retire.clone()));
+        assert_eq!(idx.finish_retire(&d, &retire, &cm), [old]);
+        assert_eq!(idx.begin_type(&d, &cm), None);
+        assert_eq!(idx.watch_count(), 1, "the namespace watch stays");
+        let src = source(&secret, "s");
+        let none = object(serde_json::json!({}));
+        assert!(
+            idx.declarations_for(EventOf::Object, "local", "local", &src, &none)
+                .is_empty(),
+            "the old source no longer maps to the declaration"
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! What a copy looks like: the source's content, filtered, with ownership marks.
+
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{LAST_APPLIED, MANAGED_BY, OWNER, SOURCE, SOURCE_VERSION};
+use crate::object::sanitize;
+
+/// Include and exclude lists of label or annotation keys. An entry ending in `/` or `*` is a
+/// prefix; any other entry is an exact key. Empty `include` means all.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFilter {
+    /// Keys (or prefixes) to copy; empty: all.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Keys (or prefixes) never to copy.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+fn key_matches(pattern: &str, key: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        key.starts_with(prefix)
+    } else if pattern.ends_with('/') {
+        key.starts_with(pattern)
+    } else {
+        pattern == key
+    }
+}
+
+impl KeyFilter {
+    /// Whether `key` is copied (kubesync's own `kubesync.io/` keys and kubectl's last-applied
+    /// annotation never are).
+    pub fn allows(&self, key: &str) -> bool {
+        if key.starts_with("kubesync.io/") || key == LAST_APPLIED {
+            return false;
+        }
+        (self.include.is_empty() || self.include.iter().any(|p| key_matches(p, key)))
+            && !self.exclude.iter().any(|p| key_matches(p, key))
+    }
+
+    fn apply(&self, map: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        map.iter()
+            .filter(|(k, _)| self.allows(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Key-level control of Secret and ConfigMap data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFilter {
+    /// Keys to copy (empty: all).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Source key → destination key.
+    #[serde(default)]
+    pub rename: BTreeMap<String, String>,
+}
+
+impl DataFilter {
+    fn apply(&self, data: &Value) -> Value {
+        let Some(map) = data.as_object() else {
+            return data.clone();
+        };
+        let mut out = serde_json::Map::new();
+        for (k, v) in map {
+            if !self.include.is_empty() && !self.include.contains(k) {
+                continue;
+            }
+            out.insert(
+                self.rename.get(k).cloned().unwrap_or_else(|| k.clone()),
+                v.clone(),
+            );
+        }
+        Value::Object(out)
+    }
+}
+
+/// Who made a copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The declaration's cluster, namespace and name: `<cluster>/<namespace>/<name>`.
+    pub reference: String,
+    /// The declaration's uid (the `managed-by` label value).
+    pub uid: String,
+}
+
+/// What the copy must carry besides the source's content.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyRules {
+    /// Labels that reach the copy.
+    pub labels: KeyFilter,
+    /// Annotations that reach the copy.
+    pub annotations: KeyFilter,
+    /// Secret/ConfigMap key control (ignored for other kinds).
+    pub data: Option<DataFilter>,
+}
+
+/// The value of the [`SOURCE`] mark: `<group>/<kind>/<namespace>/<name>` (`core` for the core
+/// group).
+pub fn source_mark(resource: &ApiResource, namespace: &str, name: &str) -> String {
+    let group = if resource.group.is_empty() {
+        "core"
+    } else {
+        resource.group.as_str()
+    };
+    format!("{group}/{}/{namespace}/{name}", resource.kind)
+}
+
+/// The copy of `source` to `namespace`/`name`: the source's content minus identity and
+/// server-managed fields (status too), filtered labels and annotations, and the ownership
+/// marks.
+pub fn desired_copy(
+    resource: &ApiResource,
+    source: &DynamicObject,
+    namespace: &str,
+    name: &str,
+    rules: &CopyRules,
+    owner: &Owner,
+    source_ref: &str,
+) -> DynamicObject {
+    let mut copy = source.clone();
+    sanitize(&mut copy, |_| false);
+    // The object is of the synced resource type (the source may be untyped).
+    copy.types = Some(kube::core::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    });
+    copy.metadata.namespace = Some(namespace.to_string());
+    copy.metadata.name = Some(name.to_string());
+    let mut labels = rules
+        .labels
+        .apply(&source.metadata.labels.clone().unwrap_or_default());
+    labels.insert(MANAGED_BY.into(), owner.uid.clone());
+    let mut annotations = rules
+        .annotations
+        .apply(&source.metadata.annotations.clone().unwrap_or_default());
+    annotations.insert(OWNER.into(), owner.reference.clone());
+    annotations.insert(SOURCE.into(), source_ref.to_string());
+    annotations.insert(
+        SOURCE_VERSION.into(),
+        source.metadata.resource_version.clone().unwrap_or_default(),
+    );
+    copy.metadata.labels = Some(labels);
+    copy.metadata.annotations = Some(annotations);
+    if let Some(m) = copy.data.as_object_mut() {
+        m.remove("status");
+        let is_data_kind = resource.group.is_empty()
+            && resource.version == "v1"
+            && matches!(resource.kind.as_str(), "Secret" | "ConfigMap");
+        if is_data_kind && let Some(filter) = &rules.data {
+            for field in ["data", "binaryData", "stringData"] {
+                if let Some(v) = m.get(field).cloned() {
+                    m.insert(field.to_string(), filter.apply(&v));
+                }
+            }
+        }
+    }
+    copy
+}
+
+/// Whether a copy may be deleted by `owner`: only copies that carry its marks.
+pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
+    copy.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY))
+        .is_some_and(|uid| *uid == owner.uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_filters() {
+        let f = KeyFilter {
+            include: vec![],
+            exclude: vec![
+                "argocd.argoproj.io/".into(),
+                "internal*".into(),
+                "secret-note".into(),
+            ],
+        };
+        assert!(f.allows("app"));
+        assert!(!f.allows("argocd.argoproj.io/instance"));
+        assert!(!f.allows("internal-id") && !f.allows("secret-note"));
+        assert!(!f.allows(LAST_APPLIED) && !f.allows("kubesync.io/anything"));
+        let only = KeyFilter {
+            include: vec!["team".into(), "example.com/".into()],
+            exclude: vec![],
+        };
+        assert!(only.allows("team") && only.allows("example.com/x") && !only.allows("app"));
+    }
+
+    #[test]
+    fn desired_copy_filters_and_marks() {
+        let rules = CopyRules {
+            labels: KeyFilter {
+                include: vec![],
+                exclude: vec!["argocd.argoproj.io/".into()],
+            },
+            annotations: KeyFilter::default(),
+            data: Some(DataFilter {
+                include: vec!["ca.crt".into()],
+                rename: [("ca.crt".to_string(), "bundle.pem".to_string())].into(),
+            }),
+        };
+        let c = desired_copy(
+            &secret_type(),
+            &tls_secret(),
+            "team-a",
+            "ca",
+            &rules,
+            &owner(),
+            "core/Secret/certs/ca",
+        );
+        let v = serde_json::to_value(&c).expect("json");
+        assert_eq!(
+            (v["apiVersion"].as_str(), v["kind"].as_str()),
+            (Some("v1"), Some("Secret"))
+        );
+        assert_eq!(v["metadata"]["namespace"], "team-a");
+        assert_eq!(v["metadata"].get("uid"), None);
+        assert_eq!(v["metadata"].get("resourceVersion"), None);
+        assert_eq!(v["metadata"].get("ownerReferences"), None);
+        assert_eq!(
+            v["metadata"]["labels"],
+            json!({"app": "ca", MANAGED_BY: "uid-1"})
+        );
+        assert_eq!(v["metadata"]["annotations"]["note"], "hi");
+        assert_eq!(v["metadata"]["annotations"].get(LAST_APPLIED), None);
+        assert_eq!(v["metadata"]["annotations"][OWNER], "local/apps/share-ca");
+        assert_eq!(v["metadata"]["annotations"][SOURCE], "core/Secret/certs/ca");
+        assert_eq!(v["metadata"]["annotations"][SOURCE_VERSION], "42");
+        assert_eq!(v["data"], json!({"bundle.pem": "Q0E="}));
+        assert_eq!(v["type"], "kubernetes.io/tls");
+    }
+}

@@ -1,0 +1,72 @@
+//! The pure rules of the fan-out, each in its own module: which namespaces are destinations
+//! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
+//! and how a POST's fields are handed to kubesync's apply entry ([`ownership`]). No IO.
+
+pub mod copy;
+pub mod decide;
+pub mod ownership;
+pub mod select;
+
+pub use copy::{CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark};
+pub use decide::{Decision, OnConflict, Strategy, apply_precondition, decide, in_sync};
+pub use ownership::ownership_upgrade;
+pub use select::{NamespaceRule, glob, selector};
+
+/// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
+pub const MANAGED_BY: &str = "kubesync.io/managed-by";
+/// Annotation: `<cluster>/<namespace>/<name>` of the declaration that made the copy.
+pub const OWNER: &str = "kubesync.io/owner";
+/// Annotation: `<group>/<kind>/<namespace>/<name>` of the source (`core` for the core group).
+pub const SOURCE: &str = "kubesync.io/source";
+/// Annotation: the source resourceVersion the copy carries.
+pub const SOURCE_VERSION: &str = "kubesync.io/source-resource-version";
+/// Annotation on a destination object that vetoes adoption: `"true"`.
+pub const PROTECT: &str = "kubesync.io/protect";
+/// kubectl's annotation, never copied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Objects the plan's tests share.
+#[cfg(test)]
+mod fixtures {
+    use std::collections::BTreeMap;
+
+    use kube::api::DynamicObject;
+    use kube::core::ApiResource;
+    use serde_json::{Value, json};
+
+    use super::{LAST_APPLIED, Owner};
+
+    pub(super) fn obj(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("object")
+    }
+
+    pub(super) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub(super) fn owner() -> Owner {
+        Owner {
+            reference: "local/apps/share-ca".into(),
+            uid: "uid-1".into(),
+        }
+    }
+
+    pub(super) fn secret_type() -> ApiResource {
+        ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "v1", "Secret"))
+    }
+
+    pub(super) fn tls_secret() -> DynamicObject {
+        // As a list item of a built-in kind: no apiVersion or kind.
+        obj(json!({
+            "metadata": {"name": "ca", "namespace": "certs", "uid": "s-uid", "resourceVersion": "42",
+                         "labels": {"app": "ca", "argocd.argoproj.io/instance": "x"},
+                         "annotations": {LAST_APPLIED: "{}", "note": "hi"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u"}]},
+            "type": "kubernetes.io/tls",
+            "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}
+        }))
+    }
+}
