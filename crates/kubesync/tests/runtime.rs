@@ -626,3 +626,53 @@ async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
     }
     running.stop().await;
 }
+
+/// Failed reconciles are counted by their error's category, and a panicking reconcile counts
+/// as a failure of category `Panic` and is retried.
+#[tokio::test]
+async fn failures_are_counted_by_category() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("categories");
+    east.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "terminating", &[], &[])).await;
+    apply_cm(east, &configmap(&ns, "panics", &[], &[])).await;
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .backoff(Backoff {
+            initial: Duration::from_millis(50),
+            factor: 2.0,
+            max: Duration::from_millis(200),
+        })
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(
+        controller,
+        reconciler_fn(move |key, _ctx| async move {
+            match key.name.as_str() {
+                "terminating" => Err(kubesync::Error::NamespaceTerminating(
+                    key.namespace.clone().unwrap_or_default(),
+                )),
+                "panics" => panic!("a reconcile that panics"),
+                _ => Ok(Action::done()),
+            }
+        }),
+    );
+    eventually("both keys failed twice", Duration::from_secs(20), || {
+        let by = ctx.metrics().failures_by_category();
+        async move {
+            (by.get("NamespaceTerminating").copied().unwrap_or(0) >= 2
+                && by.get("Panic").copied().unwrap_or(0) >= 2)
+                .then_some(by)
+        }
+    })
+    .await;
+    running.stop().await;
+    let by = ctx.metrics().failures_by_category();
+    assert_eq!(
+        by.keys().copied().collect::<Vec<_>>(),
+        ["NamespaceTerminating", "Panic"]
+    );
+    assert_eq!(ctx.metrics().failures(), by.values().sum::<u64>());
+}

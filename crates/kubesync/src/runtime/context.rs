@@ -1,0 +1,114 @@
+//! The handle a reconciler gets: clusters, stores, watches, the queue and the counters.
+//!
+//! [`Context`]'s methods are grouped by what they touch: the clusters and the queue here, the
+//! watch stores in [`store`](super::store), the watches in [`watches`](super::watches).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::metrics::Metrics;
+use super::store::StoreEntry;
+use super::watches::{WatchSpec, WatchState};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+
+pub(super) struct Shared {
+    pub(super) clusters: RwLock<BTreeMap<String, Cluster>>,
+    pub(super) stores: RwLock<Vec<StoreEntry>>,
+    pub(super) watches: RwLock<BTreeMap<usize, WatchState>>,
+    pub(super) next_watch: AtomicU64,
+    pub(super) metrics: Metrics,
+    pub(super) trigger: mpsc::UnboundedSender<Msg>,
+}
+
+/// What a reconciler sees: the clusters, the watch stores and the runtime's state. Cheap to
+/// clone; also available before and after [`Controller::run`] via [`Controller::context`].
+#[derive(Clone)]
+pub struct Context {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+pub(super) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Context {
+    /// A context with no clusters and no watches; `trigger` receives what it asks of the
+    /// controller's loop.
+    pub(super) fn new(trigger: mpsc::UnboundedSender<Msg>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                clusters: RwLock::new(BTreeMap::new()),
+                stores: RwLock::new(Vec::new()),
+                watches: RwLock::new(BTreeMap::new()),
+                next_watch: AtomicU64::new(0),
+                metrics: Metrics::default(),
+                trigger,
+            }),
+        }
+    }
+
+    /// The cluster with this name.
+    pub fn cluster(&self, name: &str) -> Option<Cluster> {
+        read(&self.shared.clusters).get(name).cloned()
+    }
+
+    /// The cluster with this name, or [`Error::UnknownCluster`].
+    pub fn require_cluster(&self, name: &str) -> Result<Cluster> {
+        self.cluster(name)
+            .ok_or_else(|| Error::UnknownCluster(name.to_string()))
+    }
+
+    /// All registered clusters, by name.
+    pub fn clusters(&self) -> Vec<Cluster> {
+        read(&self.shared.clusters).values().cloned().collect()
+    }
+
+    /// Registers (or replaces) a cluster while the controller runs, e.g. one named by a
+    /// custom resource.
+    pub fn add_cluster(&self, cluster: Cluster) {
+        write(&self.shared.clusters).insert(cluster.name().to_string(), cluster);
+    }
+
+    /// Queues a key for reconciliation now (deduplicated with keys already queued).
+    pub fn enqueue(&self, key: ObjectKey) {
+        let _ = self.shared.trigger.send(Msg::Trigger(vec![key], None));
+    }
+
+    /// Queues a key for reconciliation after `delay`.
+    pub fn enqueue_after(&self, key: ObjectKey, delay: Duration) {
+        let _ = self
+            .shared
+            .trigger
+            .send(Msg::Trigger(vec![key], Some(delay)));
+    }
+
+    /// The controller's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+}
+
+/// What the context and the watch tasks ask of the controller's loop.
+pub(super) enum Msg {
+    Trigger(Vec<ObjectKey>, Option<Duration>),
+    Listed(usize),
+    Start(Box<WatchSpec>),
+    Stop(usize),
+}

@@ -1,0 +1,101 @@
+//! The controller's counters, read by health endpoints and metrics exporters.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters of a running controller.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    reconciles: AtomicU64,
+    failures: AtomicU64,
+    /// Failures by category (bounded: categories are `&'static str`).
+    failures_by_category: Mutex<BTreeMap<&'static str, u64>>,
+    queued: AtomicU64,
+    in_flight: AtomicU64,
+    failing: AtomicU64,
+    /// When the controller's loop last turned, in milliseconds since [`epoch`] plus one
+    /// (0: never).
+    last_turn: AtomicU64,
+}
+
+/// A process-wide reference instant for [`Metrics::idle_for`].
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// How often an idle controller's loop turns anyway, so that [`Metrics::idle_for`] stays small
+/// while the controller is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+impl Metrics {
+    /// Reconciles completed (successful or not).
+    pub fn reconciles(&self) -> u64 {
+        self.reconciles.load(Ordering::Relaxed)
+    }
+    /// Reconciles that returned an error or panicked.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+    /// Failed reconciles by the error's category (see
+    /// [`ErrorCategory`](super::ErrorCategory); `Panic` for a reconcile that panicked): a
+    /// bounded metric label, as kube-rs/controller-rs labels its failures.
+    pub fn failures_by_category(&self) -> BTreeMap<&'static str, u64> {
+        self.failures_by_category
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// Keys waiting in the queue (including keys of clusters that are not ready).
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
+    }
+    /// Reconciles running now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+    /// Keys whose last reconcile failed (waiting for a retry).
+    pub fn failing(&self) -> u64 {
+        self.failing.load(Ordering::Relaxed)
+    }
+    /// How long ago the controller's loop last turned; `None` before it started. The loop
+    /// turns on every event, and at least every [`HEARTBEAT`] while idle, so a value well
+    /// above that means the loop is stuck (a liveness probe's question).
+    pub fn idle_for(&self) -> Option<Duration> {
+        let at = self.last_turn.load(Ordering::Relaxed);
+        let at = epoch() + Duration::from_millis(at.checked_sub(1)?);
+        Some(Instant::now().saturating_duration_since(at))
+    }
+}
+
+impl Metrics {
+    /// Counts a finished reconcile and, for a failure, its category.
+    pub(super) fn record(&self, failure: Option<&'static str>) {
+        self.reconciles.fetch_add(1, Ordering::Relaxed);
+        if let Some(category) = failure {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            *self
+                .failures_by_category
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(category)
+                .or_insert(0) += 1;
+        }
+    }
+
+    /// The loop turned: the queue's and the reconciles' current numbers.
+    pub(super) fn turned(&self, queued: usize, in_flight: usize, failing: usize) {
+        self.queued.store(queued as u64, Ordering::Relaxed);
+        self.in_flight.store(in_flight as u64, Ordering::Relaxed);
+        self.failing.store(failing as u64, Ordering::Relaxed);
+        let since = u64::try_from(
+            Instant::now()
+                .saturating_duration_since(epoch())
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX - 1);
+        self.last_turn.store(since + 1, Ordering::Relaxed);
+    }
+}

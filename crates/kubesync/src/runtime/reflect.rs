@@ -1,0 +1,235 @@
+//! One watch task: list+watch a resource type in one cluster, keep its store, turn events into
+//! keys.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+
+use super::context::{Context, Msg, write};
+use super::watches::WatchSpec;
+use crate::key::ObjectKey;
+
+pub(super) async fn run(spec: WatchSpec, ctx: Context) {
+    let WatchSpec {
+        id,
+        cluster,
+        watch,
+        mapper,
+        mut writer,
+    } = spec;
+    let client = cluster.client().clone();
+    let api = crate::cluster::api(client, watch.namespace.as_deref(), &watch.resource);
+    let emit = |objs: &[&DynamicObject]| {
+        let mut keys = Vec::with_capacity(objs.len());
+        for obj in objs {
+            let key = ObjectKey::for_object(cluster.name(), &watch.resource, obj);
+            match &mapper {
+                Some(map) => keys.extend(map(&key, obj)),
+                None => keys.push(key),
+            }
+        }
+        if !keys.is_empty() {
+            let _ = ctx.shared.trigger.send(Msg::Trigger(keys, None));
+        }
+    };
+    let set_state = |error: Option<String>, listed: bool| {
+        let mut states = write(&ctx.shared.watches);
+        if let Some(s) = states.get_mut(&id) {
+            s.error = error;
+            s.listed |= listed;
+        }
+    };
+
+    let stream = watcher::watcher(api, watch.config.clone()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut listed_once = false;
+    // List items of built-in kinds carry no apiVersion/kind; give every stored object its
+    // type, so reconcilers never have to patch it in.
+    let types = kube::core::TypeMeta {
+        api_version: watch.resource.api_version.clone(),
+        kind: watch.resource.kind.clone(),
+    };
+    let typed = |event: Event<DynamicObject>| {
+        event.modify(|obj| {
+            if obj.types.is_none() {
+                obj.types = Some(types.clone());
+            }
+        })
+    };
+    while let Some(event) = stream.next().await {
+        match event.map(typed) {
+            Ok(event) => {
+                match &event {
+                    // The store buffers a (re)list until it is complete; nothing to do here.
+                    Event::Init | Event::InitApply(_) => {}
+                    Event::InitDone => {
+                        // Level-based: after a (re)list, queue what is new or changed, and what
+                        // vanished while we were not watching (no Delete event arrives for it).
+                        // Both sides are the store's shared objects: nothing is copied.
+                        let before = writer.as_reader().state();
+                        writer.apply_watcher_event(&event);
+                        let after = writer.as_reader().state();
+                        let (changed, vanished) = relist_changes(&before, &after);
+                        let present = after.len();
+                        set_state(None, true);
+                        let mut all: Vec<&DynamicObject> =
+                            changed.into_iter().map(|o| o.as_ref()).collect();
+                        all.extend(vanished.iter().map(|o| o.as_ref()));
+                        emit(&all);
+                        if !listed_once {
+                            listed_once = true;
+                            tracing::debug!(objects = present, "listed");
+                        }
+                        let _ = ctx.shared.trigger.send(Msg::Listed(id));
+                        continue;
+                    }
+                    Event::Apply(_) | Event::Delete(_) => {
+                        set_state(None, false);
+                        store_then_emit(&mut writer, &event, |obj| emit(&[obj]));
+                        continue;
+                    }
+                }
+                writer.apply_watcher_event(&event);
+            }
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                // The resourceVersion expired (common right after a CRD is installed, or
+                // after a long disconnect): the watcher re-lists. Normal, not an outage.
+                tracing::debug!(reason = %status.reason, "watch expired; re-listing");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "watch failed; retrying with backoff");
+                set_state(Some(describe(&e)), false);
+            }
+        }
+    }
+}
+
+/// Applies a change event to the store, then hands its object to `emit`: a reconcile started
+/// by the emitted keys (possibly on another thread, at once) reads the object as the event
+/// left it, never the state before. The other order loses changes: a reconcile that reads
+/// the old object is the last one this change triggers.
+fn store_then_emit(
+    writer: &mut kube::runtime::reflector::store::Writer<DynamicObject>,
+    event: &Event<DynamicObject>,
+    emit: impl FnOnce(&DynamicObject),
+) {
+    writer.apply_watcher_event(event);
+    if let Event::Apply(obj) | Event::Delete(obj) = event {
+        emit(obj);
+    }
+}
+
+type ObjectId = (Option<String>, Option<String>);
+
+fn id_of(obj: &DynamicObject) -> ObjectId {
+    (obj.metadata.namespace.clone(), obj.metadata.name.clone())
+}
+
+/// After a (re)list: the listed objects that are new or have another resourceVersion than the
+/// store held, and the stored objects that the list no longer contains.
+fn relist_changes<'a>(
+    before: &'a [Arc<DynamicObject>],
+    listing: &'a [Arc<DynamicObject>],
+) -> (Vec<&'a Arc<DynamicObject>>, Vec<&'a Arc<DynamicObject>>) {
+    let old: HashMap<ObjectId, &Arc<DynamicObject>> =
+        before.iter().map(|o| (id_of(o), o)).collect();
+    let mut present = HashSet::with_capacity(listing.len());
+    let changed = listing
+        .iter()
+        .filter(|obj| {
+            let id = id_of(obj);
+            let same = old
+                .get(&id)
+                .is_some_and(|o| o.metadata.resource_version == obj.metadata.resource_version);
+            present.insert(id);
+            !same
+        })
+        .collect();
+    let vanished = before
+        .iter()
+        .filter(|o| !present.contains(&id_of(o)))
+        .collect();
+    (changed, vanished)
+}
+
+fn describe(e: &watcher::Error) -> String {
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => {
+            format!("{e}: {k}")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}
+            }))
+            .expect("object"),
+        )
+    }
+
+    fn names<'a>(objs: impl IntoIterator<Item = &'a Arc<DynamicObject>>) -> Vec<String> {
+        let mut v: Vec<String> = objs
+            .into_iter()
+            .map(|o| o.metadata.name.clone().unwrap_or_default())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn keys_are_emitted_after_the_store_has_the_change() {
+        use kube::runtime::reflector::{ObjectRef, store::Writer};
+        let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut writer = Writer::<DynamicObject>::new(ar.clone());
+        let reader = writer.as_reader();
+        let stored_rv = || {
+            reader
+                .get(&ObjectRef::new_with("a", ar.clone()).within("ns"))
+                .and_then(|o| o.metadata.resource_version.clone())
+        };
+        writer.apply_watcher_event(&Event::Apply((*obj("a", "1")).clone()));
+        let mut seen = Vec::new();
+        store_then_emit(&mut writer, &Event::Apply((*obj("a", "2")).clone()), |_| {
+            seen.push(stored_rv());
+        });
+        store_then_emit(
+            &mut writer,
+            &Event::Delete((*obj("a", "3")).clone()),
+            |_| {
+                seen.push(stored_rv());
+            },
+        );
+        assert_eq!(seen, [Some("2".to_string()), None]);
+    }
+
+    #[test]
+    fn first_list_queues_everything() {
+        let listing = vec![obj("a", "1"), obj("b", "2")];
+        let (changed, vanished) = relist_changes(&[], &listing);
+        assert_eq!(names(changed), ["a", "b"]);
+        assert!(vanished.is_empty());
+    }
+
+    #[test]
+    fn relist_queues_changed_new_and_vanished_but_not_unchanged() {
+        let before = vec![obj("same", "1"), obj("edited", "2"), obj("gone", "3")];
+        let listing = vec![obj("same", "1"), obj("edited", "7"), obj("new", "8")];
+        let (changed, vanished) = relist_changes(&before, &listing);
+        assert_eq!(names(changed), ["edited", "new"]);
+        assert_eq!(names(vanished), ["gone"]);
+    }
+}

@@ -1,0 +1,102 @@
+//! Reads from the watch stores: what the reconciler decides on.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::reflector::Store;
+
+use super::context::{Context, read};
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+
+/// One watch's store.
+pub(super) struct StoreEntry {
+    pub(super) id: usize,
+    pub(super) cluster: String,
+    pub(super) resource: ApiResource,
+    pub(super) reader: Store<DynamicObject>,
+    pub(super) primary: bool,
+}
+
+impl Context {
+    /// The object behind `key` as last seen by a watch, or `None` if no watch holds it.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        let stores = read(&self.shared.stores);
+        stores
+            .iter()
+            .filter(|s| s.cluster == key.cluster && key.is_of(&s.resource))
+            .find_map(|s| {
+                let r = kube::runtime::reflector::ObjectRef::<DynamicObject>::new_with(
+                    &key.name,
+                    s.resource.clone(),
+                );
+                let r = match &key.namespace {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                };
+                s.reader.get(&r)
+            })
+    }
+
+    /// Like [`Context::get`], converted to a typed resource.
+    pub fn get_as<K>(&self, key: &ObjectKey) -> Result<Option<K>>
+    where
+        K: Resource + serde::de::DeserializeOwned,
+    {
+        let Some(obj) = self.get(key) else {
+            return Ok(None);
+        };
+        (*obj)
+            .clone()
+            .try_parse::<K>()
+            .map(Some)
+            .map_err(|e| Error::Convert {
+                key: key.to_string(),
+                target: std::any::type_name::<K>(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Every object of this type that watches of this cluster hold.
+    pub fn list(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
+        let stores = read(&self.shared.stores);
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for s in stores.iter().filter(|s| {
+            s.cluster == cluster
+                && s.resource.group == resource.group
+                && s.resource.kind == resource.kind
+        }) {
+            for obj in s.reader.state() {
+                if seen.insert((obj.metadata.namespace.clone(), obj.metadata.name.clone())) {
+                    out.push(obj);
+                }
+            }
+        }
+        out
+    }
+
+    /// A dynamic API handle for objects of `resource` in `cluster` (namespaced if `namespace`).
+    pub fn api(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>> {
+        let client = self.require_cluster(cluster)?.client().clone();
+        Ok(crate::cluster::api(client, namespace, resource))
+    }
+
+    /// Whether the object behind `key` is really absent from its cluster, by a live read.
+    ///
+    /// Stores are filled by separate watches and may be a moment behind the cluster (or behind
+    /// each other); a decision to delete *because something is missing* is confirmed with
+    /// this first. A failed read is an error, never "absent".
+    pub async fn confirm_absent(&self, key: &ObjectKey, resource: &ApiResource) -> Result<bool> {
+        let api = self.api(&key.cluster, resource, key.namespace.as_deref())?;
+        Ok(api.get_metadata_opt(&key.name).await?.is_none())
+    }
+}

@@ -1,0 +1,148 @@
+//! Watches: starting and stopping them while the controller runs, and their health.
+
+use std::sync::atomic::Ordering;
+
+use kube::api::DynamicObject;
+
+use super::context::{Context, Msg, read, write};
+use super::store::StoreEntry;
+use super::watch::{Mapper, Watch};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+
+/// Health of one cluster as seen by its watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterStatus {
+    /// Every watch in the cluster has listed and the last request succeeded.
+    Ready,
+    /// Some watches have not listed yet (and none has failed).
+    Syncing,
+    /// The last request of a watch failed; keys of this cluster wait. The message is the
+    /// error of the most recent failure.
+    Unreachable(String),
+    /// The cluster has no watches, or is not registered.
+    Unknown,
+}
+
+/// What is known of one watch.
+#[derive(Clone, Debug)]
+pub(super) struct WatchState {
+    pub(super) cluster: String,
+    pub(super) listed: bool,
+    pub(super) error: Option<String>,
+}
+
+/// Identifies a watch started with [`Context::start_watch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WatchId(pub(super) usize);
+
+impl WatchId {
+    /// A watch id for tests of code that only stores and compares ids.
+    #[cfg(test)]
+    pub(crate) fn from_raw(id: usize) -> Self {
+        Self(id)
+    }
+}
+
+/// A registered watch, ready to be run by the controller's loop.
+pub(super) struct WatchSpec {
+    pub(super) id: usize,
+    pub(super) cluster: Cluster,
+    pub(super) watch: Watch,
+    pub(super) mapper: Option<Mapper>,
+    pub(super) writer: kube::runtime::reflector::store::Writer<DynamicObject>,
+}
+
+impl Context {
+    /// The health of a cluster's watches.
+    pub fn cluster_status(&self, cluster: &str) -> ClusterStatus {
+        let watches = read(&self.shared.watches);
+        let mine: Vec<&WatchState> = watches.values().filter(|w| w.cluster == cluster).collect();
+        if mine.is_empty() {
+            return ClusterStatus::Unknown;
+        }
+        if let Some(err) = mine.iter().find_map(|w| w.error.clone()) {
+            return ClusterStatus::Unreachable(err);
+        }
+        if mine.iter().all(|w| w.listed) {
+            ClusterStatus::Ready
+        } else {
+            ClusterStatus::Syncing
+        }
+    }
+
+    pub(super) fn register_watch(
+        &self,
+        cluster: &str,
+        watch: Watch,
+        mapper: Option<Mapper>,
+    ) -> Result<WatchSpec> {
+        let cluster = self.require_cluster(cluster)?;
+        let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
+            .unwrap_or(usize::MAX);
+        let writer = kube::runtime::reflector::store::Writer::new(watch.resource.clone());
+        write(&self.shared.stores).push(StoreEntry {
+            id,
+            cluster: cluster.name().to_string(),
+            resource: watch.resource.clone(),
+            reader: writer.as_reader(),
+            primary: mapper.is_none(),
+        });
+        write(&self.shared.watches).insert(
+            id,
+            WatchState {
+                cluster: cluster.name().to_string(),
+                listed: false,
+                error: None,
+            },
+        );
+        Ok(WatchSpec {
+            id,
+            cluster,
+            watch,
+            mapper,
+            writer,
+        })
+    }
+
+    /// Starts a watch while the controller runs (e.g. of a type the first declaration needing
+    /// it names). With a `mapper` its events queue the keys the mapper returns; without, the
+    /// keys of the objects themselves. Until [`Context::watch_listed`] says so, its store is
+    /// incomplete: do not read absence from it. Unlike the watches given to the builder, it
+    /// does not hold back the keys of its cluster.
+    pub fn start_watch(
+        &self,
+        cluster: &str,
+        watch: Watch,
+        mapper: Option<Mapper>,
+    ) -> Result<WatchId> {
+        let spec = self.register_watch(cluster, watch, mapper)?;
+        let id = spec.id;
+        self.shared
+            .trigger
+            .send(Msg::Start(Box::new(spec)))
+            .map_err(|_| Error::NotRunning)?;
+        Ok(WatchId(id))
+    }
+
+    /// Stops a watch started with [`Context::start_watch`] and drops its store.
+    pub fn stop_watch(&self, id: WatchId) {
+        write(&self.shared.stores).retain(|s| s.id != id.0);
+        write(&self.shared.watches).remove(&id.0);
+        let _ = self.shared.trigger.send(Msg::Stop(id.0));
+    }
+
+    /// Whether a watch has completed its first list (its store can be trusted for absence).
+    pub fn watch_listed(&self, id: WatchId) -> bool {
+        read(&self.shared.watches)
+            .get(&id.0)
+            .is_some_and(|w| w.listed)
+    }
+
+    /// The error of a watch's last request, if it failed (e.g. forbidden, connection refused).
+    pub fn watch_error(&self, id: WatchId) -> Option<String> {
+        read(&self.shared.watches)
+            .get(&id.0)
+            .and_then(|w| w.error.clone())
+    }
+}
