@@ -505,15 +505,7 @@ impl FanOut {
                     Err(Error::Kube(kube::Error::Api(s))) if s.is_invalid() => {
                         // An immutable field changed: delete and recreate the copy.
                         tracing::info!(destination = %at, "immutable field changed; recreating the copy");
-                        self.writer
-                            .delete(
-                                &cluster,
-                                ar,
-                                Some(&at.namespace),
-                                &at.name,
-                                Some(PropagationPolicy::Background),
-                                existing.metadata.uid.as_deref(),
-                            )
+                        self.delete_copy(ctx, ar, at, existing.metadata.uid.as_deref())
                             .await?;
                         self.writer
                             .create(&cluster, ar, desired, FIELD_MANAGER)
