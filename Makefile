@@ -4,12 +4,15 @@
 #   make demo           two local control planes and the copy controller between them, narrated
 #   make bench          benchmarks on local control planes
 #   make control-plane  prepare the control-plane binaries (cached under ~/.cache/kubesync)
+#   make crds           regenerate config/crd/bases/kubesync.io.yaml from the Rust types
+#   make image          build the container image as an OCI archive (buildah; no daemon, no registry)
+#   make image-test     unpack that image and run kubesync inside it with chroot
 #   make clean          remove build outputs (keeps the cached control-plane binaries)
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: all test fmt-check clippy unit demo bench control-plane clean clean-cache
+.PHONY: all test fmt-check clippy unit demo bench control-plane crds image image-test clean clean-cache
 
 all: test
 
@@ -30,6 +33,15 @@ demo: control-plane
 
 bench: control-plane
 	$(CARGO) bench -p kubesync
+
+crds:
+	$(CARGO) run --quiet -p kubesync-cli -- crds > config/crd/bases/kubesync.io.yaml
+
+image:
+	bash scripts/image.sh target/kubesync-image.tar
+
+image-test: image
+	bash scripts/image-test.sh target/kubesync-image.tar
 
 clean:
 	$(CARGO) clean

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kubesync::syncers::fan_out::rules::{
     CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy, glob, selector,
 };

@@ -1,0 +1,164 @@
+//! The install manifests under `config/`: the committed CRDs are the generator's, every
+//! overlay builds with kubectl's kustomize, and the Deployment meets the restricted Pod
+//! Security Standard. (That the RBAC is enough, and needed, is proven on a real control plane
+//! in `install.rs`.)
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `kubectl kustomize config/<overlay>`, as JSON values (one per object).
+fn kustomize(overlay: &str) -> Vec<Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repo().join("config").join(overlay))
+        .output()
+        .expect("kubectl (with kustomize built in) is installed");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize config/{overlay}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    serde_saphyr::from_multiple::<Value>(&text).expect("YAML documents")
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+#[test]
+fn committed_crds_are_the_generators_output() {
+    let path = repo().join("config/crd/bases/kubesync.io.yaml");
+    let committed = std::fs::read_to_string(&path).expect("config/crd/bases/kubesync.io.yaml");
+    let generated = kubesync_cli::crd::crds_yaml().expect("render");
+    assert!(
+        committed == generated,
+        "{} differs from `kubesync crds`; regenerate it with `make crds`",
+        path.display()
+    );
+}
+
+#[test]
+fn every_overlay_builds() {
+    let default = kustomize("default");
+    let kinds: Vec<String> = default
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    for want in [
+        "Namespace/kubesync-system",
+        "ServiceAccount/kubesync",
+        "ClusterRole/kubesync-operator",
+        "ClusterRole/kubesync-sync",
+        "Role/kubesync-leader-election",
+        "Deployment/kubesync",
+        "CustomResourceDefinition/objectsyncs.kubesync.io",
+        "CustomResourceDefinition/remoteclusters.kubesync.io",
+        "CustomResourceDefinition/resourcesyncs.kubesync.io",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "{want} missing from {kinds:?}"
+        );
+    }
+    assert_eq!(kustomize("prometheus").len(), 2);
+}
+
+#[test]
+fn no_rule_grants_every_verb() {
+    for overlay in ["default", "restricted"] {
+        for role in kustomize(overlay)
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        {
+            for rule in role["rules"].as_array().expect("rules") {
+                let verbs = rule["verbs"].as_array().expect("verbs");
+                assert!(
+                    !verbs.iter().any(|v| v == "*"),
+                    "{overlay}: {} grants verb *",
+                    role["metadata"]["name"]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_restricted_overlay_agrees_with_its_flags() {
+    let objects = kustomize("restricted");
+    let sync = find(&objects, "ClusterRole", "kubesync-sync");
+    let rules = sync["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["apiGroups"], serde_json::json!([""]));
+    assert_eq!(
+        rules[0]["resources"],
+        serde_json::json!(["configmaps", "secrets"])
+    );
+    let deployment = find(&objects, "Deployment", "kubesync");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(
+        args,
+        &serde_json::json!([
+            "run",
+            "--leader-elect",
+            "--allowed-resource=ConfigMap",
+            "--allowed-resource=Secret"
+        ])
+    );
+}
+
+#[test]
+fn the_deployment_meets_the_restricted_pod_security_standard() {
+    let objects = kustomize("default");
+    let d = find(&objects, "Deployment", "kubesync");
+    assert_eq!(d["spec"]["replicas"], 2);
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "kubesync");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    assert!(
+        c["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .any(|a| a == "--leader-elect")
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env: Vec<&str> = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        env.contains(&"POD_NAMESPACE") && env.contains(&"POD_NAME"),
+        "{env:?}"
+    );
+    assert!(c["resources"]["limits"]["memory"].is_string());
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+}
