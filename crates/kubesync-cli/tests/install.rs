@@ -1,0 +1,483 @@
+//! The install manifests on a real control plane, with the real `kubesync` binary running as
+//! the ServiceAccount they create (its own token): every feature works with exactly that
+//! RBAC, a rule taken away shows up as Forbidden in a condition, and the restricted overlay
+//! refuses other kinds before writing anything.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{RunningBinary, eventually, free_port, request, sample};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync_testenv::{KubeconfigEntry, TestEnv, kubeconfig_yaml};
+use serde_json::json;
+
+const WIDGET_CRD: &str = include_str!("../../kubesync-testenv/fixtures/widget-crd.yaml");
+const NS: &str = "kubesync-system";
+
+/// `kubectl kustomize config/<overlay>`: (the CRDs, everything else), as YAML.
+fn kustomize(overlay: &str) -> (String, String) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config")
+        .join(overlay);
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl (with kustomize built in) is installed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let (mut crds, mut rest) = (String::new(), String::new());
+    for doc in text.split("\n---\n") {
+        let target = if doc.contains("kind: CustomResourceDefinition") {
+            &mut crds
+        } else {
+            &mut rest
+        };
+        target.push_str(doc.trim_end());
+        target.push_str("\n---\n");
+    }
+    (crds, rest)
+}
+
+/// Installs an overlay and returns a kubeconfig file authenticating as its ServiceAccount
+/// (the token the controller-manager issued it).
+async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
+    let (crds, rest) = kustomize(overlay);
+    env.install_crds(&crds).await.expect("crds");
+    env.apply_yaml(&rest).await.expect("manifests");
+    let client = env.client().expect("client");
+    let token = eventually("the ServiceAccount's token", || {
+        let client = client.clone();
+        async move {
+            let sa = Api::<ServiceAccount>::namespaced(client.clone(), NS)
+                .get_opt("kubesync")
+                .await
+                .ok()??;
+            let secret_name = sa.secrets?.first()?.name.clone()?;
+            let secret = Api::<Secret>::namespaced(client, NS)
+                .get_opt(&secret_name)
+                .await
+                .ok()??;
+            let token = secret.data?.get("token")?.0.clone();
+            String::from_utf8(token).ok()
+        }
+    })
+    .await;
+    let yaml = kubeconfig_yaml(&[KubeconfigEntry {
+        context: env.name(),
+        server: env.server(),
+        ca_pem: env.ca_pem(),
+        user: "system:serviceaccount:kubesync-system:kubesync",
+        token: &token,
+    }]);
+    let path = env
+        .dir()
+        .join(format!("{overlay}-serviceaccount.kubeconfig"));
+    std::fs::write(&path, yaml).expect("write kubeconfig");
+    path
+}
+
+/// A replica of the real binary as the ServiceAccount, logging to `log`.
+fn replica(kubeconfig: &Path, log: &Path, args: &[&str]) -> (RunningBinary, u16) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("POD_NAMESPACE", NS)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("run kubesync");
+    (RunningBinary(child), port)
+}
+
+fn api(
+    env: &TestEnv,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let client = env.client().expect("client");
+    match ns {
+        Some(ns) => Api::namespaced_with(client, ns, &ar),
+        None => Api::all_with(client, &ar),
+    }
+}
+
+/// The `Ready` condition of an object: (status, reason, message).
+fn ready(obj: &DynamicObject) -> Option<(String, String, String)> {
+    let conditions = obj.data.get("status")?.get("conditions")?.as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == "Ready")?;
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+async fn ready_of(api: &Api<DynamicObject>, name: &str) -> Option<(String, String, String)> {
+    ready(&api.get_opt(name).await.ok()??)
+}
+
+async fn secret_value(env: &TestEnv, ns: &str, name: &str, key: &str) -> Option<String> {
+    let s = Api::<Secret>::namespaced(env.client().expect("client"), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    Some(String::from_utf8_lossy(&s.data?.get(key)?.0).to_string())
+}
+
+/// Every line of the logs that reports a Forbidden answer.
+fn forbidden_lines(logs: &[PathBuf]) -> Vec<String> {
+    logs.iter()
+        .flat_map(|l| {
+            std::fs::read_to_string(l)
+                .unwrap_or_default()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| l.to_lowercase().contains("forbidden"))
+        .collect()
+}
+
+async fn apply(env: &TestEnv, yaml: &str) {
+    env.apply_yaml(yaml).await.expect("apply");
+}
+
+#[tokio::test]
+async fn the_default_install_works_with_exactly_its_rbac() {
+    let (local, remote) = tokio::join!(
+        TestEnv::builder()
+            .name("install")
+            .with_controller_manager(true)
+            .start(),
+        TestEnv::builder().name("install-remote").start()
+    );
+    let (local, remote) = (local.expect("local"), remote.expect("remote"));
+    let kubeconfig = install(&local, "default").await;
+    local.install_crds(WIDGET_CRD).await.expect("widget crd");
+    remote.install_crds(WIDGET_CRD).await.expect("widget crd");
+    for ns in ["apps", "team-a", "team-b"] {
+        local.create_namespace(ns).await.expect("ns");
+    }
+    remote.create_namespace("ops-a").await.expect("ns");
+
+    // Two replicas with leader election: one leads, the other stands by.
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|i| local.dir().join(format!("kubesync-{i}.log")))
+        .collect();
+    let (a, port_a) = replica(&kubeconfig, &logs[0], &["--leader-elect"]);
+    let leading = |port: u16| async move {
+        let (_, m) = request(port, "GET", "/metrics").await?;
+        sample(&m, "kubesync_leader")
+    };
+    eventually("the first replica leads", || async {
+        (leading(port_a).await == Some(1.0)).then_some(())
+    })
+    .await;
+    let (_b, port_b) = replica(&kubeconfig, &logs[1], &["--leader-elect"]);
+    eventually("the second replica stands by", || async {
+        (leading(port_b).await == Some(0.0)).then_some(())
+    })
+    .await;
+
+    // ObjectSync: a Secret fanned out into two namespaces, and an edited copy repaired.
+    apply(&local, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await;
+    for ns in ["team-a", "team-b"] {
+        eventually(&format!("the copy in {ns}"), || async {
+            (secret_value(&local, ns, "registry", "token")
+                .await
+                .as_deref()
+                == Some("one"))
+            .then_some(())
+        })
+        .await;
+    }
+    Api::<Secret>::namespaced(local.client().expect("client"), "team-a")
+        .patch(
+            "registry",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"token": "edited"}})),
+        )
+        .await
+        .expect("edit the copy");
+    eventually("the edited copy repaired", || async {
+        (secret_value(&local, "team-a", "registry", "token")
+            .await
+            .as_deref()
+            == Some("one"))
+        .then_some(())
+    })
+    .await;
+    let objectsyncs = api(
+        &local,
+        "kubesync.io",
+        "v1alpha1",
+        "ObjectSync",
+        "objectsyncs",
+        Some("apps"),
+    );
+    eventually("the ObjectSync ready", || async {
+        ready_of(&objectsyncs, "registry")
+            .await
+            .filter(|r| r.0 == "True")
+    })
+    .await;
+
+    // RemoteCluster + ResourceSync against a second control plane: its kubeconfig Secret in
+    // kubesync-system, where the operator may read Secrets.
+    apply(
+        &local,
+        &serde_json::to_string(&json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "mgmt-kubeconfig", "namespace": NS},
+            "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+        }))
+        .expect("json"),
+    )
+    .await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: mgmt}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: mgmt-kubeconfig}\n").await;
+    remote.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: w1, namespace: ops-a}\nspec: {size: 3}\n").await.expect("widget");
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
+    let local_widgets = api(
+        &local,
+        "demo.kubesync.io",
+        "v1",
+        "Widget",
+        "widgets",
+        Some("ops-a"),
+    );
+    eventually("the remote Widget synced down", || async {
+        local_widgets.get_opt("w1").await.ok()?
+    })
+    .await;
+    let resourcesyncs = api(
+        &local,
+        "kubesync.io",
+        "v1alpha1",
+        "ResourceSync",
+        "resourcesyncs",
+        None,
+    );
+    let remoteclusters = api(
+        &local,
+        "kubesync.io",
+        "v1alpha1",
+        "RemoteCluster",
+        "remoteclusters",
+        None,
+    );
+    eventually("the ResourceSync and RemoteCluster ready", || async {
+        let rs = ready_of(&resourcesyncs, "widgets").await?;
+        let rc = ready_of(&remoteclusters, "mgmt").await?;
+        (rs.0 == "True" && rc.0 == "True").then_some(())
+    })
+    .await;
+
+    // Deleting the ObjectSync removes its copies (finalizer released, deletes sent).
+    objectsyncs
+        .delete("registry", &Default::default())
+        .await
+        .expect("delete");
+    eventually("the copies deleted", || async {
+        let gone_a = secret_value(&local, "team-a", "registry", "token")
+            .await
+            .is_none();
+        let gone_b = secret_value(&local, "team-b", "registry", "token")
+            .await
+            .is_none();
+        (gone_a && gone_b).then_some(())
+    })
+    .await;
+
+    // Leader election: the standby takes over when the leader stops.
+    drop(a);
+    eventually("the standby takes over", || async {
+        (leading(port_b).await == Some(1.0)).then_some(())
+    })
+    .await;
+    apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-b}]\n").await;
+    eventually("the new leader copies", || async {
+        Api::<ConfigMap>::namespaced(local.client().expect("client"), "team-b")
+            .get_opt("settings")
+            .await
+            .ok()?
+    })
+    .await;
+
+    let forbidden = forbidden_lines(&logs);
+    assert!(
+        forbidden.is_empty(),
+        "Forbidden answers in the operator's log:\n{}",
+        forbidden.join("\n")
+    );
+    for (api, name) in [(&resourcesyncs, "widgets"), (&remoteclusters, "mgmt")] {
+        let r = ready_of(api, name).await.expect("ready");
+        assert!(!r.2.to_lowercase().contains("forbidden"), "{name}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
+    let env = TestEnv::builder()
+        .name("restricted")
+        .with_controller_manager(true)
+        .start()
+        .await
+        .expect("start");
+    let kubeconfig = install(&env, "restricted").await;
+    for ns in ["apps", "team-a"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    let log = env.dir().join("kubesync.log");
+    // The overlay's flags, as its Deployment passes them.
+    let (_op, _port) = replica(
+        &kubeconfig,
+        &log,
+        &["--allowed-resource=ConfigMap", "--allowed-resource=Secret"],
+    );
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
+    apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
+    apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: reader, namespace: apps}\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [get]}]\n").await;
+    for (name, kind) in [
+        ("settings", "ConfigMap"),
+        ("registry", "Secret"),
+        ("reader", "Role"),
+    ] {
+        let group = if kind == "Role" {
+            "rbac.authorization.k8s.io"
+        } else {
+            ""
+        };
+        apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{{namespace: team-a}}]\n")).await;
+    }
+    eventually("the ConfigMap and the Secret copied", || async {
+        let cm = Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-a")
+            .get_opt("settings")
+            .await
+            .ok()?;
+        let secret = secret_value(&env, "team-a", "registry", "token").await;
+        (cm.is_some() && secret.as_deref() == Some("one")).then_some(())
+    })
+    .await;
+    let objectsyncs = api(
+        &env,
+        "kubesync.io",
+        "v1alpha1",
+        "ObjectSync",
+        "objectsyncs",
+        Some("apps"),
+    );
+    let refused = eventually("the Role's ObjectSync refused", || async {
+        ready_of(&objectsyncs, "reader")
+            .await
+            .filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(refused.1, "ResourceNotAllowed", "{refused:?}");
+    assert!(
+        refused.2.contains("Role"),
+        "the message names the kind: {refused:?}"
+    );
+    let roles = api(
+        &env,
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        Some("team-a"),
+    );
+    assert!(
+        roles.get_opt("reader").await.expect("get").is_none(),
+        "nothing written"
+    );
+    let forbidden = forbidden_lines(&[log]);
+    assert!(forbidden.is_empty(), "{}", forbidden.join("\n"));
+}
+
+/// The rule that lets kubesync read and write Secrets is needed: without it, an ObjectSync of
+/// a Secret reports Forbidden in its condition, and a ConfigMap next to it still syncs.
+#[tokio::test]
+async fn a_missing_rule_is_reported_as_forbidden() {
+    let env = TestEnv::builder()
+        .name("missing-rule")
+        .with_controller_manager(true)
+        .start()
+        .await
+        .expect("start");
+    let kubeconfig = install(&env, "restricted").await;
+    let roles = api(
+        &env,
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        None,
+    );
+    let without_secrets = json!([{"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]);
+    roles
+        .patch(
+            "kubesync-sync",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": without_secrets})),
+        )
+        .await
+        .expect("remove the Secrets rule");
+    for ns in ["apps", "team-a"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    let log = env.dir().join("kubesync.log");
+    let (_op, _port) = replica(
+        &kubeconfig,
+        &log,
+        &["--allowed-resource=ConfigMap", "--allowed-resource=Secret"],
+    );
+    apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}]\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-a}]\n").await;
+    let objectsyncs = api(
+        &env,
+        "kubesync.io",
+        "v1alpha1",
+        "ObjectSync",
+        "objectsyncs",
+        Some("apps"),
+    );
+    let refused = eventually("the Secret's ObjectSync reports Forbidden", || async {
+        ready_of(&objectsyncs, "registry")
+            .await
+            .filter(|r| r.0 == "False" && r.2.to_lowercase().contains("forbidden"))
+    })
+    .await;
+    assert!(refused.2.contains("secrets"), "{refused:?}");
+    eventually("the ConfigMap still syncs", || async {
+        Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-a")
+            .get_opt("settings")
+            .await
+            .ok()?
+    })
+    .await;
+    assert!(
+        secret_value(&env, "team-a", "registry", "token")
+            .await
+            .is_none()
+    );
+}
