@@ -412,6 +412,75 @@ pub struct ObjectSyncSpec {
     pub data: Option<DataFilterSpec>,
 }
 
+/// State of one destination's copy, as the status shows it: the library's
+/// [`DestinationState`](kubesync::syncers::fan_out::DestinationState), serialized by name.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+)]
+pub enum CopyState {
+    /// The copy is current.
+    Synced,
+    /// Not written yet (e.g. waiting for a cluster's first list).
+    #[default]
+    Pending,
+    /// Someone else's object is there.
+    Conflict,
+    /// Writing failed or the cluster cannot be reached.
+    Error,
+}
+
+impl CopyState {
+    /// Every state, in the order metrics list them.
+    pub const ALL: [CopyState; 4] = [Self::Synced, Self::Pending, Self::Conflict, Self::Error];
+
+    /// The name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Synced => "Synced",
+            Self::Pending => "Pending",
+            Self::Conflict => "Conflict",
+            Self::Error => "Error",
+        }
+    }
+}
+
+impl From<kubesync::syncers::fan_out::DestinationState> for CopyState {
+    fn from(s: kubesync::syncers::fan_out::DestinationState) -> Self {
+        use kubesync::syncers::fan_out::DestinationState as S;
+        match s {
+            S::Synced => Self::Synced,
+            S::Pending => Self::Pending,
+            S::Conflict => Self::Conflict,
+            S::Error => Self::Error,
+        }
+    }
+}
+
+impl std::fmt::Display for CopyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with a state's serialized name, for readers of the status (e.g. tests that check
+/// `state == "Synced"`); the operator itself compares states as values.
+impl PartialEq<&str> for CopyState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// State of one destination in [`ObjectSyncStatus`].
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -423,7 +492,7 @@ pub struct DestinationStatusEntry {
     /// Name of the copy.
     pub name: String,
     /// `Synced`, `Pending`, `Conflict` or `Error`.
-    pub state: String,
+    pub state: CopyState,
     /// Why, for Conflict and Error.
     #[serde(default)]
     pub message: String,

@@ -287,7 +287,7 @@ pub async fn metrics(operator: &Operator) -> String {
                 "kubesync_objectsync_destinations{{namespace=\"{}\",objectsync=\"{}\",state=\"{}\"}} {count}",
                 label(ns),
                 label(name),
-                label(state)
+                label(state.as_str())
             );
         }
     }
