@@ -472,33 +472,95 @@ impl ResourceSyncController {
 
     /// A ResourceSync is being deleted: stop its engine, release the remote objects' sync
     /// finalizers (local objects stay), then remove the ResourceSync's finalizer.
+    ///
+    /// A release that fails keeps the ResourceSync (and its finalizer): the failure is logged,
+    /// shown as its `Ready=False` condition (reason `FinalizersNotReleased`), and retried.
+    /// Only a spec under which no sync can have run (see [`nothing_to_release`]) lets it go
+    /// without a release, with a warning.
     async fn finalize(&self, rs: &ResourceSync, ctx: &Context) -> kubesync::Result<Action> {
         let name = rs.name_any();
         if let Some(engine) = self.engines.lock().await.remove(&name) {
             engine.shutdown().await;
         }
-        if let Ok((ar, remote, _)) = self.resolve(rs, ctx).await {
-            let marks = Marks::new(domain(&rs.spec));
-            let names = names(&rs.spec);
-            let all: Api<DynamicObject> = Api::all_with(remote.client().clone(), &ar);
-            for obj in all.list(&Default::default()).await? {
-                let n = ObjectName {
-                    namespace: obj.metadata.namespace.clone(),
-                    name: obj.name_any(),
-                };
-                if names.to_target(&n).is_some() {
-                    self.writes
-                        .set_foreign_finalizer(&remote, &ar, &obj, &marks.finalizer(), false)
-                        .await?;
+        let failure = match self.resolve(rs, ctx).await {
+            Ok((ar, remote, _)) => match self.release_remote_finalizers(rs, &ar, &remote).await {
+                Ok(released) => {
+                    tracing::info!(resourcesync = %name, released, "released the remote objects' finalizers");
+                    None
                 }
+                Err(e) => Some(Refusal::new("FinalizersNotReleased", e.to_string())),
+            },
+            Err(refusal) if nothing_to_release(&refusal) => {
+                tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "deleting a ResourceSync whose sync cannot have run: no remote finalizers to release");
+                None
             }
-            tracing::info!(resourcesync = %name, "released the remote objects' finalizers");
+            Err(refusal) => Some(Refusal::new(
+                "FinalizersNotReleased",
+                format!("{}: {}", refusal.reason, refusal.message),
+            )),
+        };
+        if let Some(failure) = failure {
+            tracing::warn!(resourcesync = %name, message = %failure.message, "cannot release the remote objects' finalizers; the ResourceSync stays until they are released");
+            let message = format!(
+                "cannot release the remote objects' finalizers ({}); retrying. Remove the finalizer {RESOURCE_SYNC_FINALIZER} to delete this ResourceSync without releasing them",
+                failure.message
+            );
+            let old = rs.status.clone().unwrap_or_default();
+            let status = resource_sync_status(
+                &old,
+                rs.metadata.generation,
+                status::ready(false, failure.reason, message),
+                Counts::default(),
+                status::now(),
+            );
+            if status != old {
+                self.writes.patch_status(rs, &status).await?;
+            }
+            return Ok(Action::requeue(self.status_refresh));
         }
         self.writes
             .set_finalizer(rs, RESOURCE_SYNC_FINALIZER, false)
             .await?;
         Ok(Action::done())
     }
+
+    /// Removes the sync finalizer from every remote object of the ResourceSync's shard;
+    /// returns how many objects were looked at.
+    async fn release_remote_finalizers(
+        &self,
+        rs: &ResourceSync,
+        ar: &ApiResource,
+        remote: &Cluster,
+    ) -> kubesync::Result<usize> {
+        let marks = Marks::new(domain(&rs.spec));
+        let names = names(&rs.spec);
+        let all: Api<DynamicObject> = Api::all_with(remote.client().clone(), ar);
+        let mut count = 0;
+        for obj in all.list(&Default::default()).await? {
+            let n = ObjectName {
+                namespace: obj.metadata.namespace.clone(),
+                name: obj.name_any(),
+            };
+            if names.to_target(&n).is_some() {
+                self.writes
+                    .set_foreign_finalizer(remote, ar, &obj, &marks.finalizer(), false)
+                    .await?;
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// Whether a refusal means no sync can have run under this spec, so no remote object can
+/// carry its finalizer (pure): an invalid spec, or a kind this cluster does not serve or that
+/// has no status subresource. A RemoteCluster that is missing or cannot be connected is not
+/// such a case: its objects may carry finalizers that only a release removes.
+pub fn nothing_to_release(refusal: &Refusal) -> bool {
+    matches!(
+        refusal.reason,
+        "InvalidSpec" | "ResourceNotFound" | "NoStatusSubresource"
+    )
 }
 
 #[cfg(test)]
@@ -549,6 +611,19 @@ mod tests {
             refused.conditions[0].last_transition_time,
             first.conditions[0].last_transition_time
         );
+    }
+
+    #[test]
+    fn only_specs_that_cannot_have_run_skip_the_release() {
+        assert!(nothing_to_release(&Refusal::new("InvalidSpec", "")));
+        assert!(nothing_to_release(&Refusal::new("NoStatusSubresource", "")));
+        for reason in [
+            "RemoteClusterNotFound",
+            "KubeconfigSecretInvalid",
+            "KubeconfigInvalid",
+        ] {
+            assert!(!nothing_to_release(&Refusal::new(reason, "")), "{reason}");
+        }
     }
 
     #[test]
