@@ -75,11 +75,7 @@ pub fn object_sync_status(
             .into_iter()
             .map(|c| with_transition(c, &old.conditions, generation, now))
             .collect(),
-        in_sync: count(
-            destinations
-                .iter()
-                .filter(|d| d.state == CopyState::Synced),
-        ),
+        in_sync: count(destinations.iter().filter(|d| d.state == CopyState::Synced)),
         total: count(destinations.iter()),
         destinations,
     }
