@@ -9,6 +9,8 @@ use kube::{Resource, ResourceExt};
 use kubesync::Cluster;
 use kubesync::apply::Writer;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::crd::Condition;
 
 /// Field manager of the operator's own writes.
@@ -39,15 +41,15 @@ pub fn now() -> jiff::Timestamp {
     now.round(jiff::Unit::Second).unwrap_or(now)
 }
 
-/// A condition of type `type_`, `True` when `ok`, without transition time yet (see
-/// [`with_transition`]).
+/// A condition of type `type_`, `True` when `ok`. Its transition time is a placeholder (the
+/// epoch) until [`with_transition`] sets it; every status is assembled through it.
 pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
         reason: reason.into(),
         message: message.into(),
-        last_transition_time: None,
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
         observed_generation: None,
     }
 }
@@ -73,7 +75,7 @@ pub fn with_transition(
     c.observed_generation = generation;
     c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
         Some(o) if o.status == c.status => o.last_transition_time.clone(),
-        _ => Some(now.to_string()),
+        _ => Time(now),
     };
     c
 }
@@ -172,7 +174,7 @@ mod tests {
         let t0: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
         let t1: jiff::Timestamp = "2024-01-01T00:01:00Z".parse().expect("time");
         let first = with_transition(ready(true, "Syncing", "a"), &[], Some(1), t0);
-        assert_eq!(first.last_transition_time, Some(t0.to_string()));
+        assert_eq!(first.last_transition_time, Time(t0));
         assert_eq!(first.observed_generation, Some(1));
         // Same status, other reason and message: the time stays.
         let same = with_transition(
@@ -181,10 +183,10 @@ mod tests {
             Some(2),
             t1,
         );
-        assert_eq!(same.last_transition_time, Some(t0.to_string()));
+        assert_eq!(same.last_transition_time, Time(t0));
         // Status flips: now.
         let flipped = with_transition(ready(false, "X", "c"), &[first], Some(2), t1);
-        assert_eq!(flipped.last_transition_time, Some(t1.to_string()));
+        assert_eq!(flipped.last_transition_time, Time(t1));
     }
 
     #[test]

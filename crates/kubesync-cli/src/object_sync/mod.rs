@@ -21,8 +21,7 @@ use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::{
-    CopyRules, DataFilter, KeyFilter, LabelSelector, LabelSelectorRequirement, NamespaceRule,
-    OnConflict, Owner, Strategy,
+    self, CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy,
 };
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
@@ -31,7 +30,9 @@ use kubesync::syncers::fan_out::{
 pub use self::policy::ObjectSyncPolicy;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
-use crate::crd::{ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncStatus, Selector};
+use crate::crd::{
+    ConflictPolicy, CopyState, CopyStrategy, LabelSelector, ObjectSync, ObjectSyncStatus,
+};
 use crate::remote::{LOCAL, RemoteClusters};
 use crate::status::{OwnWrites, Refusal};
 
@@ -75,17 +76,20 @@ struct Record {
     published: BTreeMap<String, (String, String)>,
 }
 
-/// The library's label selector for a CRD selector (the one seam between the two types).
-fn label_selector(s: &Selector) -> LabelSelector {
-    LabelSelector {
-        match_labels: s.match_labels.clone(),
+/// The library's label selector for a Kubernetes `LabelSelector` (the one seam between the
+/// two types; absent lists are empty). Validation stays the library's, so an invalid
+/// selector is refused with the same reason and message as before.
+fn label_selector(s: &LabelSelector) -> plan::LabelSelector {
+    plan::LabelSelector {
+        match_labels: s.match_labels.clone().unwrap_or_default(),
         match_expressions: s
             .match_expressions
             .iter()
-            .map(|e| LabelSelectorRequirement {
+            .flatten()
+            .map(|e| plan::LabelSelectorRequirement {
                 key: e.key.clone(),
                 operator: e.operator.clone(),
-                values: e.values.clone(),
+                values: e.values.clone().unwrap_or_default(),
             })
             .collect(),
     }

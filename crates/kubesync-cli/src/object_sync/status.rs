@@ -398,10 +398,7 @@ mod tests {
         let ready = find(&s, "Ready");
         assert_eq!(ready.reason, "SourceNamespaceNotAllowed");
         // Still False: the transition time stays.
-        assert_eq!(
-            ready.last_transition_time.as_deref(),
-            Some("2024-01-01T00:00:00Z")
-        );
+        assert_eq!(ready.last_transition_time.0, t("2024-01-01T00:00:00Z"));
         assert_eq!(s.observed_generation, Some(3));
     }
 
