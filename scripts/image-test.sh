@@ -40,7 +40,8 @@ for layer in "${layer_files[@]}"; do
 done
 
 files="$(cd "$work/rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')"
-check "the image holds only the binary (found: $files)" test "$files" = "./kubesync "
+check "the image holds only the binary and the CA bundle (found: $files)" \
+  test "$files" = "./etc ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./kubesync "
 user="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"].get("User",""))' "$config")"
 entrypoint="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"].get("Entrypoint"))' "$config")"
 check "runs as a non-root user (User: $user)" test "$user" = "65532:65532"
@@ -52,5 +53,19 @@ check "kubesync --version in the empty root ($version_out)" grep -q '^kubesync [
 "${as_user[@]}" crds >"$work/crds.yaml" 2>"$work/crds.err" || true
 check "kubesync crds in the empty root equals config/crd/bases/kubesync.io.yaml" \
   cmp -s "$work/crds.yaml" config/crd/bases/kubesync.io.yaml
+# The TLS stack works in the empty root: a kubeconfig with its own CA reaches the point of
+# connecting (nothing listens on port 1), instead of failing to set up TLS.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/ca.key" -out "$work/ca.crt" -days 1 \
+  -subj /CN=image-test >/dev/null 2>&1
+cat >"$work/rootfs/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+current-context: t
+clusters: [{name: t, cluster: {server: "https://127.0.0.1:1", certificate-authority-data: "$(base64 -w0 "$work/ca.crt")"}}]
+users: [{name: t, user: {token: t}}]
+contexts: [{name: t, context: {cluster: t, user: t}}]
+KC
+check_out="$("${as_user[@]}" check --kubeconfig /kubeconfig --timeout 2 2>&1 || true)"
+check "kubesync check sets up TLS in the empty root ($check_out)" grep -q 'client error (Connect)' <<<"$check_out"
 echo "image-test: $passed passed, $failed failed"
 test "$failed" -eq 0

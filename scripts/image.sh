@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kubesync's container image as an OCI archive, without a daemon or a registry:
-# a statically linked release binary, copied into an empty (`scratch`) image by buildah.
+# a statically linked release binary and the public CA bundle, copied into an empty
+# (`scratch`) image by buildah.
 #
 #   scripts/image.sh [OUTPUT]     default OUTPUT: target/kubesync-image.tar
 #
@@ -13,9 +14,13 @@ out="${1:-target/kubesync-image.tar}"
 target=x86_64-unknown-linux-gnu
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)"
 
-if ! command -v buildah >/dev/null 2>&1; then
-  echo "image: installing buildah" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null
+missing=()
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+command -v file >/dev/null 2>&1 || missing+=(file)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "image: installing ${missing[*]}" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 echo "image: building a static kubesync $version (release, $target)" >&2
@@ -32,6 +37,9 @@ export STORAGE_DRIVER=vfs
 ctr="$(buildah --storage-driver vfs from scratch)"
 trap 'buildah --storage-driver vfs rm "$ctr" >/dev/null 2>&1 || true' EXIT
 buildah --storage-driver vfs copy --chmod 0555 "$ctr" "$bin" /kubesync
+# Public CAs, for remote clusters whose kubeconfig names no CA of its own (in-cluster access
+# and kubeconfigs with certificate-authority-data need none).
+buildah --storage-driver vfs copy --chmod 0444 "$ctr" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 buildah --storage-driver vfs config \
   --user 65532:65532 \
   --entrypoint '["/kubesync"]' \

@@ -257,7 +257,7 @@ async fn run(
     let mut lost_rx = None;
     if let Some(election) = election {
         let mut elector = crate::leader::Elector::new(
-            operator.local.client().clone(),
+            operator.local().client().clone(),
             &election.namespace,
             &election.name,
             &identity(),

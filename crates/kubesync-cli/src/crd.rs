@@ -8,41 +8,11 @@ use serde::{Deserialize, Serialize};
 /// API group of kubesync's custom resources.
 pub const GROUP: &str = "kubesync.io";
 
-/// A status condition (the shape of `metav1.Condition`).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    /// Condition type, e.g. `Ready`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    /// A PascalCase reason.
-    pub reason: String,
-    /// A human-readable message.
-    #[serde(default)]
-    pub message: String,
-    /// When the status last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
-    /// The generation of the object the condition was computed for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
-impl Condition {
-    /// A `Ready` condition.
-    pub fn ready(ok: bool, reason: &str, message: impl Into<String>) -> Self {
-        Self {
-            type_: "Ready".into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: None,
-            observed_generation: None,
-        }
-    }
-}
+/// A status condition: `metav1.Condition` (`lastTransitionTime` is required; the operator
+/// keeps it unchanged while a condition's status does not change).
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+/// A label selector (`matchLabels`, `matchExpressions`): `metav1.LabelSelector`.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Where a kubeconfig is stored: a key of a Secret.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -83,7 +53,7 @@ pub struct RemoteClusterSpec {
 }
 
 /// Observed state of a [`RemoteCluster`].
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteClusterStatus {
     /// `Ready`: whether the cluster answered, and why not.
@@ -165,7 +135,7 @@ pub struct ResourceSyncSpec {
 }
 
 /// Observed state of a [`ResourceSync`].
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSyncStatus {
     /// The generation of the spec this status describes.
@@ -285,30 +255,6 @@ pub struct ObjectSyncSource {
     pub namespace: Option<String>,
 }
 
-/// A label selector (`matchLabels`, `matchExpressions`).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Selector {
-    /// Labels that must all be present with these values.
-    #[serde(default)]
-    pub match_labels: std::collections::BTreeMap<String, String>,
-    /// Requirements that must all hold.
-    #[serde(default)]
-    pub match_expressions: Vec<SelectorRequirement>,
-}
-
-/// One `matchExpressions` entry.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct SelectorRequirement {
-    /// Label key.
-    pub key: String,
-    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
-    pub operator: String,
-    /// Values for `In` and `NotIn`.
-    #[serde(default)]
-    pub values: Vec<String>,
-}
-
 /// How copies are written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -321,7 +267,7 @@ pub enum CopyStrategy {
 }
 
 /// Where copies go.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectSyncDestination {
     /// A namespace name, or `"*"` / `""` / absent for all namespaces.
@@ -329,7 +275,7 @@ pub struct ObjectSyncDestination {
     pub namespace: Option<String>,
     /// Namespaces whose labels match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<Selector>,
+    pub namespace_selector: Option<LabelSelector>,
     /// Namespace names or globs to leave out.
     #[serde(default)]
     pub exclude_namespaces: Vec<String>,
@@ -412,6 +358,75 @@ pub struct ObjectSyncSpec {
     pub data: Option<DataFilterSpec>,
 }
 
+/// State of one destination's copy, as the status shows it: the library's
+/// [`DestinationState`](kubesync::syncers::fan_out::DestinationState), serialized by name.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+)]
+pub enum CopyState {
+    /// The copy is current.
+    Synced,
+    /// Not written yet (e.g. waiting for a cluster's first list).
+    #[default]
+    Pending,
+    /// Someone else's object is there.
+    Conflict,
+    /// Writing failed or the cluster cannot be reached.
+    Error,
+}
+
+impl CopyState {
+    /// Every state, in the order metrics list them.
+    pub const ALL: [CopyState; 4] = [Self::Synced, Self::Pending, Self::Conflict, Self::Error];
+
+    /// The name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Synced => "Synced",
+            Self::Pending => "Pending",
+            Self::Conflict => "Conflict",
+            Self::Error => "Error",
+        }
+    }
+}
+
+impl From<kubesync::syncers::fan_out::DestinationState> for CopyState {
+    fn from(s: kubesync::syncers::fan_out::DestinationState) -> Self {
+        use kubesync::syncers::fan_out::DestinationState as S;
+        match s {
+            S::Synced => Self::Synced,
+            S::Pending => Self::Pending,
+            S::Conflict => Self::Conflict,
+            S::Error => Self::Error,
+        }
+    }
+}
+
+impl std::fmt::Display for CopyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with a state's serialized name, for readers of the status (e.g. tests that check
+/// `state == "Synced"`); the operator itself compares states as values.
+impl PartialEq<&str> for CopyState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// State of one destination in [`ObjectSyncStatus`].
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -423,7 +438,7 @@ pub struct DestinationStatusEntry {
     /// Name of the copy.
     pub name: String,
     /// `Synced`, `Pending`, `Conflict` or `Error`.
-    pub state: String,
+    pub state: CopyState,
     /// Why, for Conflict and Error.
     #[serde(default)]
     pub message: String,
@@ -436,7 +451,7 @@ pub struct DestinationStatusEntry {
 }
 
 /// Observed state of an [`ObjectSync`]. Never contains Secret data.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectSyncStatus {
     /// The generation of the spec this status describes.

@@ -7,6 +7,14 @@
 //! write carries the Lease's resourceVersion: of two replicas racing for it, one wins. A
 //! leader that cannot renew within the renew deadline stops working (the process exits and is
 //! restarted); one that stops normally releases the Lease, so a standby takes over at once.
+//!
+//! Why not the `kube-lease-manager` crate (0.13.1, which supports kube 5): it decides that a
+//! Lease expired from the Lease's own `renewTime` plus `leaseDurationSeconds` compared with
+//! the local wall clock — the writer's clock against the reader's, so a skewed clock takes a
+//! fresh Lease early or waits long past expiry — where kubesync promises takeover after 15 s
+//! without change *measured on its own clock*; and it writes the Lease with strategic-merge
+//! and apply patches that carry no resourceVersion, where kubesync promises every write is
+//! conditional on the resourceVersion it read (of two replicas racing, exactly one wins).
 
 use std::time::{Duration, Instant};
 

@@ -9,4 +9,7 @@ pub mod crd;
 pub mod leader;
 pub mod object_sync;
 pub mod operator;
+pub mod remote;
+pub mod resource_sync;
+pub mod status;
 pub mod telemetry;

@@ -8,115 +8,110 @@
 //! - `GET /readyz` (readiness): 200 once the operator's own watches have listed and none of
 //!   them fails; 503 with the reason otherwise.
 //!
-//! The server answers one request per connection (`Connection: close`), which is all that
-//! probes and scrapers need, and reads at most [`MAX_REQUEST`] bytes per request.
+//! Served by `axum` (hyper 1); metrics are encoded by `prometheus-client` from a registry
+//! filled with the operator's state at each scrape. Every response closes its connection
+//! (`Connection: close`), which is all that probes and scrapers need.
+//!
+//! Reads the operator's state; never writes to a cluster.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
 
 use crate::operator::{LOCAL, Operator};
 
 /// `/healthz` fails when the operator's loop has not turned for this long.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
-/// Longest request head read.
-pub const MAX_REQUEST: usize = 8 * 1024;
+/// Content type of `/metrics`: the Prometheus text format, version 0.0.4.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Serves the endpoints on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     operator: Arc<Operator>,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let operator = operator.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = answer(stream, &operator).await {
-                            tracing::debug!(error = %e, "telemetry request failed");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "telemetry: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-        }
-    }
-}
-
-async fn answer(mut stream: TcpStream, operator: &Operator) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let read = async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        std::io::Result::Ok(())
-    };
-    tokio::time::timeout(Duration::from_secs(5), read)
+    if let Err(e) = axum::serve(listener, router(operator))
+        .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request head"))??;
-    let line = String::from_utf8_lossy(&head);
-    let mut parts = line.lines().next().unwrap_or_default().split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let (code, content_type, body) = if method != "GET" && method != "HEAD" {
-        (405, "text/plain", "only GET is served\n".to_string())
-    } else {
-        route(path, operator).await
-    };
-    let reason = match code {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    };
-    let mut response = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if method != "HEAD" {
-        response.push_str(&body);
+    {
+        tracing::warn!(error = %e, "telemetry: the server stopped");
     }
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
 }
 
-/// The answer to a GET of `path`: (status code, content type, body).
-async fn route(path: &str, operator: &Operator) -> (u16, &'static str, String) {
-    match path {
-        "/metrics" => (
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics(operator).await,
-        ),
-        "/healthz" | "/livez" => {
-            let (ok, message) = liveness(operator);
-            (if ok { 200 } else { 503 }, "text/plain", message + "\n")
-        }
-        "/readyz" => {
-            let (ok, message) = readiness(operator);
-            (if ok { 200 } else { 503 }, "text/plain", message + "\n")
-        }
-        _ => (
-            404,
-            "text/plain",
-            "not found; try /metrics, /healthz or /readyz\n".into(),
-        ),
+/// The endpoints as an axum router.
+pub fn router(operator: Arc<Operator>) -> Router {
+    Router::new()
+        .route("/metrics", get_or_405().get(metrics_endpoint))
+        .route("/healthz", get_or_405().get(liveness_endpoint))
+        .route("/livez", get_or_405().get(liveness_endpoint))
+        .route("/readyz", get_or_405().get(readiness_endpoint))
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(close_connection))
+        .with_state(operator)
+}
+
+/// A method router whose other methods answer 405 with a word of explanation.
+fn get_or_405() -> axum::routing::MethodRouter<Arc<Operator>> {
+    axum::routing::MethodRouter::new()
+        .fallback(|| async { (StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n") })
+}
+
+async fn close_connection(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+async fn not_found(request: Request) -> Response {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return (StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n").into_response();
+    }
+    (
+        StatusCode::NOT_FOUND,
+        "not found; try /metrics, /healthz or /readyz\n",
+    )
+        .into_response()
+}
+
+fn probe((ok, message): (bool, String)) -> Response {
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, message + "\n").into_response()
+}
+
+async fn liveness_endpoint(State(operator): State<Arc<Operator>>) -> Response {
+    probe(liveness(&operator))
+}
+
+async fn readiness_endpoint(State(operator): State<Arc<Operator>>) -> Response {
+    probe(readiness(&operator))
+}
+
+async fn metrics_endpoint(State(operator): State<Arc<Operator>>) -> Response {
+    match metrics(&operator).await {
+        Ok(body) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the metrics: {e}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -161,145 +156,288 @@ pub fn readiness(operator: &Operator) -> (bool, String) {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// A counter whose value is read from the operator at each scrape.
+///
+/// Registered under its full name (`…_total`) and encoded as the Prometheus text format
+/// 0.0.4 writes counters: prometheus-client's own `Counter` follows OpenMetrics, whose
+/// `# TYPE` line names the family without `_total` — a change of the exposition that
+/// scrapers and kubesync's tests would see.
+#[derive(Debug, Default)]
+struct ScrapedCounter(AtomicU64);
+
+impl ScrapedCounter {
+    fn set(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
 }
 
-/// Escapes a label value (backslash, double quote, newline).
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+impl TypedMetric for ScrapedCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for ScrapedCounter {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.load(Ordering::Relaxed))
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+fn counter(value: u64) -> ScrapedCounter {
+    let c = ScrapedCounter::default();
+    c.set(value);
+    c
+}
+
+fn gauge(value: impl TryInto<i64>) -> Gauge {
+    let g = Gauge::default();
+    g.set(value.try_into().unwrap_or(i64::MAX));
+    g
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ComponentLabels {
+    component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CategoryLabels {
+    category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectSyncLabels {
+    namespace: String,
+    objectsync: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DestinationLabels {
+    namespace: String,
+    objectsync: String,
+    state: String,
+}
+
+/// The operator's state as a Prometheus registry (help texts without their final period:
+/// the registry adds it).
+async fn registry(operator: &Operator) -> Registry {
+    let mut r = Registry::default();
+    if let Some(ctx) = operator.context() {
+        let m = ctx.metrics();
+        r.register(
+            "kubesync_reconciles_total",
+            "Reconciles of kubesync's own resources completed, successful or not",
+            counter(m.reconciles()),
+        );
+        let failures = Family::<CategoryLabels, ScrapedCounter>::default();
+        for (category, value) in m.failures_by_category() {
+            failures
+                .get_or_create(&CategoryLabels {
+                    category: category.into(),
+                })
+                .set(value);
+        }
+        r.register(
+            "kubesync_reconcile_failures_total",
+            "Reconciles that returned an error or panicked, by the error's category (Forbidden, Unreachable, Panic, …)",
+            failures,
+        );
+        r.register(
+            "kubesync_queue_depth",
+            "Keys waiting in the work queue",
+            gauge(m.queued()),
+        );
+        r.register(
+            "kubesync_reconciles_in_flight",
+            "Reconciles running now",
+            gauge(m.in_flight()),
+        );
+        r.register(
+            "kubesync_keys_failing",
+            "Keys whose last reconcile failed, waiting for a retry",
+            gauge(m.failing()),
+        );
+    }
+    if let Some(leading) = operator.leader() {
+        r.register(
+            "kubesync_leader",
+            "1 while this replica holds the leader Lease (only with --leader-elect)",
+            gauge(u8::from(leading)),
+        );
+    }
+    let writes = Family::<ComponentLabels, ScrapedCounter>::default();
+    for (component, value) in operator.writes_by_component().await {
+        writes
+            .get_or_create(&ComponentLabels {
+                component: component.into(),
+            })
+            .set(value);
+    }
+    r.register(
+        "kubesync_writes_total",
+        "Write requests sent, by component",
+        writes,
+    );
+    r.register(
+        "kubesync_objectsync_watches",
+        "Watches held for ObjectSyncs (one per type and cluster, plus one Namespace watch per cluster)",
+        gauge(operator.fan_out_watches()),
+    );
+    r.register(
+        "kubesync_resourcesync_engines",
+        "ResourceSync engines running",
+        gauge(operator.running().await.len()),
+    );
+    let ready = Family::<ObjectSyncLabels, Gauge>::default();
+    let destinations = Family::<DestinationLabels, Gauge>::default();
+    for ((namespace, objectsync), g) in operator.object_sync_gauges() {
+        ready
+            .get_or_create(&ObjectSyncLabels {
+                namespace: namespace.clone(),
+                objectsync: objectsync.clone(),
+            })
+            .set(i64::from(u8::from(g.ready)));
+        for (state, count) in &g.destinations {
+            destinations
+                .get_or_create(&DestinationLabels {
+                    namespace: namespace.clone(),
+                    objectsync: objectsync.clone(),
+                    state: state.as_str().into(),
+                })
+                .set(i64::from(*count));
+        }
+    }
+    r.register(
+        "kubesync_objectsync_ready",
+        "1 when the ObjectSync's Ready condition is True",
+        ready,
+    );
+    r.register(
+        "kubesync_objectsync_destinations",
+        "Destinations of an ObjectSync, by state (Synced, Pending, Conflict, Error)",
+        destinations,
+    );
+    r
 }
 
 /// The Prometheus text exposition of the operator's state.
-pub async fn metrics(operator: &Operator) -> String {
+pub async fn metrics(operator: &Operator) -> Result<String, std::fmt::Error> {
+    let registry = registry(operator).await;
     let mut out = String::new();
-    if let Some(ctx) = operator.context() {
-        let m = ctx.metrics();
-        for (name, kind, help, value) in [
-            (
-                "kubesync_reconciles_total",
-                "counter",
-                "Reconciles of kubesync's own resources completed, successful or not.",
-                m.reconciles(),
-            ),
-            (
-                "kubesync_reconcile_failures_total",
-                "counter",
-                "Reconciles that returned an error or panicked.",
-                m.failures(),
-            ),
-            (
-                "kubesync_queue_depth",
-                "gauge",
-                "Keys waiting in the work queue.",
-                m.queued(),
-            ),
-            (
-                "kubesync_reconciles_in_flight",
-                "gauge",
-                "Reconciles running now.",
-                m.in_flight(),
-            ),
-            (
-                "kubesync_keys_failing",
-                "gauge",
-                "Keys whose last reconcile failed, waiting for a retry.",
-                m.failing(),
-            ),
-        ] {
-            family(&mut out, name, kind, help);
-            let _ = writeln!(out, "{name} {value}");
-        }
-    }
-    if let Some(leading) = operator.leader() {
-        family(
-            &mut out,
-            "kubesync_leader",
-            "gauge",
-            "1 while this replica holds the leader Lease (only with --leader-elect).",
-        );
-        let _ = writeln!(out, "kubesync_leader {}", u8::from(leading));
-    }
-    family(
-        &mut out,
-        "kubesync_writes_total",
-        "counter",
-        "Write requests sent, by component.",
-    );
-    for (component, value) in operator.writes_by_component().await {
-        let _ = writeln!(
-            out,
-            "kubesync_writes_total{{component=\"{component}\"}} {value}"
-        );
-    }
-    family(
-        &mut out,
-        "kubesync_objectsync_watches",
-        "gauge",
-        "Watches held for ObjectSyncs (one per type and cluster, plus one Namespace watch per cluster).",
-    );
-    let _ = writeln!(
-        out,
-        "kubesync_objectsync_watches {}",
-        operator.fan_out_watches()
-    );
-    family(
-        &mut out,
-        "kubesync_resourcesync_engines",
-        "gauge",
-        "ResourceSync engines running.",
-    );
-    let _ = writeln!(
-        out,
-        "kubesync_resourcesync_engines {}",
-        operator.running().await.len()
-    );
-    let gauges = operator.object_sync_gauges();
-    family(
-        &mut out,
-        "kubesync_objectsync_ready",
-        "gauge",
-        "1 when the ObjectSync's Ready condition is True.",
-    );
-    for ((ns, name), g) in &gauges {
-        let _ = writeln!(
-            out,
-            "kubesync_objectsync_ready{{namespace=\"{}\",objectsync=\"{}\"}} {}",
-            label(ns),
-            label(name),
-            u8::from(g.ready)
-        );
-    }
-    family(
-        &mut out,
-        "kubesync_objectsync_destinations",
-        "gauge",
-        "Destinations of an ObjectSync, by state (Synced, Pending, Conflict, Error).",
-    );
-    for ((ns, name), g) in &gauges {
-        for (state, count) in &g.destinations {
-            let _ = writeln!(
-                out,
-                "kubesync_objectsync_destinations{{namespace=\"{}\",objectsync=\"{}\",state=\"{}\"}} {count}",
-                label(ns),
-                label(name),
-                label(state)
-            );
-        }
-    }
-    out
+    prometheus_client::encoding::text::encode_registry(&mut out, &registry)?;
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An operator whose cluster is never contacted.
+    fn idle_operator() -> Arc<Operator> {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        Operator::new(kubesync::Cluster::new("local", client))
+    }
+
+    async fn request(port: u16, method: &str, path: &str) -> (u16, String, String) {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut response = String::new();
+        // Reads to the end: the server must close the connection.
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+            .await
+            .expect("the connection is closed after the response")
+            .expect("read");
+        let code = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status");
+        let (head, body) = response.split_once("\r\n\r\n").expect("head");
+        (code, head.to_string(), body.to_string())
+    }
+
+    #[tokio::test]
+    async fn endpoints_answer_and_close_the_connection() {
+        let operator = idle_operator();
+        operator.set_leader(Some(true));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, operator, async {
+            let _ = stopped.await;
+        }));
+
+        let (code, head, body) = request(port, "GET", "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+            "{head}"
+        );
+        assert!(
+            body.contains("# TYPE kubesync_writes_total counter\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains("# HELP kubesync_writes_total Write requests sent, by component.\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains("kubesync_writes_total{component=\"operator\"} 0\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains("# TYPE kubesync_leader gauge\nkubesync_leader 1\n"),
+            "{body}"
+        );
+        assert!(body.contains("kubesync_objectsync_watches 0\n"), "{body}");
+        assert!(
+            !body.contains("# EOF"),
+            "Prometheus text, not OpenMetrics: {body}"
+        );
+
+        let (code, _, body) = request(port, "GET", "/healthz").await;
+        assert_eq!((code, body.as_str()), (200, "starting\n"));
+        let (code, _, body) = request(port, "GET", "/readyz").await;
+        assert_eq!((code, body.as_str()), (503, "not started\n"));
+        assert_eq!(request(port, "GET", "/nope").await.0, 404);
+        assert_eq!(request(port, "POST", "/metrics").await.0, 405);
+        assert_eq!(request(port, "DELETE", "/nope").await.0, 405);
+        let (code, _, body) = request(port, "HEAD", "/metrics").await;
+        assert_eq!((code, body.as_str()), (200, ""));
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("stops")
+            .expect("join");
+    }
 
     #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn counters_keep_the_prometheus_text_type_line() {
+        let mut r = Registry::default();
+        r.register("x_total", "An x", counter(3));
+        let labelled = Family::<ObjectSyncLabels, Gauge>::default();
+        labelled
+            .get_or_create(&ObjectSyncLabels {
+                namespace: "a\"b\\c\nd".into(),
+                objectsync: "s".into(),
+            })
+            .set(1);
+        r.register("y", "A y", labelled);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, &r).expect("encode");
+        assert_eq!(
+            out,
+            "# HELP x_total An x.\n# TYPE x_total counter\nx_total 3\n\
+             # HELP y A y.\n# TYPE y gauge\ny{namespace=\"a\\\"b\\\\c\\nd\",objectsync=\"s\"} 1\n"
+        );
     }
 }

@@ -1,0 +1,445 @@
+//! The ObjectSync controller: one object copied to many namespaces and clusters, run on the
+//! library's fan-out engine.
+//!
+//! Resolves an ObjectSync's spec (checked against the operator's [`ObjectSyncPolicy`]) into a
+//! fan-out declaration, lets the fan-out reconcile it, and reports: the status is assembled
+//! purely ([`status::object_sync_status`]) and written through [`OwnWrites`]; condition
+//! changes become Kubernetes Events; the per-ObjectSync gauges are kept for `/metrics`.
+//!
+//! Never touches ResourceSyncs or their engines, and never writes but through [`OwnWrites`]
+//! (copies are written by the fan-out's own writer; Events by the recorder).
+
+pub mod policy;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Resource, ResourceExt};
+use kubesync::ObjectKey;
+use kubesync::runtime::{Action, Context};
+use kubesync::syncers::fan_out::rules::{
+    CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy, selector,
+};
+use kubesync::syncers::fan_out::{
+    Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
+};
+
+pub use self::policy::ObjectSyncPolicy;
+pub use self::status::condition_events;
+use self::status::{Observation, object_sync_status};
+use crate::crd::{ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncStatus};
+use crate::remote::{LOCAL, RemoteClusters};
+use crate::status::{OwnWrites, Refusal};
+
+/// Finalizer on an ObjectSync: its copies are deleted before it goes.
+pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
+
+/// An ObjectSync's state as `/metrics` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectSyncGauge {
+    /// Its Ready condition is True.
+    pub ready: bool,
+    /// Destinations by state (all four present).
+    pub destinations: BTreeMap<CopyState, u32>,
+}
+
+impl ObjectSyncGauge {
+    /// The gauge of a status (pure).
+    pub fn of(status: &ObjectSyncStatus) -> Self {
+        let mut destinations: BTreeMap<CopyState, u32> =
+            CopyState::ALL.into_iter().map(|s| (s, 0)).collect();
+        for d in &status.destinations {
+            *destinations.entry(d.state).or_default() += 1;
+        }
+        Self {
+            ready: status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            destinations,
+        }
+    }
+}
+
+/// What the controller remembers of one ObjectSync.
+#[derive(Debug, Default)]
+struct Record {
+    /// Its last reported state, for `/metrics`.
+    gauge: ObjectSyncGauge,
+    /// Per condition type, the (status, reason) last published as an Event: a reconcile that
+    /// reads a status older than its own last patch does not publish that transition again.
+    published: BTreeMap<String, (String, String)>,
+}
+
+/// The ObjectSync controller.
+pub struct ObjectSyncController {
+    local: kubesync::Cluster,
+    writes: OwnWrites,
+    remotes: Arc<RemoteClusters>,
+    policy: ObjectSyncPolicy,
+    fan_out: FanOut,
+    /// What is remembered of each ObjectSync, by (namespace, name); forgotten with it.
+    records: Mutex<BTreeMap<(String, String), Record>>,
+    /// Publishes Kubernetes Events about ObjectSyncs.
+    recorder: kube::runtime::events::Recorder,
+}
+
+impl ObjectSyncController {
+    /// A controller copying with at most `concurrency` writes in flight per ObjectSync.
+    pub fn new(
+        local: kubesync::Cluster,
+        writes: OwnWrites,
+        remotes: Arc<RemoteClusters>,
+        policy: ObjectSyncPolicy,
+        concurrency: usize,
+    ) -> Self {
+        let recorder = kube::runtime::events::Recorder::new(
+            local.client().clone(),
+            kube::runtime::events::Reporter {
+                controller: "kubesync".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            local,
+            writes,
+            remotes,
+            policy,
+            fan_out: FanOut::new(LOCAL).concurrency(concurrency),
+            records: Mutex::new(BTreeMap::new()),
+            recorder,
+        }
+    }
+
+    /// The fan-out engine (its watches and write counts).
+    pub fn fan_out(&self) -> &FanOut {
+        &self.fan_out
+    }
+
+    /// Each ObjectSync's last reported state, by (namespace, name). With `ctx`, only those
+    /// that still exist in the operator's store are shown (a reconcile that was in flight when
+    /// one was deleted may have recorded it after it was forgotten).
+    pub fn gauges(&self, ctx: Option<&Context>) -> Vec<((String, String), ObjectSyncGauge)> {
+        let ar = ApiResource::erase::<ObjectSync>(&());
+        let mut records = self.lock();
+        if let Some(ctx) = ctx {
+            records.retain(|(ns, name), _| {
+                ctx.get(&ObjectKey::new(LOCAL, &ar, Some(ns.clone()), name))
+                    .is_some()
+            });
+        }
+        records
+            .iter()
+            .map(|(k, r)| (k.clone(), r.gauge.clone()))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Record>> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn resolve_kind(
+        &self,
+        group: &str,
+        version: Option<&str>,
+        kind: &str,
+    ) -> Result<ApiResource, Refusal> {
+        let not_found = |e: String| {
+            Refusal::new(
+                "ResourceNotFound",
+                format!("{kind} in group {group:?} is not served: {e}"),
+            )
+        };
+        let (ar, caps) = match version {
+            Some(v) => kube::discovery::pinned_kind(
+                self.local.client(),
+                &GroupVersionKind::gvk(group, v, kind),
+            )
+            .await
+            .map_err(|e| not_found(e.to_string()))?,
+            None if group.is_empty() => kube::discovery::pinned_kind(
+                self.local.client(),
+                &GroupVersionKind::gvk("", "v1", kind),
+            )
+            .await
+            .map_err(|e| not_found(e.to_string()))?,
+            None => {
+                // The preferred version first, then the group's other versions in order (on
+                // v1.20, batch prefers v1 but CronJob is only in v1beta1).
+                let g = kube::discovery::group(self.local.client(), group)
+                    .await
+                    .map_err(|e| not_found(e.to_string()))?;
+                g.recommended_kind(kind)
+                    .or_else(|| {
+                        g.versions()
+                            .flat_map(|v| g.versioned_resources(v))
+                            .find(|(ar, _)| ar.kind == kind)
+                    })
+                    .ok_or_else(|| not_found("no version of the group serves it".into()))?
+            }
+        };
+        if caps.scope != kube::discovery::Scope::Namespaced {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                format!("{kind} is cluster-scoped; only namespaced kinds can be synced"),
+            ));
+        }
+        Ok(ar)
+    }
+
+    /// Registers the RemoteCluster named by a destination and returns its runtime name.
+    async fn destination_cluster(&self, ctx: &Context, name: &str) -> Result<String, Refusal> {
+        let conn = self.remotes.connect_named(ctx, name).await?;
+        // Re-registering replaces the handle when the kubeconfig changed; the client itself
+        // is cached by the remote-cluster service.
+        ctx.add_cluster(conn.cluster.clone());
+        Ok(conn.cluster.name().to_string())
+    }
+
+    async fn object_sync_spec(
+        &self,
+        os: &ObjectSync,
+        ctx: &Context,
+    ) -> Result<FanOutSpec, Refusal> {
+        let own_ns = os.namespace().unwrap_or_default();
+        let spec = &os.spec;
+        let source_ns = spec
+            .source
+            .namespace
+            .clone()
+            .unwrap_or_else(|| own_ns.clone());
+        if spec.source.kind.is_empty() || spec.source.name.is_empty() {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                "spec.source needs a kind and a name",
+            ));
+        }
+        if spec.destinations.is_empty() {
+            return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
+        }
+        let named: Vec<Option<String>> = spec
+            .destinations
+            .iter()
+            .map(|d| d.namespace.clone())
+            .collect();
+        self.policy.check(
+            &own_ns,
+            &source_ns,
+            &spec.source.group,
+            &spec.source.kind,
+            &named,
+        )?;
+        let resource = self
+            .resolve_kind(
+                &spec.source.group,
+                spec.source.version.as_deref(),
+                &spec.source.kind,
+            )
+            .await?;
+        let mut destinations = Vec::new();
+        for d in &spec.destinations {
+            let selector = d
+                .namespace_selector
+                .as_ref()
+                .map(selector)
+                .transpose()
+                .map_err(|m| Refusal::new("InvalidSpec", format!("namespaceSelector: {m}")))?;
+            let cluster = match &d.cluster {
+                None => None,
+                Some(c) => Some(self.destination_cluster(ctx, c).await?),
+            };
+            let mut exclude = d.exclude_namespaces.clone();
+            exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
+            destinations.push(Destination {
+                cluster,
+                namespaces: NamespaceRule {
+                    namespace: d.namespace.clone(),
+                    namespace_selector: selector,
+                    exclude_namespaces: exclude,
+                    only_namespaces: self.policy.allow_destination_namespaces.clone(),
+                },
+                name: d.name.clone(),
+                strategy: match d.strategy {
+                    CopyStrategy::Apply => Strategy::Apply,
+                    CopyStrategy::Replace => Strategy::Replace,
+                },
+            });
+        }
+        Ok(FanOutSpec {
+            source: SourceRef {
+                resource,
+                namespace: source_ns,
+                name: spec.source.name.clone(),
+            },
+            destinations,
+            on_conflict: match spec.on_conflict {
+                ConflictPolicy::Skip => OnConflict::Skip,
+                ConflictPolicy::Adopt => OnConflict::Adopt,
+            },
+            rules: CopyRules {
+                labels: KeyFilter {
+                    include: spec.labels.include.clone(),
+                    exclude: spec.labels.exclude.clone(),
+                },
+                annotations: KeyFilter {
+                    include: spec.annotations.include.clone(),
+                    exclude: spec.annotations.exclude.clone(),
+                },
+                data: spec.data.as_ref().map(|d| DataFilter {
+                    include: d.include.clone(),
+                    rename: d.rename.clone(),
+                }),
+            },
+        })
+    }
+
+    /// Reconciles one ObjectSync.
+    pub async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
+        let Some(os) = ctx.get_as::<ObjectSync>(key)? else {
+            self.forget(ctx, key);
+            return Ok(Action::done());
+        };
+        let ns = os.namespace().unwrap_or_default();
+        let deleting = os.meta().deletion_timestamp.is_some();
+        let has_finalizer = os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER);
+        if !deleting && !has_finalizer {
+            self.writes
+                .set_finalizer(&os, OBJECT_SYNC_FINALIZER, true)
+                .await?;
+            return Ok(Action::done());
+        }
+        if deleting && !has_finalizer {
+            return Ok(Action::done());
+        }
+        let owner = Owner {
+            reference: format!("{LOCAL}/{ns}/{}", os.name_any()),
+            uid: os.uid().unwrap_or_default(),
+        };
+        let spec = match self.object_sync_spec(&os, ctx).await {
+            Ok(spec) => spec,
+            Err(refusal) => {
+                if deleting {
+                    // Nothing valid to clean up with; copies are still found by their marks
+                    // below only when the spec resolves. Release the ObjectSync.
+                    self.forget(ctx, key);
+                    self.writes
+                        .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
+                        .await?;
+                    return Ok(Action::done());
+                }
+                tracing::warn!(objectsync = %key, reason = refusal.reason, message = %refusal.message, "ObjectSync refused");
+                self.report(&os, Observation::Refused(&refusal)).await?;
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+        };
+        let decl = Declaration {
+            key: key.clone(),
+            owner,
+            spec,
+            deleting,
+        };
+        let report = self.fan_out.reconcile(ctx, &decl).await?;
+        if deleting {
+            if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
+                self.forget(ctx, key);
+                self.writes
+                    .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
+                    .await?;
+                return Ok(Action::done());
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        self.report(
+            &os,
+            Observation::Reported {
+                report: &report,
+                source_namespace: &decl.spec.source.namespace,
+                source_name: &decl.spec.source.name,
+            },
+        )
+        .await?;
+        Ok(requeue_after(&report))
+    }
+
+    /// Assembles the status, remembers the gauge, publishes the Events of condition changes
+    /// and writes the status when it changed.
+    async fn report(&self, os: &ObjectSync, observed: Observation<'_>) -> kubesync::Result<()> {
+        let old = os.status.clone().unwrap_or_default();
+        let status =
+            object_sync_status(&old, os.metadata.generation, observed, crate::status::now());
+        for (type_, reason, note) in self.record(os, &old, &status) {
+            let event = kube::runtime::events::Event {
+                type_,
+                reason,
+                note: Some(note),
+                action: "Sync".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &os.object_ref(&())).await {
+                tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
+            }
+        }
+        if status != old {
+            self.writes.patch_status(os, &status).await?;
+        }
+        Ok(())
+    }
+
+    /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
+    /// changes call for: those of [`condition_events`] not published already.
+    fn record(
+        &self,
+        os: &ObjectSync,
+        old: &ObjectSyncStatus,
+        new: &ObjectSyncStatus,
+    ) -> Vec<(kube::runtime::events::EventType, String, String)> {
+        let mut records = self.lock();
+        let record = records
+            .entry((os.namespace().unwrap_or_default(), os.name_any()))
+            .or_default();
+        record.gauge = ObjectSyncGauge::of(new);
+        let mut events = Vec::new();
+        for (event_type, condition, reason, note) in
+            condition_events(&old.conditions, &new.conditions)
+        {
+            let status = new
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition)
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            let now = (status, reason.clone());
+            if record.published.get(&condition) != Some(&now) {
+                record.published.insert(condition, now);
+                events.push((event_type, reason, note));
+            }
+        }
+        events
+    }
+
+    /// Forgets an ObjectSync that is gone: its engine state and its metrics.
+    fn forget(&self, ctx: &Context, key: &ObjectKey) {
+        self.fan_out.forget(ctx, key);
+        self.lock()
+            .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
+    }
+}
+
+/// When to look again (pure): soon while the watches have not listed, in a few seconds while a
+/// destination is in error, else on the next event.
+fn requeue_after(report: &Report) -> Action {
+    if !report.ready {
+        Action::requeue(Duration::from_millis(500))
+    } else if report
+        .destinations
+        .iter()
+        .any(|d| d.state == DestinationState::Error)
+    {
+        Action::requeue(Duration::from_secs(5))
+    } else {
+        Action::done()
+    }
+}

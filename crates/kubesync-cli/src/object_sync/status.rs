@@ -1,0 +1,450 @@
+//! An ObjectSync's status, assembled from what the fan-out reported (pure: no IO, no clock;
+//! the time is a parameter), and the Events its condition changes call for.
+
+use kubesync::syncers::fan_out::{DestinationState, Report};
+
+use crate::crd::{Condition, CopyState, DestinationStatusEntry, ObjectSyncStatus};
+use crate::remote::display_name;
+use crate::status::{self, Refusal, with_transition};
+
+/// What a reconcile of an ObjectSync found.
+#[derive(Clone, Copy, Debug)]
+pub enum Observation<'a> {
+    /// The spec was refused (invalid, or not allowed by the operator's policy).
+    Refused(&'a Refusal),
+    /// The fan-out reconciled it.
+    Reported {
+        /// The fan-out's report.
+        report: &'a Report,
+        /// Namespace of the source object.
+        source_namespace: &'a str,
+        /// Name of the source object.
+        source_name: &'a str,
+    },
+}
+
+/// The status an ObjectSync should have (pure). `old` is its current status (transition and
+/// sync times are kept from it while nothing changed), `now` the time of this reconcile.
+///
+/// - refused: `Ready=False` with the refusal, no destinations;
+/// - the watches have not listed: `Ready=False`, `WatchFailed` with the first failing watch's
+///   cluster and message, else `Starting`; no destinations;
+/// - otherwise `Ready` (`Syncing`, or `SourceNotFound`), `Synced` (`AllSynced`, or
+///   `NotAllSynced` naming up to three destinations that are not), and one entry per
+///   destination.
+pub fn object_sync_status(
+    old: &ObjectSyncStatus,
+    generation: Option<i64>,
+    observed: Observation<'_>,
+    now: jiff::Timestamp,
+) -> ObjectSyncStatus {
+    let (conditions, destinations) = match observed {
+        Observation::Refused(refusal) => (vec![status::refused(refusal)], Vec::new()),
+        Observation::Reported { report, .. } if !report.ready => {
+            // A watch that cannot list (forbidden, unreachable) says why.
+            let condition = match report.watch_errors.first() {
+                Some((cluster, m)) => status::ready(
+                    false,
+                    "WatchFailed",
+                    format!("{}: {m}", display_name(cluster)),
+                ),
+                None => status::ready(
+                    false,
+                    "Starting",
+                    "waiting for the first list of the watched types",
+                ),
+            };
+            (vec![condition], Vec::new())
+        }
+        Observation::Reported {
+            report,
+            source_namespace,
+            source_name,
+        } => {
+            let entries = destination_entries(old, report, now);
+            let conditions = vec![
+                ready_condition(report, &entries, source_namespace, source_name),
+                synced_condition(report, &entries),
+            ];
+            (conditions, entries)
+        }
+    };
+    ObjectSyncStatus {
+        observed_generation: generation,
+        conditions: conditions
+            .into_iter()
+            .map(|c| with_transition(c, &old.conditions, generation, now))
+            .collect(),
+        in_sync: count(destinations.iter().filter(|d| d.state == CopyState::Synced)),
+        total: count(destinations.iter()),
+        destinations,
+    }
+}
+
+fn count<T>(items: impl Iterator<Item = T>) -> u32 {
+    u32::try_from(items.count()).unwrap_or(u32::MAX)
+}
+
+/// One entry per destination; `lastSyncTime` moves only when a copy becomes (or is again)
+/// current with another source version.
+fn destination_entries(
+    old: &ObjectSyncStatus,
+    report: &Report,
+    now: jiff::Timestamp,
+) -> Vec<DestinationStatusEntry> {
+    report
+        .destinations
+        .iter()
+        .map(|d| {
+            let cluster = display_name(&d.cluster).to_string();
+            let state = d.state.into();
+            let previous = old
+                .destinations
+                .iter()
+                .find(|o| o.cluster == cluster && o.namespace == d.namespace && o.name == d.name);
+            let unchanged = previous.is_some_and(|p| {
+                p.state == state && p.source_resource_version == d.source_resource_version
+            });
+            let last_sync_time = if d.state == DestinationState::Synced && !unchanged {
+                Some(now.to_string())
+            } else {
+                previous.and_then(|p| p.last_sync_time.clone())
+            };
+            DestinationStatusEntry {
+                cluster,
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                state,
+                message: d.message.clone(),
+                last_sync_time,
+                source_resource_version: d.source_resource_version.clone(),
+            }
+        })
+        .collect()
+}
+
+fn ready_condition(
+    report: &Report,
+    entries: &[DestinationStatusEntry],
+    source_namespace: &str,
+    source_name: &str,
+) -> Condition {
+    if report.source_found {
+        status::ready(
+            true,
+            "Syncing",
+            format!("copying {source_name} to {} destinations", entries.len()),
+        )
+    } else {
+        status::ready(
+            false,
+            "SourceNotFound",
+            format!(
+                "source {source_namespace}/{source_name} does not exist; its copies were removed"
+            ),
+        )
+    }
+}
+
+fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Condition {
+    let synced = CopyState::Synced;
+    let problems: Vec<String> = entries
+        .iter()
+        .filter(|e| e.state != synced)
+        .take(3)
+        .map(|e| format!("{}/{}: {} {}", e.cluster, e.namespace, e.state, e.message))
+        .collect();
+    if problems.is_empty() {
+        let in_sync = entries.iter().filter(|e| e.state == synced).count();
+        status::condition(
+            "Synced",
+            report.source_found,
+            "AllSynced",
+            format!("{in_sync} of {} destinations in sync", entries.len()),
+        )
+    } else {
+        status::condition("Synced", false, "NotAllSynced", problems.join("; "))
+    }
+}
+
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
+pub const MAX_NOTE: usize = 1024;
+
+/// The Events to publish when conditions change (pure): one per condition whose status or
+/// reason changed, except the transient `Starting` and a `Ready=True` that `Synced` already
+/// reports. Warnings for conditions that are not `True`. Each: (event type, condition type,
+/// reason, note).
+pub fn condition_events(
+    old: &[Condition],
+    new: &[Condition],
+) -> Vec<(kube::runtime::events::EventType, String, String, String)> {
+    use kube::runtime::events::EventType;
+    new.iter()
+        .filter(|c| {
+            let before = old.iter().find(|o| o.type_ == c.type_);
+            let changed = before.is_none_or(|o| o.status != c.status || o.reason != c.reason);
+            changed && c.reason != "Starting" && !(c.type_ == "Ready" && c.status == "True")
+        })
+        .map(|c| {
+            let type_ = if c.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            let mut note = c.message.clone();
+            if note.len() > MAX_NOTE {
+                let mut end = MAX_NOTE - 3;
+                while !note.is_char_boundary(end) {
+                    end -= 1;
+                }
+                note.truncate(end);
+                note.push_str("...");
+            }
+            (type_, c.type_.clone(), c.reason.clone(), note)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubesync::syncers::fan_out::DestinationStatus;
+
+    fn synced(ok: bool, reason: &str, message: &str) -> Condition {
+        status::condition("Synced", ok, reason, message)
+    }
+
+    fn t(s: &str) -> jiff::Timestamp {
+        s.parse().expect("time")
+    }
+
+    fn dest(cluster: &str, ns: &str, state: DestinationState, message: &str) -> DestinationStatus {
+        DestinationStatus {
+            cluster: cluster.into(),
+            namespace: ns.into(),
+            name: "settings".into(),
+            state,
+            message: message.into(),
+            source_resource_version: "42".into(),
+        }
+    }
+
+    fn report(destinations: Vec<DestinationStatus>) -> Report {
+        Report {
+            ready: true,
+            source_found: true,
+            destinations,
+            ..Default::default()
+        }
+    }
+
+    fn assemble(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
+        object_sync_status(
+            old,
+            Some(2),
+            Observation::Reported {
+                report,
+                source_namespace: "apps",
+                source_name: "settings",
+            },
+            t(now),
+        )
+    }
+
+    fn find<'a>(s: &'a ObjectSyncStatus, type_: &str) -> &'a Condition {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .expect("condition")
+    }
+
+    #[test]
+    fn all_synced() {
+        let r = report(vec![
+            dest("local", "team-a", DestinationState::Synced, ""),
+            dest("remote:eu", "edge-1", DestinationState::Synced, ""),
+        ]);
+        let s = assemble(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
+        assert_eq!((s.in_sync, s.total), (2, 2));
+        assert_eq!(s.observed_generation, Some(2));
+        let ready = find(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Syncing")
+        );
+        assert_eq!(ready.message, "copying settings to 2 destinations");
+        let synced = find(&s, "Synced");
+        assert_eq!(
+            (synced.status.as_str(), synced.reason.as_str()),
+            ("True", "AllSynced")
+        );
+        assert_eq!(synced.message, "2 of 2 destinations in sync");
+        assert_eq!(s.destinations[1].cluster, "eu", "the RemoteCluster's name");
+        assert!(s.destinations.iter().all(|d| d.last_sync_time.is_some()));
+        // A later reconcile with the same report changes nothing (no write, no Event).
+        let again = assemble(&s, &r, "2024-01-01T00:10:00Z");
+        assert_eq!(again, s);
+        // A new source version moves lastSyncTime.
+        let mut newer = r.clone();
+        newer.destinations[0].source_resource_version = "43".into();
+        let moved = assemble(&s, &newer, "2024-01-01T00:10:00Z");
+        assert_eq!(
+            moved.destinations[0].last_sync_time.as_deref(),
+            Some("2024-01-01T00:10:00Z")
+        );
+        assert_eq!(
+            moved.destinations[1].last_sync_time,
+            s.destinations[1].last_sync_time
+        );
+    }
+
+    #[test]
+    fn a_conflict() {
+        let r = report(vec![
+            dest("local", "team-a", DestinationState::Synced, ""),
+            dest("local", "team-c", DestinationState::Conflict, "not ours"),
+        ]);
+        let s = assemble(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
+        assert_eq!((s.in_sync, s.total), (1, 2));
+        assert_eq!(find(&s, "Ready").status, "True");
+        let synced = find(&s, "Synced");
+        assert_eq!(
+            (synced.status.as_str(), synced.reason.as_str()),
+            ("False", "NotAllSynced")
+        );
+        assert_eq!(synced.message, "local/team-c: Conflict not ours");
+        assert_eq!(s.destinations[1].last_sync_time, None);
+        let events = condition_events(&[], &s.conditions);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].2, "NotAllSynced");
+    }
+
+    #[test]
+    fn source_not_found() {
+        let mut r = report(Vec::new());
+        r.source_found = false;
+        let s = assemble(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
+        let ready = find(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "SourceNotFound")
+        );
+        assert_eq!(
+            ready.message,
+            "source apps/settings does not exist; its copies were removed"
+        );
+        let synced = find(&s, "Synced");
+        assert_eq!(
+            (synced.status.as_str(), synced.reason.as_str()),
+            ("False", "AllSynced")
+        );
+        assert_eq!((s.in_sync, s.total), (0, 0));
+    }
+
+    #[test]
+    fn watch_errors_and_unreachable_destinations() {
+        let failing = Report {
+            ready: false,
+            watch_errors: vec![("remote:eu".into(), "widgets is forbidden".into())],
+            ..Default::default()
+        };
+        let s = assemble(
+            &ObjectSyncStatus::default(),
+            &failing,
+            "2024-01-01T00:00:00Z",
+        );
+        assert_eq!(s.conditions.len(), 1);
+        let ready = find(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "WatchFailed")
+        );
+        assert_eq!(ready.message, "eu: widgets is forbidden");
+        assert!(s.destinations.is_empty());
+        // A destination cluster that cannot be reached: Error, never "no copies".
+        let r = report(vec![dest(
+            "remote:eu",
+            "edge-1",
+            DestinationState::Error,
+            "cluster unreachable",
+        )]);
+        let s = assemble(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
+        assert_eq!(s.destinations[0].state, CopyState::Error);
+        let synced = find(&s, "Synced");
+        assert_eq!(synced.message, "eu/edge-1: Error cluster unreachable");
+    }
+
+    #[test]
+    fn not_ready_and_refused() {
+        let starting = Report::default();
+        let s = assemble(
+            &ObjectSyncStatus::default(),
+            &starting,
+            "2024-01-01T00:00:00Z",
+        );
+        assert_eq!(find(&s, "Ready").reason, "Starting");
+        assert!(
+            condition_events(&[], &s.conditions).is_empty(),
+            "Starting is transient"
+        );
+        let refusal = Refusal::new("SourceNamespaceNotAllowed", "no");
+        let s = object_sync_status(
+            &s,
+            Some(3),
+            Observation::Refused(&refusal),
+            t("2024-01-01T00:01:00Z"),
+        );
+        assert_eq!(s.conditions.len(), 1);
+        let ready = find(&s, "Ready");
+        assert_eq!(ready.reason, "SourceNamespaceNotAllowed");
+        // Still False: the transition time stays.
+        assert_eq!(ready.last_transition_time.0, t("2024-01-01T00:00:00Z"));
+        assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn events_are_published_for_condition_transitions_only() {
+        use kube::runtime::events::EventType;
+        let all = vec![
+            status::ready(true, "Syncing", "copying"),
+            synced(true, "AllSynced", "2 of 2"),
+        ];
+        let conflict = vec![
+            status::ready(true, "Syncing", "copying"),
+            synced(false, "NotAllSynced", "local/team-c: Conflict not ours"),
+        ];
+        // The first time: AllSynced (Normal); Ready=True is what Synced already says.
+        let first = condition_events(&[], &all);
+        assert_eq!(first.len(), 1);
+        assert!(matches!(first[0].0, EventType::Normal));
+        assert_eq!(
+            (first[0].1.as_str(), first[0].2.as_str()),
+            ("Synced", "AllSynced")
+        );
+        // No change, no event.
+        assert!(condition_events(&all, &all).is_empty());
+        // A transition to a problem: a Warning with the condition's message.
+        let warn = condition_events(&all, &conflict);
+        assert_eq!(warn.len(), 1);
+        assert!(matches!(warn[0].0, EventType::Warning));
+        assert_eq!(warn[0].2, "NotAllSynced");
+        assert_eq!(warn[0].3, "local/team-c: Conflict not ours");
+        // Starting is transient; a refusal is a Warning.
+        assert!(condition_events(&[], &[status::ready(false, "Starting", "")]).is_empty());
+        let refused = condition_events(
+            &all,
+            &[status::ready(false, "SourceNamespaceNotAllowed", "no")],
+        );
+        assert_eq!(refused.len(), 1);
+        assert!(matches!(refused[0].0, EventType::Warning));
+    }
+
+    #[test]
+    fn long_event_notes_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(1000);
+        let events = condition_events(&[], &[synced(false, "NotAllSynced", &long)]);
+        let note = &events[0].3;
+        assert!(note.len() <= MAX_NOTE, "{}", note.len());
+        assert!(note.ends_with("..."));
+    }
+}

@@ -1,0 +1,649 @@
+//! The ResourceSync and RemoteCluster controller: runs one spec/status sync engine per valid
+//! `ResourceSync` and reports the reachability of each `RemoteCluster`.
+//!
+//! Creating, changing or deleting a `ResourceSync` starts, reconfigures or stops its engine at
+//! run time. An invalid spec gets a `Ready=False` condition with a reason and a message; the
+//! other syncs are unaffected. Statuses are assembled by pure functions
+//! ([`resource_sync_status`], [`remote_cluster_status`]) and written through [`OwnWrites`].
+//!
+//! Never touches ObjectSyncs, and never writes but through [`OwnWrites`] (its engines write
+//! through their own library writers).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Resource, ResourceExt};
+use kubesync::Writer;
+use kubesync::runtime::{Action, ClusterStatus, Context};
+use kubesync::syncers::spec_status::SpecStatusSync;
+use kubesync::syncers::spec_status::plan::{Marks, is_paused};
+use kubesync::translate::{ObjectName, SuffixTranslator, Translator};
+use kubesync::{Cluster, ObjectKey};
+use tokio::sync::oneshot;
+
+use crate::crd::{
+    Condition, PropagationPolicy, RemoteCluster, RemoteClusterStatus, ResourceSync,
+    ResourceSyncSpec, ResourceSyncStatus,
+};
+use crate::remote::{LOCAL, RemoteClusters};
+use crate::status::{self, OwnWrites, Refusal, with_transition};
+
+/// Finalizer on a `ResourceSync`: on deletion, the remote objects' sync finalizers are
+/// released first, so they can be deleted later without kubesync.
+pub const RESOURCE_SYNC_FINALIZER: &str = "kubesync.io/resourcesync-cleanup";
+
+/// Counts of a running sync, as its status shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Remote objects in this shard.
+    pub objects: u32,
+    /// Remote objects whose current generation is applied locally.
+    pub in_sync: u32,
+    /// Objects paused on either side.
+    pub paused: u32,
+    /// Objects whose last reconcile failed.
+    pub failing: u32,
+}
+
+/// The status of a ResourceSync (pure): its `Ready` condition (transition time kept while
+/// its status does not change) and the counts of its sync.
+pub fn resource_sync_status(
+    old: &ResourceSyncStatus,
+    generation: Option<i64>,
+    ready: Condition,
+    counts: Counts,
+    now: jiff::Timestamp,
+) -> ResourceSyncStatus {
+    ResourceSyncStatus {
+        observed_generation: generation,
+        conditions: vec![with_transition(ready, &old.conditions, generation, now)],
+        objects: counts.objects,
+        in_sync: counts.in_sync,
+        paused: counts.paused,
+        failing: counts.failing,
+    }
+}
+
+/// The status of a RemoteCluster (pure): its `Ready` condition and the server version it
+/// answered with. A cluster that does not answer keeps the version it last reported while it
+/// was not ready, and drops it when it goes from ready to not ready.
+pub fn remote_cluster_status(
+    old: &RemoteClusterStatus,
+    generation: Option<i64>,
+    ready: Condition,
+    version: Option<String>,
+    now: jiff::Timestamp,
+) -> RemoteClusterStatus {
+    let was_ready = old.conditions.iter().any(|c| c.status == "True");
+    RemoteClusterStatus {
+        conditions: vec![with_transition(ready, &old.conditions, generation, now)],
+        server_version: version.or(if was_ready {
+            None
+        } else {
+            old.server_version.clone()
+        }),
+    }
+}
+
+struct Engine {
+    fingerprint: String,
+    remote: String,
+    resource: ApiResource,
+    names: SuffixTranslator,
+    marks: Marks,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<kubesync::Result<()>>,
+    ctx: Context,
+    writer: Writer,
+}
+
+impl Engine {
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// The controller of ResourceSyncs and RemoteClusters.
+pub struct ResourceSyncController {
+    local: Cluster,
+    writes: OwnWrites,
+    remotes: Arc<RemoteClusters>,
+    engines: tokio::sync::Mutex<HashMap<String, Engine>>,
+    status_refresh: Duration,
+}
+
+/// The annotation domain of a spec (default `kubesync.io`).
+fn domain(spec: &ResourceSyncSpec) -> String {
+    spec.annotation_domain
+        .clone()
+        .unwrap_or_else(|| "kubesync.io".into())
+}
+
+/// How a spec maps remote names to local ones.
+fn names(spec: &ResourceSyncSpec) -> SuffixTranslator {
+    SuffixTranslator {
+        remote_name_suffix: spec.remote_name_suffix.clone(),
+        local_namespace_suffix: spec.local_namespace_suffix.clone(),
+        namespace_prefix: spec.namespace_prefix.clone(),
+    }
+}
+
+impl ResourceSyncController {
+    /// A controller syncing into `local`, refreshing statuses every `status_refresh`.
+    pub fn new(
+        local: Cluster,
+        writes: OwnWrites,
+        remotes: Arc<RemoteClusters>,
+        status_refresh: Duration,
+    ) -> Self {
+        Self {
+            local,
+            writes,
+            remotes,
+            engines: tokio::sync::Mutex::new(HashMap::new()),
+            status_refresh,
+        }
+    }
+
+    /// The ResourceSyncs that use the RemoteCluster `key` (to re-run them when it changes).
+    pub fn users_of_remote_cluster(ctx: &Context, key: &ObjectKey) -> Vec<ObjectKey> {
+        let rs_type = ApiResource::erase::<ResourceSync>(&());
+        ctx.list(LOCAL, &rs_type)
+            .iter()
+            .filter(|rs| rs.data["spec"]["remoteCluster"].as_str() == Some(key.name.as_str()))
+            .map(|rs| ObjectKey::new(LOCAL, &rs_type, None, rs.name_any()))
+            .collect()
+    }
+
+    /// Names of the `ResourceSync`s whose engines run now.
+    pub async fn running(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.engines.lock().await.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Write requests sent by all running engines.
+    pub async fn engine_writes(&self) -> u64 {
+        self.engines
+            .lock()
+            .await
+            .values()
+            .map(|e| e.writer.writes())
+            .sum()
+    }
+
+    /// Stops every engine.
+    pub async fn shutdown(&self) {
+        let engines: Vec<Engine> = self.engines.lock().await.drain().map(|(_, e)| e).collect();
+        for engine in engines {
+            engine.shutdown().await;
+        }
+    }
+
+    /// Reconciles one RemoteCluster: connects and reports whether it answers.
+    pub async fn reconcile_remote_cluster(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+    ) -> kubesync::Result<Action> {
+        let Some(rc) = ctx.get_as::<RemoteCluster>(key)? else {
+            return Ok(Action::done());
+        };
+        let (condition, version) = match self.remotes.connect(&rc).await {
+            Err(refusal) => (status::refused(&refusal), None),
+            Ok(conn) => {
+                match tokio::time::timeout(Duration::from_secs(10), conn.cluster.server_version())
+                    .await
+                {
+                    Ok(Ok(v)) => (
+                        status::ready(true, "Connected", format!("apiserver {v} answered")),
+                        Some(v),
+                    ),
+                    Ok(Err(e)) => (status::ready(false, "Unreachable", e.to_string()), None),
+                    Err(_) => (
+                        status::ready(false, "Unreachable", "no answer within 10s"),
+                        None,
+                    ),
+                }
+            }
+        };
+        let old = rc.status.clone().unwrap_or_default();
+        let status = remote_cluster_status(
+            &old,
+            rc.metadata.generation,
+            condition,
+            version,
+            status::now(),
+        );
+        if status != old {
+            self.writes.patch_status(&rc, &status).await?;
+        }
+        // Reachability is re-checked every three status-refresh periods (30 s by default).
+        Ok(Action::requeue(self.status_refresh * 3))
+    }
+
+    async fn resolve(
+        &self,
+        rs: &ResourceSync,
+        ctx: &Context,
+    ) -> Result<(ApiResource, Cluster, String), Refusal> {
+        let spec = &rs.spec;
+        if spec.resource.kind.is_empty() || spec.resource.version.is_empty() {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                "spec.resource needs a version and a kind",
+            ));
+        }
+        if spec.remote_cluster.is_empty() {
+            return Err(Refusal::new("InvalidSpec", "spec.remoteCluster is empty"));
+        }
+        if spec.concurrency == Some(0) {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                "spec.concurrency must be at least 1",
+            ));
+        }
+        let gvk = GroupVersionKind::gvk(
+            &spec.resource.group,
+            &spec.resource.version,
+            &spec.resource.kind,
+        );
+        let (ar, caps) = kube::discovery::pinned_kind(self.local.client(), &gvk)
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    "ResourceNotFound",
+                    format!(
+                        "{}/{} {} is not served by this cluster: {e}",
+                        gvk.group, gvk.version, gvk.kind
+                    ),
+                )
+            })?;
+        if caps.scope != kube::discovery::Scope::Namespaced {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                format!(
+                    "{} is cluster-scoped; only namespaced kinds can be synced",
+                    gvk.kind
+                ),
+            ));
+        }
+        if !caps
+            .subresources
+            .iter()
+            .any(|(sub, _)| sub.plural == "status")
+        {
+            return Err(Refusal::new(
+                "NoStatusSubresource",
+                format!("{} has no status subresource", gvk.kind),
+            ));
+        }
+        let conn = self
+            .remotes
+            .connect_named(ctx, &spec.remote_cluster)
+            .await?;
+        Ok((ar, conn.cluster, conn.fingerprint))
+    }
+
+    /// Reconciles one ResourceSync: starts, reconfigures or stops its engine, and reports.
+    pub async fn reconcile_resource_sync(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+    ) -> kubesync::Result<Action> {
+        let name = key.name.clone();
+        let Some(rs) = ctx.get_as::<ResourceSync>(key)? else {
+            if let Some(engine) = self.engines.lock().await.remove(&name) {
+                tracing::info!(resourcesync = %name, "ResourceSync gone; stopping its sync");
+                engine.shutdown().await;
+            }
+            return Ok(Action::done());
+        };
+        if rs.meta().deletion_timestamp.is_some() {
+            return self.finalize(&rs, ctx).await;
+        }
+        if !rs.finalizers().iter().any(|f| f == RESOURCE_SYNC_FINALIZER) {
+            self.writes
+                .set_finalizer(&rs, RESOURCE_SYNC_FINALIZER, true)
+                .await?;
+            return Ok(Action::done());
+        }
+
+        let condition = match self.resolve(&rs, ctx).await {
+            Err(refusal) => {
+                if let Some(engine) = self.engines.lock().await.remove(&name) {
+                    tracing::info!(resourcesync = %name, reason = refusal.reason, "invalid ResourceSync; stopping its sync");
+                    engine.shutdown().await;
+                }
+                tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "ResourceSync refused");
+                status::refused(&refusal)
+            }
+            Ok((ar, remote, kubeconfig_hash)) => {
+                self.ensure_engine(&rs, ar, remote, &kubeconfig_hash)
+                    .await?;
+                self.engine_condition(&name).await
+            }
+        };
+        let counts = self.counts(&name).await;
+        let old = rs.status.clone().unwrap_or_default();
+        let status = resource_sync_status(
+            &old,
+            rs.metadata.generation,
+            condition,
+            counts,
+            status::now(),
+        );
+        if status != old {
+            self.writes.patch_status(&rs, &status).await?;
+        }
+        Ok(Action::requeue(self.status_refresh))
+    }
+
+    async fn ensure_engine(
+        &self,
+        rs: &ResourceSync,
+        ar: ApiResource,
+        remote: Cluster,
+        kubeconfig_hash: &str,
+    ) -> kubesync::Result<()> {
+        let name = rs.name_any();
+        let spec = &rs.spec;
+        let fingerprint = format!(
+            "{}|{}|{}",
+            serde_json::to_string(spec).unwrap_or_default(),
+            serde_json::to_string(&ar).unwrap_or_default(),
+            kubeconfig_hash
+        );
+        let mut engines = self.engines.lock().await;
+        if engines
+            .get(&name)
+            .is_some_and(|e| e.fingerprint == fingerprint && !e.task.is_finished())
+        {
+            return Ok(());
+        }
+        if let Some(old) = engines.remove(&name) {
+            tracing::info!(resourcesync = %name, "ResourceSync changed; restarting its sync");
+            old.shutdown().await;
+        }
+        let domain = domain(spec);
+        let policy = match spec.propagation_policy {
+            PropagationPolicy::Foreground => kube::api::PropagationPolicy::Foreground,
+            PropagationPolicy::Background => kube::api::PropagationPolicy::Background,
+            PropagationPolicy::Orphan => kube::api::PropagationPolicy::Orphan,
+        };
+        let builder = SpecStatusSync::builder(ar.clone())
+            .remote_name_suffix(&spec.remote_name_suffix)
+            .local_namespace_suffix(&spec.local_namespace_suffix)
+            .namespace_prefix(&spec.namespace_prefix)
+            .secret_names(spec.secret_names.clone())
+            .propagation_policy(policy)
+            .domain(&domain)
+            .concurrency(spec.concurrency.unwrap_or(16) as usize);
+        let remote_name = remote.name().to_string();
+        let engine = builder.build(remote, self.local.clone());
+        let writer = engine.write_counter();
+        let (controller, reconciler) = engine.into_parts().await?;
+        let ctx = controller.context();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(controller.run(reconciler, async {
+            let _ = stopped.await;
+        }));
+        tracing::info!(resourcesync = %name, remote = %remote_name, kind = %ar.kind, "sync started");
+        engines.insert(
+            name,
+            Engine {
+                fingerprint,
+                remote: remote_name,
+                resource: ar,
+                names: names(spec),
+                marks: Marks::new(domain),
+                stop: Some(stop),
+                task,
+                ctx,
+                writer,
+            },
+        );
+        Ok(())
+    }
+
+    async fn engine_condition(&self, name: &str) -> Condition {
+        let engines = self.engines.lock().await;
+        let Some(e) = engines.get(name) else {
+            return status::ready(false, "NotRunning", "the sync is not running");
+        };
+        match (e.ctx.cluster_status(&e.remote), e.ctx.cluster_status(LOCAL)) {
+            (ClusterStatus::Unreachable(m), _) => status::ready(false, "RemoteUnreachable", m),
+            (_, ClusterStatus::Unreachable(m)) => status::ready(false, "LocalUnreachable", m),
+            (ClusterStatus::Ready, ClusterStatus::Ready) => status::ready(
+                true,
+                "Syncing",
+                format!("syncing {} from {}", e.resource.kind, e.remote),
+            ),
+            _ => status::ready(
+                false,
+                "Starting",
+                "waiting for the first list of both clusters",
+            ),
+        }
+    }
+
+    /// The counts of a running sync (zero when it does not run).
+    async fn counts(&self, name: &str) -> Counts {
+        let engines = self.engines.lock().await;
+        let Some(e) = engines.get(name) else {
+            return Counts::default();
+        };
+        let mut counts = Counts::default();
+        for remote in e.ctx.list(&e.remote, &e.resource) {
+            let source = ObjectName {
+                namespace: remote.metadata.namespace.clone(),
+                name: remote.name_any(),
+            };
+            let Some(target) = e.names.to_target(&source) else {
+                continue;
+            };
+            counts.objects += 1;
+            let local = e.ctx.get(&ObjectKey::new(
+                LOCAL,
+                &e.resource,
+                target.namespace,
+                target.name,
+            ));
+            if is_paused(&remote, &e.marks)
+                || local.as_deref().is_some_and(|l| is_paused(l, &e.marks))
+            {
+                counts.paused += 1;
+            }
+            let applied = remote.annotations().get(&e.marks.remote_generation())
+                == remote.metadata.generation.map(|g| g.to_string()).as_ref();
+            if applied && local.is_some() {
+                counts.in_sync += 1;
+            }
+        }
+        counts.failing = u32::try_from(e.ctx.metrics().failing()).unwrap_or(u32::MAX);
+        counts
+    }
+
+    /// A ResourceSync is being deleted: stop its engine, release the remote objects' sync
+    /// finalizers (local objects stay), then remove the ResourceSync's finalizer.
+    ///
+    /// A release that fails keeps the ResourceSync (and its finalizer): the failure is logged,
+    /// shown as its `Ready=False` condition (reason `FinalizersNotReleased`), and retried.
+    /// Only a spec under which no sync can have run (see [`nothing_to_release`]) lets it go
+    /// without a release, with a warning.
+    async fn finalize(&self, rs: &ResourceSync, ctx: &Context) -> kubesync::Result<Action> {
+        let name = rs.name_any();
+        if let Some(engine) = self.engines.lock().await.remove(&name) {
+            engine.shutdown().await;
+        }
+        let failure = match self.resolve(rs, ctx).await {
+            Ok((ar, remote, _)) => match self.release_remote_finalizers(rs, &ar, &remote).await {
+                Ok(released) => {
+                    tracing::info!(resourcesync = %name, released, "released the remote objects' finalizers");
+                    None
+                }
+                Err(e) => Some(Refusal::new("FinalizersNotReleased", e.to_string())),
+            },
+            Err(refusal) if nothing_to_release(&refusal) => {
+                tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "deleting a ResourceSync whose sync cannot have run: no remote finalizers to release");
+                None
+            }
+            Err(refusal) => Some(Refusal::new(
+                "FinalizersNotReleased",
+                format!("{}: {}", refusal.reason, refusal.message),
+            )),
+        };
+        if let Some(failure) = failure {
+            tracing::warn!(resourcesync = %name, message = %failure.message, "cannot release the remote objects' finalizers; the ResourceSync stays until they are released");
+            let message = format!(
+                "cannot release the remote objects' finalizers ({}); retrying. Remove the finalizer {RESOURCE_SYNC_FINALIZER} to delete this ResourceSync without releasing them",
+                failure.message
+            );
+            let old = rs.status.clone().unwrap_or_default();
+            let status = resource_sync_status(
+                &old,
+                rs.metadata.generation,
+                status::ready(false, failure.reason, message),
+                Counts::default(),
+                status::now(),
+            );
+            if status != old {
+                self.writes.patch_status(rs, &status).await?;
+            }
+            return Ok(Action::requeue(self.status_refresh));
+        }
+        self.writes
+            .set_finalizer(rs, RESOURCE_SYNC_FINALIZER, false)
+            .await?;
+        Ok(Action::done())
+    }
+
+    /// Removes the sync finalizer from every remote object of the ResourceSync's shard;
+    /// returns how many objects were looked at.
+    async fn release_remote_finalizers(
+        &self,
+        rs: &ResourceSync,
+        ar: &ApiResource,
+        remote: &Cluster,
+    ) -> kubesync::Result<usize> {
+        let marks = Marks::new(domain(&rs.spec));
+        let names = names(&rs.spec);
+        let all: Api<DynamicObject> = Api::all_with(remote.client().clone(), ar);
+        let mut count = 0;
+        for obj in all.list(&Default::default()).await? {
+            let n = ObjectName {
+                namespace: obj.metadata.namespace.clone(),
+                name: obj.name_any(),
+            };
+            if names.to_target(&n).is_some() {
+                self.writes
+                    .set_foreign_finalizer(remote, ar, &obj, &marks.finalizer(), false)
+                    .await?;
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+}
+
+/// Whether a refusal means no sync can have run under this spec, so no remote object can
+/// carry its finalizer (pure): an invalid spec, or a kind this cluster does not serve or that
+/// has no status subresource. A RemoteCluster that is missing or cannot be connected is not
+/// such a case: its objects may carry finalizers that only a release removes.
+pub fn nothing_to_release(refusal: &Refusal) -> bool {
+    matches!(
+        refusal.reason,
+        "InvalidSpec" | "ResourceNotFound" | "NoStatusSubresource"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> jiff::Timestamp {
+        s.parse().expect("time")
+    }
+
+    #[test]
+    fn resource_sync_status_carries_counts_and_keeps_the_transition_time() {
+        let counts = Counts {
+            objects: 3,
+            in_sync: 2,
+            paused: 1,
+            failing: 0,
+        };
+        let first = resource_sync_status(
+            &ResourceSyncStatus::default(),
+            Some(4),
+            status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
+            counts,
+            t("2024-01-01T00:00:00Z"),
+        );
+        assert_eq!(first.observed_generation, Some(4));
+        assert_eq!(
+            (first.objects, first.in_sync, first.paused, first.failing),
+            (3, 2, 1, 0)
+        );
+        let again = resource_sync_status(
+            &first,
+            Some(4),
+            status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
+            counts,
+            t("2024-01-01T00:05:00Z"),
+        );
+        assert_eq!(again, first, "nothing changed: nothing to write");
+        let refused = resource_sync_status(
+            &first,
+            Some(5),
+            status::refused(&Refusal::new("InvalidSpec", "spec.remoteCluster is empty")),
+            Counts::default(),
+            t("2024-01-01T00:05:00Z"),
+        );
+        assert_eq!(refused.conditions[0].reason, "InvalidSpec");
+        assert_ne!(
+            refused.conditions[0].last_transition_time,
+            first.conditions[0].last_transition_time
+        );
+    }
+
+    #[test]
+    fn only_specs_that_cannot_have_run_skip_the_release() {
+        assert!(nothing_to_release(&Refusal::new("InvalidSpec", "")));
+        assert!(nothing_to_release(&Refusal::new("NoStatusSubresource", "")));
+        for reason in [
+            "RemoteClusterNotFound",
+            "KubeconfigSecretInvalid",
+            "KubeconfigInvalid",
+        ] {
+            assert!(!nothing_to_release(&Refusal::new(reason, "")), "{reason}");
+        }
+    }
+
+    #[test]
+    fn remote_cluster_version_is_dropped_when_it_stops_answering() {
+        let now = t("2024-01-01T00:00:00Z");
+        let up = remote_cluster_status(
+            &RemoteClusterStatus::default(),
+            None,
+            status::ready(true, "Connected", "apiserver v1.20.2 answered"),
+            Some("v1.20.2".into()),
+            now,
+        );
+        assert_eq!(up.server_version.as_deref(), Some("v1.20.2"));
+        let down = remote_cluster_status(
+            &up,
+            None,
+            status::ready(false, "Unreachable", "connect"),
+            None,
+            now,
+        );
+        assert_eq!(down.server_version, None);
+    }
+}

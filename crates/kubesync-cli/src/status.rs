@@ -1,0 +1,196 @@
+//! Shared status helpers of the operator's controllers: refusals, conditions and their
+//! transition times, and the single path of the operator's own writes (status patches and
+//! finalizers of kubesync's resources, through the library's [`Writer`]).
+//!
+//! Owns no controller logic and imports no controller.
+
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Resource, ResourceExt};
+use kubesync::Cluster;
+use kubesync::Writer;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::crd::Condition;
+
+/// Field manager of the operator's own writes.
+pub const FIELD_MANAGER: &str = "kubesync-operator";
+
+/// A reason and message for a `Ready=False` condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// PascalCase reason.
+    pub reason: &'static str,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with this reason and message.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Now, rounded to the second (the precision of conditions' and destinations' times).
+pub fn now() -> jiff::Timestamp {
+    let now = jiff::Timestamp::now();
+    now.round(jiff::Unit::Second).unwrap_or(now)
+}
+
+/// A condition of type `type_`, `True` when `ok`. Its transition time is a placeholder (the
+/// epoch) until [`with_transition`] sets it; every status is assembled through it.
+pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+/// A `Ready` condition.
+pub fn ready(ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    condition("Ready", ok, reason, message)
+}
+
+/// A `Ready=False` condition saying why a resource was refused.
+pub fn refused(refusal: &Refusal) -> Condition {
+    ready(false, refusal.reason, refusal.message.clone())
+}
+
+/// Sets the condition's generation and transition time (pure): the previous transition time
+/// is kept while the condition's status does not change, `now` otherwise.
+pub fn with_transition(
+    mut c: Condition,
+    old: &[Condition],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Condition {
+    c.observed_generation = generation;
+    c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
+        Some(o) if o.status == c.status => o.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    c
+}
+
+/// The operator's own writes to kubesync's resources in the cluster it runs in: status merge
+/// patches and finalizers, all through one [`Writer`] (counted as component `operator`).
+#[derive(Clone, Debug)]
+pub struct OwnWrites {
+    local: Cluster,
+    writer: Writer,
+}
+
+impl OwnWrites {
+    /// Writes into `local`, counted by `writer`.
+    pub fn new(local: Cluster, writer: Writer) -> Self {
+        Self { local, writer }
+    }
+
+    /// The cluster written to.
+    pub fn local(&self) -> &Cluster {
+        &self.local
+    }
+
+    /// The writer (and its counts).
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Writes the status of one of the operator's own resources (a merge patch).
+    pub async fn patch_status<K, S>(&self, obj: &K, status: &S) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + ResourceExt,
+        S: serde::Serialize,
+    {
+        let patch = serde_json::json!({ "status": status });
+        self.writer
+            .merge_patch_status(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                obj.namespace().as_deref(),
+                &obj.name_any(),
+                &patch,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds or removes one of the operator's finalizers on one of its own resources.
+    pub async fn set_finalizer<K>(
+        &self,
+        obj: &K,
+        finalizer: &str,
+        present: bool,
+    ) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let dynamic: DynamicObject = serde_json::from_value(serde_json::to_value(obj)?)?;
+        self.writer
+            .set_finalizer(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                &dynamic,
+                finalizer,
+                present,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds or removes a finalizer on an object of another cluster (the remote objects a
+    /// ResourceSync releases).
+    pub async fn set_foreign_finalizer(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        obj: &DynamicObject,
+        finalizer: &str,
+        present: bool,
+    ) -> kubesync::Result<()> {
+        self.writer
+            .set_finalizer(cluster, ar, obj, finalizer, present, FIELD_MANAGER)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_is_kept_while_the_status_does_not_change() {
+        let t0: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
+        let t1: jiff::Timestamp = "2024-01-01T00:01:00Z".parse().expect("time");
+        let first = with_transition(ready(true, "Syncing", "a"), &[], Some(1), t0);
+        assert_eq!(first.last_transition_time, Time(t0));
+        assert_eq!(first.observed_generation, Some(1));
+        // Same status, other reason and message: the time stays.
+        let same = with_transition(
+            ready(true, "Other", "b"),
+            std::slice::from_ref(&first),
+            Some(2),
+            t1,
+        );
+        assert_eq!(same.last_transition_time, Time(t0));
+        // Status flips: now.
+        let flipped = with_transition(ready(false, "X", "c"), &[first], Some(2), t1);
+        assert_eq!(flipped.last_transition_time, Time(t1));
+    }
+
+    #[test]
+    fn now_is_whole_seconds() {
+        assert_eq!(now().subsec_nanosecond(), 0);
+    }
+}
