@@ -36,10 +36,10 @@ fi
 export STORAGE_DRIVER=vfs
 ctr="$(buildah --storage-driver vfs from scratch)"
 trap 'buildah --storage-driver vfs rm "$ctr" >/dev/null 2>&1 || true' EXIT
-buildah --storage-driver vfs copy --chmod 0555 "$ctr" "$bin" /kubesync
+buildah --storage-driver vfs copy --chmod 0555 "$ctr" "$bin" /kubesync >/dev/null
 # Public CAs, for remote clusters whose kubeconfig names no CA of its own (in-cluster access
 # and kubeconfigs with certificate-authority-data need none).
-buildah --storage-driver vfs copy --chmod 0444 "$ctr" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+buildah --storage-driver vfs copy --chmod 0444 "$ctr" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt >/dev/null
 buildah --storage-driver vfs config \
   --user 65532:65532 \
   --entrypoint '["/kubesync"]' \
