@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 archive="${1:-target/kubesync-image.tar}"
+if ! command -v openssl >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 passed=0
