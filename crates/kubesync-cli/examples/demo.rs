@@ -420,9 +420,18 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         10,
         "Starting the kubesync operator in west (the code of `kubesync run`)",
     );
-    let operator = Operator::with_status_refresh(
+    // `platform` is the platform team's namespace: trusted, like the operator's own
+    // (`kubesync run --trusted-namespace platform`); everyone else needs SyncGrants.
+    let operator = Operator::with_options(
         Cluster::new("local", west.client()?),
-        Duration::from_secs(1),
+        kubesync_cli::operator::OperatorOptions {
+            status_refresh: Duration::from_secs(1),
+            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+                trusted_namespaces: vec!["platform".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(operator.clone().run(async {

@@ -57,6 +57,16 @@ enum Command {
         /// ObjectSync: only these kinds, as `Kind` (core) or `Kind.group` (repeatable).
         #[arg(long = "allowed-resource")]
         allowed_resources: Vec<String>,
+        /// ObjectSync: namespaces (names or globs) whose ObjectSyncs write wherever the other
+        /// rules allow, without the destinations' SyncGrants (repeatable; the operator's own
+        /// namespace, $POD_NAMESPACE, always is).
+        #[arg(long = "trusted-namespace")]
+        trusted_namespaces: Vec<String>,
+        /// ObjectSync: kinds a SyncGrant must name to admit them, besides Role, RoleBinding,
+        /// ServiceAccount and service-account-token Secrets (`Kind` or `Kind.group`;
+        /// repeatable).
+        #[arg(long = "privileged-resource")]
+        privileged_resources: Vec<String>,
         /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
         /// `/readyz` (readiness); `none` turns them off.
         #[arg(
@@ -104,16 +114,25 @@ pub async fn main() -> ExitCode {
             allow_destination_namespaces,
             deny_destination_namespaces,
             allowed_resources,
+            mut trusted_namespaces,
+            privileged_resources,
             telemetry_address,
             leader_elect,
             leader_election_namespace,
             leader_election_name,
         } => {
+            if let Ok(own) = std::env::var("POD_NAMESPACE")
+                && !own.is_empty()
+            {
+                trusted_namespaces.push(own);
+            }
             let policy = crate::object_sync::ObjectSyncPolicy {
                 source_namespaces,
                 allow_destination_namespaces,
                 deny_destination_namespaces,
                 allowed_resources,
+                trusted_namespaces,
+                privileged_resources,
             };
             let telemetry = match telemetry_address.as_str() {
                 "none" | "" => None,

@@ -50,6 +50,11 @@ pub struct RemoteClusterSpec {
     /// The kubeconfig context to use (default: its current context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Namespaces whose ObjectSyncs may write into this cluster, by their labels. Absent:
+    /// only the operator's trusted namespaces. An empty selector (`{}`) admits every
+    /// namespace; the remote namespaces' SyncGrants still decide where copies go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<LabelSelector>,
 }
 
 /// Observed state of a [`RemoteCluster`].
@@ -162,7 +167,12 @@ pub struct ResourceSyncStatus {
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    vec![RemoteCluster::crd(), ResourceSync::crd(), ObjectSync::crd()]
+    vec![
+        RemoteCluster::crd(),
+        ResourceSync::crd(),
+        ObjectSync::crd(),
+        SyncGrant::crd(),
+    ]
 }
 
 /// The CRDs as a multi-document YAML manifest (what `kubesync crds` prints).
@@ -191,11 +201,12 @@ mod tests {
             [
                 "remoteclusters.kubesync.io",
                 "resourcesyncs.kubesync.io",
-                "objectsyncs.kubesync.io"
+                "objectsyncs.kubesync.io",
+                "syncgrants.kubesync.io"
             ]
         );
         for crd in &crds {
-            let scope = if crd.spec.names.kind == "ObjectSync" {
+            let scope = if matches!(crd.spec.names.kind.as_str(), "ObjectSync" | "SyncGrant") {
                 "Namespaced"
             } else {
                 "Cluster"
@@ -203,11 +214,13 @@ mod tests {
             assert_eq!(crd.spec.scope, scope);
             let v = &crd.spec.versions[0];
             assert_eq!(v.name, "v1alpha1");
-            assert!(
+            // A SyncGrant is consent, written by people: it has no status.
+            assert_eq!(
                 v.subresources
                     .as_ref()
                     .and_then(|s| s.status.as_ref())
-                    .is_some()
+                    .is_some(),
+                crd.spec.names.kind != "SyncGrant"
             );
             assert!(
                 v.additional_printer_columns
@@ -216,7 +229,7 @@ mod tests {
             );
         }
         let yaml = crds_yaml().expect("yaml");
-        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 3);
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 4);
     }
 
     #[test]
@@ -323,6 +336,54 @@ pub struct DataFilterSpec {
     pub rename: std::collections::BTreeMap<String, String>,
 }
 
+/// Consent of a namespace's owners to receive copies: ObjectSyncs outside the operator's
+/// trusted namespaces write into another namespace only where a SyncGrant in that namespace
+/// admits them. Creating one needs rights in the namespace it lives in, so consent comes from
+/// someone who already has them.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "kubesync.io",
+    version = "v1alpha1",
+    kind = "SyncGrant",
+    namespaced,
+    printcolumn = r#"{"name":"From","type":"string","jsonPath":".spec.from[*].namespace"}"#,
+    printcolumn = r#"{"name":"Kinds","type":"string","jsonPath":".spec.kinds[*].kind"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncGrantSpec {
+    /// Whose ObjectSyncs may write here: any entry admits.
+    pub from: Vec<GrantSource>,
+    /// The kinds admitted; empty: every kind but the privilege-bearing ones (Role,
+    /// RoleBinding, ServiceAccount, service-account-token Secrets, and those the operator's
+    /// `--privileged-resource` flags add), which are admitted only when named here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<GrantKind>,
+}
+
+/// ObjectSyncs a [`SyncGrant`] admits.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantSource {
+    /// The namespace of the ObjectSync (a name or a glob, e.g. `team-*`).
+    pub namespace: String,
+    /// For copies written from another cluster: the name of the RemoteCluster through which
+    /// that cluster's kubesync reaches this one. Absent: writes from this cluster only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+/// A kind a [`SyncGrant`] admits.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantKind {
+    /// API group (empty for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+}
+
 /// One object kept in sync across many namespaces and clusters.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
@@ -384,11 +445,19 @@ pub enum CopyState {
     Conflict,
     /// Writing failed or the cluster cannot be reached.
     Error,
+    /// The destination namespace's owners do not consent (no SyncGrant admits the copy).
+    Refused,
 }
 
 impl CopyState {
     /// Every state, in the order metrics list them.
-    pub const ALL: [CopyState; 4] = [Self::Synced, Self::Pending, Self::Conflict, Self::Error];
+    pub const ALL: [CopyState; 5] = [
+        Self::Synced,
+        Self::Pending,
+        Self::Conflict,
+        Self::Error,
+        Self::Refused,
+    ];
 
     /// The name, as serialized.
     pub fn as_str(self) -> &'static str {
@@ -397,6 +466,7 @@ impl CopyState {
             Self::Pending => "Pending",
             Self::Conflict => "Conflict",
             Self::Error => "Error",
+            Self::Refused => "Refused",
         }
     }
 }
@@ -409,6 +479,7 @@ impl From<kubesync::syncers::fan_out::DestinationState> for CopyState {
             S::Pending => Self::Pending,
             S::Conflict => Self::Conflict,
             S::Error => Self::Error,
+            S::Refused => Self::Refused,
         }
     }
 }

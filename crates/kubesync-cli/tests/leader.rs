@@ -24,6 +24,8 @@ fn replica(env: &TestEnv) -> (RunningBinary, u16) {
             "--leader-elect",
             "--leader-election-namespace",
             "kube-system",
+            "--trusted-namespace",
+            "apps",
         ])
         .env("RUST_LOG", "warn")
         .spawn()

@@ -13,7 +13,12 @@ use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::TestEnv;
 
-fn start(env: &TestEnv, policy: ObjectSyncPolicy) -> RunningOperator {
+/// An operator with `policy`, trusting every namespace unless the policy names trusted ones:
+/// these tests are about fan-out (tenancy.rs tests the rules for untrusted namespaces).
+fn start(env: &TestEnv, mut policy: ObjectSyncPolicy) -> RunningOperator {
+    if policy.trusted_namespaces.is_empty() {
+        policy.trusted_namespaces = vec!["*".into()];
+    }
     start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {

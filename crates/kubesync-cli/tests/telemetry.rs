@@ -24,6 +24,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path().expect("kubeconfig"))
             .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--trusted-namespace", "apps"])
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("run kubesync"),

@@ -115,6 +115,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         destinations,
         on_conflict: OnConflict::Skip,
         rules: CopyRules::default(),
+        consent: None,
     }
 }
 

@@ -16,22 +16,29 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::core::{ApiResource, GroupVersionKind};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::Api;
+use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::rules::{
     CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy, selector,
 };
+use kubesync::syncers::fan_out::spec::{Admits, Consent};
 use kubesync::syncers::fan_out::{
-    Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
+    Declaration, Destination, DestinationRef, DestinationState, FanOut, FanOutSpec, Report,
+    SourceRef,
 };
 
 pub use self::policy::ObjectSyncPolicy;
+use self::policy::refusal_message;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
-use crate::crd::{ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncStatus};
-use crate::remote::{LOCAL, RemoteClusters};
+use crate::crd::{
+    ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncStatus, SyncGrant,
+};
+use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
@@ -199,6 +206,64 @@ impl ObjectSyncController {
         Ok(conn.cluster.name().to_string())
     }
 
+    /// The consent an ObjectSync in the untrusted `namespace` needs: its own namespace is
+    /// exempt; elsewhere a SyncGrant must admit it.
+    fn consent(&self, namespace: &str, resource: &ApiResource) -> Consent {
+        let (policy, ns, ar) = (self.policy.clone(), namespace.to_string(), resource.clone());
+        let admits: Admits =
+            Arc::new(move |grant, source, at| policy.admits(grant, &ns, via(at), &ar, source));
+        let (policy, ns, ar) = (self.policy.clone(), namespace.to_string(), resource.clone());
+        Consent {
+            resource: ApiResource::erase::<SyncGrant>(&()),
+            exempt: vec![namespace.to_string()],
+            admits,
+            refusal: Arc::new(move |source, at| {
+                let privileged = policy.is_privileged(&ar, source);
+                refusal_message(&ns, via(at), &ar, privileged, &at.namespace)
+            }),
+        }
+    }
+
+    /// An untrusted ObjectSync may write into a RemoteCluster only when the RemoteCluster's
+    /// `allowedNamespaces` selects its namespace.
+    async fn check_remote_allowed(
+        &self,
+        ctx: &Context,
+        namespace: &str,
+        remote: &str,
+    ) -> Result<(), Refusal> {
+        let rc = RemoteClusters::lookup(ctx, remote)?;
+        let not_allowed = |why: String| {
+            Refusal::new(
+                "RemoteClusterNotAllowed",
+                format!(
+                    "RemoteCluster {remote} does not admit ObjectSyncs from namespace {namespace}: {why}"
+                ),
+            )
+        };
+        let Some(allowed) = &rc.spec.allowed_namespaces else {
+            return Err(not_allowed(
+                "without spec.allowedNamespaces only the operator's trusted namespaces may use it; a selector there matching this namespace's labels would admit it".into(),
+            ));
+        };
+        let allowed = selector(allowed)
+            .map_err(|m| not_allowed(format!("its spec.allowedNamespaces is invalid: {m}")))?;
+        let labels = Api::<Namespace>::all(self.local.client().clone())
+            .get(namespace)
+            .await
+            .map_err(|e| not_allowed(format!("namespace {namespace} could not be read: {e}")))?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if allowed.matches(&labels) {
+            Ok(())
+        } else {
+            Err(not_allowed(format!(
+                "its spec.allowedNamespaces ({allowed}) does not match the namespace's labels"
+            )))
+        }
+    }
+
     async fn object_sync_spec(
         &self,
         os: &ObjectSync,
@@ -239,6 +304,8 @@ impl ObjectSyncController {
                 &spec.source.kind,
             )
             .await?;
+        let trusted = self.policy.is_trusted(&own_ns);
+        let consent = (!trusted).then(|| self.consent(&own_ns, &resource));
         let mut destinations = Vec::new();
         for d in &spec.destinations {
             let selector = d
@@ -249,7 +316,12 @@ impl ObjectSyncController {
                 .map_err(|m| Refusal::new("InvalidSpec", format!("namespaceSelector: {m}")))?;
             let cluster = match &d.cluster {
                 None => None,
-                Some(c) => Some(self.destination_cluster(ctx, c).await?),
+                Some(c) => {
+                    if !trusted {
+                        self.check_remote_allowed(ctx, &own_ns, c).await?;
+                    }
+                    Some(self.destination_cluster(ctx, c).await?)
+                }
             };
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
@@ -275,6 +347,7 @@ impl ObjectSyncController {
                 name: spec.source.name.clone(),
             },
             destinations,
+            consent,
             on_conflict: match spec.on_conflict {
                 ConflictPolicy::Skip => OnConflict::Skip,
                 ConflictPolicy::Adopt => OnConflict::Adopt,
@@ -426,6 +499,11 @@ impl ObjectSyncController {
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
     }
+}
+
+/// Through which RemoteCluster a copy is written: `None` in this cluster.
+fn via(at: &DestinationRef) -> Option<&str> {
+    (at.cluster != LOCAL).then(|| display_name(&at.cluster))
 }
 
 /// When to look again (pure): soon while the watches have not listed, in a few seconds while a

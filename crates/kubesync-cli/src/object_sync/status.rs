@@ -148,9 +148,12 @@ fn ready_condition(
 
 fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Condition {
     let synced = CopyState::Synced;
+    // Refusals first: they name the rule and what would admit the copy.
+    let refused = |e: &&DestinationStatusEntry| e.state == CopyState::Refused;
     let problems: Vec<String> = entries
         .iter()
-        .filter(|e| e.state != synced)
+        .filter(refused)
+        .chain(entries.iter().filter(|e| e.state != synced && !refused(e)))
         .take(3)
         .map(|e| format!("{}/{}: {} {}", e.cluster, e.namespace, e.state, e.message))
         .collect();
@@ -162,6 +165,8 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
             "AllSynced",
             format!("{in_sync} of {} destinations in sync", entries.len()),
         )
+    } else if entries.iter().any(|e| e.state == CopyState::Refused) {
+        status::condition("Synced", false, "DestinationRefused", problems.join("; "))
     } else {
         status::condition("Synced", false, "NotAllSynced", problems.join("; "))
     }
@@ -446,5 +451,55 @@ mod tests {
         let note = &events[0].3;
         assert!(note.len() <= MAX_NOTE, "{}", note.len());
         assert!(note.ends_with("..."));
+    }
+
+    #[test]
+    fn refused_destinations_are_reported_first_with_their_reason() {
+        let report = Report {
+            ready: true,
+            source_found: true,
+            destinations: vec![
+                dest("local", "team-a", DestinationState::Error, "boom"),
+                dest(
+                    "local",
+                    "victim",
+                    DestinationState::Refused,
+                    "no SyncGrant in namespace victim",
+                ),
+            ],
+            ..Default::default()
+        };
+        let st = object_sync_status(
+            &ObjectSyncStatus::default(),
+            Some(1),
+            Observation::Reported {
+                report: &report,
+                source_namespace: "t1",
+                source_name: "s",
+            },
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        let synced = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Synced")
+            .expect("Synced");
+        assert_eq!(
+            (synced.status.as_str(), synced.reason.as_str()),
+            ("False", "DestinationRefused")
+        );
+        assert!(
+            synced
+                .message
+                .starts_with("local/victim: Refused no SyncGrant"),
+            "{}",
+            synced.message
+        );
+        assert_eq!(st.destinations[1].state, CopyState::Refused);
+        let events = condition_events(&[], &st.conditions);
+        assert!(
+            events.iter().any(|e| e.2 == "DestinationRefused"),
+            "a Warning Event: {events:?}"
+        );
     }
 }

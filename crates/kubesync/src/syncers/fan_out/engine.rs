@@ -13,7 +13,7 @@
 //!   restart. Nothing without this declaration's marks is modified (unless adopted) or deleted.
 //! - A cluster that is unreachable is never read as "no copies there".
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -47,6 +47,33 @@ struct ContextStores<'a> {
     ctx: &'a Context,
     resource: &'a ApiResource,
     namespace_type: &'a ApiResource,
+    /// Consent objects by (cluster, namespace), gathered once per reconcile.
+    consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
+}
+
+impl<'a> ContextStores<'a> {
+    fn new(
+        ctx: &'a Context,
+        decl: &'a Declaration,
+        namespace_type: &'a ApiResource,
+        clusters: &[String],
+    ) -> Self {
+        let mut consents: HashMap<(String, String), Vec<Arc<DynamicObject>>> = HashMap::new();
+        if let Some(consent) = &decl.spec.consent {
+            for c in clusters {
+                for obj in ctx.list(c, &consent.resource) {
+                    let key = (c.clone(), obj.namespace().unwrap_or_default());
+                    consents.entry(key).or_default().push(obj);
+                }
+            }
+        }
+        Self {
+            ctx,
+            resource: &decl.spec.source.resource,
+            namespace_type,
+            consents,
+        }
+    }
 }
 
 impl Stores for ContextStores<'_> {
@@ -61,6 +88,13 @@ impl Stores for ContextStores<'_> {
 
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
         self.ctx.get(&at.key(self.resource))
+    }
+
+    fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>> {
+        self.consents
+            .get(&(cluster.to_string(), namespace.to_string()))
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -103,14 +137,9 @@ impl FanOut {
         &self,
         ctx: &Context,
         cluster: &str,
-        resource: &ApiResource,
+        (resource, event): (&ApiResource, EventOf),
         decl: &ObjectKey,
     ) -> Result<WatchId> {
-        let event = if resource.kind == "Namespace" && resource.group.is_empty() {
-            EventOf::Namespace
-        } else {
-            EventOf::Object
-        };
         let index = self.index.clone();
         let local = self.local.clone();
         let watch_cluster = cluster.to_string();
@@ -199,11 +228,21 @@ impl FanOut {
                 unknown.push(c.clone());
                 continue;
             }
-            let a = self.ensure_watch(ctx, c, ar, &decl.key)?;
-            let b = self.ensure_watch(ctx, c, &self.namespace_type, &decl.key)?;
-            ready &= ctx.watch_listed(a) && ctx.watch_listed(b);
+            let mut ids = vec![
+                self.ensure_watch(ctx, c, (ar, EventOf::Object), &decl.key)?,
+                self.ensure_watch(ctx, c, (&self.namespace_type, EventOf::Cluster), &decl.key)?,
+            ];
+            if let Some(consent) = &spec.consent {
+                ids.push(self.ensure_watch(
+                    ctx,
+                    c,
+                    (&consent.resource, EventOf::Cluster),
+                    &decl.key,
+                )?);
+            }
+            ready &= ids.iter().all(|id| ctx.watch_listed(*id));
             // Health is judged from this declaration's own watches, not the whole cluster's.
-            if let Some(e) = ctx.watch_error(a).or_else(|| ctx.watch_error(b)) {
+            if let Some(e) = ids.iter().find_map(|id| ctx.watch_error(*id)) {
                 watch_errors.push((c.clone(), e));
             }
         }
@@ -247,11 +286,7 @@ impl FanOut {
             return Ok(report);
         }
 
-        let stores = ContextStores {
-            ctx,
-            resource: ar,
-            namespace_type: &self.namespace_type,
-        };
+        let stores = ContextStores::new(ctx, decl, &self.namespace_type, &clusters);
         let plan = plan::plan(&Snapshot {
             local: &self.local,
             declaration: decl,
@@ -637,6 +672,7 @@ mod tests {
                 destinations: vec![],
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),
+                consent: None,
             },
             deleting: false,
         };

@@ -45,8 +45,9 @@ impl WatchKey {
 /// What a watch event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventOf {
-    /// A namespace of this cluster: every declaration with destinations there.
-    Namespace,
+    /// An object whose change concerns every declaration with destinations in its cluster (a
+    /// Namespace, a consent object).
+    Cluster,
     /// An object of a copied type: the declarations copying it, and the owner of a copy.
     Object,
 }
@@ -145,7 +146,7 @@ impl Index {
     ) -> Vec<ObjectKey> {
         let mut out: Vec<ObjectKey> = Vec::new();
         match event {
-            EventOf::Namespace => {
+            EventOf::Cluster => {
                 out.extend(
                     self.by_cluster
                         .get(watch_cluster)
@@ -369,9 +370,9 @@ mod tests {
         );
         // A namespace of a cluster with destinations.
         let ns = ObjectKey::new("east", &ar::<Namespace>(), None, "team");
-        let found = idx.declarations_for(EventOf::Namespace, "east", "local", &ns, &none);
+        let found = idx.declarations_for(EventOf::Cluster, "east", "local", &ns, &none);
         assert_eq!(found, [decl("d")]);
-        let found = idx.declarations_for(EventOf::Namespace, "west", "local", &ns, &none);
+        let found = idx.declarations_for(EventOf::Cluster, "west", "local", &ns, &none);
         assert!(found.is_empty());
     }
 
@@ -393,7 +394,7 @@ mod tests {
                 .is_empty()
         );
         assert!(
-            idx.declarations_for(EventOf::Namespace, "east", "local", &k, &copy)
+            idx.declarations_for(EventOf::Cluster, "east", "local", &k, &copy)
                 .is_empty()
         );
         assert!(idx.begin_type(&decl("d"), &ar::<ConfigMap>()).is_none());

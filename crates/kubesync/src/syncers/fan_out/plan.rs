@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::rules::{self, Decision, Strategy};
-use super::spec::{Declaration, DestinationRef, DestinationState, DestinationStatus};
+use super::spec::{Consent, Declaration, DestinationRef, DestinationState, DestinationStatus};
 
 /// What the plan reads from the engine's stores.
 pub trait Stores {
@@ -22,6 +22,8 @@ pub trait Stores {
     fn has_namespace(&self, cluster: &str, namespace: &str) -> bool;
     /// The object at `at`, as the store of the copied type shows it.
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>>;
+    /// The consent objects (see [`Consent`]) in `namespace` of `cluster`.
+    fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>>;
 }
 
 /// What one reconcile observed.
@@ -106,7 +108,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         ..Plan::default()
     };
     let targets = match source {
-        Some(_) => targets(snapshot, &mut plan.statuses),
+        Some(source) => targets(snapshot, source, &mut plan.statuses),
         None => BTreeMap::new(),
     };
     if let Some(source) = source {
@@ -181,10 +183,27 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     plan
 }
 
+/// Whether the owners of `at`'s namespace consent to the copy of `source` there.
+pub fn consented<S: Stores>(
+    consent: &Consent,
+    local: &str,
+    stores: &S,
+    source: &DynamicObject,
+    at: &DestinationRef,
+) -> bool {
+    (at.cluster == local && consent.exempt.iter().any(|n| *n == at.namespace))
+        || stores
+            .consents(&at.cluster, &at.namespace)
+            .iter()
+            .any(|grant| (consent.admits)(grant, source, at))
+}
+
 /// The destinations the spec selects, with their strategy (the first destination entry that
-/// selects one wins). Destinations in unknown clusters get an error status instead.
+/// selects one wins). Destinations in unknown clusters get an error status instead; so do
+/// namespaces a destination names that refuse their consent.
 fn targets<S: Stores>(
     snapshot: &Snapshot<'_, S>,
+    source: &DynamicObject,
     statuses: &mut Vec<DestinationStatus>,
 ) -> BTreeMap<DestinationRef, Strategy> {
     let spec = &snapshot.declaration.spec;
@@ -217,9 +236,24 @@ fn targets<S: Stores>(
             {
                 continue;
             }
-            targets
-                .entry(DestinationRef::new(cluster, namespace, name))
-                .or_insert(d.strategy);
+            let at = DestinationRef::new(cluster, namespace, name);
+            if targets.contains_key(&at) {
+                continue;
+            }
+            if let Some(consent) = &spec.consent
+                && !consented(consent, snapshot.local, snapshot.stores, source, &at)
+            {
+                if d.namespaces.names(&at.namespace) {
+                    statuses.push(DestinationStatus::new(
+                        &at,
+                        DestinationState::Refused,
+                        (consent.refusal)(source, &at),
+                        "",
+                    ));
+                }
+                continue;
+            }
+            targets.insert(at, d.strategy);
         }
     }
     targets
@@ -243,6 +277,7 @@ mod tests {
     struct Fake {
         namespaces: HashMap<String, Vec<Arc<DynamicObject>>>,
         objects: HashMap<DestinationRef, Arc<DynamicObject>>,
+        consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
     }
 
     impl Stores for Fake {
@@ -256,6 +291,12 @@ mod tests {
         }
         fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
             self.objects.get(at).cloned()
+        }
+        fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>> {
+            self.consents
+                .get(&(cluster.to_string(), namespace.to_string()))
+                .cloned()
+                .unwrap_or_default()
         }
     }
 
@@ -319,6 +360,7 @@ mod tests {
                 destinations,
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),
+                consent: None,
             },
             deleting: false,
         }
@@ -534,6 +576,85 @@ mod tests {
         assert!(
             !must_confirm_source_gone(false, false, 0),
             "nothing to delete"
+        );
+    }
+
+    /// Grants are objects whose `admits` label lists the source names they admit.
+    fn grant_consent() -> Consent {
+        Consent {
+            resource: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "kubesync.io",
+                "v1alpha1",
+                "SyncGrant",
+            )),
+            exempt: vec!["src".into()],
+            admits: Arc::new(
+                |grant: &DynamicObject, source: &DynamicObject, _at: &DestinationRef| {
+                    grant.labels().get("admits").map(String::as_str) == Some(&source.name_any())
+                },
+            ),
+            refusal: Arc::new(|_source: &DynamicObject, at: &DestinationRef| {
+                format!("no grant in {}", at.namespace)
+            }),
+        }
+    }
+
+    fn grant(admits: &str) -> Arc<DynamicObject> {
+        Arc::new(obj(
+            json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "x", "labels": {"admits": admits}}}),
+        ))
+    }
+
+    #[test]
+    fn copies_go_only_where_the_owners_consent() {
+        let mut stores = Fake::default().with_namespaces(
+            "local",
+            &[
+                ("src", json!({})),
+                ("granted", json!({})),
+                ("wrong", json!({})),
+                ("silent", json!({})),
+            ],
+        );
+        stores
+            .consents
+            .insert(("local".into(), "granted".into()), vec![grant("ca")]);
+        stores
+            .consents
+            .insert(("local".into(), "wrong".into()), vec![grant("other")]);
+        let mut decl = declaration(vec![destination(None, "*"), destination(None, "wrong")]);
+        // The own namespace is exempt: the copy there is renamed so it is not the source.
+        let mut own = destination(None, "src");
+        own.name = Some("ca-copy".into());
+        decl.spec.destinations.push(own);
+        decl.spec.consent = Some(grant_consent());
+        let plan = Run::new(decl, stores)
+            .owning(at("local", "silent"), "c-s")
+            .plan();
+        assert_eq!(
+            written(&plan),
+            [
+                (at("local", "granted"), Decision::Create),
+                (
+                    DestinationRef::new("local", "src", "ca-copy"),
+                    Decision::Create
+                ),
+            ]
+        );
+        assert_eq!(
+            states(&plan),
+            [("local/wrong".into(), DestinationState::Refused)],
+            "a named namespace is reported; those \"*\" would select are left out silently"
+        );
+        assert_eq!(plan.statuses[0].message, "no grant in wrong");
+        assert_eq!(
+            plan.deletes,
+            [Delete {
+                at: at("local", "silent"),
+                uid: Some("c-s".into())
+            }],
+            "a copy where consent is withdrawn goes"
         );
     }
 }

@@ -1,7 +1,9 @@
 //! What a declaration says and what a reconcile reports: the fan-out's data, no behaviour.
 
 use std::fmt;
+use std::sync::Arc;
 
+use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
@@ -85,6 +87,52 @@ pub struct FanOutSpec {
     pub on_conflict: OnConflict,
     /// Label, annotation and data filters.
     pub rules: CopyRules,
+    /// Whose consent a copy needs (`None`: the declaration may write wherever its
+    /// destinations say).
+    pub consent: Option<Consent>,
+}
+
+/// Whether a consent object admits a copy: `(consent object, source, destination)`.
+pub type Admits =
+    Arc<dyn Fn(&DynamicObject, &DynamicObject, &DestinationRef) -> bool + Send + Sync>;
+
+/// Copies go only where the destination namespace's owners consent: into `exempt` (e.g. the
+/// declaration's own namespace, in the engine's own cluster), or into a namespace holding an
+/// object of type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits)
+/// the copy. The engine watches `resource` in every destination cluster: a consent that
+/// appears brings the copy, one withdrawn removes it.
+///
+/// A namespace a destination names explicitly and no consent admits is reported
+/// [`DestinationState::Refused`] with [`refusal`](Consent::refusal)'s message; namespaces
+/// that `"*"` or a selector would select are left out silently.
+#[derive(Clone)]
+pub struct Consent {
+    /// The type of the consent objects.
+    pub resource: ApiResource,
+    /// Namespaces of the engine's own cluster that need no consent.
+    pub exempt: Vec<String>,
+    /// Whether a consent object admits the copy of a source at a destination.
+    pub admits: Admits,
+    /// Why a destination is refused, and what would admit it.
+    pub refusal: Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send + Sync>,
+}
+
+impl fmt::Debug for Consent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consent")
+            .field("resource", &self.resource)
+            .field("exempt", &self.exempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Consent {
+    fn eq(&self, other: &Self) -> bool {
+        self.resource == other.resource
+            && self.exempt == other.exempt
+            && Arc::ptr_eq(&self.admits, &other.admits)
+            && Arc::ptr_eq(&self.refusal, &other.refusal)
+    }
 }
 
 /// One declaration to reconcile.
@@ -111,6 +159,8 @@ pub enum DestinationState {
     Conflict,
     /// Writing failed or the cluster cannot be reached.
     Error,
+    /// The destination's owners do not consent (see [`Consent`]): nothing is written there.
+    Refused,
 }
 
 /// What a reconcile found at one destination.

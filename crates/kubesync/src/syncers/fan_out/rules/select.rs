@@ -67,6 +67,11 @@ pub struct NamespaceRule {
 }
 
 impl NamespaceRule {
+    /// Whether the rule names `namespace` itself (not through `"*"` or a selector alone).
+    pub fn names(&self, namespace: &str) -> bool {
+        self.namespace.as_deref() == Some(namespace)
+    }
+
     /// Whether a namespace (name, labels, terminating?) is a destination.
     pub fn matches(
         &self,
