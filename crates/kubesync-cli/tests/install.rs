@@ -15,6 +15,12 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kubesync_testenv::{KubeconfigEntry, TestEnv, kubeconfig_yaml};
 use serde_json::json;
 
+/// The consent of `namespace`'s owners to copies from ObjectSyncs in `apps` (which is not a
+/// trusted namespace: the install trusts only kubesync-system).
+async fn grant_from_apps(env: &TestEnv, namespace: &str) {
+    apply(env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {{name: from-apps, namespace: {namespace}}}\nspec:\n  from: [{{namespace: apps}}]\n")).await;
+}
+
 const WIDGET_CRD: &str = include_str!("../../kubesync-testenv/fixtures/widget-crd.yaml");
 const NS: &str = "kubesync-system";
 
@@ -174,6 +180,8 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     for ns in ["apps", "team-a", "team-b"] {
         local.create_namespace(ns).await.expect("ns");
     }
+    grant_from_apps(&local, "team-a").await;
+    grant_from_apps(&local, "team-b").await;
     remote.create_namespace("ops-a").await.expect("ns");
 
     // Two replicas with leader election: one leads, the other stands by.
@@ -345,6 +353,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
     for ns in ["apps", "team-a"] {
         env.create_namespace(ns).await.expect("ns");
     }
+    grant_from_apps(&env, "team-a").await;
     let log = env.dir().join("kubesync.log");
     // The overlay's flags, as its Deployment passes them.
     let (_op, _port) = replica(
@@ -443,6 +452,7 @@ async fn a_missing_rule_is_reported_as_forbidden() {
     for ns in ["apps", "team-a"] {
         env.create_namespace(ns).await.expect("ns");
     }
+    grant_from_apps(&env, "team-a").await;
     let log = env.dir().join("kubesync.log");
     let (_op, _port) = replica(
         &kubeconfig,
