@@ -226,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(24, "Stopping the control planes");
+    step(25, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -385,7 +385,49 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
         },
     )
     .await?;
+
+    step(
+        23,
+        "A tenant in team-a copies its ConfigMap to team-b: refused until team-b consents",
+    );
+    west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {cpu: \"2\"}\n").await?;
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: limits, namespace: team-a}\nspec:\n  source: {kind: ConfigMap, name: limits}\n  destinations: [{namespace: team-b}]\n").await?;
+    let tenant: Api<ObjectSync> = Api::namespaced(west.client()?, "team-a");
+    wait(
+        "team-b refuses: team-a is not a trusted namespace",
+        || async {
+            Ok(first_destination(&tenant, "limits")
+                .await?
+                .is_some_and(|d| d.state == "Refused"))
+        },
+    )
+    .await?;
+    if let Some(d) = first_destination(&tenant, "limits").await? {
+        println!(
+            "   {}/{}: {} — {}",
+            d.cluster, d.namespace, d.state, d.message
+        );
+    }
+    println!("   team-b's owners consent with a SyncGrant in team-b");
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-team-a, namespace: team-b}\nspec:\n  from: [{namespace: team-a}]\n  kinds: [{kind: ConfigMap}]\n").await?;
+    let team_b: Api<ConfigMap> = Api::namespaced(west.client()?, "team-b");
+    wait("the copy arrives in team-b", || async {
+        Ok(team_b.get_opt("limits").await?.is_some())
+    })
+    .await?;
     Ok(())
+}
+
+/// The first destination in an ObjectSync's status.
+async fn first_destination(
+    syncs: &Api<ObjectSync>,
+    name: &str,
+) -> anyhow::Result<Option<kubesync_cli::crd::DestinationStatusEntry>> {
+    Ok(syncs
+        .get_opt(name)
+        .await?
+        .and_then(|o| o.status)
+        .and_then(|s| s.destinations.into_iter().next()))
 }
 
 fn widgets(env: &TestEnv, ns: &str) -> anyhow::Result<Api<DynamicObject>> {
@@ -585,7 +627,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(west).await?;
 
-    step(23, "Stopping the operator");
+    step(24, "Stopping the operator");
     let _ = stop.send(());
     task.await??;
     Ok(())
