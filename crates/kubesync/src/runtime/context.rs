@@ -12,20 +12,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
-use super::store::StoreEntry;
-use super::watches::{WatchSpec, WatchState};
+use super::shared::{Msg, Shared, read, write};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
-
-pub(super) struct Shared {
-    pub(super) clusters: RwLock<BTreeMap<String, Cluster>>,
-    pub(super) stores: RwLock<Vec<StoreEntry>>,
-    pub(super) watches: RwLock<BTreeMap<usize, WatchState>>,
-    pub(super) next_watch: AtomicU64,
-    pub(super) metrics: Metrics,
-    pub(super) trigger: mpsc::UnboundedSender<Msg>,
-}
 
 /// What a reconciler sees: the clusters, the watch stores and the runtime's state. Cheap to
 /// clone; also available before and after [`Controller::run`] via [`Controller::context`].
@@ -38,14 +28,6 @@ impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context").finish_non_exhaustive()
     }
-}
-
-pub(super) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(super) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Context {
@@ -103,12 +85,4 @@ impl Context {
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics
     }
-}
-
-/// What the context and the watch tasks ask of the controller's loop.
-pub(super) enum Msg {
-    Trigger(Vec<ObjectKey>, Option<Duration>),
-    Listed(usize),
-    Start(Box<WatchSpec>),
-    Stop(usize),
 }

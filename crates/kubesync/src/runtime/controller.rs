@@ -12,13 +12,13 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::Instrument;
 
-use super::context::{Context, Msg, read, write};
+use super::context::Context;
 use super::metrics::HEARTBEAT;
 use super::queue::{Backoff, Outcome, WorkQueue};
 use super::reconciler::{ErrorCategory, Reconciler};
 use super::reflect;
+use super::shared::{Msg, WatchSpec, read, write};
 use super::watch::{Mapper, Watch};
-use super::watches::WatchSpec;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;

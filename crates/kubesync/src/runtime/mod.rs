@@ -24,6 +24,7 @@ mod metrics;
 mod queue;
 mod reconciler;
 mod reflect;
+mod shared;
 mod shutdown;
 mod store;
 mod watch;

@@ -9,8 +9,8 @@ use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use super::context::{Context, Msg, write};
-use super::watches::WatchSpec;
+use super::context::Context;
+use super::shared::{Msg, WatchSpec, write};
 use crate::key::ObjectKey;
 
 pub(super) async fn run(spec: WatchSpec, ctx: Context) {

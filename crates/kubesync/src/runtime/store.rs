@@ -6,20 +6,11 @@ use std::sync::Arc;
 use kube::Resource;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
-use kube::runtime::reflector::Store;
 
-use super::context::{Context, read};
+use super::context::Context;
+use super::shared::read;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
-
-/// One watch's store.
-pub(super) struct StoreEntry {
-    pub(super) id: usize,
-    pub(super) cluster: String,
-    pub(super) resource: ApiResource,
-    pub(super) reader: Store<DynamicObject>,
-    pub(super) primary: bool,
-}
 
 impl Context {
     /// The object behind `key` as last seen by a watch, or `None` if no watch holds it.

@@ -2,12 +2,9 @@
 
 use std::sync::atomic::Ordering;
 
-use kube::api::DynamicObject;
-
-use super::context::{Context, Msg, read, write};
-use super::store::StoreEntry;
+use super::context::Context;
+use super::shared::{Msg, StoreEntry, WatchSpec, WatchState, read, write};
 use super::watch::{Mapper, Watch};
-use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 
 /// Health of one cluster as seen by its watches.
@@ -24,14 +21,6 @@ pub enum ClusterStatus {
     Unknown,
 }
 
-/// What is known of one watch.
-#[derive(Clone, Debug)]
-pub(super) struct WatchState {
-    pub(super) cluster: String,
-    pub(super) listed: bool,
-    pub(super) error: Option<String>,
-}
-
 /// Identifies a watch started with [`Context::start_watch`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WatchId(pub(super) usize);
@@ -42,15 +31,6 @@ impl WatchId {
     pub(crate) fn from_raw(id: usize) -> Self {
         Self(id)
     }
-}
-
-/// A registered watch, ready to be run by the controller's loop.
-pub(super) struct WatchSpec {
-    pub(super) id: usize,
-    pub(super) cluster: Cluster,
-    pub(super) watch: Watch,
-    pub(super) mapper: Option<Mapper>,
-    pub(super) writer: kube::runtime::reflector::store::Writer<DynamicObject>,
 }
 
 impl Context {

@@ -1,0 +1,70 @@
+//! The state the context, the watch tasks and the controller's loop share (data only).
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::Store;
+use tokio::sync::mpsc;
+
+use super::metrics::Metrics;
+use super::watch::{Mapper, Watch};
+use crate::cluster::Cluster;
+use crate::key::ObjectKey;
+
+/// What every handle of one controller shares.
+pub(super) struct Shared {
+    pub(super) clusters: RwLock<BTreeMap<String, Cluster>>,
+    pub(super) stores: RwLock<Vec<StoreEntry>>,
+    pub(super) watches: RwLock<BTreeMap<usize, WatchState>>,
+    pub(super) next_watch: AtomicU64,
+    pub(super) metrics: Metrics,
+    pub(super) trigger: mpsc::UnboundedSender<Msg>,
+}
+
+/// One watch's store.
+pub(super) struct StoreEntry {
+    pub(super) id: usize,
+    pub(super) cluster: String,
+    pub(super) resource: ApiResource,
+    pub(super) reader: Store<DynamicObject>,
+    pub(super) primary: bool,
+}
+
+/// What is known of one watch.
+#[derive(Clone, Debug)]
+pub(super) struct WatchState {
+    pub(super) cluster: String,
+    pub(super) listed: bool,
+    pub(super) error: Option<String>,
+}
+
+/// A registered watch, ready to be run by the controller's loop.
+pub(super) struct WatchSpec {
+    pub(super) id: usize,
+    pub(super) cluster: Cluster,
+    pub(super) watch: Watch,
+    pub(super) mapper: Option<Mapper>,
+    pub(super) writer: kube::runtime::reflector::store::Writer<DynamicObject>,
+}
+
+/// What the context and the watch tasks ask of the controller's loop.
+pub(super) enum Msg {
+    Trigger(Vec<ObjectKey>, Option<Duration>),
+    Listed(usize),
+    Start(Box<WatchSpec>),
+    Stop(usize),
+}
+
+/// Reads a lock, also after a panic elsewhere poisoned it.
+pub(super) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes a lock, also after a panic elsewhere poisoned it.
+pub(super) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
