@@ -191,7 +191,7 @@ pub fn consented<S: Stores>(
     source: &DynamicObject,
     at: &DestinationRef,
 ) -> bool {
-    (at.cluster == local && consent.exempt.iter().any(|n| *n == at.namespace))
+    (at.cluster == local && consent.exempt.contains(&at.namespace))
         || stores
             .consents(&at.cluster, &at.namespace)
             .iter()

@@ -96,6 +96,9 @@ pub struct FanOutSpec {
 pub type Admits =
     Arc<dyn Fn(&DynamicObject, &DynamicObject, &DestinationRef) -> bool + Send + Sync>;
 
+/// Why a copy of a source is refused at a destination, and what would admit it.
+pub type Refusal = Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send + Sync>;
+
 /// Copies go only where the destination namespace's owners consent: into `exempt` (e.g. the
 /// declaration's own namespace, in the engine's own cluster), or into a namespace holding an
 /// object of type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits)
@@ -114,7 +117,7 @@ pub struct Consent {
     /// Whether a consent object admits the copy of a source at a destination.
     pub admits: Admits,
     /// Why a destination is refused, and what would admit it.
-    pub refusal: Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send + Sync>,
+    pub refusal: Refusal,
 }
 
 impl fmt::Debug for Consent {
