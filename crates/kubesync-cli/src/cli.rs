@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use kubesync::Cluster;
 
 /// kubesync keeps Kubernetes objects in sync between namespaces and clusters.
@@ -37,55 +37,7 @@ enum LogFormat {
 enum Command {
     /// Runs the operator: reconciles RemoteCluster and ResourceSync objects in this cluster
     /// (in-cluster config, or --kubeconfig/--context) until SIGTERM or Ctrl-C.
-    Run {
-        /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        /// Kubeconfig context.
-        #[arg(long)]
-        context: Option<String>,
-        /// ObjectSync: namespaces (names or globs) any ObjectSync may copy from, besides its
-        /// own (repeatable).
-        #[arg(long = "allow-source-namespace")]
-        source_namespaces: Vec<String>,
-        /// ObjectSync: only these destination namespaces (names or globs; repeatable).
-        #[arg(long = "allow-destination-namespace")]
-        allow_destination_namespaces: Vec<String>,
-        /// ObjectSync: never these destination namespaces (names or globs; repeatable).
-        #[arg(long = "deny-destination-namespace")]
-        deny_destination_namespaces: Vec<String>,
-        /// ObjectSync: only these kinds, as `Kind` (core) or `Kind.group` (repeatable).
-        #[arg(long = "allowed-resource")]
-        allowed_resources: Vec<String>,
-        /// ObjectSync: namespaces (names or globs) whose ObjectSyncs write wherever the other
-        /// rules allow, without the destinations' SyncGrants (repeatable; the operator's own
-        /// namespace, $POD_NAMESPACE, always is).
-        #[arg(long = "trusted-namespace")]
-        trusted_namespaces: Vec<String>,
-        /// ObjectSync: kinds a SyncGrant must name to admit them, besides Role, RoleBinding,
-        /// ServiceAccount and service-account-token Secrets (`Kind` or `Kind.group`;
-        /// repeatable).
-        #[arg(long = "privileged-resource")]
-        privileged_resources: Vec<String>,
-        /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
-        /// `/readyz` (readiness); `none` turns them off.
-        #[arg(
-            long,
-            default_value = "0.0.0.0:8080",
-            env = "KUBESYNC_TELEMETRY_ADDRESS"
-        )]
-        telemetry_address: String,
-        /// Run as one of several replicas: only the holder of a Lease works, the others wait
-        /// to take over.
-        #[arg(long)]
-        leader_elect: bool,
-        /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
-        #[arg(long)]
-        leader_election_namespace: Option<String>,
-        /// Name of the leader Lease.
-        #[arg(long, default_value = "kubesync")]
-        leader_election_name: String,
-    },
+    Run(Box<RunArgs>),
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,
     /// Connects to clusters and reports each one's reachability and version.
@@ -102,25 +54,78 @@ enum Command {
     },
 }
 
+/// The flags of `kubesync run`.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
+    /// ObjectSync: namespaces (names or globs) any ObjectSync may copy from, besides its
+    /// own (repeatable).
+    #[arg(long = "allow-source-namespace")]
+    source_namespaces: Vec<String>,
+    /// ObjectSync: only these destination namespaces (names or globs; repeatable).
+    #[arg(long = "allow-destination-namespace")]
+    allow_destination_namespaces: Vec<String>,
+    /// ObjectSync: never these destination namespaces (names or globs; repeatable).
+    #[arg(long = "deny-destination-namespace")]
+    deny_destination_namespaces: Vec<String>,
+    /// ObjectSync: only these kinds, as `Kind` (core) or `Kind.group` (repeatable).
+    #[arg(long = "allowed-resource")]
+    allowed_resources: Vec<String>,
+    /// ObjectSync: namespaces (names or globs) whose ObjectSyncs write wherever the other
+    /// rules allow, without the destinations' SyncGrants (repeatable; the operator's own
+    /// namespace, $POD_NAMESPACE, always is).
+    #[arg(long = "trusted-namespace")]
+    trusted_namespaces: Vec<String>,
+    /// ObjectSync: kinds a SyncGrant must name to admit them, besides Role, RoleBinding,
+    /// ServiceAccount and service-account-token Secrets (`Kind` or `Kind.group`;
+    /// repeatable).
+    #[arg(long = "privileged-resource")]
+    privileged_resources: Vec<String>,
+    /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
+    /// `/readyz` (readiness); `none` turns them off.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        env = "KUBESYNC_TELEMETRY_ADDRESS"
+    )]
+    telemetry_address: String,
+    /// Run as one of several replicas: only the holder of a Lease works, the others wait
+    /// to take over.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    leader_election_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "kubesync")]
+    leader_election_name: String,
+}
+
 /// Parses the command line and runs the command.
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log);
     match cli.command {
-        Command::Run {
-            kubeconfig,
-            context,
-            source_namespaces,
-            allow_destination_namespaces,
-            deny_destination_namespaces,
-            allowed_resources,
-            mut trusted_namespaces,
-            privileged_resources,
-            telemetry_address,
-            leader_elect,
-            leader_election_namespace,
-            leader_election_name,
-        } => {
+        Command::Run(args) => {
+            let RunArgs {
+                kubeconfig,
+                context,
+                source_namespaces,
+                allow_destination_namespaces,
+                deny_destination_namespaces,
+                allowed_resources,
+                mut trusted_namespaces,
+                privileged_resources,
+                telemetry_address,
+                leader_elect,
+                leader_election_namespace,
+                leader_election_name,
+            } = *args;
             if let Ok(own) = std::env::var("POD_NAMESPACE")
                 && !own.is_empty()
             {
