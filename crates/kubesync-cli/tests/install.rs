@@ -341,6 +341,22 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     }
 }
 
+/// Namespaces apps and team-a (which consents to copies from apps), and the operator with the
+/// restricted overlay's flags, as its Deployment passes them.
+async fn start_restricted(env: &TestEnv, kubeconfig: &Path) -> (RunningBinary, PathBuf) {
+    for ns in ["apps", "team-a"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    grant_from_apps(env, "team-a").await;
+    let log = env.dir().join("kubesync.log");
+    let (op, _port) = replica(
+        kubeconfig,
+        &log,
+        &["--allowed-resource=ConfigMap", "--allowed-resource=Secret"],
+    );
+    (op, log)
+}
+
 #[tokio::test]
 async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
     let env = TestEnv::builder()
@@ -350,17 +366,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         .await
         .expect("start");
     let kubeconfig = install(&env, "restricted").await;
-    for ns in ["apps", "team-a"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
-    grant_from_apps(&env, "team-a").await;
-    let log = env.dir().join("kubesync.log");
-    // The overlay's flags, as its Deployment passes them.
-    let (_op, _port) = replica(
-        &kubeconfig,
-        &log,
-        &["--allowed-resource=ConfigMap", "--allowed-resource=Secret"],
-    );
+    let (_op, log) = start_restricted(&env, &kubeconfig).await;
     apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
     apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
     apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: reader, namespace: apps}\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [get]}]\n").await;
@@ -449,16 +455,7 @@ async fn a_missing_rule_is_reported_as_forbidden() {
         )
         .await
         .expect("remove the Secrets rule");
-    for ns in ["apps", "team-a"] {
-        env.create_namespace(ns).await.expect("ns");
-    }
-    grant_from_apps(&env, "team-a").await;
-    let log = env.dir().join("kubesync.log");
-    let (_op, _port) = replica(
-        &kubeconfig,
-        &log,
-        &["--allowed-resource=ConfigMap", "--allowed-resource=Secret"],
-    );
+    let (_op, _log) = start_restricted(&env, &kubeconfig).await;
     apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
     apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
     apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}]\n").await;
