@@ -1,0 +1,131 @@
+//! Objects: namespaces, server-side apply of YAML manifests, and CustomResourceDefinitions.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+
+use crate::{Error, TestEnv};
+
+impl TestEnv {
+    /// Creates a namespace (succeeds if it already exists).
+    pub async fn create_namespace(&self, name: &str) -> Result<(), Error> {
+        let api: Api<Namespace> = Api::all(self.client()?);
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies every document of a multi-document YAML manifest with server-side apply (field
+    /// manager `kubesync-testenv`), resolving each kind through discovery. Returns the applied
+    /// objects.
+    pub async fn apply_yaml(&self, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
+        let client = self.client()?;
+        let mut applied = Vec::new();
+        for doc in split_yaml(yaml) {
+            let value: serde_json::Value =
+                serde_saphyr_value(doc).map_err(|e| Error::Manifest(e.to_string()))?;
+            if value.is_null() {
+                continue;
+            }
+            let obj: DynamicObject = serde_json::from_value(value.clone())
+                .map_err(|e| Error::Manifest(format!("not a Kubernetes object: {e}")))?;
+            let types = obj
+                .types
+                .clone()
+                .ok_or_else(|| Error::Manifest("a document lacks apiVersion/kind".into()))?;
+            let gvk = GroupVersionKind::try_from(&types)
+                .map_err(|e| Error::Manifest(format!("bad apiVersion: {e}")))?;
+            let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
+            let name = obj.name_any();
+            let api: Api<DynamicObject> = match (&caps.scope, obj.namespace()) {
+                (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                    Api::namespaced_with(client.clone(), &ns, &ar)
+                }
+                (kube::discovery::Scope::Namespaced, None) => {
+                    Api::default_namespaced_with(client.clone(), &ar)
+                }
+                (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
+            };
+            let pp = PatchParams::apply("kubesync-testenv").force();
+            applied.push(api.patch(&name, &pp, &Patch::Apply(&value)).await?);
+        }
+        Ok(applied)
+    }
+
+    /// Applies CustomResourceDefinitions from YAML and waits until each is `Established`.
+    pub async fn install_crds(&self, yaml: &str) -> Result<(), Error> {
+        let applied = self.apply_yaml(yaml).await?;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client()?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for obj in applied {
+            if obj.types.as_ref().map(|t| t.kind.as_str()) != Some("CustomResourceDefinition") {
+                continue;
+            }
+            let name = obj.name_any();
+            loop {
+                let crd = api.get(&name).await?;
+                let established = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                if established {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout(format!(
+                        "CRD {name} not Established after 30s"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn serde_saphyr_value(doc: &str) -> Result<serde_json::Value, String> {
+    serde_saphyr::from_str::<serde_json::Value>(doc).map_err(|e| e.to_string())
+}
+
+fn split_yaml(yaml: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in yaml.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push(&yaml[start..offset]);
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    docs.push(&yaml[start..]);
+    docs.into_iter().filter(|d| !d.trim().is_empty()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_yaml_documents() {
+        let docs = split_yaml("a: 1\n---\nb: 2\n---\n\n---\nc: 3\n");
+        assert_eq!(docs, vec!["a: 1\n", "b: 2\n", "c: 3\n"]);
+    }
+}
