@@ -34,12 +34,7 @@ impl TestEnv {
     pub async fn apply_yaml(&self, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
         let client = self.client()?;
         let mut applied = Vec::new();
-        for doc in split_yaml(yaml) {
-            let value: serde_json::Value =
-                serde_saphyr_value(doc).map_err(|e| Error::Manifest(e.to_string()))?;
-            if value.is_null() {
-                continue;
-            }
+        for value in documents(yaml)? {
             let obj: DynamicObject = serde_json::from_value(value.clone())
                 .map_err(|e| Error::Manifest(format!("not a Kubernetes object: {e}")))?;
             let types = obj
@@ -100,23 +95,10 @@ impl TestEnv {
     }
 }
 
-fn serde_saphyr_value(doc: &str) -> Result<serde_json::Value, String> {
-    serde_saphyr::from_str::<serde_json::Value>(doc).map_err(|e| e.to_string())
-}
-
-fn split_yaml(yaml: &str) -> Vec<&str> {
-    let mut docs = Vec::new();
-    let mut start = 0;
-    let mut offset = 0;
-    for line in yaml.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            docs.push(&yaml[start..offset]);
-            start = offset + line.len();
-        }
-        offset += line.len();
-    }
-    docs.push(&yaml[start..]);
-    docs.into_iter().filter(|d| !d.trim().is_empty()).collect()
+/// The documents of a multi-document YAML stream, as JSON values; empty and null documents
+/// (as between two `---` lines) are skipped.
+fn documents(yaml: &str) -> Result<Vec<serde_json::Value>, Error> {
+    serde_saphyr::from_multiple(yaml).map_err(|e| Error::Manifest(e.to_string()))
 }
 
 #[cfg(test)]
@@ -124,8 +106,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn split_yaml_documents() {
-        let docs = split_yaml("a: 1\n---\nb: 2\n---\n\n---\nc: 3\n");
-        assert_eq!(docs, vec!["a: 1\n", "b: 2\n", "c: 3\n"]);
+    fn yaml_documents() {
+        let docs = documents("a: 1\n---\nb: 2\n---\n\n---\nc: 3\n").expect("parses");
+        assert_eq!(
+            docs,
+            vec![
+                serde_json::json!({"a": 1}),
+                serde_json::json!({"b": 2}),
+                serde_json::json!({"c": 3})
+            ]
+        );
+        let docs = documents("---\n# only a comment\n---\nkind: A\n...\n---\n~\n").expect("parses");
+        assert_eq!(docs, vec![serde_json::json!({"kind": "A"})]);
+        assert!(documents("a: [1\n").is_err());
+        let crd = documents(crate::fixtures::WIDGET_CRD).expect("the fixture parses");
+        assert_eq!(crd.len(), 1);
+        assert_eq!(crd[0]["kind"], "CustomResourceDefinition");
     }
 }
