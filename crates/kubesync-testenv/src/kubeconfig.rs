@@ -2,38 +2,46 @@
 
 use std::path::PathBuf;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{
+    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
+    NamedContext,
+};
 use kube::{Client, Config};
 
 use crate::{Error, TestEnv};
 
 impl TestEnv {
+    /// This environment's context for `user`, authenticated by `token`.
+    fn entry<'a>(&'a self, user: &'a str, token: &'a str) -> KubeconfigEntry<'a> {
+        KubeconfigEntry {
+            context: &self.name,
+            server: &self.server,
+            ca_pem: &self.ca_pem,
+            user,
+            token,
+        }
+    }
+
+    /// This environment's context for the admin.
+    fn admin_entry(&self) -> KubeconfigEntry<'_> {
+        self.entry("admin", &self.admin_token)
+    }
+
     /// A kubeconfig (YAML) for the admin, with one context named after the cluster.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&[KubeconfigEntry {
-            context: &self.name,
-            server: &self.server,
-            ca_pem: &self.ca_pem,
-            user: "admin",
-            token: &self.admin_token,
-        }])
+        kubeconfig_yaml(&[self.admin_entry()])
     }
 
-    /// A kubeconfig (YAML) for a user added with [`TestEnvBuilder::user`].
+    /// A kubeconfig (YAML) for a user added with
+    /// [`TestEnvBuilder::user`](crate::TestEnvBuilder::user).
     pub fn kubeconfig_yaml_as(&self, user: &str) -> Result<String, Error> {
         let u = self.user(user)?;
-        Ok(kubeconfig_yaml(&[KubeconfigEntry {
-            context: &self.name,
-            server: &self.server,
-            ca_pem: &self.ca_pem,
-            user: &u.name,
-            token: &u.token,
-        }]))
+        Ok(kubeconfig_yaml(&[self.entry(&u.name, &u.token)]))
     }
 
-    /// The admin kubeconfig, parsed.
+    /// The admin kubeconfig.
     pub fn kubeconfig(&self) -> Result<Kubeconfig, Error> {
-        Kubeconfig::from_yaml(&self.kubeconfig_yaml()).map_err(|e| Error::Kubeconfig(e.to_string()))
+        Ok(kubeconfig(&[self.admin_entry()]))
     }
 
     /// Writes the admin kubeconfig into the environment's directory and returns its path.
@@ -51,15 +59,7 @@ impl TestEnv {
 
     /// A `kube::Config` authenticating with `token`.
     pub(crate) fn config_for_token(&self, token: &str) -> Result<Config, Error> {
-        let yaml = kubeconfig_yaml(&[KubeconfigEntry {
-            context: &self.name,
-            server: &self.server,
-            ca_pem: &self.ca_pem,
-            user: "user",
-            token,
-        }]);
-        let kc = Kubeconfig::from_yaml(&yaml).map_err(|e| Error::Kubeconfig(e.to_string()))?;
-        config_from_kubeconfig(kc, &self.name)
+        config_from_kubeconfig(kubeconfig(&[self.entry("user", token)]), &self.name)
     }
 
     /// A new admin client. Clients are bound to the tokio runtime they are created in, so
@@ -84,48 +84,61 @@ pub struct KubeconfigEntry<'a> {
     pub token: &'a str,
 }
 
-/// Builds a kubeconfig with one context per entry; the first is the current context.
-pub fn kubeconfig_yaml(entries: &[KubeconfigEntry<'_>]) -> String {
+/// A kubeconfig with one context per entry (cluster named after the context, user
+/// `<user>@<context>`); the first is the current context.
+fn kubeconfig(entries: &[KubeconfigEntry<'_>]) -> Kubeconfig {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let mut clusters = String::new();
-    let mut users = String::new();
-    let mut contexts = String::new();
+    let mut kc = Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        current_context: entries.first().map(|e| e.context.to_string()),
+        ..Default::default()
+    };
     for e in entries {
         let user = format!("{}@{}", e.user, e.context);
-        clusters.push_str(&format!(
-            "- name: {ctx}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n",
-            ctx = e.context,
-            server = e.server,
-            ca = b64.encode(e.ca_pem)
-        ));
-        users.push_str(&format!(
-            "- name: {user}\n  user:\n    token: {}\n",
-            e.token
-        ));
-        contexts.push_str(&format!(
-            "- name: {ctx}\n  context:\n    cluster: {ctx}\n    user: {user}\n",
-            ctx = e.context
-        ));
+        kc.clusters.push(NamedCluster {
+            name: e.context.into(),
+            cluster: Some(Cluster {
+                server: Some(e.server.into()),
+                certificate_authority_data: Some(b64.encode(e.ca_pem)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        kc.auth_infos.push(NamedAuthInfo {
+            name: user.clone(),
+            auth_info: Some(AuthInfo {
+                token: Some(e.token.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        kc.contexts.push(NamedContext {
+            name: e.context.into(),
+            context: Some(Context {
+                cluster: e.context.into(),
+                user: Some(user),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     }
-    let current = entries.first().map(|e| e.context).unwrap_or_default();
-    format!(
-        "apiVersion: v1\nkind: Config\ncurrent-context: {current}\nclusters:\n{clusters}users:\n{users}contexts:\n{contexts}"
-    )
+    kc
+}
+
+/// Builds a kubeconfig (YAML) with one context per entry; the first is the current context.
+pub fn kubeconfig_yaml(entries: &[KubeconfigEntry<'_>]) -> String {
+    // Plain scalars, as kubectl writes them: no folded block for the long CA data.
+    let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+    // A kubeconfig holds only strings, lists and maps, which always serialize.
+    serde_saphyr::to_string_with_options(&kubeconfig(entries), options)
+        .expect("a kubeconfig serializes to YAML")
 }
 
 /// A kubeconfig (YAML) with the admin context of each environment.
 pub fn merged_kubeconfig(envs: &[&TestEnv]) -> String {
-    let entries: Vec<KubeconfigEntry<'_>> = envs
-        .iter()
-        .map(|e| KubeconfigEntry {
-            context: &e.name,
-            server: &e.server,
-            ca_pem: &e.ca_pem,
-            user: "admin",
-            token: &e.admin_token,
-        })
-        .collect();
+    let entries: Vec<KubeconfigEntry<'_>> = envs.iter().map(|e| e.admin_entry()).collect();
     kubeconfig_yaml(&entries)
 }
 
@@ -167,5 +180,34 @@ mod tests {
         let names: Vec<_> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(kc.auth_infos.len(), 2);
+    }
+
+    #[test]
+    fn kubeconfig_values_survive_yaml() {
+        use base64::Engine as _;
+        // A real CA is longer than a YAML line; tokens and names may look like numbers or
+        // YAML 1.1 booleans.
+        let ca = format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            "A".repeat(1500)
+        );
+        let yaml = kubeconfig_yaml(&[KubeconfigEntry {
+            context: "yes",
+            server: "https://127.0.0.1:3",
+            ca_pem: &ca,
+            user: "admin",
+            token: "12345678901234567890123456789012",
+        }]);
+        assert!(!yaml.contains('>'), "no folded scalars:\n{yaml}");
+        let kc = Kubeconfig::from_yaml(&yaml).expect("parses");
+        assert_eq!(kc.current_context.as_deref(), Some("yes"));
+        let cluster = kc.clusters[0].cluster.as_ref().expect("cluster");
+        let ca_data = cluster.certificate_authority_data.as_deref().expect("CA");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(ca_data)
+            .expect("base64");
+        assert_eq!(decoded, ca.as_bytes());
+        let config = config_from_kubeconfig(kc, "yes").expect("config");
+        assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:3/");
     }
 }

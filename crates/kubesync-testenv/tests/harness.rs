@@ -309,3 +309,50 @@ spec:
     assert_eq!(applied.len(), 1);
     assert_eq!(applied[0].data["spec"]["size"], 3);
 }
+
+/// The kubeconfigs are read by kubectl (client-go), not only by kube. Skipped without kubectl.
+#[tokio::test]
+async fn kubectl_reads_the_kubeconfigs() {
+    let Ok(kubectl) = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+    else {
+        eprintln!("kubectl is not on PATH: skipped");
+        return;
+    };
+    assert!(kubectl.status.success());
+    let env = TestEnv::builder()
+        .name("kubectl")
+        .user("bob", &[])
+        .start()
+        .await
+        .expect("start");
+    let kubectl = |kubeconfig: &Path, args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let admin = env.kubeconfig_path().expect("admin kubeconfig");
+    let (ok, out) = kubectl(&admin, &["get", "namespace", "default", "-o", "name"]);
+    assert!(ok && out.trim() == "namespace/default", "{out}");
+
+    let merged = env.dir().join("merged.kubeconfig");
+    std::fs::write(&merged, kubesync_testenv::merged_kubeconfig(&[&env])).expect("write");
+    let (ok, out) = kubectl(&merged, &["--context=kubectl", "get", "--raw", "/version"]);
+    assert!(ok && out.contains("gitVersion"), "{out}");
+
+    let bob = env.dir().join("bob.kubeconfig");
+    std::fs::write(&bob, env.kubeconfig_yaml_as("bob").expect("bob")).expect("write");
+    let (ok, out) = kubectl(&bob, &["auth", "can-i", "list", "pods"]);
+    assert!(
+        !ok && out.trim() == "no",
+        "bob is authenticated and has no rights: {out}"
+    );
+}
