@@ -1,12 +1,16 @@
 //! Objects: namespaces, server-side apply of YAML manifests, and CustomResourceDefinitions.
 
+use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::{Error, TestEnv};
 
@@ -45,17 +49,11 @@ impl TestEnv {
                 .map_err(|e| Error::Manifest(format!("bad apiVersion: {e}")))?;
             let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
             let name = obj.name_any();
-            let api: Api<DynamicObject> = match (&caps.scope, obj.namespace()) {
-                (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                    Api::namespaced_with(client.clone(), &ns, &ar)
-                }
-                (kube::discovery::Scope::Namespaced, None) => {
-                    Api::default_namespaced_with(client.clone(), &ar)
-                }
-                (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
-            };
-            let pp = PatchParams::apply("kubesync-testenv").force();
-            applied.push(api.patch(&name, &pp, &Patch::Apply(&value)).await?);
+            let api = dynamic_api(client.clone(), &ar, &caps.scope, obj.namespace().as_deref());
+            applied.push(
+                api.patch(&name, &apply_params(), &Patch::Apply(&value))
+                    .await?,
+            );
         }
         Ok(applied)
     }
@@ -92,6 +90,40 @@ impl TestEnv {
             }
         }
         Ok(())
+    }
+}
+
+/// Server-side apply as field manager `kubesync-testenv`, taking over conflicting fields.
+fn apply_params() -> PatchParams {
+    PatchParams::apply("kubesync-testenv").force()
+}
+
+/// Server-side applies a typed object (see [`apply_params`]), with the `apiVersion` and
+/// `kind` an apply patch needs filled in from its type.
+pub(crate) async fn apply_object<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let mut value = serde_json::to_value(obj).map_err(|e| Error::Manifest(e.to_string()))?;
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    Ok(api
+        .patch(&obj.name_any(), &apply_params(), &Patch::Apply(&value))
+        .await?)
+}
+
+/// The API of a discovered resource: a namespaced resource in `namespace` (or the client's
+/// default namespace when there is none), a cluster-scoped one cluster-wide.
+fn dynamic_api(
+    client: Client,
+    resource: &ApiResource,
+    scope: &Scope,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match (scope, namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, resource),
+        (Scope::Namespaced, None) => Api::default_namespaced_with(client, resource),
+        (Scope::Cluster, _) => Api::all_with(client, resource),
     }
 }
 

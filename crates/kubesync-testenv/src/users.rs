@@ -1,12 +1,17 @@
 //! Users and RBAC: token users known to the apiserver, clients acting as them, and grants.
 
+use k8s_openapi::Resource as _;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta};
 
+use crate::apply::apply_object;
 use crate::{Error, TestEnv};
+
+/// The API group of roles, bindings and their subjects.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// A user known to the apiserver through its static token file.
 #[derive(Clone, Debug)]
@@ -68,78 +73,51 @@ impl TestEnv {
     ) -> Result<(), Error> {
         let client = self.client()?;
         let name = format!("kubesync-testenv:{user}:{role_name}");
-        let pp = PatchParams::apply("kubesync-testenv").force();
-        let meta = |ns: Option<&str>| kube::api::ObjectMeta {
+        let metadata = ObjectMeta {
             name: Some(name.clone()),
-            namespace: ns.map(str::to_string),
+            namespace: namespace.map(str::to_string),
             ..Default::default()
+        };
+        let role_ref = |kind: &str| RoleRef {
+            api_group: Some(RBAC_GROUP.into()),
+            kind: kind.into(),
+            name: name.clone(),
         };
         let subjects = Some(vec![Subject {
             kind: "User".into(),
             name: user.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
+            api_group: Some(RBAC_GROUP.into()),
             namespace: None,
         }]);
         match namespace {
             Some(ns) => {
                 let role = Role {
-                    metadata: meta(Some(ns)),
+                    metadata: metadata.clone(),
                     rules: Some(rules),
                 };
                 let binding = RoleBinding {
-                    metadata: meta(Some(ns)),
-                    role_ref: RoleRef {
-                        api_group: Some("rbac.authorization.k8s.io".into()),
-                        kind: "Role".into(),
-                        name: name.clone(),
-                    },
+                    metadata,
+                    role_ref: role_ref(Role::KIND),
                     subjects,
                 };
-                Api::<Role>::namespaced(client.clone(), ns)
-                    .patch(&name, &pp, &Patch::Apply(&with_type(&role, "Role")?))
-                    .await?;
-                Api::<RoleBinding>::namespaced(client, ns)
-                    .patch(
-                        &name,
-                        &pp,
-                        &Patch::Apply(&with_type(&binding, "RoleBinding")?),
-                    )
-                    .await?;
+                apply_object(&Api::namespaced(client.clone(), ns), &role).await?;
+                apply_object(&Api::namespaced(client, ns), &binding).await?;
             }
             None => {
                 let role = ClusterRole {
-                    metadata: meta(None),
+                    metadata: metadata.clone(),
                     rules: Some(rules),
                     aggregation_rule: None,
                 };
                 let binding = ClusterRoleBinding {
-                    metadata: meta(None),
-                    role_ref: RoleRef {
-                        api_group: Some("rbac.authorization.k8s.io".into()),
-                        kind: "ClusterRole".into(),
-                        name: name.clone(),
-                    },
+                    metadata,
+                    role_ref: role_ref(ClusterRole::KIND),
                     subjects,
                 };
-                Api::<ClusterRole>::all(client.clone())
-                    .patch(&name, &pp, &Patch::Apply(&with_type(&role, "ClusterRole")?))
-                    .await?;
-                Api::<ClusterRoleBinding>::all(client)
-                    .patch(
-                        &name,
-                        &pp,
-                        &Patch::Apply(&with_type(&binding, "ClusterRoleBinding")?),
-                    )
-                    .await?;
+                apply_object(&Api::all(client.clone()), &role).await?;
+                apply_object(&Api::all(client), &binding).await?;
             }
         }
         Ok(())
     }
-}
-
-fn with_type<T: serde::Serialize>(obj: &T, kind: &str) -> Result<serde_json::Value, Error> {
-    let mut v = serde_json::to_value(obj).map_err(|e| Error::Manifest(e.to_string()))?;
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
-    v["kind"] = kind.into();
-    Ok(v)
 }
