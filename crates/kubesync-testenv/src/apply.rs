@@ -12,6 +12,7 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::wait::poll;
 use crate::{Error, TestEnv};
 
 impl TestEnv {
@@ -68,7 +69,7 @@ impl TestEnv {
                 continue;
             }
             let name = obj.name_any();
-            loop {
+            let established = poll(deadline, Duration::from_millis(50), || async {
                 let crd = api.get(&name).await?;
                 let established = crd
                     .status
@@ -78,15 +79,13 @@ impl TestEnv {
                         cs.iter()
                             .any(|c| c.type_ == "Established" && c.status == "True")
                     });
-                if established {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::Timeout(format!(
-                        "CRD {name} not Established after 30s"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, Error>(established.then_some(()))
+            })
+            .await?;
+            if established.is_none() {
+                return Err(Error::Timeout(format!(
+                    "CRD {name} not Established after 30s"
+                )));
             }
         }
         Ok(())

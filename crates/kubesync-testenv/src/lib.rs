@@ -36,6 +36,7 @@
 //!   [`TestEnv::client`].
 //! - Users and RBAC: [`TestEnvBuilder::user`], [`TestEnv::client_as`], [`TestEnv::grant`].
 //! - Objects: [`TestEnv::create_namespace`], [`TestEnv::apply_yaml`], [`TestEnv::install_crds`].
+//! - Waiting in tests: [`eventually`].
 #![deny(unsafe_code)]
 
 mod apply;
@@ -49,9 +50,11 @@ mod kubeconfig;
 mod launch;
 mod process;
 mod users;
+mod wait;
 
 pub use binaries::{Binaries, KUBERNETES_VERSION, cache_dir};
 pub use builder::TestEnvBuilder;
 pub use env::TestEnv;
 pub use error::Error;
 pub use kubeconfig::{KubeconfigEntry, kubeconfig_yaml, merged_kubeconfig};
+pub use wait::{POLL_INTERVAL, eventually};
