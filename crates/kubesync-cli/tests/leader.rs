@@ -6,11 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RunningBinary, eventually, free_port, operator_cluster, request, sample};
+use common::{RunningBinary, T, free_port, operator_cluster, request, sample};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 
 /// Starts a replica with leader election; returns it and its telemetry port.
 fn replica(env: &TestEnv) -> (RunningBinary, u16) {
@@ -40,7 +40,7 @@ async fn leading(port: u16) -> Option<bool> {
 }
 
 async fn wait_leading(port: u16, want: bool) {
-    eventually(&format!("replica on {port} leading: {want}"), || async {
+    eventually(&format!("replica on {port} leading: {want}"), T, || async {
         (leading(port).await == Some(want)).then_some(())
     })
     .await;
@@ -81,7 +81,7 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
     let (b, port_b) = replica(&env);
     wait_leading(port_b, false).await;
     assert!(holder(&env).await.ends_with(&format!("-{}", a.0.id())));
-    eventually("the leader copies", || async {
+    eventually("the leader copies", T, || async {
         (copy_token(&env).await.as_deref() == Some("one")).then_some(())
     })
     .await;
@@ -115,7 +115,7 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
     );
     assert!(holder(&env).await.ends_with(&format!("-{}", b.0.id())));
     set_token(&env, "two").await;
-    eventually("the new leader copies", || async {
+    eventually("the new leader copies", T, || async {
         (copy_token(&env).await.as_deref() == Some("two")).then_some(())
     })
     .await;
@@ -133,7 +133,7 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
         killed_at.elapsed()
     );
     set_token(&env, "three").await;
-    eventually("the third leader copies", || async {
+    eventually("the third leader copies", T, || async {
         (copy_token(&env).await.as_deref() == Some("three")).then_some(())
     })
     .await;

@@ -11,7 +11,7 @@ use kubesync::Cluster;
 use kubesync_cli::crd::ObjectSync;
 use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 
 /// An operator with `policy`, trusting every namespace unless the policy names trusted ones:
 /// these tests are about fan-out (tenancy.rs tests the rules for untrusted namespaces).
@@ -57,7 +57,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         .expect("list")
         .items
         .len();
-    let os = eventually("all destinations in sync", || async {
+    let os = eventually("all destinations in sync", T, || async {
         syncs.get("settings-everywhere").await.ok().filter(|o| {
             o.status
                 .as_ref()
@@ -88,11 +88,11 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
     // Example 2: a Secret, renamed at the destination, to named namespaces.
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - {namespace: team-a, name: registry-credentials}\n  - {namespace: team-b, name: registry-credentials}\n").await.expect("objectsync");
     let team_b: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-b");
-    eventually("renamed copy", || async {
+    eventually("renamed copy", T, || async {
         team_b.get_opt("registry-credentials").await.expect("get")
     })
     .await;
-    let os = eventually("registry status", || async {
+    let os = eventually("registry status", T, || async {
         syncs.get("registry").await.ok().filter(|o| {
             o.status
                 .as_ref()
@@ -110,7 +110,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
     // (batch/v1beta1 on this v1.20 apiserver).
     env.apply_yaml("apiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: nightly, namespace: apps}\nspec:\n  schedule: \"0 3 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n").await.expect("cronjob");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nightly, namespace: apps}\nspec:\n  source: {group: batch, kind: CronJob, name: nightly}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await.expect("objectsync");
-    eventually("cronjob copies", || async {
+    eventually("cronjob copies", T, || async {
         syncs.get("nightly").await.ok().filter(|o| {
             o.status
                 .as_ref()
@@ -121,7 +121,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
 
     // A cross-namespace source is refused by default, saying which rule refused it.
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: steal-ca, namespace: apps}\nspec:\n  source: {kind: Secret, name: ca, namespace: shared}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
-    eventually("refused", || async {
+    eventually("refused", T, || async {
         syncs
             .get("steal-ca")
             .await
@@ -133,7 +133,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
     assert!(team_a_secrets.get_opt("ca").await.expect("get").is_none());
     // An unknown kind.
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: gizmo, namespace: apps}\nspec:\n  source: {group: example.com, kind: Gizmo, name: g}\n  destinations:\n  - {namespace: team-a}\n").await.expect("objectsync");
-    eventually("unknown kind", || async {
+    eventually("unknown kind", T, || async {
         syncs
             .get("gizmo")
             .await
@@ -151,7 +151,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         ("nowhere", "destinations"),
         ("cluster-scoped", "cluster-scoped"),
     ] {
-        let os = eventually(name, || async {
+        let os = eventually(name, T, || async {
             syncs
                 .get(name)
                 .await
@@ -168,7 +168,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         .delete("settings-everywhere", &DeleteParams::default())
         .await
         .expect("delete");
-    eventually("ObjectSync gone", || async {
+    eventually("ObjectSync gone", T, || async {
         syncs
             .get_opt("settings-everywhere")
             .await
@@ -191,7 +191,7 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
             ..Default::default()
         },
     );
-    eventually("allowed by the flag", || async {
+    eventually("allowed by the flag", T, || async {
         team_a_secrets.get_opt("ca").await.expect("get")
     })
     .await;
@@ -262,7 +262,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: one, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open}, {namespace: locked}]\n").await.expect("objectsync");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: two, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open, name: s2}]\n").await.expect("objectsync");
     let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
-    let os = eventually("forbidden reported", || async {
+    let os = eventually("forbidden reported", T, || async {
         syncs.get("one").await.ok().filter(|o| {
             o.status.as_ref().is_some_and(|s| {
                 s.destinations
@@ -290,7 +290,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .expect("Synced");
     assert_eq!(synced.status, "False");
     assert!(synced.message.contains("forbidden"), "{}", synced.message);
-    eventually("second in sync", || async {
+    eventually("second in sync", T, || async {
         syncs
             .get("two")
             .await
@@ -310,13 +310,13 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .expect("delete source");
     let handle = start_op();
     let open: Api<Secret> = Api::namespaced(env.client().expect("client"), "open");
-    eventually("copies gone after the restart", || async {
+    eventually("copies gone after the restart", T, || async {
         (open.get_opt("s").await.expect("get").is_none()
             && open.get_opt("s2").await.expect("get").is_none())
         .then_some(())
     })
     .await;
-    let os = eventually("source reported missing", || async {
+    let os = eventually("source reported missing", T, || async {
         syncs
             .get("one")
             .await
@@ -335,7 +335,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .delete("two", &DeleteParams::default())
         .await
         .expect("delete");
-    eventually("ObjectSyncs gone", || async {
+    eventually("ObjectSyncs gone", T, || async {
         syncs
             .list(&Default::default())
             .await
@@ -345,7 +345,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
             .then_some(())
     })
     .await;
-    eventually("watches stopped", || async {
+    eventually("watches stopped", T, || async {
         (handle.operator.fan_out_watches() == 0).then_some(())
     })
     .await;
@@ -395,7 +395,7 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
     // Example 4 (a custom resource) into labelled namespaces of a RemoteCluster.
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: widget-defaults, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations:\n  - cluster: eu\n    namespaceSelector: {matchLabels: {tier: edge}}\n").await.expect("objectsync");
     let syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "apps");
-    let os = eventually("copies in the remote cluster", || async {
+    let os = eventually("copies in the remote cluster", T, || async {
         syncs.get("widget-defaults").await.ok().filter(|o| {
             o.status
                 .as_ref()
@@ -455,7 +455,7 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
         OperatorOptions::default(),
     );
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: cannot-watch, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations: [{namespace: kubesync}]\n").await.expect("objectsync");
-    let os = eventually("watch failure reported", || async {
+    let os = eventually("watch failure reported", T, || async {
         syncs
             .get("cannot-watch")
             .await

@@ -14,7 +14,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::Cluster;
 use kubesync_cli::crd::{RemoteCluster, ResourceSync};
 use kubesync_cli::operator::OperatorOptions;
-use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
+use kubesync_testenv::{TestEnv, eventually, fixtures::WIDGET_CRD};
 
 fn widgets(env: &TestEnv, ns: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -40,6 +40,7 @@ fn ready(conditions: &[kubesync_cli::crd::Condition]) -> Option<(String, String)
 async fn rs_reason(api: &Api<ResourceSync>, name: &str, want: (&str, &str)) -> ResourceSync {
     eventually(
         &format!("ResourceSync {name} Ready={}/{}", want.0, want.1),
+        T,
         || async {
             let rs = api.get_opt(name).await.expect("get")?;
             let st = rs.status.clone()?;
@@ -89,7 +90,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     // RemoteCluster: connected, with the server version.
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: mgmt}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: mgmt-kubeconfig}\n").await;
     let rcs: Api<RemoteCluster> = Api::all(local.client().expect("client"));
-    let rc = eventually("RemoteCluster ready", || async {
+    let rc = eventually("RemoteCluster ready", T, || async {
         rcs.get("mgmt").await.ok().filter(|rc| {
             rc.status
                 .as_ref()
@@ -106,11 +107,11 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     apply_widget(&remote, "ops-a", "w1").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
     let rss: Api<ResourceSync> = Api::all(local.client().expect("client"));
-    eventually("w1 synced down", || async {
+    eventually("w1 synced down", T, || async {
         widgets(&local, "ops-a").get_opt("w1").await.expect("get")
     })
     .await;
-    let rs = eventually("status counts", || async {
+    let rs = eventually("status counts", T, || async {
         rss.get("widgets").await.ok().filter(|rs| {
             rs.status
                 .as_ref()
@@ -147,7 +148,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         ready_message(&zero)
     );
     rs_reason(&rss, "bad-secret", ("False", "KubeconfigSecretInvalid")).await;
-    eventually("RemoteCluster broken reported", || async {
+    eventually("RemoteCluster broken reported", T, || async {
         rcs.get("broken").await.ok().filter(|rc| {
             rc.status.as_ref().is_some_and(|s| {
                 ready(&s.conditions) == Some(("False".into(), "KubeconfigSecretInvalid".into()))
@@ -181,7 +182,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     .await
     .expect("reconfigure");
     apply_widget(&remote, "ops2-b", "w2").await;
-    eventually("w2 synced after reconfiguration", || async {
+    eventually("w2 synced after reconfiguration", T, || async {
         widgets(&local, "ops2-b").get_opt("w2").await.expect("get")
     })
     .await;
@@ -199,7 +200,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     // The remote cluster goes down: both resources say so; nothing local is deleted.
     remote.stop_apiserver();
     rs_reason(&rss, "widgets", ("False", "RemoteUnreachable")).await;
-    eventually("RemoteCluster unreachable", || async {
+    eventually("RemoteCluster unreachable", T, || async {
         rcs.get("mgmt").await.ok().filter(|rc| {
             rc.status.as_ref().is_some_and(|s| {
                 ready(&s.conditions) == Some(("False".into(), "Unreachable".into()))
@@ -228,7 +229,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     rss.delete("widgets", &DeleteParams::default())
         .await
         .expect("delete");
-    eventually("ResourceSync gone", || async {
+    eventually("ResourceSync gone", T, || async {
         rss.get_opt("widgets")
             .await
             .expect("get")
@@ -242,7 +243,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         "finalizer released: {:?}",
         remote_w2.finalizers()
     );
-    eventually("engine stopped", || async {
+    eventually("engine stopped", T, || async {
         (!operator.running().await.contains(&"widgets".to_string())).then_some(())
     })
     .await;

@@ -5,10 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{RunningBinary, eventually, free_port, operator_cluster, request, sample};
+use common::{RunningBinary, T, free_port, operator_cluster, request, sample};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
 use kubesync_cli::crd::ObjectSync;
+use kubesync_testenv::eventually;
 
 #[tokio::test]
 async fn metrics_health_readiness_and_events_of_the_running_binary() {
@@ -30,7 +31,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
             .expect("run kubesync"),
     );
 
-    eventually("ready", || async {
+    eventually("ready", T, || async {
         request(port, "GET", "/readyz")
             .await
             .filter(|(code, _)| *code == 200)
@@ -50,7 +51,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
             "kubesync_objectsync_destinations{{namespace=\"apps\",objectsync=\"registry\",state=\"{state}\"}}"
         )
     };
-    let metrics = eventually("per-state gauges", || async {
+    let metrics = eventually("per-state gauges", T, || async {
         let (_, m) = request(port, "GET", "/metrics").await?;
         (sample(&m, &series("Synced")) == Some(2.0)).then_some(m)
     })
@@ -84,7 +85,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     // The Synced condition's transition to NotAllSynced is published once, as a Warning on
     // the ObjectSync, naming the conflicting destination.
     let events: Api<Event> = Api::namespaced(env.client().expect("client"), "apps");
-    let warning = eventually("a Warning event", || async {
+    let warning = eventually("a Warning event", T, || async {
         events
             .list(&ListParams::default())
             .await
@@ -122,7 +123,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
         .delete("registry", &DeleteParams::default())
         .await
         .expect("delete");
-    eventually("gauges removed", || async {
+    eventually("gauges removed", T, || async {
         let (_, m) = request(port, "GET", "/metrics").await?;
         (!m.contains("objectsync=\"registry\"")).then_some(())
     })

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 
 fn configmap(ns: &str, name: &str) -> ConfigMap {
     ConfigMap {
@@ -17,18 +17,6 @@ fn configmap(ns: &str, name: &str) -> ConfigMap {
         },
         data: Some([("k".to_string(), "v".to_string())].into()),
         ..Default::default()
-    }
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -92,9 +80,9 @@ async fn rbac_user_is_denied_until_granted() {
     .await
     .expect("grant");
     // RBAC is enforced from the authorizer's informer cache: allow a moment.
-    wait_for("alice may list", Duration::from_secs(10), || {
+    eventually("alice may list", Duration::from_secs(10), || {
         let cms = cms.clone();
-        async move { cms.list(&Default::default()).await.is_ok() }
+        async move { cms.list(&Default::default()).await.is_ok().then_some(()) }
     })
     .await;
     // Still denied what was not granted: writes, and other namespaces.
@@ -155,14 +143,27 @@ async fn controller_manager_deletes_namespaces_and_cascades() {
         .delete("doomed", &DeleteParams::default())
         .await
         .expect("delete ns");
-    wait_for("namespace deletion", Duration::from_secs(60), || {
+    eventually("namespace deletion", Duration::from_secs(60), || {
         let namespaces = namespaces.clone();
-        async move { namespaces.get_opt("doomed").await.expect("get").is_none() }
+        async move {
+            namespaces
+                .get_opt("doomed")
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        }
     })
     .await;
-    wait_for("garbage collection", Duration::from_secs(60), || {
+    eventually("garbage collection", Duration::from_secs(60), || {
         let gc = gc.clone();
-        async move { gc.get_opt("dependent").await.expect("get").is_none() }
+        async move {
+            gc.get_opt("dependent")
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        }
     })
     .await;
 }
@@ -308,4 +309,75 @@ spec:
         .expect("apply a Widget right after the CRD is Established");
     assert_eq!(applied.len(), 1);
     assert_eq!(applied[0].data["spec"]["size"], 3);
+}
+
+/// The kubeconfigs are read by kubectl (client-go), not only by kube. Skipped without kubectl.
+#[tokio::test]
+async fn kubectl_reads_the_kubeconfigs() {
+    let Ok(kubectl) = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+    else {
+        eprintln!("kubectl is not on PATH: skipped");
+        return;
+    };
+    assert!(kubectl.status.success());
+    let env = TestEnv::builder()
+        .name("kubectl")
+        .user("bob", &[])
+        .start()
+        .await
+        .expect("start");
+    let kubectl = |kubeconfig: &Path, args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let admin = env.kubeconfig_path().expect("admin kubeconfig");
+    let (ok, out) = kubectl(&admin, &["get", "namespace", "default", "-o", "name"]);
+    assert!(ok && out.trim() == "namespace/default", "{out}");
+
+    let merged = env.dir().join("merged.kubeconfig");
+    std::fs::write(&merged, kubesync_testenv::merged_kubeconfig(&[&env])).expect("write");
+    let (ok, out) = kubectl(&merged, &["--context=kubectl", "get", "--raw", "/version"]);
+    assert!(ok && out.contains("gitVersion"), "{out}");
+
+    let bob = env.dir().join("bob.kubeconfig");
+    std::fs::write(&bob, env.kubeconfig_yaml_as("bob").expect("bob")).expect("write");
+    let (ok, out) = kubectl(&bob, &["auth", "can-i", "list", "pods"]);
+    assert!(
+        !ok && out.trim() == "no",
+        "bob is authenticated and has no rights: {out}"
+    );
+    // A cluster-wide grant (ClusterRole and ClusterRoleBinding).
+    env.grant(
+        "bob",
+        None,
+        "ns-reader",
+        vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["namespaces".into()]),
+            verbs: vec!["list".into()],
+            ..Default::default()
+        }],
+    )
+    .await
+    .expect("grant");
+    eventually(
+        "bob may list namespaces",
+        Duration::from_secs(10),
+        || async {
+            let (ok, out) = kubectl(&bob, &["auth", "can-i", "list", "namespaces"]);
+            // stdout says yes; stderr warns that namespaces are not namespaced.
+            (ok && out.starts_with("yes\n")).then_some(())
+        },
+    )
+    .await;
 }

@@ -12,6 +12,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kubesync_testenv::eventually;
 use tokio::sync::oneshot;
 
 #[tokio::test]

@@ -18,7 +18,7 @@ use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
 };
 use kubesync::{Action, Controller, Watch, reconciler_fn};
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 
 const T: Duration = Duration::from_secs(40);
 

@@ -11,7 +11,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams};
 use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 use tokio::sync::mpsc;
 
 /// Events from both clusters reach the reconciler with the right cluster name, and the

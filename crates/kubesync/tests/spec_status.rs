@@ -13,7 +13,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::syncers::spec_status::SpecStatusSync;
-use kubesync_testenv::TestEnv;
+use kubesync_testenv::{TestEnv, eventually};
 
 const CRD: &str = kubesync_testenv::fixtures::WIDGET_CRD;
 const T: Duration = Duration::from_secs(30);

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubesync::syncer::SyncEngine;
+use kubesync_testenv::eventually;
 
 const T: Duration = Duration::from_secs(30);
 

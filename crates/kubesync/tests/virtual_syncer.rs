@@ -15,6 +15,7 @@ use kubesync::Cluster;
 use kubesync::runtime::Watch;
 use kubesync::syncer::virtual_syncer::{NeedWatch, VirtualContext, VirtualEngine, VirtualSyncer};
 use kubesync::translate::ObjectName;
+use kubesync_testenv::eventually;
 
 const NEEDS: &str = "example.kubesync.io/needs-namespace";
 const FOR: &str = "example.kubesync.io/provisioned-for";

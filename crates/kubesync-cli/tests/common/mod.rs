@@ -2,31 +2,15 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kubesync::Cluster;
 use kubesync_cli::crd::Condition;
 use kubesync_cli::operator::{Operator, OperatorOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// How long a test waits for a state.
+/// How long a test waits for a state (with `kubesync_testenv::eventually`).
 pub const T: Duration = Duration::from_secs(40);
-
-/// Polls `f` every 100 ms until it returns `Some`, or panics naming `what` after [`T`].
-pub async fn eventually<X, F, Fut>(what: &str, mut f: F) -> X
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<X>>,
-{
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(x) = f().await {
-            return x;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Status and reason of the `Ready` condition.
 pub fn ready_condition(conditions: &[Condition]) -> Option<(String, String)> {

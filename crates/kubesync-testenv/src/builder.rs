@@ -1,0 +1,110 @@
+//! [`TestEnvBuilder`]: what an environment is started with.
+
+use std::time::Duration;
+
+use crate::users::{User, random_token};
+use crate::{Binaries, Error, TestEnv};
+
+/// Builder for a [`TestEnv`]; see [`TestEnv::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct TestEnvBuilder {
+    pub(crate) name: String,
+    pub(crate) controller_manager: bool,
+    pub(crate) users: Vec<User>,
+    pub(crate) binaries: Option<Binaries>,
+    pub(crate) startup_timeout: Duration,
+}
+
+impl TestEnvBuilder {
+    /// The defaults: the name `"kubesync-test"`, no controller manager and no extra users.
+    pub(crate) fn new() -> Self {
+        Self {
+            name: "kubesync-test".into(),
+            controller_manager: false,
+            users: Vec::new(),
+            binaries: None,
+            startup_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The cluster's name: used for the kubeconfig context, cluster and user entries.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Also run `kube-controller-manager` (namespace, garbage-collector and service-account
+    /// controllers), so that namespace deletion and ownerReference cascades really happen.
+    pub fn with_controller_manager(mut self, enabled: bool) -> Self {
+        self.controller_manager = enabled;
+        self
+    }
+
+    /// Adds a user authenticated by a generated bearer token, member of `groups`. The user has
+    /// no permissions until granted (see [`TestEnv::grant`]).
+    pub fn user(self, name: impl Into<String>, groups: &[&str]) -> Self {
+        let token = random_token();
+        self.user_with_token(name, token, groups)
+    }
+
+    /// Adds a user authenticated by the given bearer token.
+    pub fn user_with_token(
+        mut self,
+        name: impl Into<String>,
+        token: impl Into<String>,
+        groups: &[&str],
+    ) -> Self {
+        self.users.push(User {
+            name: name.into(),
+            token: token.into(),
+            groups: groups.iter().map(|g| (*g).to_string()).collect(),
+        });
+        self
+    }
+
+    /// Uses these binaries instead of locating them.
+    pub fn binaries(mut self, binaries: Binaries) -> Self {
+        self.binaries = Some(binaries);
+        self
+    }
+
+    /// How long to wait for the apiserver to become ready (default 60 s).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Starts the environment and waits until the apiserver is ready.
+    pub async fn start(self) -> Result<TestEnv, Error> {
+        let binaries = match self.binaries.clone() {
+            Some(b) => b,
+            None => tokio::task::spawn_blocking(Binaries::locate)
+                .await
+                .map_err(|e| Error::Process(format!("binary lookup panicked: {e}")))??,
+        };
+        if self.controller_manager && binaries.kube_controller_manager.is_none() {
+            return Err(Error::Binaries(
+                "kube-controller-manager was requested but is not in KUBEBUILDER_ASSETS (envtest \
+                 assets do not ship it) nor in the cache; run `make control-plane` to build it"
+                    .into(),
+            ));
+        }
+        TestEnv::launch(self, binaries).await
+    }
+
+    /// Starts the environment from synchronous code, on a private runtime thread.
+    pub fn start_blocking(self) -> Result<TestEnv, Error> {
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Error::Io("build a tokio runtime".into(), e))?;
+                rt.block_on(self.start())
+            })
+            .join()
+            .map_err(|_| Error::Process("environment start panicked".into()))?
+        })
+    }
+}

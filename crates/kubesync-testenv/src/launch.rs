@@ -1,0 +1,258 @@
+//! Starting an environment: its directory and files, free ports, and the etcd,
+//! kube-apiserver and kube-controller-manager processes with their readiness checks.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::process::{self, Process};
+use crate::users::{random_token, token_file};
+use crate::{Binaries, Error, TestEnv, TestEnvBuilder, certs};
+
+impl TestEnv {
+    /// Starts the processes of `builder`'s environment and waits until they are ready.
+    pub(crate) async fn launch(
+        builder: TestEnvBuilder,
+        binaries: Binaries,
+    ) -> Result<TestEnv, Error> {
+        let started = Instant::now();
+        let dir = make_dir(&builder.name)?;
+        let certs = certs::Certs::generate(&builder.name)?;
+        let write = |file: &str, text: &str| -> Result<PathBuf, Error> {
+            let p = dir.join(file);
+            std::fs::write(&p, text).map_err(|e| Error::Io(format!("write {}", p.display()), e))?;
+            Ok(p)
+        };
+        let ca = write("ca.crt", &certs.ca_pem)?;
+        let tls_crt = write("apiserver.crt", &certs.serving_cert_pem)?;
+        let tls_key = write("apiserver.key", &certs.serving_key_pem)?;
+        let sa_key = write("sa.key", &certs.service_account_key_pem)?;
+        let sa_pub = write("sa.pub", &certs.service_account_pub_pem)?;
+        let admin_token = random_token();
+        let token_file = write("tokens.csv", &token_file(&admin_token, &builder.users))?;
+
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let api_port = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_args: Vec<String> = vec![
+            "--name=default".into(),
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
+            "--log-level=warn".into(),
+            "--logger=zap".into(),
+        ];
+        let etcd = Process::spawn("etcd", &binaries.etcd, &etcd_args, &dir.join("etcd.log"))?;
+
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            "--insecure-port=0".into(),
+            format!("--cert-dir={}", dir.join("certs").display()),
+            format!("--tls-cert-file={}", tls_crt.display()),
+            format!("--tls-private-key-file={}", tls_key.display()),
+            format!("--client-ca-file={}", ca.display()),
+            format!("--token-auth-file={}", token_file.display()),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-key-file={}", sa_pub.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        let mut env = TestEnv {
+            name: builder.name.clone(),
+            dir: dir.clone(),
+            server: format!("https://127.0.0.1:{api_port}"),
+            ca_pem: certs.ca_pem.clone(),
+            admin_token,
+            users: builder.users.clone(),
+            controller_manager: None,
+            apiserver: None,
+            etcd: Some(etcd),
+            apiserver_args,
+            binaries,
+            keep_dir: std::env::var_os("KUBESYNC_TESTENV_KEEP").is_some(),
+        };
+        env.start_apiserver(builder.startup_timeout).await?;
+
+        if builder.controller_manager {
+            let kubeconfig = write("controller-manager.kubeconfig", &env.kubeconfig_yaml())?;
+            let args: Vec<String> = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token"
+                    .into(),
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+                format!("--service-account-private-key-file={}", sa_key.display()),
+                format!("--root-ca-file={}", ca.display()),
+                "--use-service-account-credentials=false".into(),
+                "--concurrent-namespace-syncs=5".into(),
+                "--namespace-sync-period=10s".into(),
+                "--v=1".into(),
+            ];
+            let cm_bin = env
+                .binaries
+                .kube_controller_manager
+                .clone()
+                .ok_or_else(|| Error::Binaries("kube-controller-manager missing".into()))?;
+            let mut cm = Process::spawn(
+                "kube-controller-manager",
+                &cm_bin,
+                &args,
+                &dir.join("kube-controller-manager.log"),
+            )?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Some(status) = cm.exited() {
+                return Err(Error::Process(format!(
+                    "kube-controller-manager exited ({status}):\n{}",
+                    cm.log_tail(30)
+                )));
+            }
+            env.controller_manager = Some(cm);
+        }
+        tracing::info!(
+            cluster = %env.name,
+            server = %env.server,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "control plane ready"
+        );
+        Ok(env)
+    }
+
+    /// Spawns kube-apiserver with the environment's arguments and waits until it is ready.
+    pub(crate) async fn start_apiserver(&mut self, timeout: Duration) -> Result<(), Error> {
+        let mut api = Process::spawn(
+            "kube-apiserver",
+            &self.binaries.kube_apiserver,
+            &self.apiserver_args,
+            &self.dir.join("kube-apiserver.log"),
+        )?;
+        let client = self.client()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = api.exited() {
+                let etcd_tail = self
+                    .etcd
+                    .as_ref()
+                    .map(|e| e.log_tail(10))
+                    .unwrap_or_default();
+                return Err(Error::Process(format!(
+                    "kube-apiserver exited ({status}):\n{}\n--- etcd:\n{etcd_tail}",
+                    api.log_tail(30)
+                )));
+            }
+            let addr = self.server.trim_start_matches("https://").to_string();
+            if tokio::net::TcpStream::connect(&addr).await.is_err() {
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout(format!(
+                        "kube-apiserver not listening after {timeout:?}:\n{}",
+                        api.log_tail(30)
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            // Poll quietly: the client logs every 5xx at ERROR level, and /readyz answers 500
+            // until the post-start hooks are done. So first wait for /version and for the
+            // objects the bootstrap hooks create (404 until then), and only then ask /readyz.
+            let mut ready = true;
+            for path in [
+                "/version",
+                "/api/v1/namespaces/default",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin",
+                "/apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical",
+            ] {
+                if client.request_text(http_get(path)).await.is_err() {
+                    ready = false;
+                    break;
+                }
+            }
+            if ready
+                && let Ok(text) = client.request_text(http_get("/readyz")).await
+                && text.trim() == "ok"
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout(format!(
+                    "kube-apiserver not ready after {timeout:?}:\n{}",
+                    api.log_tail(30)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.apiserver = Some(api);
+        Ok(())
+    }
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    let mut req = http::Request::new(Vec::new());
+    *req.uri_mut() = path.parse().unwrap_or_default();
+    req
+}
+
+/// A free loopback port, never handed out twice in this process.
+fn free_port() -> Result<u16, Error> {
+    static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    let used = used.get_or_insert_with(HashSet::new);
+    for _ in 0..100 {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| Error::Io("bind a loopback port".into(), e))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| Error::Io("read a loopback port".into(), e))?
+            .port();
+        if used.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(Error::Process("no free loopback port".into()))
+}
+
+/// Creates `<tmp>/kubesync-testenv/<pid>-<n>-<name>`, after removing directories left behind
+/// by processes that no longer exist.
+fn make_dir(name: &str) -> Result<PathBuf, Error> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let base = std::env::temp_dir().join("kubesync-testenv");
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for entry in entries.flatten() {
+            let stale = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !process::alive(pid));
+            if stale {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = base.join(format!(
+        "{}-{}-{safe}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Io(format!("mkdir {}", dir.display()), e))?;
+    Ok(dir)
+}
