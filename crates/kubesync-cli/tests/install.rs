@@ -8,10 +8,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{RunningBinary, eventually, free_port, request, sample};
+use common::{RunningBinary, T, free_port, request, sample};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kubesync_testenv::eventually;
 use kubesync_testenv::{KubeconfigEntry, TestEnv, kubeconfig_yaml};
 use serde_json::json;
 
@@ -60,7 +61,7 @@ async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
     env.install_crds(&crds).await.expect("crds");
     env.apply_yaml(&rest).await.expect("manifests");
     let client = env.client().expect("client");
-    let token = eventually("the ServiceAccount's token", || {
+    let token = eventually("the ServiceAccount's token", T, || {
         let client = client.clone();
         async move {
             let sa = Api::<ServiceAccount>::namespaced(client.clone(), NS)
@@ -193,12 +194,12 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         let (_, m) = request(port, "GET", "/metrics").await?;
         sample(&m, "kubesync_leader")
     };
-    eventually("the first replica leads", || async {
+    eventually("the first replica leads", T, || async {
         (leading(port_a).await == Some(1.0)).then_some(())
     })
     .await;
     let (_b, port_b) = replica(&kubeconfig, &logs[1], &["--leader-elect"]);
-    eventually("the second replica stands by", || async {
+    eventually("the second replica stands by", T, || async {
         (leading(port_b).await == Some(0.0)).then_some(())
     })
     .await;
@@ -207,7 +208,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     apply(&local, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await;
     for ns in ["team-a", "team-b"] {
-        eventually(&format!("the copy in {ns}"), || async {
+        eventually(&format!("the copy in {ns}"), T, || async {
             (secret_value(&local, ns, "registry", "token")
                 .await
                 .as_deref()
@@ -224,7 +225,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         )
         .await
         .expect("edit the copy");
-    eventually("the edited copy repaired", || async {
+    eventually("the edited copy repaired", T, || async {
         (secret_value(&local, "team-a", "registry", "token")
             .await
             .as_deref()
@@ -240,7 +241,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         "objectsyncs",
         Some("apps"),
     );
-    eventually("the ObjectSync ready", || async {
+    eventually("the ObjectSync ready", T, || async {
         ready_of(&objectsyncs, "registry")
             .await
             .filter(|r| r.0 == "True")
@@ -270,7 +271,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         "widgets",
         Some("ops-a"),
     );
-    eventually("the remote Widget synced down", || async {
+    eventually("the remote Widget synced down", T, || async {
         local_widgets.get_opt("w1").await.ok()?
     })
     .await;
@@ -290,7 +291,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         "remoteclusters",
         None,
     );
-    eventually("the ResourceSync and RemoteCluster ready", || async {
+    eventually("the ResourceSync and RemoteCluster ready", T, || async {
         let rs = ready_of(&resourcesyncs, "widgets").await?;
         let rc = ready_of(&remoteclusters, "mgmt").await?;
         (rs.0 == "True" && rc.0 == "True").then_some(())
@@ -302,7 +303,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         .delete("registry", &Default::default())
         .await
         .expect("delete");
-    eventually("the copies deleted", || async {
+    eventually("the copies deleted", T, || async {
         let gone_a = secret_value(&local, "team-a", "registry", "token")
             .await
             .is_none();
@@ -315,13 +316,13 @@ async fn the_default_install_works_with_exactly_its_rbac() {
 
     // Leader election: the standby takes over when the leader stops.
     drop(a);
-    eventually("the standby takes over", || async {
+    eventually("the standby takes over", T, || async {
         (leading(port_b).await == Some(1.0)).then_some(())
     })
     .await;
     apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-b}]\n").await;
-    eventually("the new leader copies", || async {
+    eventually("the new leader copies", T, || async {
         Api::<ConfigMap>::namespaced(local.client().expect("client"), "team-b")
             .get_opt("settings")
             .await
@@ -382,7 +383,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         };
         apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{{namespace: team-a}}]\n")).await;
     }
-    eventually("the ConfigMap and the Secret copied", || async {
+    eventually("the ConfigMap and the Secret copied", T, || async {
         let cm = Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-a")
             .get_opt("settings")
             .await
@@ -399,7 +400,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         "objectsyncs",
         Some("apps"),
     );
-    let refused = eventually("the Role's ObjectSync refused", || async {
+    let refused = eventually("the Role's ObjectSync refused", T, || async {
         ready_of(&objectsyncs, "reader")
             .await
             .filter(|r| r.0 == "False")
@@ -468,14 +469,14 @@ async fn a_missing_rule_is_reported_as_forbidden() {
         "objectsyncs",
         Some("apps"),
     );
-    let refused = eventually("the Secret's ObjectSync reports Forbidden", || async {
+    let refused = eventually("the Secret's ObjectSync reports Forbidden", T, || async {
         ready_of(&objectsyncs, "registry")
             .await
             .filter(|r| r.0 == "False" && r.2.to_lowercase().contains("forbidden"))
     })
     .await;
     assert!(refused.2.contains("secrets"), "{refused:?}");
-    eventually("the ConfigMap still syncs", || async {
+    eventually("the ConfigMap still syncs", T, || async {
         Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-a")
             .get_opt("settings")
             .await

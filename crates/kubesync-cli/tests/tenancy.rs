@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use kubesync_testenv::eventually;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
@@ -134,7 +135,7 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
     let running = start(&env);
     let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
     for ns in ["victim", "kube-system"] {
-        let (state, message) = eventually(&format!("{ns} refused"), || async {
+        let (state, message) = eventually(&format!("{ns} refused"), T, || async {
             destination(&syncs, "escalate", ns).await
         })
         .await;
@@ -158,7 +159,7 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
     );
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(env.client().expect("client"), "t1");
-    eventually("a Warning Event", || async {
+    eventually("a Warning Event", T, || async {
         events
             .list(&Default::default())
             .await
@@ -208,7 +209,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
     let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
     let victim_cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
 
-    let (state, message) = eventually("the ConfigMap refused", || async {
+    let (state, message) = eventually("the ConfigMap refused", T, || async {
         destination(&syncs, "settings", "victim").await
     })
     .await;
@@ -227,7 +228,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
         ),
     )
     .await;
-    eventually("the ConfigMap copied", || async {
+    eventually("the ConfigMap copied", T, || async {
         victim_cms.get_opt("settings").await.ok()?
     })
     .await;
@@ -237,7 +238,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
         &grant_yaml("anything", "victim", "{namespace: t1}", ""),
     )
     .await;
-    let (state, message) = eventually("the RoleBinding refused", || async {
+    let (state, message) = eventually("the RoleBinding refused", T, || async {
         destination(&syncs, "view", "victim").await
     })
     .await;
@@ -253,7 +254,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
             .await
             .expect("delete grant");
     }
-    eventually("the copy removed with the grant", || async {
+    eventually("the copy removed with the grant", T, || async {
         victim_cms
             .get_opt("settings")
             .await
@@ -261,7 +262,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
             .filter(|c| c.is_none())
     })
     .await;
-    eventually("refused again", || async {
+    eventually("refused again", T, || async {
         destination(&syncs, "settings", "victim")
             .await
             .filter(|(s, _)| *s == CopyState::Refused)
@@ -273,7 +274,7 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
     apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: platform, namespace: kubesync-system}\nspec:\n  source: {kind: ConfigMap, name: platform}\n  destinations: [{namespace: \"*\"}]\n").await;
     for ns in ["victim", "other", "t1"] {
         let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), ns);
-        eventually(&format!("the trusted copy in {ns}"), || async {
+        eventually(&format!("the trusted copy in {ns}"), T, || async {
             cms.get_opt("platform").await.ok()?
         })
         .await;
@@ -304,10 +305,14 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
     let running = start(&local);
     let syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "t1");
-    let refused = eventually("refused: the RemoteCluster does not admit t1", || async {
-        let os = syncs.get_opt("settings").await.ok()??;
-        ready_condition(&os.status?.conditions).filter(|r| r.0 == "False")
-    })
+    let refused = eventually(
+        "refused: the RemoteCluster does not admit t1",
+        T,
+        || async {
+            let os = syncs.get_opt("settings").await.ok()??;
+            ready_condition(&os.status?.conditions).filter(|r| r.0 == "False")
+        },
+    )
     .await;
     assert_eq!(refused.1, "RemoteClusterNotAllowed");
 
@@ -320,6 +325,7 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n  allowedNamespaces: {matchLabels: {tenant: \"yes\"}}\n").await;
     let (state, message) = eventually(
         "refused in the remote namespace: no grant there",
+        T,
         || async { destination(&syncs, "settings", "team").await },
     )
     .await;
@@ -334,7 +340,7 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
         &grant_yaml("from-hub", "team", "{namespace: t1, cluster: hub}", ""),
     )
     .await;
-    eventually("copied into the remote namespace", || async {
+    eventually("copied into the remote namespace", T, || async {
         remote_cms.get_opt("settings").await.ok()?
     })
     .await;
