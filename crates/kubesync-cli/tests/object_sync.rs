@@ -15,17 +15,22 @@ use kubesync_testenv::{TestEnv, eventually};
 
 /// An operator with `policy`, trusting every namespace unless the policy names trusted ones:
 /// these tests are about fan-out (tenancy.rs tests the rules for untrusted namespaces).
-fn start(env: &TestEnv, mut policy: ObjectSyncPolicy) -> RunningOperator {
+fn start(env: &TestEnv, policy: ObjectSyncPolicy) -> RunningOperator {
+    start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        trusting(policy),
+    )
+}
+
+/// Options with `policy`, whose trusted namespaces are all namespaces unless it names some.
+fn trusting(mut policy: ObjectSyncPolicy) -> OperatorOptions {
     if policy.trusted_namespaces.is_empty() {
         policy.trusted_namespaces = vec!["*".into()];
     }
-    start_operator(
-        Cluster::new("local", env.client().expect("client")),
-        OperatorOptions {
-            policy,
-            ..Default::default()
-        },
-    )
+    OperatorOptions {
+        policy,
+        ..Default::default()
+    }
 }
 
 async fn stop(running: RunningOperator) {
@@ -257,7 +262,7 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
         .expect("grant");
     }
     let as_operator = Cluster::new("local", env.client_as("kubesync").expect("client"));
-    let start_op = || start_operator(as_operator.clone(), OperatorOptions::default());
+    let start_op = || start_operator(as_operator.clone(), trusting(ObjectSyncPolicy::default()));
     let handle = start_op();
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: one, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open}, {namespace: locked}]\n").await.expect("objectsync");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: two, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: open, name: s2}]\n").await.expect("objectsync");
@@ -452,7 +457,7 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
         .expect("grant");
     let limited = start_operator(
         Cluster::new("local", local.client_as("limited").expect("client")),
-        OperatorOptions::default(),
+        trusting(ObjectSyncPolicy::default()),
     );
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: cannot-watch, namespace: apps}\nspec:\n  source: {group: demo.kubesync.io, kind: Widget, name: defaults}\n  destinations: [{namespace: kubesync}]\n").await.expect("objectsync");
     let os = eventually("watch failure reported", T, || async {
