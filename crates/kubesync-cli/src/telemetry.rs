@@ -316,7 +316,7 @@ async fn registry(operator: &Operator) -> Registry {
     );
     r.register(
         "kubesync_objectsync_destinations",
-        "Destinations of an ObjectSync, by state (Synced, Pending, Conflict, Error)",
+        "Destinations of an ObjectSync, by state (Synced, Pending, Conflict, Error, Refused)",
         destinations,
     );
     r
