@@ -480,3 +480,74 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
     assert!(msg.contains("forbidden"), "{msg}");
     limited.stop().await;
 }
+
+/// Cleanup never deletes or modifies someone else's object: a foreign Secret at one of an
+/// ObjectSync's destinations survives its source's deletion, a restart of the operator, and
+/// the ObjectSync's deletion, unchanged (same uid and resourceVersion), while kubesync's own
+/// copies go.
+#[tokio::test]
+async fn cleanup_never_touches_a_foreign_object_at_a_destination() {
+    let env = operator_cluster("foreign", false, &["apps", "team-a", "team-b"]).await;
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: ours}\n").await.expect("source");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-b}\ntype: Opaque\nstringData: {token: theirs}\n").await.expect("foreign");
+    let team_b: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-b");
+    let team_a: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-a");
+    let foreign = team_b.get("registry").await.expect("foreign");
+    let unchanged = |s: &Secret| {
+        s.metadata.uid == foreign.metadata.uid
+            && s.metadata.resource_version == foreign.metadata.resource_version
+    };
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+    let operator = start(&env, ObjectSyncPolicy::default());
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await.expect("objectsync");
+    eventually("a copy in team-a, a conflict in team-b", T, || async {
+        let os = syncs.get("registry").await.ok()?;
+        let st = os.status?;
+        let conflict = st
+            .destinations
+            .iter()
+            .any(|d| d.namespace == "team-b" && d.state == "Conflict");
+        (conflict && team_a.get_opt("registry").await.ok()?.is_some()).then_some(())
+    })
+    .await;
+
+    // The source goes: kubesync's copy goes, the foreign Secret stays as it was.
+    Api::<Secret>::namespaced(env.client().expect("client"), "apps")
+        .delete("registry", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    eventually("the copy in team-a deleted", T, || async {
+        team_a
+            .get_opt("registry")
+            .await
+            .ok()
+            .filter(|s| s.is_none())
+    })
+    .await;
+    assert!(unchanged(&team_b.get("registry").await.expect("foreign")));
+
+    // A restart (ownership is read from marks, not memory), then the source returns and the
+    // ObjectSync is deleted: its copy goes, the foreign Secret stays.
+    stop(operator).await;
+    let operator = start(&env, ObjectSyncPolicy::default());
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: again}\n").await.expect("source");
+    eventually("copied again", T, || async {
+        team_a.get_opt("registry").await.ok()?
+    })
+    .await;
+    syncs
+        .delete("registry", &DeleteParams::default())
+        .await
+        .expect("delete objectsync");
+    eventually("the ObjectSync and its copy gone", T, || async {
+        let os_gone = syncs.get_opt("registry").await.ok()?.is_none();
+        let copy_gone = team_a.get_opt("registry").await.ok()?.is_none();
+        (os_gone && copy_gone).then_some(())
+    })
+    .await;
+    assert!(
+        unchanged(&team_b.get("registry").await.expect("foreign")),
+        "the foreign Secret is untouched"
+    );
+    stop(operator).await;
+}
