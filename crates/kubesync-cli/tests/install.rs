@@ -161,6 +161,32 @@ fn forbidden_lines(logs: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
+/// The ObjectSyncs in namespace apps.
+fn objectsyncs(env: &TestEnv) -> Api<DynamicObject> {
+    api(
+        env,
+        "kubesync.io",
+        "v1alpha1",
+        "ObjectSync",
+        "objectsyncs",
+        Some("apps"),
+    )
+}
+
+/// An ObjectSync in apps copying its namesake of `kind` (in `group`) to `destinations`.
+async fn object_sync(
+    env: &TestEnv,
+    name: &str,
+    (group, kind): (&str, &str),
+    destinations: &[&str],
+) {
+    let destinations: Vec<String> = destinations
+        .iter()
+        .map(|d| format!("{{namespace: {d}}}"))
+        .collect();
+    apply(env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{}]\n", destinations.join(", "))).await;
+}
+
 async fn apply(env: &TestEnv, yaml: &str) {
     env.apply_yaml(yaml).await.expect("apply");
 }
@@ -206,7 +232,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
 
     // ObjectSync: a Secret fanned out into two namespaces, and an edited copy repaired.
     apply(&local, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
-    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await;
+    object_sync(&local, "registry", ("", "Secret"), &["team-a", "team-b"]).await;
     for ns in ["team-a", "team-b"] {
         eventually(&format!("the copy in {ns}"), T, || async {
             (secret_value(&local, ns, "registry", "token")
@@ -233,14 +259,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
         .then_some(())
     })
     .await;
-    let objectsyncs = api(
-        &local,
-        "kubesync.io",
-        "v1alpha1",
-        "ObjectSync",
-        "objectsyncs",
-        Some("apps"),
-    );
+    let objectsyncs = objectsyncs(&local);
     eventually("the ObjectSync ready", T, || async {
         ready_of(&objectsyncs, "registry")
             .await
@@ -321,7 +340,7 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     })
     .await;
     apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
-    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-b}]\n").await;
+    object_sync(&local, "settings", ("", "ConfigMap"), &["team-b"]).await;
     eventually("the new leader copies", T, || async {
         Api::<ConfigMap>::namespaced(local.client().expect("client"), "team-b")
             .get_opt("settings")
@@ -381,7 +400,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         } else {
             ""
         };
-        apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{{namespace: team-a}}]\n")).await;
+        object_sync(&env, name, (group, kind), &["team-a"]).await;
     }
     eventually("the ConfigMap and the Secret copied", T, || async {
         let cm = Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-a")
@@ -392,14 +411,7 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         (cm.is_some() && secret.as_deref() == Some("one")).then_some(())
     })
     .await;
-    let objectsyncs = api(
-        &env,
-        "kubesync.io",
-        "v1alpha1",
-        "ObjectSync",
-        "objectsyncs",
-        Some("apps"),
-    );
+    let objectsyncs = objectsyncs(&env);
     let refused = eventually("the Role's ObjectSync refused", T, || async {
         ready_of(&objectsyncs, "reader")
             .await
@@ -459,16 +471,9 @@ async fn a_missing_rule_is_reported_as_forbidden() {
     let (_op, _log) = start_restricted(&env, &kubeconfig).await;
     apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: one}\n").await;
     apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {mode: fast}\n").await;
-    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}]\n").await;
-    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-a}]\n").await;
-    let objectsyncs = api(
-        &env,
-        "kubesync.io",
-        "v1alpha1",
-        "ObjectSync",
-        "objectsyncs",
-        Some("apps"),
-    );
+    object_sync(&env, "registry", ("", "Secret"), &["team-a"]).await;
+    object_sync(&env, "settings", ("", "ConfigMap"), &["team-a"]).await;
+    let objectsyncs = objectsyncs(&env);
     let refused = eventually("the Secret's ObjectSync reports Forbidden", T, || async {
         ready_of(&objectsyncs, "registry")
             .await

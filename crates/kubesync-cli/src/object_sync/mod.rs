@@ -86,7 +86,7 @@ pub struct ObjectSyncController {
     local: kubesync::Cluster,
     writes: OwnWrites,
     remotes: Arc<RemoteClusters>,
-    policy: ObjectSyncPolicy,
+    policy: Arc<ObjectSyncPolicy>,
     fan_out: FanOut,
     /// What is remembered of each ObjectSync, by (namespace, name); forgotten with it.
     records: Mutex<BTreeMap<(String, String), Record>>,
@@ -114,7 +114,7 @@ impl ObjectSyncController {
             local,
             writes,
             remotes,
-            policy,
+            policy: Arc::new(policy),
             fan_out: FanOut::new(LOCAL).concurrency(concurrency),
             records: Mutex::new(BTreeMap::new()),
             recorder,

@@ -14,7 +14,9 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kubesync::syncers::fan_out::rules::glob;
 
-use crate::crd::{SyncGrant, SyncGrantSpec};
+use serde::Deserialize;
+
+use crate::crd::SyncGrantSpec;
 use crate::status::Refusal;
 
 /// What ObjectSyncs may do (the operator's flags).
@@ -133,13 +135,12 @@ impl ObjectSyncPolicy {
         resource: &ApiResource,
         source: &DynamicObject,
     ) -> bool {
-        let Ok(grant) =
-            serde_json::from_value::<SyncGrant>(serde_json::to_value(grant).unwrap_or_default())
-        else {
+        // Read in place (no copy of the object); a grant that does not parse admits nothing.
+        let Some(Ok(spec)) = grant.data.get("spec").map(SyncGrantSpec::deserialize) else {
             return false;
         };
         grant_admits(
-            &grant.spec,
+            &spec,
             namespace,
             via,
             resource,

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub struct Metrics {
     reconciles: AtomicU64,
-    failures: AtomicU64,
     /// Failures by category (bounded: categories are `&'static str`).
     failures_by_category: Mutex<BTreeMap<&'static str, u64>>,
     queued: AtomicU64,
@@ -37,7 +36,7 @@ impl Metrics {
     }
     /// Reconciles that returned an error or panicked.
     pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
+        self.failures_by_category().values().sum()
     }
     /// Failed reconciles by the error's category (see
     /// [`ErrorCategory`](super::ErrorCategory); `Panic` for a reconcile that panicked): a
@@ -75,7 +74,6 @@ impl Metrics {
     pub(super) fn record(&self, failure: Option<&'static str>) {
         self.reconciles.fetch_add(1, Ordering::Relaxed);
         if let Some(category) = failure {
-            self.failures.fetch_add(1, Ordering::Relaxed);
             *self
                 .failures_by_category
                 .lock()

@@ -140,14 +140,17 @@ impl FanOut {
         (resource, event): (&ApiResource, EventOf),
         decl: &ObjectKey,
     ) -> Result<WatchId> {
-        let index = self.index.clone();
-        let local = self.local.clone();
-        let watch_cluster = cluster.to_string();
-        let mapper: crate::runtime::Mapper = Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
-            index.with(|idx| idx.declarations_for(event, &watch_cluster, &local, k, obj))
-        });
         self.index.with(|idx| {
             idx.watch_for(WatchKey::of(cluster, resource), decl, || {
+                // Built only when the watch starts: most calls find it running.
+                let index = self.index.clone();
+                let local = self.local.clone();
+                let watch_cluster = cluster.to_string();
+                let mapper: crate::runtime::Mapper =
+                    Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
+                        index
+                            .with(|idx| idx.declarations_for(event, &watch_cluster, &local, k, obj))
+                    });
                 ctx.start_watch(cluster, Watch::dynamic(resource.clone()), Some(mapper))
             })
         })

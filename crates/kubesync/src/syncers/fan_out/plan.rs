@@ -208,6 +208,7 @@ fn targets<S: Stores>(
 ) -> BTreeMap<DestinationRef, Strategy> {
     let spec = &snapshot.declaration.spec;
     let mut targets = BTreeMap::new();
+    let mut refused = BTreeSet::new();
     for d in &spec.destinations {
         let cluster = d.cluster.as_deref().unwrap_or(snapshot.local);
         if snapshot.unknown_clusters.iter().any(|c| c == cluster) {
@@ -243,7 +244,7 @@ fn targets<S: Stores>(
             if let Some(consent) = &spec.consent
                 && !consented(consent, snapshot.local, snapshot.stores, source, &at)
             {
-                if d.namespaces.names(&at.namespace) {
+                if d.namespaces.names(&at.namespace) && refused.insert(at.clone()) {
                     statuses.push(DestinationStatus::new(
                         &at,
                         DestinationState::Refused,
