@@ -251,13 +251,14 @@ impl FanOut {
         }
         let mut report = Report {
             ready,
-            watch_errors: watch_errors.clone(),
+            watch_errors,
             ..Default::default()
         };
         if !ready {
             return Ok(report);
         }
-        let unreachable: BTreeSet<String> = watch_errors.into_iter().map(|(c, _)| c).collect();
+        let unreachable: BTreeSet<String> =
+            report.watch_errors.iter().map(|(c, _)| c.clone()).collect();
         report.unreachable = unreachable.iter().cloned().collect();
 
         let stored_source = ctx.get(&source_key);
