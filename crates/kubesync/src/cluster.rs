@@ -143,6 +143,22 @@ pub fn api(
     namespace: Option<&str>,
     resource: &kube::core::ApiResource,
 ) -> kube::Api<kube::api::DynamicObject> {
+    api_of(client, namespace, resource)
+}
+
+/// Like [`api`], for any dynamic type: e.g. `PartialObjectMeta<DynamicObject>`, whose requests
+/// ask the apiserver for metadata only.
+pub fn api_of<K>(
+    client: Client,
+    namespace: Option<&str>,
+    resource: &kube::core::ApiResource,
+) -> kube::Api<K>
+where
+    K: kube::Resource<
+            DynamicType = kube::core::ApiResource,
+            Scope = kube::core::DynamicResourceScope,
+        >,
+{
     match namespace {
         Some(ns) => kube::Api::namespaced_with(client, ns, resource),
         None => kube::Api::all_with(client, resource),

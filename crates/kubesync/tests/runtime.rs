@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
 use kubesync_testenv::{TestEnv, eventually};
@@ -675,4 +676,105 @@ async fn failures_are_counted_by_category() {
         ["NamespaceTerminating", "Panic"]
     );
     assert_eq!(ctx.metrics().failures(), by.values().sum::<u64>());
+}
+
+/// A metadata-only watch queues keys like a full one, but its store holds only metadata: no
+/// data, no managedFields. `get` and `list` (full objects) do not return its objects;
+/// `get_metadata` and `list_metadata` do, preferring a full watch's copy where both hold one.
+#[tokio::test]
+async fn metadata_only_watches_hold_metadata_and_queue_keys() {
+    init_tracing();
+    let env = shared("east");
+    let ns = unique_ns("meta");
+    env.create_namespace(&ns).await.expect("ns");
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    // Metadata of every ConfigMap in the namespace; the full object of `full` only.
+    let controller = Controller::new()
+        .cluster(cluster(env))
+        .watch(
+            "east",
+            Watch::of::<ConfigMap>().namespace(&ns).metadata_only(),
+        )
+        .expect("watch")
+        .watch_mapped(
+            "east",
+            Watch::of::<ConfigMap>()
+                .namespace(&ns)
+                .fields("metadata.name=full"),
+            |_, _| Vec::new(),
+        )
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(
+        controller,
+        reconciler_fn(move |key, _ctx| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(key);
+                Ok::<_, kubesync::Error>(Action::done())
+            }
+        }),
+    );
+    let big = "x".repeat(64 * 1024);
+    apply_cm(
+        env,
+        &configmap(&ns, "big", &[("app", "blob")], &[("blob", big.as_str())]),
+    )
+    .await;
+    apply_cm(env, &configmap(&ns, "full", &[], &[("k", "v")])).await;
+    let key = |name: &str| {
+        ObjectKey::new(
+            "east",
+            &kube::core::ApiResource::erase::<ConfigMap>(&()),
+            Some(ns.clone()),
+            name,
+        )
+    };
+    // The metadata watch's events queue the objects' keys.
+    let mut queued = std::collections::HashSet::new();
+    while !(queued.contains("big") && queued.contains("full")) {
+        queued.insert(
+            next(&mut rx, "keys queued", Duration::from_secs(20))
+                .await
+                .name,
+        );
+    }
+    let meta = eventually("metadata stored", Duration::from_secs(20), || async {
+        ctx.get_metadata(&key("big"))
+    })
+    .await;
+    assert_eq!(meta.labels().get("app").map(String::as_str), Some("blob"));
+    assert!(meta.metadata.uid.is_some() && meta.metadata.resource_version.is_some());
+    assert!(meta.data.is_null(), "the store holds the content");
+    assert!(meta.metadata.managed_fields.is_none(), "no managedFields");
+    assert!(
+        ctx.get(&key("big")).is_none(),
+        "get returns full objects only"
+    );
+    let listed = ctx.list("east", &kube::core::ApiResource::erase::<ConfigMap>(&()));
+    assert!(
+        listed.iter().all(|o| o.name_any() != "big"),
+        "list returns full objects only"
+    );
+    // Where a full watch holds the object too, it is returned in full.
+    let full = eventually("full object stored", Duration::from_secs(20), || async {
+        ctx.get(&key("full"))
+    })
+    .await;
+    assert_eq!(full.data["data"]["k"], "v");
+    assert_eq!(
+        ctx.get_metadata(&key("full")).expect("full").data["data"]["k"],
+        "v"
+    );
+    let all = ctx.list_metadata("east", &kube::core::ApiResource::erase::<ConfigMap>(&()));
+    let mut names: Vec<String> = all
+        .iter()
+        .filter(|o| o.namespace().as_deref() == Some(ns.as_str()))
+        .map(|o| o.name_any())
+        // Created by the controller-manager at its own pace.
+        .filter(|n| n != "kube-root-ca.crt")
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big", "full"], "each once");
+    running.stop().await;
 }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::context::Context;
-use super::shared::{Msg, WatchSpec, write};
+use super::shared::{Msg, ObjectId, WatchSpec, id_of, write};
 use crate::key::ObjectKey;
 
 pub(super) async fn run(spec: WatchSpec, ctx: Context) {
@@ -22,7 +23,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         mut writer,
     } = spec;
     let client = cluster.client().clone();
-    let api = crate::cluster::api(client, watch.namespace.as_deref(), &watch.resource);
+    let namespace = watch.namespace.as_deref();
     let emit = |objs: &[&DynamicObject]| {
         let mut keys = Vec::with_capacity(objs.len());
         for obj in objs {
@@ -44,7 +45,22 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         }
     };
 
-    let stream = watcher::watcher(api, watch.config.clone()).default_backoff();
+    let stream = if watch.metadata_only {
+        let api = crate::cluster::api_of::<PartialObjectMeta<DynamicObject>>(
+            client,
+            namespace,
+            &watch.resource,
+        );
+        watcher::watcher(api, watch.config.clone())
+            .default_backoff()
+            .map(|event| event.map(metadata_event))
+            .boxed()
+    } else {
+        let api = crate::cluster::api(client, namespace, &watch.resource);
+        watcher::watcher(api, watch.config.clone())
+            .default_backoff()
+            .boxed()
+    };
     let mut stream = std::pin::pin!(stream);
     let mut listed_once = false;
     // List items of built-in kinds carry no apiVersion/kind; give every stored object its
@@ -108,6 +124,27 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     }
 }
 
+/// An event of a metadata-only watch as the store keeps it: a [`DynamicObject`] with the
+/// object's metadata (without `managedFields`, which no decision on metadata needs and which
+/// can be larger than the rest) and `null` data.
+fn metadata_event(event: Event<PartialObjectMeta<DynamicObject>>) -> Event<DynamicObject> {
+    let object = |meta: PartialObjectMeta<DynamicObject>| DynamicObject {
+        types: meta.types,
+        metadata: kube::api::ObjectMeta {
+            managed_fields: None,
+            ..meta.metadata
+        },
+        data: serde_json::Value::Null,
+    };
+    match event {
+        Event::Apply(o) => Event::Apply(object(o)),
+        Event::Delete(o) => Event::Delete(object(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(object(o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// Applies a change event to the store, then hands its object to `emit`: a reconcile started
 /// by the emitted keys (possibly on another thread, at once) reads the object as the event
 /// left it, never the state before. The other order loses changes: a reconcile that reads
@@ -121,12 +158,6 @@ fn store_then_emit(
     if let Event::Apply(obj) | Event::Delete(obj) = event {
         emit(obj);
     }
-}
-
-type ObjectId = (Option<String>, Option<String>);
-
-fn id_of(obj: &DynamicObject) -> ObjectId {
-    (obj.metadata.namespace.clone(), obj.metadata.name.clone())
 }
 
 /// After a (re)list: the listed objects that are new or have another resourceVersion than the

@@ -32,6 +32,8 @@ pub(super) struct StoreEntry {
     pub(super) resource: ApiResource,
     pub(super) reader: Store<DynamicObject>,
     pub(super) primary: bool,
+    /// The store holds only metadata ([`Watch::metadata_only`]).
+    pub(super) metadata_only: bool,
 }
 
 /// What is known of one watch.
@@ -57,6 +59,14 @@ pub(super) enum Msg {
     Listed(usize),
     Start(Box<WatchSpec>),
     Stop(usize),
+}
+
+/// An object's identity within a store of one type: namespace and name.
+pub(super) type ObjectId = (Option<String>, Option<String>);
+
+/// The identity of `obj` in its store.
+pub(super) fn id_of(obj: &DynamicObject) -> ObjectId {
+    (obj.metadata.namespace.clone(), obj.metadata.name.clone())
 }
 
 /// Reads a lock, also after a panic elsewhere poisoned it.

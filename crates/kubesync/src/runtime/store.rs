@@ -8,17 +8,35 @@ use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 
 use super::context::Context;
-use super::shared::read;
+use super::shared::{ObjectId, StoreEntry, id_of, read};
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 
 impl Context {
-    /// The object behind `key` as last seen by a watch, or `None` if no watch holds it.
+    /// The object behind `key` as last seen by a watch that holds full objects, or `None` if
+    /// no such watch holds it. Watches made with [`Watch::metadata_only`] are not asked: use
+    /// [`Context::get_metadata`] for what they hold.
+    ///
+    /// [`Watch::metadata_only`]: super::Watch::metadata_only
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        self.find(key, false)
+    }
+
+    /// The object behind `key` as last seen by any watch: a full object if a full watch holds
+    /// it, else one with only metadata (its `data` is `null`). Rely on its metadata only.
+    pub fn get_metadata(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        self.find(key, false).or_else(|| self.find(key, true))
+    }
+
+    fn find(&self, key: &ObjectKey, metadata_only: bool) -> Option<Arc<DynamicObject>> {
         let stores = read(&self.shared.stores);
         stores
             .iter()
-            .filter(|s| s.cluster == key.cluster && key.is_of(&s.resource))
+            .filter(|s| {
+                s.metadata_only == metadata_only
+                    && s.cluster == key.cluster
+                    && key.is_of(&s.resource)
+            })
             .find_map(|s| {
                 let r = kube::runtime::reflector::ObjectRef::<DynamicObject>::new_with(
                     &key.name,
@@ -51,18 +69,43 @@ impl Context {
             })
     }
 
-    /// Every object of this type that watches of this cluster hold.
+    /// Every object of this type that full watches of this cluster hold (see
+    /// [`Context::get`]).
     pub fn list(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
+        self.collect(cluster, resource, |s| !s.metadata_only)
+    }
+
+    /// Every object of this type that any watch of this cluster holds: full objects where a
+    /// full watch holds them, else metadata only (see [`Context::get_metadata`]).
+    pub fn list_metadata(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
+        // Full stores first: an object both kinds hold is returned in full.
+        let mut out = self.collect(cluster, resource, |s| !s.metadata_only);
+        let mut seen: HashSet<ObjectId> = out.iter().map(|o| id_of(o)).collect();
+        for obj in self.collect(cluster, resource, |s| s.metadata_only) {
+            if seen.insert(id_of(&obj)) {
+                out.push(obj);
+            }
+        }
+        out
+    }
+
+    fn collect(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        which: impl Fn(&StoreEntry) -> bool,
+    ) -> Vec<Arc<DynamicObject>> {
         let stores = read(&self.shared.stores);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for s in stores.iter().filter(|s| {
-            s.cluster == cluster
+            which(s)
+                && s.cluster == cluster
                 && s.resource.group == resource.group
                 && s.resource.kind == resource.kind
         }) {
             for obj in s.reader.state() {
-                if seen.insert((obj.metadata.namespace.clone(), obj.metadata.name.clone())) {
+                if seen.insert(id_of(&obj)) {
                     out.push(obj);
                 }
             }

@@ -13,13 +13,29 @@ use crate::key::ObjectKey;
 /// key and the object of the event (for a deletion, the last known state).
 pub type Mapper = Arc<dyn Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync>;
 
-/// One watch: a resource type, optionally narrowed on the server by namespace and selectors.
+/// One watch: a resource type, optionally narrowed on the server by namespace and selectors,
+/// holding full objects or (with [`Watch::metadata_only`]) only their metadata.
+///
+/// A watch keeps every object it sees in memory, so choose what it holds by what the
+/// reconciler reads:
+/// - **Full** (the default): objects whose content is compared or copied.
+/// - **Metadata only**: objects whose name, labels, annotations, owners, uid and
+///   resourceVersion are all a decision needs, or that are watched only to map events to keys.
+///   The apiserver sends only `metadata` (`PartialObjectMetadata`), so a 256 KiB Secret costs
+///   about as much as an empty one. Such objects are read with [`Context::get_metadata`] and
+///   [`Context::list_metadata`]; [`Context::get`] and [`Context::list`] never return them.
+///
+/// [`Context::get`]: super::Context::get
+/// [`Context::list`]: super::Context::list
+/// [`Context::get_metadata`]: super::Context::get_metadata
+/// [`Context::list_metadata`]: super::Context::list_metadata
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct Watch {
     pub(super) resource: ApiResource,
     pub(super) namespace: Option<String>,
     pub(super) config: watcher::Config,
+    pub(super) metadata_only: bool,
 }
 
 impl Watch {
@@ -42,7 +58,20 @@ impl Watch {
             resource,
             namespace: None,
             config,
+            metadata_only: false,
         }
+    }
+
+    /// Holds only the objects' metadata (`PartialObjectMetadata`; `data` is `null`), without
+    /// `managedFields`. Events and keys are the same as with full objects.
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
+    }
+
+    /// Whether this watch holds only metadata (see [`Watch::metadata_only`]).
+    pub fn is_metadata_only(&self) -> bool {
+        self.metadata_only
     }
 
     /// Watches only this namespace.

@@ -67,6 +67,7 @@ impl Context {
             resource: watch.resource.clone(),
             reader: writer.as_reader(),
             primary: mapper.is_none(),
+            metadata_only: watch.metadata_only,
         });
         write(&self.shared.watches).insert(
             id,
