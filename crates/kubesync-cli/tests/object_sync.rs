@@ -303,8 +303,9 @@ async fn forbidden_writes_become_conditions_watches_are_shared_and_restarts_clea
             .filter(|o| o.status.as_ref().is_some_and(|s| s.in_sync == 1))
     })
     .await;
-    // Two ObjectSyncs of one type share the watches: Secrets and Namespaces of this cluster.
-    assert_eq!(handle.operator.fan_out_watches(), 2);
+    // Two ObjectSyncs of one type share the watches of this cluster's Secrets (kubesync's
+    // copies in full, the others as metadata) and Namespaces, and of their one source.
+    assert_eq!(handle.operator.fan_out_watches(), 3 + 1);
 
     // The operator stops; the source is deleted while it is down; a restarted operator
     // deletes the copies (ownership is read from their marks).

@@ -76,8 +76,8 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     );
     assert_eq!(
         sample(&metrics, "kubesync_objectsync_watches"),
-        Some(2.0),
-        "one Secret watch and one Namespace watch: {metrics}"
+        Some(4.0),
+        "Secret watches (copies, others, the source) and one Namespace watch: {metrics}"
     );
     assert!(sample(&metrics, "kubesync_reconciles_total").is_some_and(|r| r >= 1.0));
     assert!(metrics.contains("# TYPE kubesync_reconciles_total counter"));

@@ -34,6 +34,17 @@ fn run_fan_out(
     reports: Reports,
     extra: Vec<kubesync::Cluster>,
 ) -> Running {
+    run_fan_out_seen(env, control, specs, reports, extra).0
+}
+
+/// [`run_fan_out`], also returning the controller's context (to look into its stores).
+fn run_fan_out_seen(
+    env: &TestEnv,
+    control: &str,
+    specs: Specs,
+    reports: Reports,
+    extra: Vec<kubesync::Cluster>,
+) -> (Running, kubesync::Context) {
     let fan_out = Arc::new(FanOut::new("local"));
     let mut controller = Controller::new()
         .cluster(kubesync::Cluster::new(
@@ -47,7 +58,8 @@ fn run_fan_out(
     }
     let cm_type = ApiResource::erase::<ConfigMap>(&());
     let control = control.to_string();
-    start(
+    let ctx = controller.context();
+    let running = start(
         controller,
         reconciler_fn(move |key, ctx| {
             let (fan_out, specs, reports, cm_type, control) = (
@@ -98,7 +110,8 @@ fn run_fan_out(
                 })
             }
         }),
-    )
+    );
+    (running, ctx)
 }
 
 fn secret_type() -> ApiResource {
@@ -365,7 +378,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
         // A second declaration for the same destination as the adopter.
         s.insert("second".into(), spec(&src, "s", vec![to(&adopt_ns)]));
     }
-    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    let (running, ctx) = run_fan_out_seen(env, &control, specs.clone(), reports.clone(), vec![]);
     apply_cm(env, &configmap(&control, "skipper", &[], &[])).await;
     apply_cm(env, &configmap(&control, "adopter", &[], &[])).await;
     let get = |ns: &str| {
@@ -402,6 +415,21 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     })
     .await;
     assert!(protect.message.contains("protect"));
+    // Those decisions were taken on metadata: the engine holds no content of objects it did
+    // not create (the adopted one it read live, and now holds as its copy).
+    for ns in [&skip_ns, &protect_ns] {
+        let key = kubesync::ObjectKey::new("local", &secret_type(), Some(ns.clone()), "s");
+        assert!(ctx.get(&key).is_none(), "{ns}: no full object held");
+        let meta = ctx.get_metadata(&key).expect("metadata held");
+        assert!(meta.data.is_null(), "{ns}: the store holds the content");
+    }
+    let adopted_key =
+        kubesync::ObjectKey::new("local", &secret_type(), Some(adopt_ns.clone()), "s");
+    let held = eventually("the adopted copy held in full", T, || async {
+        ctx.get(&adopted_key).filter(|o| !o.data.is_null())
+    })
+    .await;
+    assert!(held.labels().contains_key("kubesync.io/managed-by"));
     assert_eq!(
         value(&get(&skip_ns).await, "token").as_deref(),
         Some("theirs"),
@@ -821,4 +849,97 @@ async fn updates_never_take_over_an_object_that_replaced_the_copy() {
 
 fn theirs_as_dynamic(s: &Secret) -> kube::api::DynamicObject {
     serde_json::from_value(serde_json::to_value(s).expect("json")).expect("dynamic")
+}
+
+/// Unrelated objects of the copied kind cost only their metadata: after a fan-out, the only
+/// Secrets the engine holds in full are its source and its copies. Secrets of other owners —
+/// in the source's namespace, at a destination under another name, elsewhere — and the
+/// foreign object that blocks a destination are held as metadata only.
+#[tokio::test]
+async fn unrelated_objects_are_held_as_metadata_only() {
+    init_tracing();
+    let env = shared("fan");
+    let (_, [control, src, dst, blocked, other]) =
+        namespaces(env, "meta", ["control", "src", "dst", "blocked", "other"]).await;
+    let blob = "b".repeat(64 * 1024);
+    put_secret(env, &src, "s", &[("token", "ours")], "Opaque", &[]).await;
+    for ns in [&src, &dst, &other] {
+        put_secret(
+            env,
+            ns,
+            "release",
+            &[("release", blob.as_str())],
+            "Opaque",
+            &[],
+        )
+        .await;
+    }
+    put_secret(env, &blocked, "s", &[("token", "theirs")], "Opaque", &[]).await;
+    let to = |ns: &str| Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let specs: Specs = Arc::default();
+    let reports: Reports = Arc::default();
+    specs
+        .lock()
+        .expect("lock")
+        .insert("d".into(), spec(&src, "s", vec![to(&dst), to(&blocked)]));
+    let (running, ctx) = run_fan_out_seen(env, &control, specs, reports.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "d", &[], &[])).await;
+    eventually("synced and blocked", T, || async {
+        let r = reports.lock().expect("lock").get("d").cloned()?;
+        let state = |ns: &str| {
+            r.destinations
+                .iter()
+                .find(|d| d.namespace == ns)
+                .map(|d| d.state)
+        };
+        (state(&dst) == Some(DestinationState::Synced)
+            && state(&blocked) == Some(DestinationState::Conflict))
+        .then_some(())
+    })
+    .await;
+    let key = |ns: &str, name: &str| {
+        kubesync::ObjectKey::new("local", &secret_type(), Some(ns.to_string()), name)
+    };
+    // The source and the copy, in full.
+    for (ns, what) in [(&src, "source"), (&dst, "copy")] {
+        let held = ctx.get(&key(ns, "s")).expect(what);
+        assert_eq!(held.data["data"]["token"], "b3Vycw==", "{what}");
+    }
+    // Everything else: metadata only, without managedFields.
+    for (ns, name) in [
+        (&src, "release"),
+        (&dst, "release"),
+        (&other, "release"),
+        (&blocked, "s"),
+    ] {
+        assert!(
+            ctx.get(&key(ns, name)).is_none(),
+            "{ns}/{name} held in full"
+        );
+        let meta = ctx.get_metadata(&key(ns, name)).expect("metadata held");
+        assert!(
+            meta.data.is_null(),
+            "{ns}/{name}: the store holds the content"
+        );
+        assert!(meta.metadata.managed_fields.is_none());
+        assert!(meta.metadata.uid.is_some());
+    }
+    // No other Secret anywhere in the cluster is held in full: only sources and copies.
+    for held in ctx.list("local", &secret_type()) {
+        let is_ours = held.labels().contains_key("kubesync.io/managed-by")
+            || (held.namespace().as_deref() == Some(src.as_str()) && held.name_any() == "s");
+        assert!(
+            is_ours,
+            "{}/{} held in full",
+            held.namespace().unwrap_or_default(),
+            held.name_any()
+        );
+    }
+    running.stop().await;
 }

@@ -2,10 +2,13 @@
 //! on the multi-cluster runtime. It gathers what the stores show, asks the pure [`plan`] what
 //! to do, and carries that out through the [`Writer`].
 //!
-//! - **One watch per resource type and cluster** serves every declaration; it starts when the
-//!   first declaration needs it and stops when the last one is forgotten. Each cluster with
-//!   destinations also gets one Namespace watch. Which declaration uses which watch is kept in
-//!   the [`index`](super::index), whose every operation is atomic.
+//! - **Watches are shared**: per resource type and cluster, one watch of kubesync's copies (in
+//!   full, selected on the server by the `managed-by` label) and one of every other object
+//!   (metadata only), plus one watch per source object and one Namespace watch per cluster
+//!   (metadata only). Memory thus grows with what kubesync copies, not with unrelated objects
+//!   of the same kind (see `FanOut::ensure_watches`). A watch starts when the first
+//!   declaration needs it and stops when the last one is forgotten; which declaration uses
+//!   which watch is kept in the [`index`](super::index), whose every operation is atomic.
 //! - **Events map straight to declarations**: a source event to the declarations copying it,
 //!   a copy event (by its `managed-by` uid) to its owner, a namespace event to the declarations
 //!   with destinations in that cluster. No periodic sweep is needed to notice a new namespace.
@@ -21,7 +24,7 @@ use kube::ResourceExt;
 use kube::api::{DynamicObject, PropagationPolicy};
 use kube::core::ApiResource;
 
-use super::index::{EventOf, Retire, SharedIndex, WatchKey};
+use super::index::{EventOf, Retire, Scope, SharedIndex, WatchKey};
 use super::plan::{self, Delete, Snapshot, Stores, Write};
 use super::rules::{self, Decision, Strategy};
 use super::spec::{Declaration, DestinationRef, DestinationState, DestinationStatus, Report};
@@ -78,16 +81,17 @@ impl<'a> ContextStores<'a> {
 
 impl Stores for ContextStores<'_> {
     fn namespaces(&self, cluster: &str) -> Vec<Arc<DynamicObject>> {
-        self.ctx.list(cluster, self.namespace_type)
+        self.ctx.list_metadata(cluster, self.namespace_type)
     }
 
     fn has_namespace(&self, cluster: &str, namespace: &str) -> bool {
         let key = ObjectKey::new(cluster, self.namespace_type, None, namespace);
-        self.ctx.get(&key).is_some()
+        self.ctx.get_metadata(&key).is_some()
     }
 
+    /// A copy in full; anything else at that name as metadata only.
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
-        self.ctx.get(&at.key(self.resource))
+        self.ctx.get_metadata(&at.key(self.resource))
     }
 
     fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>> {
@@ -132,28 +136,108 @@ impl FanOut {
         self.index.with(|idx| idx.watch_count())
     }
 
-    /// The watch of `resource` in `cluster` for `decl`, started if no declaration uses it yet.
+    /// The watch `key` for `decl` (events mapped as `event`), started with `watch()` if no
+    /// declaration uses it yet.
     fn ensure_watch(
         &self,
         ctx: &Context,
-        cluster: &str,
-        (resource, event): (&ApiResource, EventOf),
+        key: WatchKey,
+        event: EventOf,
         decl: &ObjectKey,
+        watch: impl FnOnce() -> Watch,
     ) -> Result<WatchId> {
+        let cluster = key.cluster.clone();
         self.index.with(|idx| {
-            idx.watch_for(WatchKey::of(cluster, resource), decl, || {
+            idx.watch_for(key, decl, || {
                 // Built only when the watch starts: most calls find it running.
                 let index = self.index.clone();
                 let local = self.local.clone();
-                let watch_cluster = cluster.to_string();
+                let watch_cluster = cluster.clone();
                 let mapper: crate::runtime::Mapper =
                     Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
                         index
                             .with(|idx| idx.declarations_for(event, &watch_cluster, &local, k, obj))
                     });
-                ctx.start_watch(cluster, Watch::dynamic(resource.clone()), Some(mapper))
+                ctx.start_watch(&cluster, watch(), Some(mapper))
             })
         })
+    }
+
+    /// The watches `decl` needs in `cluster`, started where no declaration uses them yet:
+    ///
+    /// | watch | holds | events wake |
+    /// |---|---|---|
+    /// | copies of the source type (`managed-by` label, server-side) | full objects | the copy's owner |
+    /// | other objects of the source type (no `managed-by` label) | metadata only | nothing |
+    /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
+    /// | Namespaces | metadata only | declarations with destinations in the cluster |
+    /// | consent objects, if the declaration asks for consent | full objects | the same |
+    ///
+    /// Unrelated objects of the copied type (Helm release Secrets, say) are thus held as
+    /// metadata only: enough to see that a destination name is taken, by whom (marks, labels,
+    /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
+    /// live before it writes.
+    fn ensure_watches(
+        &self,
+        ctx: &Context,
+        cluster: &str,
+        decl: &Declaration,
+        source: &ObjectKey,
+    ) -> Result<Vec<WatchId>> {
+        let ar = &decl.spec.source.resource;
+        let ns_type = &self.namespace_type;
+        let key = &decl.key;
+        let mut ids = vec![
+            self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::Copies),
+                EventOf::Copy,
+                key,
+                || Watch::dynamic(ar.clone()).labels(rules::MANAGED_BY),
+            )?,
+            self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::Others),
+                EventOf::Other,
+                key,
+                || {
+                    Watch::dynamic(ar.clone())
+                        .labels(&format!("!{}", rules::MANAGED_BY))
+                        .metadata_only()
+                },
+            )?,
+            self.ensure_watch(
+                ctx,
+                WatchKey::of(cluster, ns_type),
+                EventOf::Cluster,
+                key,
+                || Watch::dynamic(ns_type.clone()).metadata_only(),
+            )?,
+        ];
+        if cluster == self.local {
+            ids.push(self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::Source(source.clone())),
+                EventOf::Source,
+                key,
+                || {
+                    Watch::dynamic(ar.clone())
+                        .namespace(decl.spec.source.namespace.clone())
+                        .fields(&format!("metadata.name={}", decl.spec.source.name))
+                },
+            )?);
+        }
+        if let Some(consent) = &decl.spec.consent {
+            let ct = &consent.resource;
+            ids.push(self.ensure_watch(
+                ctx,
+                WatchKey::of(cluster, ct),
+                EventOf::Cluster,
+                key,
+                || Watch::dynamic(ct.clone()),
+            )?);
+        }
+        Ok(ids)
     }
 
     /// Drops a declaration that is gone: its index entries, and the watches no other
@@ -223,6 +307,12 @@ impl FanOut {
         let clusters = self
             .index
             .with(|idx| idx.register(&decl.key, &decl.owner.uid, source_key.clone(), wanted));
+        for id in self
+            .index
+            .with(|idx| idx.retain_source(&decl.key, &source_key))
+        {
+            ctx.stop_watch(id);
+        }
         let mut ready = true;
         let mut unknown = Vec::new();
         let mut watch_errors: Vec<(String, String)> = Vec::new();
@@ -231,18 +321,7 @@ impl FanOut {
                 unknown.push(c.clone());
                 continue;
             }
-            let mut ids = vec![
-                self.ensure_watch(ctx, c, (ar, EventOf::Object), &decl.key)?,
-                self.ensure_watch(ctx, c, (&self.namespace_type, EventOf::Cluster), &decl.key)?,
-            ];
-            if let Some(consent) = &spec.consent {
-                ids.push(self.ensure_watch(
-                    ctx,
-                    c,
-                    (&consent.resource, EventOf::Cluster),
-                    &decl.key,
-                )?);
-            }
+            let ids = self.ensure_watches(ctx, c, decl, &source_key)?;
             ready &= ids.iter().all(|id| ctx.watch_listed(*id));
             // Health is judged from this declaration's own watches, not the whole cluster's.
             if let Some(e) = ids.iter().find_map(|id| ctx.watch_error(*id)) {
@@ -391,7 +470,8 @@ impl FanOut {
 
     /// Carries out `decision` at one destination and says how it ended. A create that finds
     /// the name taken (the store did not show the object yet: this engine's own copy from a
-    /// moment ago, or someone else's new object) reads the object and decides once more.
+    /// moment ago, or someone else's new object) reads the object and decides once more; so
+    /// does an adoption (the stores hold objects kubesync did not create as metadata only).
     #[allow(clippy::too_many_arguments)]
     async fn settle(
         &self,
@@ -404,7 +484,8 @@ impl FanOut {
         source_rv: &str,
     ) -> DestinationStatus {
         let ar = &decl.spec.source.resource;
-        let mut looked_again = false;
+        // Whether `existing` comes from a live read rather than the stores.
+        let mut live = false;
         loop {
             match decision {
                 Decision::InSync => {
@@ -417,6 +498,18 @@ impl FanOut {
                 }
                 Decision::Conflict(msg) => {
                     return DestinationStatus::new(at, DestinationState::Conflict, msg, "");
+                }
+                // The stores hold objects kubesync did not create as metadata only; an
+                // adoption is decided and written on the whole object, read now.
+                Decision::Adopt if !live => {
+                    live = true;
+                    match self.look_again(ctx, decl, at, desired, strategy).await {
+                        Ok((found, again)) => {
+                            (existing, decision) = (found, again);
+                            continue;
+                        }
+                        Err(status) => return status,
+                    }
                 }
                 Decision::Create | Decision::Update | Decision::Adopt => {}
             }
@@ -434,35 +527,23 @@ impl FanOut {
                 }
                 Err(e) => e,
             };
-            if existing.is_none() && is_already_exists(&e) && !looked_again {
-                looked_again = true;
-                match self.read(ctx, ar, at).await {
-                    Ok(Some(live)) => {
-                        decision = rules::decide(
-                            Some(&live),
-                            desired,
-                            &decl.owner,
-                            strategy,
-                            decl.spec.on_conflict,
-                        );
-                        existing = Some(Arc::new(live));
+            // A create that finds the name taken (the store did not show the object yet):
+            // read it and decide once more.
+            if existing.is_none() && is_already_exists(&e) && !live {
+                live = true;
+                match self.look_again(ctx, decl, at, desired, strategy).await {
+                    Ok((Some(found), again)) => {
+                        (existing, decision) = (Some(found), again);
                         continue;
                     }
-                    Ok(None) => {
+                    Ok((None, _)) => {
                         return DestinationStatus::new(at,
                             DestinationState::Error,
                             "the name was taken while kubesync created its copy, and is free again; it is looked at again".into(),
                             "",
                         );
                     }
-                    Err(e) => {
-                        return DestinationStatus::new(
-                            at,
-                            DestinationState::Error,
-                            api_message(&e),
-                            "",
-                        );
-                    }
+                    Err(status) => return status,
                 }
             }
             if strategy == Strategy::Apply && is_uid_precondition_failure(&e) {
@@ -475,6 +556,36 @@ impl FanOut {
             }
             tracing::warn!(destination = %at, error = %e, "writing a copy failed");
             return DestinationStatus::new(at, DestinationState::Error, api_message(&e), "");
+        }
+    }
+
+    /// Reads the object at `at` live and decides again on it; a failed read is the
+    /// destination's error status.
+    async fn look_again(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        at: &DestinationRef,
+        desired: &DynamicObject,
+        strategy: Strategy,
+    ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
+        match self.read(ctx, &decl.spec.source.resource, at).await {
+            Ok(found) => {
+                let decision = rules::decide(
+                    found.as_ref(),
+                    desired,
+                    &decl.owner,
+                    strategy,
+                    decl.spec.on_conflict,
+                );
+                Ok((found.map(Arc::new), decision))
+            }
+            Err(e) => Err(DestinationStatus::new(
+                at,
+                DestinationState::Error,
+                api_message(&e),
+                "",
+            )),
         }
     }
 

@@ -16,7 +16,21 @@ use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::WatchId;
 
-/// One shared watch: a resource type in a cluster.
+/// Which objects of its type a watch holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Every object (Namespaces, consent objects).
+    All,
+    /// kubesync's copies: the objects with the `managed-by` label, in full.
+    Copies,
+    /// Every object without the `managed-by` label, metadata only: what a destination name
+    /// is taken by, for conflict, adopt and protect decisions.
+    Others,
+    /// One source object, in full.
+    Source(ObjectKey),
+}
+
+/// One shared watch: a resource type in a cluster, and which of its objects it holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WatchKey {
     /// The cluster.
@@ -25,15 +39,23 @@ pub struct WatchKey {
     pub group: String,
     /// The kind.
     pub kind: String,
+    /// Which objects it holds.
+    pub scope: Scope,
 }
 
 impl WatchKey {
-    /// The watch of `resource` in `cluster`.
+    /// The watch of every object of `resource` in `cluster`.
     pub fn of(cluster: &str, resource: &ApiResource) -> Self {
+        Self::scoped(cluster, resource, Scope::All)
+    }
+
+    /// The watch of the `scope` objects of `resource` in `cluster`.
+    pub fn scoped(cluster: &str, resource: &ApiResource, scope: Scope) -> Self {
         Self {
             cluster: cluster.to_string(),
             group: resource.group.clone(),
             kind: resource.kind.clone(),
+            scope,
         }
     }
 
@@ -48,8 +70,13 @@ pub enum EventOf {
     /// An object whose change concerns every declaration with destinations in its cluster (a
     /// Namespace, a consent object).
     Cluster,
-    /// An object of a copied type: the declarations copying it, and the owner of a copy.
-    Object,
+    /// A source: the declarations copying it.
+    Source,
+    /// A copy: its owner, by the `managed-by` label.
+    Copy,
+    /// Another object of a copied type: kept for decisions at destinations, concerns no
+    /// declaration by itself (unrelated objects change often; they must not wake anything).
+    Other,
 }
 
 /// Declarations, their sources, and the watches they use.
@@ -155,18 +182,45 @@ impl Index {
                         .cloned(),
                 );
             }
-            EventOf::Object => {
+            EventOf::Source => {
                 if key.cluster == local {
                     out.extend(self.by_source.get(key).into_iter().flatten().cloned());
                 }
+            }
+            EventOf::Copy => {
                 if let Some(uid) = obj.labels().get(MANAGED_BY)
                     && let Some(decl) = self.by_uid.get(uid)
                 {
                     out.push(decl.clone());
                 }
             }
+            EventOf::Other => {}
         }
         out
+    }
+
+    /// `decl` copies `source` only: forgets the other sources it copied before (a changed
+    /// source name) and returns their watches that no declaration uses any more (to be
+    /// stopped).
+    pub fn retain_source(&mut self, decl: &ObjectKey, source: &ObjectKey) -> Vec<WatchId> {
+        self.by_source.retain(|s, users| {
+            if s != source {
+                users.remove(decl);
+            }
+            !users.is_empty()
+        });
+        let stale: HashSet<WatchKey> = self
+            .used
+            .get(decl)
+            .into_iter()
+            .flatten()
+            .filter(|w| matches!(&w.scope, Scope::Source(s) if s != source))
+            .cloned()
+            .collect();
+        if let Some(used) = self.used.get_mut(decl) {
+            used.retain(|w| !stale.contains(w));
+        }
+        self.release(decl, stale)
     }
 
     /// Forgets a declaration that is gone; returns the watches no declaration uses any more
@@ -353,19 +407,19 @@ mod tests {
         let none = object(serde_json::json!({}));
         // The source itself, in the local cluster only.
         let src = source(&secret, "s");
-        let found = idx.declarations_for(EventOf::Object, "local", "local", &src, &none);
+        let found = idx.declarations_for(EventOf::Source, "local", "local", &src, &none);
         assert_eq!(found, [decl("d")]);
         let elsewhere = src.in_cluster("east");
-        let found = idx.declarations_for(EventOf::Object, "east", "local", &elsewhere, &none);
+        let found = idx.declarations_for(EventOf::Source, "east", "local", &elsewhere, &none);
         assert!(found.is_empty(), "an object of the same name elsewhere");
         // A copy, by its managed-by label.
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
-        let found = idx.declarations_for(EventOf::Object, "east", "local", &k, &copy);
+        let found = idx.declarations_for(EventOf::Copy, "east", "local", &k, &copy);
         assert_eq!(found, [decl("d")]);
         let foreign = object(serde_json::json!({MANAGED_BY: "other"}));
         assert!(
-            idx.declarations_for(EventOf::Object, "east", "local", &k, &foreign)
+            idx.declarations_for(EventOf::Copy, "east", "local", &k, &foreign)
                 .is_empty()
         );
         // A namespace of a cluster with destinations.
@@ -374,6 +428,46 @@ mod tests {
         assert_eq!(found, [decl("d")]);
         let found = idx.declarations_for(EventOf::Cluster, "west", "local", &ns, &none);
         assert!(found.is_empty());
+        // Unrelated objects wake nothing, not even at the source's or a copy's name.
+        for (k, obj) in [(&src, &none), (&k, &copy)] {
+            assert!(
+                idx.declarations_for(EventOf::Other, "local", "local", k, obj)
+                    .is_empty()
+            );
+        }
+    }
+
+    #[test]
+    fn a_changed_source_releases_the_old_source_watch() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let secret = ar::<Secret>();
+        let (d, e) = (decl("d"), decl("e"));
+        let (old, new) = (source(&secret, "old"), source(&secret, "new"));
+        let watch_of =
+            |src: &ObjectKey| WatchKey::scoped("local", &secret, Scope::Source(src.clone()));
+        idx.register(&d, "uid-d", old.clone(), ["local".into()]);
+        idx.register(&e, "uid-e", old.clone(), ["local".into()]);
+        let w_old = idx
+            .watch_for(watch_of(&old), &d, || s.start())
+            .expect("old");
+        idx.watch_for(watch_of(&old), &e, || s.start())
+            .expect("shared");
+        let copies = WatchKey::scoped("local", &secret, Scope::Copies);
+        idx.watch_for(copies, &d, || s.start()).expect("copies");
+        assert!(idx.retain_source(&d, &old).is_empty(), "nothing changed");
+        // d now copies `new`; e still copies `old`, so its watch stays.
+        idx.register(&d, "uid-d", new.clone(), ["local".into()]);
+        idx.watch_for(watch_of(&new), &d, || s.start())
+            .expect("new");
+        assert!(idx.retain_source(&d, &new).is_empty(), "e still uses it");
+        let none = object(serde_json::json!({}));
+        let found = idx.declarations_for(EventOf::Source, "local", "local", &old, &none);
+        assert_eq!(found, std::slice::from_ref(&e), "the old source no longer wakes d");
+        // When e moves on too, the old source's watch stops; the copies watch stays.
+        idx.register(&e, "uid-e", new.clone(), ["local".into()]);
+        assert_eq!(idx.retain_source(&e, &new), [w_old]);
+        assert_eq!(idx.watch_count(), 2);
     }
 
     #[test]
@@ -385,12 +479,12 @@ mod tests {
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
         assert!(
-            idx.declarations_for(EventOf::Object, "east", "local", &k, &copy)
+            idx.declarations_for(EventOf::Copy, "east", "local", &k, &copy)
                 .is_empty()
         );
         let src = source(&secret, "s");
         assert!(
-            idx.declarations_for(EventOf::Object, "local", "local", &src, &copy)
+            idx.declarations_for(EventOf::Source, "local", "local", &src, &copy)
                 .is_empty()
         );
         assert!(
@@ -425,7 +519,7 @@ mod tests {
         let src = source(&secret, "s");
         let none = object(serde_json::json!({}));
         assert!(
-            idx.declarations_for(EventOf::Object, "local", "local", &src, &none)
+            idx.declarations_for(EventOf::Source, "local", "local", &src, &none)
                 .is_empty(),
             "the old source no longer maps to the declaration"
         );
