@@ -202,10 +202,13 @@ impl Operator {
             .watch(LOCAL, Watch::of::<ResourceSync>())?
             .watch(LOCAL, Watch::of::<RemoteCluster>())?
             .watch(LOCAL, Watch::of::<ObjectSync>())?
-            // A RemoteCluster change re-runs every ResourceSync that uses it.
-            .watch_mapped(LOCAL, Watch::of::<RemoteCluster>(), move |key, _| {
-                ResourceSyncController::users_of_remote_cluster(&ctx, key)
-            })?;
+            // A RemoteCluster change re-runs every ResourceSync that uses it (the key is all
+            // the mapping needs: metadata only; the primary watch above holds them in full).
+            .watch_mapped(
+                LOCAL,
+                Watch::of::<RemoteCluster>().metadata_only(),
+                move |key, _| ResourceSyncController::users_of_remote_cluster(&ctx, key),
+            )?;
         controller
             .run(OperatorReconciler(self.clone()), shutdown)
             .await?;

@@ -368,7 +368,19 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
         .namespace_prefix(&ns)
         .secret_names(["creds"])
         .build(cluster(remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    // A Secret of someone else, there before the engine lists.
+    let unrelated: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{ns}-unrelated")},
+        "stringData": {"blob": "x".repeat(4096)}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(local.client().expect("client"), "default")
+        .create(&PostParams::default(), &unrelated)
+        .await
+        .expect("unrelated secret");
+    let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
+    let ctx = controller.context();
+    let running = start(controller, reconciler);
     let (r, l) = (widgets(remote, &ns), widgets(local, &l_ns));
     let remote_secrets: Api<Secret> = Api::namespaced(remote.client().expect("client"), &ns);
     let local_secrets: Api<Secret> = Api::namespaced(local.client().expect("client"), &l_ns);
@@ -458,6 +470,34 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
             .filter(|s| token(s).as_deref() == Some("two"))
     })
     .await;
+
+    // Memory: the only Secrets held are those named in `secret_names` (selected on the
+    // server), and Namespaces are held as metadata only.
+    let secret_type = kube::core::ApiResource::erase::<Secret>(&());
+    let namespace_type =
+        kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    let held_ns = kubesync::ObjectKey::new(local.name(), &namespace_type, None, &l_ns);
+    let meta = eventually("the local namespace held", T, || async {
+        ctx.get_metadata(&held_ns)
+    })
+    .await;
+    assert!(meta.data.is_null(), "the namespace is held in full");
+    assert!(ctx.get(&held_ns).is_none());
+    let creds = kubesync::ObjectKey::new(local.name(), &secret_type, Some(l_ns.clone()), "creds");
+    assert!(
+        ctx.get(&creds).is_some(),
+        "the named Secret is held in full"
+    );
+    for c in ctx.clusters() {
+        for held in ctx.list_metadata(c.name(), &secret_type) {
+            assert_eq!(
+                held.name_any(),
+                "creds",
+                "{}: only named Secrets are held",
+                c.name()
+            );
+        }
+    }
     running.stop().await;
 }
 

@@ -50,7 +50,10 @@ pub enum Side {
 pub type ExtraMapper = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectName> + Send + Sync>;
 
 /// An additional watch a syncer needs (e.g. Namespaces or Secrets on the target side), whose
-/// events re-run the reconcile of the source objects the mapper returns.
+/// events re-run the reconcile of the source objects the mapper returns. Make it
+/// [`Watch::metadata_only`] when metadata is all the syncer reads of these objects (read them
+/// with [`SyncContext::get_metadata`]), and narrow it on the server where it can be: every
+/// object it holds stays in memory.
 #[derive(Clone)]
 pub struct ExtraWatch {
     /// Where to watch.
@@ -96,23 +99,34 @@ impl SyncContext<'_> {
         self.ctx.confirm_absent(self.key, resource).await
     }
 
-    /// An object of `resource` on `side`, from the watch stores.
+    /// An object of `resource` on `side`, from the stores of full watches (see
+    /// [`Context::get`]).
     pub fn get(
         &self,
         side: Side,
         resource: &ApiResource,
         name: &ObjectName,
     ) -> Option<Arc<DynamicObject>> {
+        self.ctx.get(&self.key(side, resource, name))
+    }
+
+    /// An object of `resource` on `side` from any store, also one of a metadata-only watch
+    /// (see [`Context::get_metadata`]): rely on its metadata only.
+    pub fn get_metadata(
+        &self,
+        side: Side,
+        resource: &ApiResource,
+        name: &ObjectName,
+    ) -> Option<Arc<DynamicObject>> {
+        self.ctx.get_metadata(&self.key(side, resource, name))
+    }
+
+    fn key(&self, side: Side, resource: &ApiResource, name: &ObjectName) -> ObjectKey {
         let cluster = match side {
             Side::Source => self.source,
             Side::Target => self.target,
         };
-        self.ctx.get(&ObjectKey::new(
-            cluster.name(),
-            resource,
-            name.namespace.clone(),
-            &name.name,
-        ))
+        ObjectKey::new(cluster.name(), resource, name.namespace.clone(), &name.name)
     }
 }
 
@@ -134,12 +148,14 @@ pub trait Syncer: Send + Sync + 'static {
     /// Maps source names to target names and back.
     fn translator(&self) -> &dyn Translator;
 
-    /// The source watch (default: all objects of the source type; narrow it here).
+    /// The source watch (default: all objects of the source type; narrow it here). It must hold
+    /// full objects (not [`Watch::metadata_only`]): reconciles read sources in full.
     fn source_watch(&self) -> Watch {
         Watch::dynamic(self.source_resource().clone())
     }
 
-    /// The target watch (default: all objects of the target type).
+    /// The target watch (default: all objects of the target type). It must hold full objects,
+    /// like the source watch.
     fn target_watch(&self) -> Watch {
         Watch::dynamic(self.target_resource().clone())
     }

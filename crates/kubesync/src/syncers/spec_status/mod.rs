@@ -196,7 +196,7 @@ fn origin(cx: &SyncContext<'_>) -> String {
 impl SpecStatusSync {
     fn namespace<'a>(&self, cx: &SyncContext<'a>) -> Option<std::sync::Arc<DynamicObject>> {
         let (ns, _) = local_name(cx);
-        cx.get(
+        cx.get_metadata(
             Side::Target,
             &self.namespace_resource,
             &ObjectName::cluster_scoped(ns),
@@ -608,7 +608,7 @@ impl Syncer for SpecStatusSync {
         let owner_key = self.config.marks.namespace_owner();
         watches.push(ExtraWatch {
             side: Side::Target,
-            watch: Watch::dynamic(self.namespace_resource.clone()),
+            watch: Watch::dynamic(self.namespace_resource.clone()).metadata_only(),
             mapper: std::sync::Arc::new(move |ns: &DynamicObject| {
                 let Some(owner) = ns
                     .metadata
@@ -625,20 +625,21 @@ impl Syncer for SpecStatusSync {
                 names.to_source(&local).into_iter().collect()
             }),
         });
-        if !self.config.secret_names.is_empty() {
-            // Local Secrets map to the remote object of their controller, through the same
-            // (verified) translation as the objects themselves — also with a local namespace
-            // suffix, which sync-controller got wrong.
+        // Local Secrets map to the remote object of their controller, through the same
+        // (verified) translation as the objects themselves — also with a local namespace
+        // suffix, which sync-controller got wrong. Their content is uploaded, so they are held
+        // in full; one watch per name, selected on the server, holds those Secrets only.
+        for secret_name in &self.config.secret_names {
             let names = self.config.names.clone();
-            let secret_names = self.config.secret_names.clone();
             let kind = self.config.resource.kind.clone();
             let api_version = self.config.resource.api_version.clone();
+            let wanted = secret_name.clone();
             watches.push(ExtraWatch {
                 side: Side::Target,
-                watch: Watch::dynamic(self.secret_resource.clone()),
+                watch: Watch::dynamic(self.secret_resource.clone())
+                    .fields(&format!("metadata.name={secret_name}")),
                 mapper: std::sync::Arc::new(move |secret: &DynamicObject| {
-                    let name = secret.metadata.name.clone().unwrap_or_default();
-                    if !secret_names.contains(&name) {
+                    if secret.metadata.name.as_deref() != Some(wanted.as_str()) {
                         return Vec::new();
                     }
                     let Some(ns) = secret.metadata.namespace.clone() else {
