@@ -1,0 +1,826 @@
+//! Memory and start-up against unrelated objects, on a local control plane
+//! (`make bench-memory`, part of `make bench`).
+//!
+//! Two processes do the same job — keep a small source Secret in namespace `apps` copied into
+//! every namespace carrying the label `memory-bench=dest` — and are measured the same way:
+//!
+//! - **kubesync**: the real operator binary (`kubesync run`), with an ObjectSync declaring the
+//!   copy;
+//! - **plain reflector**: the ordinary way a Rust controller does it, this same benchmark
+//!   executable re-run with `KUBESYNC_MEMORY_BENCH_ROLE=plain`: `kube::runtime::reflector`
+//!   stores over every Secret (full objects) and every Namespace; once both have listed, it
+//!   writes each copy with server-side apply (16 at a time), then keeps its watches open. Its
+//!   copies are named `<source>-plain` and labelled `memory-bench/plain-copy`, so that they
+//!   never meet kubesync's.
+//!
+//! Scenario 1, unrelated objects: 100 destination namespaces and 0, 400 and 2000 unrelated
+//! Secrets of 256 KiB each, shaped like Helm release Secrets (type `helm.sh/release.v1`,
+//! labels `owner=helm,name=rel-N,status=deployed`), spread over ten `helm-*` namespaces and
+//! the source namespace. For each count, each side runs [`ROUNDS`] times, the sides
+//! alternating: every copy is deleted (while no process runs; the ObjectSync stays, and kubesync
+//! repairs missing copies when it starts), the process is spawned, and the benchmark measures
+//! the time from the spawn until all 100 copies exist with the source's data — observed
+//! through a watch on the copies' label from the benchmark process, opened before the spawn —
+//! then waits [`SETTLE`] and reads the process's `VmRSS` (and its peak, `VmHWM`) from
+//! `/proc/<pid>/status`, and stops it (SIGTERM, then SIGKILL after 10 s). Medians are
+//! reported, with the goals of issue 11 next to kubesync's: with 400 or 2000 unrelated Secrets,
+//! RSS at most 10 MiB above the RSS without them, and time to the first complete fan-out at most
+//! 1.2× the time without them.
+//!
+//! Scenario 2, many synced objects: on a fresh control plane, 10 ObjectSyncs (10 small
+//! source Secrets) × 1000 namespaces = 10 000 copies; the same measurement (time to all
+//! copies, RSS after [`SETTLE`]), once per side. Goal: kubesync's RSS below 96 MiB.
+//!
+//! `KUBESYNC_BENCH_QUICK=1` runs a smaller version: 0 and 400 unrelated Secrets, one round,
+//! 10 ObjectSyncs × 100 namespaces. The processes' logs are kept in a temporary directory
+//! whose path is printed.
+//!
+//! The plain reflector's binary is this benchmark's (it carries the benchmark's code too);
+//! only the pages a process touches count in its RSS, so that costs it little.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector::Store};
+use kubesync_testenv::TestEnv;
+use tokio::sync::watch;
+
+/// Environment variable that makes this executable the plain reflector controller.
+const ROLE: &str = "KUBESYNC_MEMORY_BENCH_ROLE";
+/// For the plain controller: its sources, `namespace/name,…`.
+const SOURCES: &str = "KUBESYNC_MEMORY_BENCH_SOURCES";
+/// The label (`key=value`) of the destination namespaces.
+const DEST_LABEL: (&str, &str) = ("memory-bench", "dest");
+/// The label of the plain controller's copies (kubesync's carry `kubesync.io/managed-by`).
+const PLAIN_COPY_LABEL: &str = "memory-bench/plain-copy";
+/// kubesync's copies' label.
+const MANAGED_BY: &str = "kubesync.io/managed-by";
+/// The plain controller's copies are named after the source, with this suffix.
+const PLAIN_SUFFIX: &str = "-plain";
+const SOURCE_NS: &str = "apps";
+/// Writes in flight, for the plain controller and for the benchmark's own setup.
+const CONCURRENCY: usize = 16;
+/// Size of the data of each unrelated Secret.
+const UNRELATED_BYTES: usize = 256 * 1024;
+/// Namespaces the unrelated Secrets are spread over (besides the source namespace).
+const HELM_NAMESPACES: usize = 10;
+/// Time between convergence and the reading of RSS.
+const SETTLE: Duration = Duration::from_secs(3);
+/// Rounds per unrelated-Secret count and side (full size).
+const ROUNDS: usize = 3;
+/// Destination namespaces of scenario 1.
+const DESTINATIONS: usize = 100;
+const MIB: f64 = 1024.0 * 1024.0;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    if std::env::var(ROLE).as_deref() == Ok("plain") {
+        return plain_controller().await;
+    }
+    let quick = std::env::var("KUBESYNC_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let size = if quick {
+        Size {
+            unrelated: vec![0, 400],
+            rounds: 1,
+            objectsyncs: 10,
+            namespaces: 100,
+        }
+    } else {
+        Size {
+            unrelated: vec![0, 400, 2000],
+            rounds: ROUNDS,
+            objectsyncs: 10,
+            namespaces: 1000,
+        }
+    };
+    let logs = std::env::temp_dir().join(format!("kubesync-memory-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&logs)?;
+    println!(
+        "kubesync memory benchmarks{} (process logs in {})\n",
+        if quick { ", quick mode" } else { "" },
+        logs.display()
+    );
+    let started = Instant::now();
+    unrelated_objects(&size, &logs).await?;
+    synced_objects(&size, &logs).await?;
+    println!(
+        "\nmemory benchmarks done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What a run measures.
+struct Size {
+    /// Unrelated Secret counts of scenario 1.
+    unrelated: Vec<usize>,
+    /// Rounds per count and side in scenario 1.
+    rounds: usize,
+    /// ObjectSyncs (and sources) of scenario 2.
+    objectsyncs: usize,
+    /// Destination namespaces of scenario 2.
+    namespaces: usize,
+}
+
+/// The two processes compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Kubesync,
+    Plain,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Kubesync => "kubesync",
+            Side::Plain => "plain",
+        }
+    }
+
+    /// The label selector of this side's copies.
+    fn copies(self) -> &'static str {
+        match self {
+            Side::Kubesync => MANAGED_BY,
+            Side::Plain => PLAIN_COPY_LABEL,
+        }
+    }
+
+    /// The name of this side's copy of source `name`.
+    fn copy_name(self, name: &str) -> String {
+        match self {
+            Side::Kubesync => name.to_string(),
+            Side::Plain => format!("{name}{PLAIN_SUFFIX}"),
+        }
+    }
+}
+
+/// The cluster a scenario runs on, and what it copies where.
+struct Setup {
+    /// The control plane, stopped when the scenario ends.
+    _env: TestEnv,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    logs: PathBuf,
+    /// Source Secret name → its data (all in [`SOURCE_NS`]).
+    sources: BTreeMap<String, BTreeMap<String, ByteString>>,
+    destinations: Vec<String>,
+}
+
+/// One measured run of a process.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    /// From the spawn until every copy existed with the source's data.
+    converged: Duration,
+    /// `VmRSS` after [`SETTLE`], in bytes.
+    rss: f64,
+    /// `VmHWM` (peak RSS) then, in bytes.
+    peak: f64,
+}
+
+/// Scenario 1: one source, [`DESTINATIONS`] namespaces, growing numbers of unrelated Secrets.
+async fn unrelated_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
+    let destinations: Vec<String> = (0..DESTINATIONS).map(|i| format!("dest-{i}")).collect();
+    let setup = Setup::start("bench-memory", logs, &["registry"], &destinations).await?;
+    let helm: Vec<String> = (0..HELM_NAMESPACES).map(|i| format!("helm-{i}")).collect();
+    create_namespaces(&setup.client, &helm, false).await?;
+    println!(
+        "memory: 1 source Secret → {DESTINATIONS} namespaces; unrelated Secrets of 256 KiB in {} namespaces; median of {} round(s) per side; RSS read {} s after the last copy",
+        HELM_NAMESPACES + 1,
+        size.rounds,
+        SETTLE.as_secs()
+    );
+    let mut created = 0;
+    // The medians without unrelated Secrets, the baseline of the goals.
+    let mut baseline: Option<(Run, Run)> = None;
+    for &unrelated in &size.unrelated {
+        let t = Instant::now();
+        create_unrelated(&setup.client, created, unrelated).await?;
+        if unrelated > created {
+            eprintln!(
+                "  created unrelated Secrets {created}..{unrelated} in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        created = created.max(unrelated);
+        let (mut ours, mut plain) = (Vec::new(), Vec::new());
+        for round in 0..size.rounds {
+            let order = if round % 2 == 0 {
+                [Side::Kubesync, Side::Plain]
+            } else {
+                [Side::Plain, Side::Kubesync]
+            };
+            for side in order {
+                let run = setup.run(side).await?;
+                eprintln!(
+                    "  unrelated={unrelated} round {round} {}: all copies after {:.2} s, RSS {:.1} MiB (peak {:.1})",
+                    side.name(),
+                    run.converged.as_secs_f64(),
+                    run.rss / MIB,
+                    run.peak / MIB
+                );
+                match side {
+                    Side::Kubesync => ours.push(run),
+                    Side::Plain => plain.push(run),
+                }
+            }
+        }
+        let (k, p) = (median(&ours), median(&plain));
+        println!("memory: unrelated={unrelated} × 256 KiB");
+        println!(
+            "  kubesync          {}",
+            side_line(&k, baseline.as_ref().map(|b| &b.0), true, &ours)
+        );
+        println!(
+            "  plain reflector   {}",
+            side_line(&p, baseline.as_ref().map(|b| &b.1), false, &plain)
+        );
+        println!("  kubesync/plain    {}", ratios(&k, &p));
+        if unrelated == 0 {
+            baseline = Some((k, p));
+        }
+    }
+    Ok(())
+}
+
+/// Scenario 2: `objectsyncs` sources × `namespaces` destinations, no unrelated Secrets.
+async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
+    let sources: Vec<String> = (0..size.objectsyncs).map(|i| format!("src-{i}")).collect();
+    let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let destinations: Vec<String> = (0..size.namespaces).map(|i| format!("t-{i}")).collect();
+    let setup = Setup::start("bench-memory-synced", logs, &names, &destinations).await?;
+    let copies = size.objectsyncs * size.namespaces;
+    let (k, p) = (
+        setup.run(Side::Kubesync).await?,
+        setup.run(Side::Plain).await?,
+    );
+    println!(
+        "memory: {copies} synced objects ({} ObjectSyncs × {} namespaces; time: from the spawn to all copies)",
+        size.objectsyncs, size.namespaces
+    );
+    let goal = if copies >= 10_000 {
+        format!(
+            " (goal < 96 MiB: {})",
+            if k.rss < 96.0 * MIB { "met" } else { "MISSED" }
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "  kubesync          RSS {:.1} MiB{goal}, peak {:.1} MiB | all copies after {:.2} s",
+        k.rss / MIB,
+        k.peak / MIB,
+        k.converged.as_secs_f64()
+    );
+    println!(
+        "  plain reflector   RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
+        p.rss / MIB,
+        p.peak / MIB,
+        p.converged.as_secs_f64()
+    );
+    println!("  kubesync/plain    {}", ratios(&k, &p));
+    Ok(())
+}
+
+/// The medians of runs' numbers, each taken separately.
+fn median(runs: &[Run]) -> Run {
+    let mid = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Run {
+        converged: Duration::from_secs_f64(mid(runs
+            .iter()
+            .map(|r| r.converged.as_secs_f64())
+            .collect())),
+        rss: mid(runs.iter().map(|r| r.rss).collect()),
+        peak: mid(runs.iter().map(|r| r.peak).collect()),
+    }
+}
+
+/// One side's line of scenario 1: medians, the change from `base` (the medians without
+/// unrelated Secrets) with the goals when `goals`, and each round's numbers.
+fn side_line(m: &Run, base: Option<&Run>, goals: bool, runs: &[Run]) -> String {
+    let goal = |met: bool, what: &str| {
+        if goals {
+            format!("; goal {what}: {}", if met { "met" } else { "MISSED" })
+        } else {
+            String::new()
+        }
+    };
+    let (more, slower) = match base {
+        Some(base) => {
+            let more = (m.rss - base.rss) / MIB;
+            let ratio = m.converged.as_secs_f64() / base.converged.as_secs_f64();
+            (
+                format!(" ({more:+.1} vs 0{})", goal(more <= 10.0, "≤ +10 MiB")),
+                format!(" ({ratio:.2}× vs 0{})", goal(ratio <= 1.2, "≤ 1.2×")),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
+    let rounds = if runs.len() > 1 {
+        let each: Vec<String> = runs
+            .iter()
+            .map(|r| format!("{:.1} MiB {:.2} s", r.rss / MIB, r.converged.as_secs_f64()))
+            .collect();
+        format!(" [rounds: {}]", each.join(", "))
+    } else {
+        String::new()
+    };
+    format!(
+        "RSS {:.1} MiB{more}, peak {:.1} MiB | first fan-out {:.2} s{slower}{rounds}",
+        m.rss / MIB,
+        m.peak / MIB,
+        m.converged.as_secs_f64()
+    )
+}
+
+/// kubesync's medians over the plain reflector's.
+fn ratios(k: &Run, p: &Run) -> String {
+    format!(
+        "RSS {:.2}×, time {:.2}×",
+        k.rss / p.rss,
+        k.converged.as_secs_f64() / p.converged.as_secs_f64()
+    )
+}
+
+impl Setup {
+    /// A control plane with kubesync's CRDs, the source Secrets `sources` in [`SOURCE_NS`],
+    /// the labelled namespaces `destinations`, and one ObjectSync per source copying it into
+    /// them.
+    async fn start(
+        name: &str,
+        logs: &Path,
+        sources: &[&str],
+        destinations: &[String],
+    ) -> anyhow::Result<Self> {
+        let t = Instant::now();
+        let env = TestEnv::builder().name(name).start().await?;
+        env.install_crds(&kubesync_cli::crd::crds_yaml()?).await?;
+        let client = env.client()?;
+        create_namespaces(&client, &[SOURCE_NS.to_string()], false).await?;
+        create_namespaces(&client, destinations, true).await?;
+        let api: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
+        let mut data = BTreeMap::new();
+        for source in sources {
+            let value = BTreeMap::from([(
+                "token".to_string(),
+                ByteString(format!("{source}-t0k3n").into_bytes()),
+            )]);
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(source.to_string()),
+                    ..Default::default()
+                },
+                type_: Some("Opaque".into()),
+                data: Some(value.clone()),
+                ..Default::default()
+            };
+            api.create(&PostParams::default(), &secret).await?;
+            env.apply_yaml(&format!(
+                "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {source}, namespace: {SOURCE_NS}}}\nspec:\n  source: {{kind: Secret, name: {source}}}\n  destinations:\n  - namespaceSelector: {{matchLabels: {{{}: {}}}}}\n",
+                DEST_LABEL.0, DEST_LABEL.1
+            ))
+            .await?;
+            data.insert(source.to_string(), value);
+        }
+        eprintln!(
+            "  control plane {name}: {} sources, {} destination namespaces, ready in {:.1} s",
+            sources.len(),
+            destinations.len(),
+            t.elapsed().as_secs_f64()
+        );
+        Ok(Self {
+            kubeconfig: env.kubeconfig_path()?,
+            _env: env,
+            client,
+            logs: logs.to_path_buf(),
+            sources: data,
+            destinations: destinations.to_vec(),
+        })
+    }
+
+    /// Deletes every copy, spawns `side`, waits until all copies exist, waits [`SETTLE`],
+    /// reads the process's memory and stops it.
+    async fn run(&self, side: Side) -> anyhow::Result<Run> {
+        self.delete_copies().await?;
+        let want = self.sources.len() * self.destinations.len();
+        let expected: BTreeMap<String, BTreeMap<String, ByteString>> = self
+            .sources
+            .iter()
+            .map(|(name, data)| (side.copy_name(name), data.clone()))
+            .collect();
+        let mut observer = Observer::start(
+            self.client.clone(),
+            side.copies(),
+            expected,
+            self.destinations.iter().cloned().collect(),
+        );
+        observer
+            .wait(Duration::from_secs(120), None, |s| s.listed && s.done == 0)
+            .await?;
+        // Let the apiserver finish the deletes before the clock starts.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let t = Instant::now();
+        let mut process = self.spawn(side)?;
+        observer
+            .wait(Duration::from_secs(1800), Some(&mut process), |s| {
+                s.done >= want
+            })
+            .await
+            .with_context(|| format!("{} (logs in {})", side.name(), self.logs.display()))?;
+        let converged = t.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let (rss, peak) = process.memory()?;
+        process.stop().await;
+        Ok(Run {
+            converged,
+            rss,
+            peak,
+        })
+    }
+
+    fn spawn(&self, side: Side) -> anyhow::Result<Running> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.logs.join(format!("{}.log", side.name())))?;
+        let mut command = match side {
+            Side::Kubesync => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_kubesync"));
+                c.arg("run")
+                    .arg("--kubeconfig")
+                    .arg(&self.kubeconfig)
+                    .args(["--telemetry-address", "none"])
+                    .args(["--trusted-namespace", SOURCE_NS])
+                    .env("RUST_LOG", "warn");
+                c
+            }
+            Side::Plain => {
+                let sources: Vec<String> = self
+                    .sources
+                    .keys()
+                    .map(|name| format!("{SOURCE_NS}/{name}"))
+                    .collect();
+                let mut c = Command::new(std::env::current_exe()?);
+                c.env(ROLE, "plain")
+                    .env(SOURCES, sources.join(","))
+                    .env("KUBECONFIG", &self.kubeconfig);
+                c
+            }
+        };
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        Ok(Running(child))
+    }
+
+    /// Deletes both sides' copies in every destination namespace.
+    async fn delete_copies(&self) -> anyhow::Result<()> {
+        futures::stream::iter(self.destinations.iter())
+            .map(|ns| {
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+                async move {
+                    for side in [Side::Kubesync, Side::Plain] {
+                        api.delete_collection(
+                            &DeleteParams::default(),
+                            &ListParams::default().labels(side.copies()),
+                        )
+                        .await?;
+                    }
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+}
+
+/// Creates namespaces, labelled as destinations when `destination`.
+async fn create_namespaces(
+    client: &kube::Client,
+    names: &[String],
+    destination: bool,
+) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = api.clone();
+            let mut labels = BTreeMap::new();
+            if destination {
+                labels.insert(DEST_LABEL.0.to_string(), DEST_LABEL.1.to_string());
+            }
+            let ns = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(labels),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            async move { api.create(&PostParams::default(), &ns).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Creates the unrelated Secrets `from..to`: Helm release Secrets of [`UNRELATED_BYTES`]
+/// of incompressible data each, spread over the `helm-*` namespaces and the source namespace.
+async fn create_unrelated(client: &kube::Client, from: usize, to: usize) -> anyhow::Result<()> {
+    futures::stream::iter(from..to)
+        .map(|i| {
+            let ns = match i % (HELM_NAMESPACES + 1) {
+                HELM_NAMESPACES => SOURCE_NS.to_string(),
+                k => format!("helm-{k}"),
+            };
+            let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+            let release = format!("rel-{i}");
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("sh.helm.release.v1.{release}.v1")),
+                    labels: Some(BTreeMap::from([
+                        ("owner".to_string(), "helm".to_string()),
+                        ("name".to_string(), release),
+                        ("status".to_string(), "deployed".to_string()),
+                        ("version".to_string(), "1".to_string()),
+                    ])),
+                    ..Default::default()
+                },
+                type_: Some("helm.sh/release.v1".into()),
+                data: Some(BTreeMap::from([(
+                    "release".to_string(),
+                    ByteString(noise(i as u64, UNRELATED_BYTES)),
+                )])),
+                ..Default::default()
+            };
+            async move { api.create(&PostParams::default(), &secret).await }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// `len` pseudo-random bytes (xorshift64*, seeded by `seed`): data that neither compresses
+/// nor repeats between Secrets.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A process under measurement; killed when dropped, however the benchmark ends.
+struct Running(Child);
+
+impl Running {
+    /// `VmRSS` and `VmHWM` of the process, in bytes.
+    fn memory(&self) -> anyhow::Result<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))?;
+        let field = |name: &str| -> anyhow::Result<f64> {
+            let line = status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/<pid>/status"))?;
+            let kib: f64 = line.trim().trim_end_matches("kB").trim().parse()?;
+            Ok(kib * 1024.0)
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// Whether the process is still running.
+    fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited after 10 s.
+    async fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Drop kills it if it still runs.
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.alive() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// What the observer's watch has seen.
+#[derive(Clone, Copy, Debug, Default)]
+struct Seen {
+    /// Its first list is complete.
+    listed: bool,
+    /// Copies that exist, in a destination namespace, with the source's data.
+    done: usize,
+}
+
+/// A watch on one side's copies, from the benchmark process: counts the copies that are done.
+struct Observer {
+    seen: watch::Receiver<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    /// Watches the Secrets labelled `label`; a copy is done when its name is a key of
+    /// `expected`, its data that key's value, and its namespace one of `namespaces`.
+    fn start(
+        client: kube::Client,
+        label: &str,
+        expected: BTreeMap<String, BTreeMap<String, ByteString>>,
+        namespaces: HashSet<String>,
+    ) -> Self {
+        let (tx, seen) = watch::channel(Seen::default());
+        // Lists served from the apiserver's watch cache: a list from etcd would read every
+        // unrelated Secret.
+        let config = watcher::Config::default().labels(label).any_semantic();
+        let api: Api<Secret> = Api::all(client);
+        let task = tokio::spawn(async move {
+            let mut done: HashSet<(String, String)> = HashSet::new();
+            let mut listed = false;
+            let stream = watcher::watcher(api, config).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
+                match event {
+                    Event::Init => {
+                        done.clear();
+                        listed = false;
+                    }
+                    Event::InitDone => listed = true,
+                    Event::Apply(s) | Event::InitApply(s) => {
+                        let key = (s.namespace().unwrap_or_default(), s.name_any());
+                        let ok = namespaces.contains(&key.0)
+                            && expected
+                                .get(&key.1)
+                                .is_some_and(|d| s.data.as_ref() == Some(d));
+                        if ok {
+                            done.insert(key);
+                        } else {
+                            done.remove(&key);
+                        }
+                    }
+                    Event::Delete(s) => {
+                        done.remove(&(s.namespace().unwrap_or_default(), s.name_any()));
+                    }
+                }
+                tx.send_replace(Seen {
+                    listed,
+                    done: done.len(),
+                });
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Waits until `until` holds, at most `timeout`; fails early if `process` exits.
+    async fn wait(
+        &mut self,
+        timeout: Duration,
+        mut process: Option<&mut Running>,
+        until: impl Fn(&Seen) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let step = tokio::time::timeout(Duration::from_millis(250), self.seen.wait_for(&until));
+            if step.await.is_ok() {
+                return Ok(());
+            }
+            if let Some(p) = process.as_deref_mut()
+                && !p.alive()
+            {
+                anyhow::bail!("the process exited before its copies were done");
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("timed out waiting for copies: {:?}", *self.seen.borrow());
+            }
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The plain reflector controller (`KUBESYNC_MEMORY_BENCH_ROLE=plain`): what a Rust
+/// controller built the ordinary way with kube-runtime does for the same job.
+async fn plain_controller() -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let sources: Vec<(String, String)> = std::env::var(SOURCES)?
+        .split(',')
+        .filter_map(|s| s.split_once('/'))
+        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        .collect();
+    let secrets = reflect(Api::<Secret>::all(client.clone()));
+    let namespaces = reflect(Api::<Namespace>::all(client.clone()));
+    secrets.wait_until_ready().await?;
+    namespaces.wait_until_ready().await?;
+    let destinations: Vec<String> = namespaces
+        .state()
+        .iter()
+        .filter(|ns| ns.labels().get(DEST_LABEL.0).map(String::as_str) == Some(DEST_LABEL.1))
+        .map(|ns| ns.name_any())
+        .collect();
+    let mut copies = Vec::new();
+    for (ns, name) in &sources {
+        let source = secrets
+            .get(&ObjectRef::new(name).within(ns))
+            .ok_or_else(|| anyhow::anyhow!("no source Secret {ns}/{name}"))?;
+        let copy_name = format!("{name}{PLAIN_SUFFIX}");
+        for dest in &destinations {
+            // An ordinary controller leaves copies that are already right alone.
+            let current = secrets.get(&ObjectRef::new(&copy_name).within(dest));
+            if current.is_some_and(|c| c.data == source.data) {
+                continue;
+            }
+            let copy = Secret {
+                metadata: ObjectMeta {
+                    name: Some(copy_name.clone()),
+                    namespace: Some(dest.clone()),
+                    labels: Some(BTreeMap::from([(
+                        PLAIN_COPY_LABEL.to_string(),
+                        "true".to_string(),
+                    )])),
+                    ..Default::default()
+                },
+                type_: source.type_.clone(),
+                data: source.data.clone(),
+                ..Default::default()
+            };
+            copies.push(copy);
+        }
+    }
+    let params = PatchParams::apply("memory-bench-plain").force();
+    futures::stream::iter(copies)
+        .map(|copy| {
+            let api: Api<Secret> = Api::namespaced(
+                client.clone(),
+                copy.metadata.namespace.as_deref().unwrap_or_default(),
+            );
+            let params = params.clone();
+            async move {
+                api.patch(&copy.name_any(), &params, &Patch::Apply(&copy))
+                    .await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    // Keep the watches (and the stores) until stopped.
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A reflector store over every object of `api`, kept up to date by a background task.
+fn reflect<K>(api: Api<K>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher::watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    tokio::spawn(stream.for_each(|_| std::future::ready(())));
+    reader
+}
