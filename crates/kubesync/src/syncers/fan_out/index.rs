@@ -463,7 +463,11 @@ mod tests {
         assert!(idx.retain_source(&d, &new).is_empty(), "e still uses it");
         let none = object(serde_json::json!({}));
         let found = idx.declarations_for(EventOf::Source, "local", "local", &old, &none);
-        assert_eq!(found, std::slice::from_ref(&e), "the old source no longer wakes d");
+        assert_eq!(
+            found,
+            std::slice::from_ref(&e),
+            "the old source no longer wakes d"
+        );
         // When e moves on too, the old source's watch stops; the copies watch stays.
         idx.register(&e, "uid-e", new.clone(), ["local".into()]);
         assert_eq!(idx.retain_source(&e, &new), [w_old]);
