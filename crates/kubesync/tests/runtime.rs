@@ -778,3 +778,54 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
     assert_eq!(names, ["big", "full"], "each once");
     running.stop().await;
 }
+
+/// `when_listed` queues a key once a watch started at run time has listed, also when none of
+/// its objects maps to that key; after the list it queues the key at once.
+#[tokio::test]
+async fn when_listed_wakes_a_key_after_the_first_list() {
+    init_tracing();
+    let env = shared("east");
+    let ns = unique_ns("listed");
+    env.create_namespace(&ns).await.expect("ns");
+    apply_cm(env, &configmap(&ns, "anchor", &[], &[])).await;
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(env))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(
+        controller,
+        reconciler_fn(move |key, _ctx| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(key);
+                Ok::<_, kubesync::Error>(Action::done())
+            }
+        }),
+    );
+    let anchor = next(
+        &mut rx,
+        "the anchor's first reconcile",
+        Duration::from_secs(20),
+    )
+    .await;
+    // A watch whose events map to nothing: only `when_listed` can wake the anchor.
+    let id = ctx
+        .start_watch(
+            "east",
+            Watch::of::<Secret>().namespace(&ns).metadata_only(),
+            Some(Arc::new(|_: &ObjectKey, _: &kube::api::DynamicObject| {
+                Vec::new()
+            })),
+        )
+        .expect("start");
+    ctx.when_listed(id, anchor.clone());
+    let woken = next(&mut rx, "woken by the list", Duration::from_secs(20)).await;
+    assert_eq!(woken, anchor);
+    assert!(ctx.watch_listed(id), "woken only once the watch listed");
+    ctx.when_listed(id, anchor.clone());
+    let again = next(&mut rx, "woken at once", Duration::from_secs(20)).await;
+    assert_eq!(again, anchor);
+    running.stop().await;
+}

@@ -20,7 +20,9 @@
 
 mod context;
 mod controller;
+mod metadata;
 mod metrics;
+mod objects;
 mod queue;
 mod reconciler;
 mod reflect;
@@ -36,5 +38,5 @@ pub use metrics::{HEARTBEAT, Metrics};
 pub use queue::Backoff;
 pub use reconciler::{Action, ErrorCategory, FnReconciler, Reconciler, reconciler_fn};
 pub use shutdown::shutdown_signal;
-pub use watch::{Mapper, Watch};
+pub use watch::{Mapper, Transform, Watch};
 pub use watches::{ClusterStatus, WatchId};

@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
+use kube::core::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::context::Context;
+use super::metadata::MetadataOnly;
+use super::objects::ObjectsWriter;
 use super::shared::{Msg, ObjectId, WatchSpec, id_of, write};
 use crate::key::ObjectKey;
 
@@ -38,22 +40,30 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         }
     };
     let set_state = |error: Option<String>, listed: bool| {
-        let mut states = write(&ctx.shared.watches);
-        if let Some(s) = states.get_mut(&id) {
+        let waiters = {
+            let mut states = write(&ctx.shared.watches);
+            let Some(s) = states.get_mut(&id) else {
+                return;
+            };
             s.error = error;
             s.listed |= listed;
+            if listed {
+                std::mem::take(&mut s.waiters)
+            } else {
+                Vec::new()
+            }
+        };
+        if !waiters.is_empty() {
+            let _ = ctx.shared.trigger.send(Msg::Trigger(waiters, None));
         }
     };
 
     let stream = if watch.metadata_only {
-        let api = crate::cluster::api_of::<PartialObjectMeta<DynamicObject>>(
-            client,
-            namespace,
-            &watch.resource,
-        );
+        let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
+        let resource = watch.resource.clone();
         watcher::watcher(api, watch.config.clone())
             .default_backoff()
-            .map(|event| event.map(metadata_event))
+            .map(move |event| event.map(|e| metadata_event(e, &resource)))
             .boxed()
     } else {
         let api = crate::cluster::api(client, namespace, &watch.resource);
@@ -69,47 +79,47 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         api_version: watch.resource.api_version.clone(),
         kind: watch.resource.kind.clone(),
     };
+    let transform = watch.transform.clone();
     let typed = |event: Event<DynamicObject>| {
         event.modify(|obj| {
             if obj.types.is_none() {
                 obj.types = Some(types.clone());
             }
+            if let Some(t) = &transform {
+                (t.0)(obj);
+            }
         })
     };
     while let Some(event) = stream.next().await {
         match event.map(typed) {
-            Ok(event) => {
-                match &event {
-                    // The store buffers a (re)list until it is complete; nothing to do here.
-                    Event::Init | Event::InitApply(_) => {}
-                    Event::InitDone => {
-                        // Level-based: after a (re)list, queue what is new or changed, and what
-                        // vanished while we were not watching (no Delete event arrives for it).
-                        // Both sides are the store's shared objects: nothing is copied.
-                        let before = writer.as_reader().state();
-                        writer.apply_watcher_event(&event);
-                        let after = writer.as_reader().state();
-                        let (changed, vanished) = relist_changes(&before, &after);
-                        let present = after.len();
-                        set_state(None, true);
-                        let mut all: Vec<&DynamicObject> =
-                            changed.into_iter().map(|o| o.as_ref()).collect();
-                        all.extend(vanished.iter().map(|o| o.as_ref()));
-                        emit(&all);
-                        if !listed_once {
-                            listed_once = true;
-                            tracing::debug!(objects = present, "listed");
-                        }
-                        let _ = ctx.shared.trigger.send(Msg::Listed(id));
-                        continue;
-                    }
-                    Event::Apply(_) | Event::Delete(_) => {
-                        set_state(None, false);
-                        store_then_emit(&mut writer, &event, |obj| emit(&[obj]));
-                        continue;
-                    }
+            Ok(Event::InitDone) => {
+                // Level-based: after a (re)list, queue what is new or changed, and what
+                // vanished while we were not watching (no Delete event arrives for it). Both
+                // sides are the store's shared objects: nothing is copied.
+                let objects = writer.objects();
+                let before = objects.state();
+                writer.apply(Event::InitDone);
+                let after = objects.state();
+                let (changed, vanished) = relist_changes(&before, &after);
+                let present = after.len();
+                set_state(None, true);
+                let mut all: Vec<&DynamicObject> =
+                    changed.into_iter().map(|o| o.as_ref()).collect();
+                all.extend(vanished.iter().map(|o| o.as_ref()));
+                emit(&all);
+                if !listed_once {
+                    listed_once = true;
+                    tracing::debug!(objects = present, "listed");
                 }
-                writer.apply_watcher_event(&event);
+                let _ = ctx.shared.trigger.send(Msg::Listed(id));
+            }
+            Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
+                set_state(None, false);
+                store_then_emit(&mut writer, event, |obj| emit(&[obj]));
+            }
+            // The store buffers a (re)list until it is complete.
+            Ok(event @ (Event::Init | Event::InitApply(_))) => {
+                writer.apply(event);
             }
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
                 // The resourceVersion expired (common right after a CRD is installed, or
@@ -124,18 +134,9 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     }
 }
 
-/// An event of a metadata-only watch as the store keeps it: a [`DynamicObject`] with the
-/// object's metadata (without `managedFields`, which no decision on metadata needs and which
-/// can be larger than the rest) and `null` data.
-fn metadata_event(event: Event<PartialObjectMeta<DynamicObject>>) -> Event<DynamicObject> {
-    let object = |meta: PartialObjectMeta<DynamicObject>| DynamicObject {
-        types: meta.types,
-        metadata: kube::api::ObjectMeta {
-            managed_fields: None,
-            ..meta.metadata
-        },
-        data: serde_json::Value::Null,
-    };
+/// An event of a metadata-only watch as the store keeps it (see [`MetadataOnly`]).
+fn metadata_event(event: Event<MetadataOnly>, resource: &ApiResource) -> Event<DynamicObject> {
+    let object = |meta: MetadataOnly| meta.into_object(resource);
     match event {
         Event::Apply(o) => Event::Apply(object(o)),
         Event::Delete(o) => Event::Delete(object(o)),
@@ -150,13 +151,12 @@ fn metadata_event(event: Event<PartialObjectMeta<DynamicObject>>) -> Event<Dynam
 /// left it, never the state before. The other order loses changes: a reconcile that reads
 /// the old object is the last one this change triggers.
 fn store_then_emit(
-    writer: &mut kube::runtime::reflector::store::Writer<DynamicObject>,
-    event: &Event<DynamicObject>,
+    writer: &mut ObjectsWriter,
+    event: Event<DynamicObject>,
     emit: impl FnOnce(&DynamicObject),
 ) {
-    writer.apply_watcher_event(event);
-    if let Event::Apply(obj) | Event::Delete(obj) = event {
-        emit(obj);
+    if let Some(obj) = writer.apply(event) {
+        emit(&obj);
     }
 }
 
@@ -223,27 +223,21 @@ mod tests {
 
     #[test]
     fn keys_are_emitted_after_the_store_has_the_change() {
-        use kube::runtime::reflector::{ObjectRef, store::Writer};
-        let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let mut writer = Writer::<DynamicObject>::new(ar.clone());
-        let reader = writer.as_reader();
+        let mut writer = ObjectsWriter::default();
+        let objects = writer.objects();
         let stored_rv = || {
-            reader
-                .get(&ObjectRef::new_with("a", ar.clone()).within("ns"))
+            objects
+                .get(Some("ns"), "a")
                 .and_then(|o| o.metadata.resource_version.clone())
         };
-        writer.apply_watcher_event(&Event::Apply((*obj("a", "1")).clone()));
+        writer.apply(Event::Apply((*obj("a", "1")).clone()));
         let mut seen = Vec::new();
-        store_then_emit(&mut writer, &Event::Apply((*obj("a", "2")).clone()), |_| {
+        store_then_emit(&mut writer, Event::Apply((*obj("a", "2")).clone()), |_| {
             seen.push(stored_rv());
         });
-        store_then_emit(
-            &mut writer,
-            &Event::Delete((*obj("a", "3")).clone()),
-            |_| {
-                seen.push(stored_rv());
-            },
-        );
+        store_then_emit(&mut writer, Event::Delete((*obj("a", "3")).clone()), |_| {
+            seen.push(stored_rv());
+        });
         assert_eq!(seen, [Some("2".to_string()), None]);
     }
 

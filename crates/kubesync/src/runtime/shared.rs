@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
+use super::objects::{Objects, ObjectsWriter};
 use super::watch::{Mapper, Watch};
 use crate::cluster::Cluster;
 use crate::key::ObjectKey;
@@ -30,7 +30,7 @@ pub(super) struct StoreEntry {
     pub(super) id: usize,
     pub(super) cluster: String,
     pub(super) resource: ApiResource,
-    pub(super) reader: Store<DynamicObject>,
+    pub(super) reader: Objects,
     pub(super) primary: bool,
     /// The store holds only metadata ([`Watch::metadata_only`]).
     pub(super) metadata_only: bool,
@@ -42,6 +42,10 @@ pub(super) struct WatchState {
     pub(super) cluster: String,
     pub(super) listed: bool,
     pub(super) error: Option<String>,
+    /// Keys to queue when the first list completes ([`Context::when_listed`]).
+    ///
+    /// [`Context::when_listed`]: super::Context::when_listed
+    pub(super) waiters: Vec<ObjectKey>,
 }
 
 /// A registered watch, ready to be run by the controller's loop.
@@ -50,7 +54,7 @@ pub(super) struct WatchSpec {
     pub(super) cluster: Cluster,
     pub(super) watch: Watch,
     pub(super) mapper: Option<Mapper>,
-    pub(super) writer: kube::runtime::reflector::store::Writer<DynamicObject>,
+    pub(super) writer: ObjectsWriter,
 }
 
 /// What the context and the watch tasks ask of the controller's loop.

@@ -37,17 +37,7 @@ impl Context {
                     && s.cluster == key.cluster
                     && key.is_of(&s.resource)
             })
-            .find_map(|s| {
-                let r = kube::runtime::reflector::ObjectRef::<DynamicObject>::new_with(
-                    &key.name,
-                    s.resource.clone(),
-                );
-                let r = match &key.namespace {
-                    Some(ns) => r.within(ns),
-                    None => r,
-                };
-                s.reader.get(&r)
-            })
+            .find_map(|s| s.reader.get(key.namespace.as_deref(), &key.name))
     }
 
     /// Like [`Context::get`], converted to a typed resource.

@@ -9,6 +9,11 @@ use kube::runtime::watcher;
 
 use crate::key::ObjectKey;
 
+/// Changes each object a watch receives before it is stored and its event mapped (e.g.
+/// [`object::compact_managed_fields`](crate::object::compact_managed_fields)), as client-go's
+/// informer transforms do: a store holds what the reconciler needs, not more.
+pub type Transform = Arc<dyn Fn(&mut DynamicObject) + Send + Sync>;
+
 /// Maps an event on a secondary watch to keys of the primary objects it affects. Receives the
 /// key and the object of the event (for a deletion, the last known state).
 pub type Mapper = Arc<dyn Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync>;
@@ -36,6 +41,17 @@ pub struct Watch {
     pub(super) namespace: Option<String>,
     pub(super) config: watcher::Config,
     pub(super) metadata_only: bool,
+    pub(super) transform: Option<TransformFn>,
+}
+
+/// A [`Transform`] in a [`Watch`] (which is `Debug`).
+#[derive(Clone)]
+pub(super) struct TransformFn(pub(super) Transform);
+
+impl std::fmt::Debug for TransformFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Transform")
+    }
 }
 
 impl Watch {
@@ -59,7 +75,18 @@ impl Watch {
             namespace: None,
             config,
             metadata_only: false,
+            transform: None,
         }
+    }
+
+    /// Applies `transform` to each object before it is stored (and before its event is
+    /// mapped). For watches that hold full objects.
+    pub fn transform(
+        mut self,
+        transform: impl Fn(&mut DynamicObject) + Send + Sync + 'static,
+    ) -> Self {
+        self.transform = Some(TransformFn(Arc::new(transform)));
+        self
     }
 
     /// Holds only the objects' metadata (`PartialObjectMetadata`; `data` is `null`), without

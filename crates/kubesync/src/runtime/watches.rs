@@ -3,9 +3,11 @@
 use std::sync::atomic::Ordering;
 
 use super::context::Context;
+use super::objects::ObjectsWriter;
 use super::shared::{Msg, StoreEntry, WatchSpec, WatchState, read, write};
 use super::watch::{Mapper, Watch};
 use crate::error::{Error, Result};
+use crate::key::ObjectKey;
 
 /// Health of one cluster as seen by its watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,12 +62,12 @@ impl Context {
         let cluster = self.require_cluster(cluster)?;
         let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
             .unwrap_or(usize::MAX);
-        let writer = kube::runtime::reflector::store::Writer::new(watch.resource.clone());
+        let writer = ObjectsWriter::default();
         write(&self.shared.stores).push(StoreEntry {
             id,
             cluster: cluster.name().to_string(),
             resource: watch.resource.clone(),
-            reader: writer.as_reader(),
+            reader: writer.objects(),
             primary: mapper.is_none(),
             metadata_only: watch.metadata_only,
         });
@@ -75,6 +77,7 @@ impl Context {
                 cluster: cluster.name().to_string(),
                 listed: false,
                 error: None,
+                waiters: Vec::new(),
             },
         );
         Ok(WatchSpec {
@@ -118,6 +121,21 @@ impl Context {
         read(&self.shared.watches)
             .get(&id.0)
             .is_some_and(|w| w.listed)
+    }
+
+    /// Queues `key` once the watch has completed its first list: at once if it has, else when
+    /// it does. For a reconcile that found a watch not listed yet and must look again when it
+    /// is, also when none of the listed objects maps to that key (no event would wake it).
+    pub fn when_listed(&self, id: WatchId, key: ObjectKey) {
+        let mut states = write(&self.shared.watches);
+        match states.get_mut(&id.0) {
+            Some(w) if !w.listed => w.waiters.push(key),
+            // Listed, or stopped (nothing to wait for): look again now.
+            _ => {
+                drop(states);
+                self.enqueue(key);
+            }
+        }
     }
 
     /// The error of a watch's last request, if it failed (e.g. forbidden, connection refused).
