@@ -167,7 +167,7 @@ impl FanOut {
     ///
     /// | watch | holds | events wake |
     /// |---|---|---|
-    /// | copies of the source type (`managed-by` label, server-side) | full objects | the copy's owner |
+    /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
     /// | other objects of the source type (no `managed-by` label) | metadata only | nothing |
     /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
@@ -193,7 +193,11 @@ impl FanOut {
                 WatchKey::scoped(cluster, ar, Scope::Copies),
                 EventOf::Copy,
                 key,
-                || Watch::dynamic(ar.clone()).labels(rules::MANAGED_BY),
+                || {
+                    Watch::dynamic(ar.clone())
+                        .labels(rules::MANAGED_BY)
+                        .transform(crate::object::compact_managed_fields)
+                },
             )?,
             self.ensure_watch(
                 ctx,
@@ -322,7 +326,14 @@ impl FanOut {
                 continue;
             }
             let ids = self.ensure_watches(ctx, c, decl, &source_key)?;
-            ready &= ids.iter().all(|id| ctx.watch_listed(*id));
+            for id in &ids {
+                if !ctx.watch_listed(*id) {
+                    // Look again when it has listed: a watch whose objects map to no
+                    // declaration (the metadata of others) sends no event that would.
+                    ready = false;
+                    ctx.when_listed(*id, decl.key.clone());
+                }
+            }
             // Health is judged from this declaration's own watches, not the whole cluster's.
             if let Some(e) = ids.iter().find_map(|id| ctx.watch_error(*id)) {
                 watch_errors.push((c.clone(), e));

@@ -3,6 +3,8 @@
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::object::{expand_managed_fields, fields_v1};
+
 /// The JSON patch that hands to `manager`'s `Apply` entry the fields it owns through an
 /// `Update` entry, when that entry owns a field `desired` no longer sets; `None` otherwise.
 ///
@@ -33,11 +35,11 @@ pub fn ownership_upgrade(
         return None;
     }
     let desired_value = serde_json::to_value(desired).ok()?;
-    let leaves_something_out = entries.iter().filter(is_update).any(|e| {
-        e.fields_v1
-            .as_ref()
-            .is_some_and(|f| owns_absent(&f.0, Some(&desired_value)))
-    });
+    // The store may hold the entries compacted (`object::compact_managed_fields`).
+    let leaves_something_out = entries
+        .iter()
+        .filter(is_update)
+        .any(|e| fields_v1(e).is_some_and(|f| owns_absent(&f, Some(&desired_value))));
     if !leaves_something_out {
         return None;
     }
@@ -46,20 +48,20 @@ pub fn ownership_upgrade(
     let mut apply_entry = None;
     for e in entries {
         if is_update(&e) {
-            if let Some(f) = &e.fields_v1 {
-                merge_fields(&mut owned, &f.0);
+            if let Some(f) = fields_v1(e) {
+                merge_fields(&mut owned, &f);
             }
         } else if e.manager.as_deref() == Some(manager)
             && e.operation.as_deref() == Some("Apply")
             && apply_entry.is_none()
         {
-            apply_entry = Some(e.clone());
+            apply_entry = Some(expand_managed_fields(e));
         } else {
-            rest.push(e.clone());
+            rest.push(expand_managed_fields(e));
         }
     }
     let template = entries.iter().find(is_update)?;
-    let mut entry = apply_entry.unwrap_or_else(|| template.clone());
+    let mut entry = apply_entry.unwrap_or_else(|| expand_managed_fields(template));
     if let Some(f) = &entry.fields_v1 {
         merge_fields(&mut owned, &f.0);
     }
@@ -170,6 +172,49 @@ mod tests {
             ownership_upgrade(&edited, &desired_without_old(), "kubesync"),
             None
         );
+    }
+
+    #[test]
+    fn compacted_entries_give_the_same_answers_and_the_same_patch() {
+        let copy = copy_with_fields(json!([
+            entry(
+                "kubesync",
+                "Update",
+                json!({"f:data": {"f:ca.crt": {}, "f:old": {}}, "f:type": {}})
+            ),
+            entry("kubectl-edit", "Update", json!({"f:data": {"f:extra": {}}})),
+            entry("kubesync", "Apply", json!({"f:metadata": {"f:labels": {}}})),
+        ]));
+        let mut compact = copy.clone();
+        crate::object::compact_managed_fields(&mut compact);
+        let stored = compact.metadata.managed_fields.as_ref().expect("entries");
+        assert!(
+            stored
+                .iter()
+                .all(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.is_string())),
+            "each tree is kept as its text"
+        );
+        let desired = desired_without_old();
+        let patch = ownership_upgrade(&copy, &desired, "kubesync").expect("upgrade");
+        assert_eq!(
+            ownership_upgrade(&compact, &desired, "kubesync"),
+            Some(patch),
+            "the patch writes trees back, not text"
+        );
+        let mut same_keys = desired_without_old();
+        same_keys.data["data"]["old"] = json!("bmV3");
+        let only_post = copy_with_fields(json!([entry(
+            "kubesync",
+            "Update",
+            json!({"f:data": {"f:ca.crt": {}, "f:old": {}}})
+        )]));
+        let mut compact_post = only_post.clone();
+        crate::object::compact_managed_fields(&mut compact_post);
+        assert_eq!(
+            ownership_upgrade(&compact_post, &same_keys, "kubesync"),
+            None
+        );
+        assert!(ownership_upgrade(&compact_post, &desired, "kubesync").is_some());
     }
 
     #[test]
