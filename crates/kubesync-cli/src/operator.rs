@@ -198,10 +198,13 @@ impl Operator {
             .resync(Some(Duration::from_secs(60)));
         let ctx = controller.context();
         let _ = self.ctx.set(ctx.clone());
+        // Nothing here reads field ownership: the stores keep no managedFields (an ObjectSync's
+        // status with a thousand destinations has a thousand entries there).
+        let own = |w: Watch| w.transform(|o| o.metadata.managed_fields = None);
         let controller = controller
-            .watch(LOCAL, Watch::of::<ResourceSync>())?
-            .watch(LOCAL, Watch::of::<RemoteCluster>())?
-            .watch(LOCAL, Watch::of::<ObjectSync>())?
+            .watch(LOCAL, own(Watch::of::<ResourceSync>()))?
+            .watch(LOCAL, own(Watch::of::<RemoteCluster>()))?
+            .watch(LOCAL, own(Watch::of::<ObjectSync>()))?
             // A RemoteCluster change re-runs every ResourceSync that uses it (the key is all
             // the mapping needs: metadata only; the primary watch above holds them in full).
             .watch_mapped(
