@@ -104,6 +104,18 @@ async fn main() -> anyhow::Result<()> {
             namespaces: 1000,
         }
     };
+    // For investigations: other unrelated counts (`KUBESYNC_BENCH_UNRELATED=0,2000`), no
+    // scenario 2 (`KUBESYNC_BENCH_SYNCED=0`), kubesync's log level (`KUBESYNC_BENCH_LOG`).
+    let mut size = size;
+    if let Ok(counts) = std::env::var("KUBESYNC_BENCH_UNRELATED") {
+        size.unrelated = counts
+            .split(',')
+            .filter(|c| !c.trim().is_empty())
+            .map(|c| c.trim().parse())
+            .collect::<Result<_, _>>()
+            .context("KUBESYNC_BENCH_UNRELATED: comma-separated counts")?;
+    }
+    let synced = std::env::var("KUBESYNC_BENCH_SYNCED").as_deref() != Ok("0");
     let logs = std::env::temp_dir().join(format!("kubesync-memory-bench-{}", std::process::id()));
     std::fs::create_dir_all(&logs)?;
     println!(
@@ -113,7 +125,9 @@ async fn main() -> anyhow::Result<()> {
     );
     let started = Instant::now();
     unrelated_objects(&size, &logs).await?;
-    synced_objects(&size, &logs).await?;
+    if synced {
+        synced_objects(&size, &logs).await?;
+    }
     println!(
         "\nmemory benchmarks done in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -458,13 +472,26 @@ impl Setup {
             .open(self.logs.join(format!("{}.log", side.name())))?;
         let mut command = match side {
             Side::Kubesync => {
-                let mut c = Command::new(env!("CARGO_BIN_EXE_kubesync"));
+                // For investigations: run kubesync under a profiler, e.g.
+                // `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's).
+                let mut c = match std::env::var("KUBESYNC_BENCH_WRAPPER") {
+                    Ok(wrapper) if !wrapper.trim().is_empty() => {
+                        let mut words = wrapper.split_whitespace();
+                        let mut c = Command::new(words.next().unwrap_or_default());
+                        c.args(words).arg(env!("CARGO_BIN_EXE_kubesync"));
+                        c
+                    }
+                    _ => Command::new(env!("CARGO_BIN_EXE_kubesync")),
+                };
                 c.arg("run")
                     .arg("--kubeconfig")
                     .arg(&self.kubeconfig)
                     .args(["--telemetry-address", "none"])
                     .args(["--trusted-namespace", SOURCE_NS])
-                    .env("RUST_LOG", "warn");
+                    .env(
+                        "RUST_LOG",
+                        std::env::var("KUBESYNC_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+                    );
                 c
             }
             Side::Plain => {
