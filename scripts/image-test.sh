@@ -49,9 +49,12 @@ user="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"
 entrypoint="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"].get("Entrypoint"))' "$config")"
 check "runs as a non-root user (User: $user)" test "$user" = "65532:65532"
 check "the binary is the entrypoint ($entrypoint)" test "$entrypoint" = "['/kubesync']"
+tunables="$(python3 -c 'import json,sys; print(" ".join(e for e in json.load(open(sys.argv[1]))["config"].get("Env", []) if e.startswith("GLIBC_TUNABLES=")))' "$config")"
+check "glibc returns freed memory to the system ($tunables)" \
+  grep -q '^GLIBC_TUNABLES=.*glibc.malloc.trim_threshold=131072' <<<"$tunables"
 
 as_user=(chroot --userspec=65532:65532 "$work/rootfs" /kubesync)
-version_out="$("${as_user[@]}" --version 2>&1 || true)"
+version_out="$(env "$tunables" "${as_user[@]}" --version 2>&1 || true)"
 check "kubesync --version in the empty root ($version_out)" grep -q '^kubesync [0-9]' <<<"$version_out"
 "${as_user[@]}" crds >"$work/crds.yaml" 2>"$work/crds.err" || true
 check "kubesync crds in the empty root equals config/crd/bases/kubesync.io.yaml" \

@@ -46,6 +46,7 @@ buildah --storage-driver vfs config \
   --cmd 'run' \
   --port 8080 \
   --env KUBESYNC_LOG_FORMAT=json \
+  --env GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072:glibc.malloc.mmap_threshold=131072 \
   --label org.opencontainers.image.title=kubesync \
   --label org.opencontainers.image.version="$version" \
   --label org.opencontainers.image.source=https://github.com/kubesync/kubesync \

@@ -29,7 +29,12 @@
 //!
 //! Scenario 2, many synced objects: on a fresh control plane, 10 ObjectSyncs (10 small
 //! source Secrets) × 1000 namespaces = 10 000 copies; the same measurement (time to all
-//! copies, RSS after [`SETTLE`]), once per side. Goal: kubesync's RSS below 96 MiB.
+//! copies, RSS after [`SETTLE`]), once per side, and once more for kubesync with glibc's
+//! default malloc settings. Goal: kubesync's RSS below 96 MiB.
+//!
+//! kubesync runs as the container image runs it: with the `GLIBC_TUNABLES` that
+//! `scripts/image.sh` sets (read from that script), which make glibc return freed memory to
+//! the system instead of keeping it (mmap and trim thresholds of 128 KiB).
 //!
 //! `KUBESYNC_BENCH_QUICK=1` runs a smaller version: 0 and 400 unrelated Secrets, one round,
 //! 10 ObjectSyncs × 100 namespaces. The processes' logs are kept in a temporary directory
@@ -147,17 +152,30 @@ struct Size {
     namespaces: usize,
 }
 
-/// The two processes compared.
+/// The processes compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Side {
+    /// The kubesync binary as the container image runs it (with its malloc settings).
     Kubesync,
+    /// The kubesync binary with glibc's default malloc settings (scenario 2 only).
+    KubesyncMallocDefaults,
     Plain,
+}
+
+/// The `GLIBC_TUNABLES` the container image sets for kubesync (read from `scripts/image.sh`,
+/// so that the benchmark runs the process users run).
+fn image_malloc_tunables() -> Option<&'static str> {
+    include_str!("../../../scripts/image.sh")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--env GLIBC_TUNABLES="))
+        .map(|v| v.trim_end_matches('\\').trim())
 }
 
 impl Side {
     fn name(self) -> &'static str {
         match self {
             Side::Kubesync => "kubesync",
+            Side::KubesyncMallocDefaults => "kubesync-malloc-defaults",
             Side::Plain => "plain",
         }
     }
@@ -165,7 +183,7 @@ impl Side {
     /// The label selector of this side's copies.
     fn copies(self) -> &'static str {
         match self {
-            Side::Kubesync => MANAGED_BY,
+            Side::Kubesync | Side::KubesyncMallocDefaults => MANAGED_BY,
             Side::Plain => PLAIN_COPY_LABEL,
         }
     }
@@ -173,7 +191,7 @@ impl Side {
     /// The name of this side's copy of source `name`.
     fn copy_name(self, name: &str) -> String {
         match self {
-            Side::Kubesync => name.to_string(),
+            Side::Kubesync | Side::KubesyncMallocDefaults => name.to_string(),
             Side::Plain => format!("{name}{PLAIN_SUFFIX}"),
         }
     }
@@ -244,7 +262,7 @@ async fn unrelated_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
                     run.peak / MIB
                 );
                 match side {
-                    Side::Kubesync => ours.push(run),
+                    Side::Kubesync | Side::KubesyncMallocDefaults => ours.push(run),
                     Side::Plain => plain.push(run),
                 }
             }
@@ -274,8 +292,9 @@ async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
     let destinations: Vec<String> = (0..size.namespaces).map(|i| format!("t-{i}")).collect();
     let setup = Setup::start("bench-memory-synced", logs, &names, &destinations).await?;
     let copies = size.objectsyncs * size.namespaces;
-    let (k, p) = (
+    let (k, d, p) = (
         setup.run(Side::Kubesync).await?,
+        setup.run(Side::KubesyncMallocDefaults).await?,
         setup.run(Side::Plain).await?,
     );
     println!(
@@ -295,6 +314,12 @@ async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
         k.rss / MIB,
         k.peak / MIB,
         k.converged.as_secs_f64()
+    );
+    println!(
+        "  kubesync, glibc's malloc defaults  RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
+        d.rss / MIB,
+        d.peak / MIB,
+        d.converged.as_secs_f64()
     );
     println!(
         "  plain reflector   RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
@@ -471,7 +496,7 @@ impl Setup {
             .append(true)
             .open(self.logs.join(format!("{}.log", side.name())))?;
         let mut command = match side {
-            Side::Kubesync => {
+            Side::Kubesync | Side::KubesyncMallocDefaults => {
                 // For investigations: run kubesync under a profiler, e.g.
                 // `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's).
                 let mut c = match std::env::var("KUBESYNC_BENCH_WRAPPER") {
@@ -491,7 +516,13 @@ impl Setup {
                     .env(
                         "RUST_LOG",
                         std::env::var("KUBESYNC_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-                    );
+                    )
+                    .env_remove("GLIBC_TUNABLES");
+                if side == Side::Kubesync
+                    && let Some(tunables) = image_malloc_tunables()
+                {
+                    c.env("GLIBC_TUNABLES", tunables);
+                }
                 c
             }
             Side::Plain => {

@@ -177,16 +177,33 @@ impl FanOut {
     /// metadata only: enough to see that a destination name is taken, by whom (marks, labels,
     /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
     /// live before it writes.
+    ///
+    /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
+    /// not wait for its first list (thousands of unrelated objects must not delay the first
+    /// copies). It only spares requests: an object it does not show yet is found by the
+    /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
+    /// is deleted on what it shows or does not show.
     fn ensure_watches(
         &self,
         ctx: &Context,
         cluster: &str,
         decl: &Declaration,
         source: &ObjectKey,
-    ) -> Result<Vec<WatchId>> {
+    ) -> Result<(Vec<WatchId>, WatchId)> {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
         let key = &decl.key;
+        let others = self.ensure_watch(
+            ctx,
+            WatchKey::scoped(cluster, ar, Scope::Others),
+            EventOf::Other,
+            key,
+            || {
+                Watch::dynamic(ar.clone())
+                    .labels(&format!("!{}", rules::MANAGED_BY))
+                    .metadata_only()
+            },
+        )?;
         let mut ids = vec![
             self.ensure_watch(
                 ctx,
@@ -197,17 +214,6 @@ impl FanOut {
                     Watch::dynamic(ar.clone())
                         .labels(rules::MANAGED_BY)
                         .transform(crate::object::compact_managed_fields)
-                },
-            )?,
-            self.ensure_watch(
-                ctx,
-                WatchKey::scoped(cluster, ar, Scope::Others),
-                EventOf::Other,
-                key,
-                || {
-                    Watch::dynamic(ar.clone())
-                        .labels(&format!("!{}", rules::MANAGED_BY))
-                        .metadata_only()
                 },
             )?,
             self.ensure_watch(
@@ -241,7 +247,7 @@ impl FanOut {
                 || Watch::dynamic(ct.clone()),
             )?);
         }
-        Ok(ids)
+        Ok((ids, others))
     }
 
     /// Drops a declaration that is gone: its index entries, and the watches no other
@@ -325,17 +331,21 @@ impl FanOut {
                 unknown.push(c.clone());
                 continue;
             }
-            let ids = self.ensure_watches(ctx, c, decl, &source_key)?;
+            let (ids, others) = self.ensure_watches(ctx, c, decl, &source_key)?;
             for id in &ids {
                 if !ctx.watch_listed(*id) {
-                    // Look again when it has listed: a watch whose objects map to no
-                    // declaration (the metadata of others) sends no event that would.
+                    // Look again when it has listed: its objects may map to no declaration
+                    // (no copies yet), and then no event would.
                     ready = false;
                     ctx.when_listed(*id, decl.key.clone());
                 }
             }
             // Health is judged from this declaration's own watches, not the whole cluster's.
-            if let Some(e) = ids.iter().find_map(|id| ctx.watch_error(*id)) {
+            if let Some(e) = ids
+                .iter()
+                .chain([&others])
+                .find_map(|id| ctx.watch_error(*id))
+            {
                 watch_errors.push((c.clone(), e));
             }
         }
