@@ -114,6 +114,17 @@ fn run_fan_out_seen(
     (running, ctx)
 }
 
+/// A destination: the namespace `ns`.
+fn to(ns: &str) -> Destination {
+    Destination {
+        namespaces: NamespaceRule {
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 fn secret_type() -> ApiResource {
     ApiResource::erase::<Secret>(&())
 }
@@ -360,13 +371,6 @@ async fn conflicts_adoption_protection_and_two_declarations() {
         &[("kubesync.io/protect", "true")],
     )
     .await;
-    let to = |ns: &str| Destination {
-        namespaces: NamespaceRule {
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
     let specs: Specs = Arc::default();
     let reports: Reports = Arc::default();
     {
@@ -875,13 +879,6 @@ async fn unrelated_objects_are_held_as_metadata_only() {
         .await;
     }
     put_secret(env, &blocked, "s", &[("token", "theirs")], "Opaque", &[]).await;
-    let to = |ns: &str| Destination {
-        namespaces: NamespaceRule {
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
     let specs: Specs = Arc::default();
     let reports: Reports = Arc::default();
     specs

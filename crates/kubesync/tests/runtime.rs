@@ -705,16 +705,7 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
         )
         .expect("watch");
     let ctx = controller.context();
-    let running = start(
-        controller,
-        reconciler_fn(move |key, _ctx| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(key);
-                Ok::<_, kubesync::Error>(Action::done())
-            }
-        }),
-    );
+    let running = start(controller, forward_keys(tx));
     let big = "x".repeat(64 * 1024);
     apply_cm(
         env,
@@ -794,16 +785,7 @@ async fn when_listed_wakes_a_key_after_the_first_list() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch");
     let ctx = controller.context();
-    let running = start(
-        controller,
-        reconciler_fn(move |key, _ctx| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(key);
-                Ok::<_, kubesync::Error>(Action::done())
-            }
-        }),
-    );
+    let running = start(controller, forward_keys(tx));
     let anchor = next(
         &mut rx,
         "the anchor's first reconcile",
