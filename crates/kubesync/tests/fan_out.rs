@@ -451,6 +451,35 @@ async fn conflicts_adoption_protection_and_two_declarations() {
         adopted.annotations().get("kubesync.io/owner"),
         Some(&format!("local/{control}/adopter"))
     );
+
+    // What blocked a destination changes: the declaration it blocked is woken at once (the
+    // controller's periodic pass is 10 minutes away). The foreign object is deleted: the
+    // skipper creates its copy; the protection is removed: the adopter adopts.
+    let client = env.client().expect("client");
+    Api::<Secret>::namespaced(client.clone(), &skip_ns)
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete theirs");
+    let skip_api: Api<Secret> = Api::namespaced(env.client().expect("client"), &skip_ns);
+    eventually("copied once the name is free", T, || async {
+        let copy = skip_api.get_opt("s").await.expect("get")?;
+        (value(&copy, "token").as_deref() == Some("ours")).then_some(())
+    })
+    .await;
+    Api::<Secret>::namespaced(client, &protect_ns)
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"kubesync.io/protect": null}}}),
+            ),
+        )
+        .await
+        .expect("unprotect");
+    eventually("adopted once unprotected", T, || async {
+        (value(&get(&protect_ns).await, "token").as_deref() == Some("ours")).then_some(())
+    })
+    .await;
     running.stop().await;
 }
 

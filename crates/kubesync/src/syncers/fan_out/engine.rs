@@ -168,7 +168,7 @@ impl FanOut {
     /// | watch | holds | events wake |
     /// |---|---|---|
     /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
-    /// | other objects of the source type (no `managed-by` label) | metadata only | nothing |
+    /// | other objects of the source type (no `managed-by` label) | metadata only | the declarations they block (a `Conflict` there) |
     /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
     /// | consent objects, if the declaration asks for consent | full objects | the same |
@@ -424,6 +424,17 @@ impl FanOut {
         report.destinations.sort_by(|a, b| {
             (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
         });
+        // Someone else's object in the way: its change (deleted, unprotected) wakes this
+        // declaration, instead of the next periodic pass.
+        let blocked: Vec<ObjectKey> = report
+            .destinations
+            .iter()
+            .filter(|d| d.state == DestinationState::Conflict)
+            .map(|d| {
+                DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
+            })
+            .collect();
+        self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
         Ok(report)
     }
 

@@ -74,8 +74,9 @@ pub enum EventOf {
     Source,
     /// A copy: its owner, by the `managed-by` label.
     Copy,
-    /// Another object of a copied type: kept for decisions at destinations, concerns no
-    /// declaration by itself (unrelated objects change often; they must not wake anything).
+    /// Another object of a copied type: kept for decisions at destinations; it concerns only
+    /// the declarations it blocks (unrelated objects change often; they must not wake the
+    /// others).
     Other,
 }
 
@@ -94,6 +95,8 @@ pub struct Index {
     used: HashMap<ObjectKey, HashSet<WatchKey>>,
     /// Declaration → the source type it copies.
     types: HashMap<ObjectKey, ApiResource>,
+    /// Destination object → the declarations it blocks (their last report: `Conflict`).
+    blocked: HashMap<ObjectKey, HashSet<ObjectKey>>,
 }
 
 /// A change of a declaration's source type that must be finished: the old type's copies are
@@ -193,10 +196,27 @@ impl Index {
                 {
                     out.push(decl.clone());
                 }
+                // Another declaration's copy may block this name.
+                out.extend(self.blocked.get(key).into_iter().flatten().cloned());
             }
-            EventOf::Other => {}
+            EventOf::Other => {
+                out.extend(self.blocked.get(key).into_iter().flatten().cloned());
+            }
         }
         out
+    }
+
+    /// Records the destinations where `decl` found someone else's object (a `Conflict`), in
+    /// place of those it recorded before: a change of such an object (deleted, protection
+    /// removed) wakes `decl`.
+    pub fn set_blocked(&mut self, decl: &ObjectKey, at: impl IntoIterator<Item = ObjectKey>) {
+        self.blocked.retain(|_, users| {
+            users.remove(decl);
+            !users.is_empty()
+        });
+        for k in at {
+            self.blocked.entry(k).or_default().insert(decl.clone());
+        }
     }
 
     /// `decl` copies `source` only: forgets the other sources it copied before (a changed
@@ -235,6 +255,7 @@ impl Index {
             !users.is_empty()
         });
         self.by_uid.retain(|_, k| k != decl);
+        self.set_blocked(decl, []);
         self.types.remove(decl);
         let used = self.used.remove(decl).unwrap_or_default();
         self.release(decl, used)
@@ -435,6 +456,37 @@ mod tests {
                     .is_empty()
             );
         }
+    }
+
+    #[test]
+    fn an_object_in_the_way_wakes_the_declarations_it_blocks() {
+        let mut idx = Index::default();
+        let secret = ar::<Secret>();
+        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        let at = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+        let elsewhere = ObjectKey::new("east", &secret, Some("ns".into()), "y");
+        let theirs = object(serde_json::json!({}));
+        let others_copy = object(serde_json::json!({MANAGED_BY: "uid-e"}));
+        idx.set_blocked(&decl("d"), [at.clone()]);
+        for (event, obj) in [(EventOf::Other, &theirs), (EventOf::Copy, &others_copy)] {
+            let found = idx.declarations_for(event, "east", "local", &at, obj);
+            assert_eq!(found, [decl("d")], "{event:?}");
+            assert!(
+                idx.declarations_for(event, "east", "local", &elsewhere, obj)
+                    .is_empty()
+            );
+        }
+        // The next report replaces the set; forgetting clears it.
+        idx.set_blocked(&decl("d"), [elsewhere.clone()]);
+        assert!(
+            idx.declarations_for(EventOf::Other, "east", "local", &at, &theirs)
+                .is_empty()
+        );
+        idx.forget(&decl("d"));
+        assert!(
+            idx.declarations_for(EventOf::Other, "east", "local", &elsewhere, &theirs)
+                .is_empty()
+        );
     }
 
     #[test]
