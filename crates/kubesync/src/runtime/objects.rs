@@ -4,9 +4,12 @@
 //! copy of the resource type (five strings) plus the object's uid and resourceVersion; with
 //! tens of thousands of copies that is megabytes of keys. Here the namespace is stored once per
 //! namespace and the name once per object, and an event's object is stored as it arrived,
-//! without the deep copy kube's store makes of it.
+//! without the deep copy kube's store makes of it — or, for a packed watch
+//! ([`Watch::packed`](super::Watch::packed)), as its JSON text. A watch may also keep an index
+//! of one label's values ([`Watch::index_label`](super::Watch::index_label)), so that the
+//! objects carrying one value are found without reading every object.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use kube::api::DynamicObject;
@@ -14,8 +17,107 @@ use kube::runtime::watcher::Event;
 
 use super::shared::{read, write};
 
+/// How a store keeps one object.
+#[derive(Debug)]
+enum Held {
+    /// Parsed, shared with every reader.
+    Object(Arc<DynamicObject>),
+    /// Its JSON text: one allocation instead of a tree of maps and strings (a small object
+    /// costs about a fifth); parsed again on every read. `no_data`: the object's `data` was
+    /// `null` (metadata only), which its text cannot tell from `{}`.
+    Text { json: Box<str>, no_data: bool },
+}
+
+impl Held {
+    fn new(obj: Arc<DynamicObject>, packed: bool) -> Self {
+        if !packed {
+            return Self::Object(obj);
+        }
+        match serde_json::to_string(&*obj) {
+            Ok(text) => Self::Text {
+                json: text.into_boxed_str(),
+                no_data: obj.data.is_null(),
+            },
+            // Not expected (the object was just parsed from JSON); keep it parsed.
+            Err(_) => Self::Object(obj),
+        }
+    }
+
+    fn object(&self) -> Option<Arc<DynamicObject>> {
+        match self {
+            Self::Object(obj) => Some(Arc::clone(obj)),
+            Self::Text { json, no_data } => match serde_json::from_str::<DynamicObject>(json) {
+                Ok(mut obj) => {
+                    if *no_data {
+                        obj.data = serde_json::Value::Null;
+                    }
+                    Some(Arc::new(obj))
+                }
+                Err(e) => {
+                    // Not expected (the text was written from a parsed object); an object a
+                    // store cannot show is absent to its readers, and deletions based on an
+                    // absence are confirmed by a live read.
+                    tracing::error!(error = %e, "a packed object could not be read back");
+                    None
+                }
+            },
+        }
+    }
+}
+
+/// One object as held, with the value of the indexed label (if the store keeps an index).
+#[derive(Debug)]
+struct Entry {
+    held: Held,
+    label: Option<Box<str>>,
+}
+
 /// Namespace (empty for cluster-scoped objects) → name → object.
-type Map = HashMap<String, HashMap<String, Arc<DynamicObject>>>;
+type Map = HashMap<String, HashMap<String, Entry>>;
+
+/// What one store holds.
+#[derive(Debug, Default)]
+struct Inner {
+    objects: Map,
+    /// Indexed label value → (namespace, name) of the objects carrying it.
+    by_label: HashMap<Box<str>, BTreeSet<(String, String)>>,
+}
+
+impl Inner {
+    fn insert(&mut self, namespace: String, name: String, entry: Entry) {
+        self.remove(&namespace, &name);
+        if let Some(value) = &entry.label {
+            self.by_label
+                .entry(value.clone())
+                .or_default()
+                .insert((namespace.clone(), name.clone()));
+        }
+        self.objects
+            .entry(namespace)
+            .or_default()
+            .insert(name, entry);
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) {
+        let Some(names) = self.objects.get_mut(namespace) else {
+            return;
+        };
+        let Some(old) = names.remove(name) else {
+            return;
+        };
+        if names.is_empty() {
+            self.objects.remove(namespace);
+        }
+        if let Some(value) = old.label
+            && let Some(set) = self.by_label.get_mut(&value)
+        {
+            set.remove(&(namespace.to_string(), name.to_string()));
+            if set.is_empty() {
+                self.by_label.remove(&value);
+            }
+        }
+    }
+}
 
 fn place(obj: &DynamicObject) -> (String, String) {
     (
@@ -24,29 +126,62 @@ fn place(obj: &DynamicObject) -> (String, String) {
     )
 }
 
-fn insert(map: &mut Map, obj: Arc<DynamicObject>) {
-    let (namespace, name) = place(&obj);
-    map.entry(namespace).or_default().insert(name, obj);
-}
-
 /// One watch's objects, readable from any thread. Cheap to clone (clones share them).
 #[derive(Clone, Debug, Default)]
-pub(super) struct Objects(Arc<RwLock<Map>>);
+pub(super) struct Objects {
+    inner: Arc<RwLock<Inner>>,
+    /// The label whose values are indexed, if any.
+    index_label: Option<Arc<str>>,
+}
 
 impl Objects {
     /// The object `name` in `namespace` (`None` for a cluster-scoped one).
     pub(super) fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
-        read(&self.0)
+        read(&self.inner)
+            .objects
             .get(namespace.unwrap_or_default())
             .and_then(|names| names.get(name))
-            .cloned()
+            .and_then(|e| e.held.object())
     }
 
     /// Every object held.
     pub(super) fn state(&self) -> Vec<Arc<DynamicObject>> {
-        read(&self.0)
+        read(&self.inner)
+            .objects
             .values()
-            .flat_map(|names| names.values().cloned())
+            .flat_map(|names| names.values().filter_map(|e| e.held.object()))
+            .collect()
+    }
+
+    /// The objects whose label `key` has `value`: from the index if this store keeps one for
+    /// `key` (only those objects are read), else by reading every object.
+    pub(super) fn labelled(&self, key: &str, value: &str) -> Vec<Arc<DynamicObject>> {
+        if self.index_label.as_deref() != Some(key) {
+            return self
+                .state()
+                .into_iter()
+                .filter(|o| {
+                    o.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(key))
+                        .is_some_and(|v| v == value)
+                })
+                .collect();
+        }
+        let inner = read(&self.inner);
+        inner
+            .by_label
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|(namespace, name)| {
+                inner
+                    .objects
+                    .get(namespace)
+                    .and_then(|names| names.get(name))
+                    .and_then(|e| e.held.object())
+            })
             .collect()
     }
 }
@@ -55,46 +190,73 @@ impl Objects {
 #[derive(Debug, Default)]
 pub(super) struct ObjectsWriter {
     objects: Objects,
+    /// Objects are held as their JSON text ([`Watch::packed`](super::Watch::packed)).
+    packed: bool,
     /// A (re)list in progress: the store keeps serving the previous state until it is done.
-    listing: Option<Map>,
+    listing: Option<Inner>,
 }
 
 impl ObjectsWriter {
+    /// A writer of an empty store; `packed` holds each object as its JSON text, `index_label`
+    /// keeps an index of that label's values.
+    pub(super) fn new(packed: bool, index_label: Option<&str>) -> Self {
+        Self {
+            objects: Objects {
+                inner: Arc::default(),
+                index_label: index_label.map(Arc::from),
+            },
+            packed,
+            listing: None,
+        }
+    }
+
     /// The objects this writer keeps.
     pub(super) fn objects(&self) -> Objects {
         self.objects.clone()
     }
 
-    /// Applies one event; returns the object of a change (`Apply`, `Delete`), as stored.
+    /// The entry that holds `obj`, and where.
+    fn entry(&self, obj: Arc<DynamicObject>) -> (String, String, Entry) {
+        let (namespace, name) = place(&obj);
+        let label = self.objects.index_label.as_deref().and_then(|key| {
+            obj.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .map(|v| Box::from(v.as_str()))
+        });
+        let held = Held::new(obj, self.packed);
+        (namespace, name, Entry { held, label })
+    }
+
+    /// Applies one event; returns the object of a change (`Apply`, `Delete`), as it arrived.
     pub(super) fn apply(&mut self, event: Event<DynamicObject>) -> Option<Arc<DynamicObject>> {
         match event {
             Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                insert(&mut write(&self.objects.0), Arc::clone(&obj));
+                let (namespace, name, entry) = self.entry(Arc::clone(&obj));
+                write(&self.objects.inner).insert(namespace, name, entry);
                 Some(obj)
             }
             Event::Delete(obj) => {
                 let (namespace, name) = place(&obj);
-                let mut map = write(&self.objects.0);
-                if let Some(names) = map.get_mut(&namespace) {
-                    names.remove(&name);
-                    if names.is_empty() {
-                        map.remove(&namespace);
-                    }
-                }
+                write(&self.objects.inner).remove(&namespace, &name);
                 Some(Arc::new(obj))
             }
             Event::Init => {
-                self.listing = Some(Map::new());
+                self.listing = Some(Inner::default());
                 None
             }
             Event::InitApply(obj) => {
-                insert(self.listing.get_or_insert_default(), Arc::new(obj));
+                let (namespace, name, entry) = self.entry(Arc::new(obj));
+                self.listing
+                    .get_or_insert_default()
+                    .insert(namespace, name, entry);
                 None
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                *write(&self.objects.0) = listed;
+                *write(&self.objects.inner) = listed;
                 None
             }
         }
@@ -119,7 +281,93 @@ mod tests {
 
     #[test]
     fn changes_and_relists() {
-        let mut w = ObjectsWriter::default();
+        for packed in [false, true] {
+            changes_and_relists_when(packed);
+        }
+    }
+
+    #[test]
+    fn a_packed_store_holds_text_and_reads_back_the_same_object() {
+        let mut w = ObjectsWriter::new(true, None);
+        let mut o = obj(Some("a"), "x", "1");
+        o.data = serde_json::json!({"data": {"k": "dg=="}, "type": "Opaque"});
+        o.metadata.labels = Some([("l".to_string(), "v".to_string())].into());
+        w.apply(Event::Apply(o.clone()));
+        let objects = w.objects();
+        let inner = read(&objects.inner);
+        assert!(
+            matches!(inner.objects["a"]["x"].held, Held::Text { .. }),
+            "held as text, not as a tree"
+        );
+        drop(inner);
+        assert_eq!(w.objects().get(Some("a"), "x").as_deref(), Some(&o));
+        assert_eq!(w.objects().state().len(), 1);
+        // Metadata only (`data` null) reads back as such, not as an empty object.
+        let mut meta = obj(Some("a"), "m", "2");
+        meta.data = serde_json::Value::Null;
+        w.apply(Event::Apply(meta.clone()));
+        assert_eq!(w.objects().get(Some("a"), "m").as_deref(), Some(&meta));
+    }
+
+    fn labelled(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {
+        let mut o = obj(Some(ns), name, rv);
+        o.metadata.labels = owner.map(|v| [("owner".to_string(), v.to_string())].into());
+        o
+    }
+
+    fn names(objects: &[Arc<DynamicObject>]) -> BTreeSet<String> {
+        objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_label_index_follows_changes_deletions_and_relists() {
+        for (packed, index) in [(false, Some("owner")), (true, Some("owner")), (true, None)] {
+            let mut w = ObjectsWriter::new(packed, index);
+            let objects = w.objects();
+            let find = |v: &str| names(&objects.labelled("owner", v));
+            w.apply(Event::Apply(labelled("a", "x", "1", Some("p"))));
+            w.apply(Event::Apply(labelled("b", "x", "2", Some("p"))));
+            w.apply(Event::Apply(labelled("a", "y", "3", Some("q"))));
+            w.apply(Event::Apply(labelled("a", "z", "4", None)));
+            assert_eq!(find("p"), BTreeSet::from(["a/x".into(), "b/x".into()]));
+            // The label changes: the object moves to its new value.
+            w.apply(Event::Apply(labelled("b", "x", "5", Some("q"))));
+            assert_eq!(find("p"), BTreeSet::from(["a/x".into()]));
+            assert_eq!(find("q"), BTreeSet::from(["a/y".into(), "b/x".into()]));
+            // The label is removed, then the object deleted.
+            w.apply(Event::Apply(labelled("a", "x", "6", None)));
+            w.apply(Event::Delete(labelled("a", "y", "7", Some("q"))));
+            assert!(find("p").is_empty());
+            assert_eq!(find("q"), BTreeSet::from(["b/x".into()]));
+            // A relist replaces the index with the listed state.
+            w.apply(Event::Init);
+            w.apply(Event::InitApply(labelled("c", "w", "8", Some("p"))));
+            assert_eq!(
+                find("q"),
+                BTreeSet::from(["b/x".into()]),
+                "old state during the list"
+            );
+            w.apply(Event::InitDone);
+            assert_eq!(find("p"), BTreeSet::from(["c/w".into()]));
+            assert!(find("q").is_empty());
+            if index.is_some() {
+                let inner = read(&objects.inner);
+                assert_eq!(inner.by_label.len(), 1, "no empty values are kept");
+            }
+        }
+    }
+
+    fn changes_and_relists_when(packed: bool) {
+        let mut w = ObjectsWriter::new(packed, None);
         let objects = w.objects();
         let stored = w.apply(Event::Apply(obj(Some("a"), "x", "1")));
         assert_eq!(
@@ -149,6 +397,9 @@ mod tests {
         let gone = w.apply(Event::Delete(obj(Some("b"), "y", "4")));
         assert_eq!(rv(gone), Some("4".into()));
         assert!(objects.state().is_empty());
-        assert!(read(&objects.0).is_empty(), "empty namespaces are dropped");
+        assert!(
+            read(&objects.inner).objects.is_empty(),
+            "empty namespaces are dropped"
+        );
     }
 }

@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn keys_are_emitted_after_the_store_has_the_change() {
-        let mut writer = ObjectsWriter::default();
+        let mut writer = ObjectsWriter::new(false, None);
         let objects = writer.objects();
         let stored_rv = || {
             objects

@@ -8,6 +8,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 
 use super::context::Context;
+use super::objects::Objects;
 use super::shared::{ObjectId, StoreEntry, id_of, read};
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -79,11 +80,42 @@ impl Context {
         out
     }
 
+    /// The objects of this type that full watches of this cluster hold and whose label `key`
+    /// has `value` (see [`Context::list`]). Watches that index `key`
+    /// ([`Watch::index_label`]) answer from their index and read only those objects; others
+    /// are read in full and filtered.
+    ///
+    /// [`Watch::index_label`]: super::Watch::index_label
+    pub fn list_labelled(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        key: &str,
+        value: &str,
+    ) -> Vec<Arc<DynamicObject>> {
+        self.collect_from(
+            cluster,
+            resource,
+            |s| !s.metadata_only,
+            |o| o.labelled(key, value),
+        )
+    }
+
     fn collect(
         &self,
         cluster: &str,
         resource: &ApiResource,
         which: impl Fn(&StoreEntry) -> bool,
+    ) -> Vec<Arc<DynamicObject>> {
+        self.collect_from(cluster, resource, which, Objects::state)
+    }
+
+    fn collect_from(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        which: impl Fn(&StoreEntry) -> bool,
+        objects: impl Fn(&Objects) -> Vec<Arc<DynamicObject>>,
     ) -> Vec<Arc<DynamicObject>> {
         let stores = read(&self.shared.stores);
         let mut seen = HashSet::new();
@@ -94,7 +126,7 @@ impl Context {
                 && s.resource.group == resource.group
                 && s.resource.kind == resource.kind
         }) {
-            for obj in s.reader.state() {
+            for obj in objects(&s.reader) {
                 if seen.insert(id_of(&obj)) {
                     out.push(obj);
                 }

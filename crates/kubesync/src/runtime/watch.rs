@@ -30,6 +30,9 @@ pub type Mapper = Arc<dyn Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Sen
 ///   about as much as an empty one. Such objects are read with [`Context::get_metadata`] and
 ///   [`Context::list_metadata`]; [`Context::get`] and [`Context::list`] never return them.
 ///
+/// Either kind may also be **packed** ([`Watch::packed`]): held as JSON text and parsed on
+/// each read, for many objects read a few at a time.
+///
 /// [`Context::get`]: super::Context::get
 /// [`Context::list`]: super::Context::list
 /// [`Context::get_metadata`]: super::Context::get_metadata
@@ -41,6 +44,8 @@ pub struct Watch {
     pub(super) namespace: Option<String>,
     pub(super) config: watcher::Config,
     pub(super) metadata_only: bool,
+    pub(super) packed: bool,
+    pub(super) index_label: Option<String>,
     pub(super) transform: Option<TransformFn>,
 }
 
@@ -75,6 +80,8 @@ impl Watch {
             namespace: None,
             config,
             metadata_only: false,
+            packed: false,
+            index_label: None,
             transform: None,
         }
     }
@@ -94,6 +101,36 @@ impl Watch {
     pub fn metadata_only(mut self) -> Self {
         self.metadata_only = true;
         self
+    }
+
+    /// Holds each object as its JSON text instead of a tree of maps and strings, and parses it
+    /// on every read ([`Context::get`] and the others return a fresh object each time).
+    ///
+    /// A small object costs about a fifth of the memory this way (a copied Secret: 4.0 KiB
+    /// parsed, 0.9 KiB as text), and a read about 3 µs per KiB. For watches that hold many
+    /// objects read a few at a time — a syncer's own copies across thousands of namespaces —
+    /// not for ones whose every object is read on every reconcile. Combines with
+    /// [`Watch::metadata_only`] and [`Watch::transform`] (applied before the object is packed).
+    ///
+    /// [`Context::get`]: super::Context::get
+    pub fn packed(mut self) -> Self {
+        self.packed = true;
+        self
+    }
+
+    /// Keeps an index of the values of the label `key`, so that
+    /// [`Context::list_labelled`](super::Context::list_labelled) finds the objects carrying
+    /// one value without reading the others (as a client-go informer's indexer does). For a
+    /// watch whose objects are looked up by an owner's mark — a syncer's copies, by the
+    /// declaration they belong to.
+    pub fn index_label(mut self, key: impl Into<String>) -> Self {
+        self.index_label = Some(key.into());
+        self
+    }
+
+    /// Whether this watch holds its objects as text (see [`Watch::packed`]).
+    pub fn is_packed(&self) -> bool {
+        self.packed
     }
 
     /// Whether this watch holds only metadata (see [`Watch::metadata_only`]).

@@ -62,7 +62,7 @@ impl Context {
         let cluster = self.require_cluster(cluster)?;
         let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
             .unwrap_or(usize::MAX);
-        let writer = ObjectsWriter::default();
+        let writer = ObjectsWriter::new(watch.packed, watch.index_label.as_deref());
         write(&self.shared.stores).push(StoreEntry {
             id,
             cluster: cluster.name().to_string(),
