@@ -199,12 +199,14 @@ impl Operator {
         let ctx = controller.context();
         let _ = self.ctx.set(ctx.clone());
         // Nothing here reads field ownership: the stores keep no managedFields (an ObjectSync's
-        // status with a thousand destinations has a thousand entries there).
+        // status with a thousand destinations has a thousand entries there). ObjectSyncs are
+        // held as text: each is read once per reconcile, and its status lists every
+        // destination (a thousand entries as a tree of maps: about 1 MiB).
         let own = |w: Watch| w.transform(|o| o.metadata.managed_fields = None);
         let controller = controller
             .watch(LOCAL, own(Watch::of::<ResourceSync>()))?
             .watch(LOCAL, own(Watch::of::<RemoteCluster>()))?
-            .watch(LOCAL, own(Watch::of::<ObjectSync>()))?
+            .watch(LOCAL, own(Watch::of::<ObjectSync>()).packed())?
             // A RemoteCluster change re-runs every ResourceSync that uses it (the key is all
             // the mapping needs: metadata only; the primary watch above holds them in full).
             .watch_mapped(

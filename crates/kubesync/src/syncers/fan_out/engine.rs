@@ -52,6 +52,9 @@ struct ContextStores<'a> {
     namespace_type: &'a ApiResource,
     /// Consent objects by (cluster, namespace), gathered once per reconcile.
     consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
+    /// This declaration's copies, read once per reconcile (their store is packed: every read
+    /// parses).
+    owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
 }
 
 impl<'a> ContextStores<'a> {
@@ -60,6 +63,7 @@ impl<'a> ContextStores<'a> {
         decl: &'a Declaration,
         namespace_type: &'a ApiResource,
         clusters: &[String],
+        owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
     ) -> Self {
         let mut consents: HashMap<(String, String), Vec<Arc<DynamicObject>>> = HashMap::new();
         if let Some(consent) = &decl.spec.consent {
@@ -75,6 +79,7 @@ impl<'a> ContextStores<'a> {
             resource: &decl.spec.source.resource,
             namespace_type,
             consents,
+            owned,
         }
     }
 }
@@ -91,6 +96,9 @@ impl Stores for ContextStores<'_> {
 
     /// A copy in full; anything else at that name as metadata only.
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
+        if let Some(copy) = self.owned.get(at) {
+            return Some(Arc::clone(copy));
+        }
         self.ctx.get_metadata(&at.key(self.resource))
     }
 
@@ -202,6 +210,7 @@ impl FanOut {
                 Watch::dynamic(ar.clone())
                     .labels(&format!("!{}", rules::MANAGED_BY))
                     .metadata_only()
+                    .packed()
             },
         )?;
         let mut ids = vec![
@@ -213,7 +222,8 @@ impl FanOut {
                 || {
                     Watch::dynamic(ar.clone())
                         .labels(rules::MANAGED_BY)
-                        .transform(crate::object::compact_managed_fields)
+                        .index_label(rules::MANAGED_BY)
+                        .packed()
                 },
             )?,
             self.ensure_watch(
@@ -275,7 +285,7 @@ impl FanOut {
                 });
             }
             for copy in ctx
-                .list(&wk.cluster, old)
+                .list_labelled(&wk.cluster, old, rules::MANAGED_BY, &decl.owner.uid)
                 .iter()
                 .filter(|c| rules::owned_by(c, &decl.owner))
             {
@@ -370,7 +380,7 @@ impl FanOut {
         // Existing copies of this declaration.
         let mut owned: BTreeMap<DestinationRef, Arc<DynamicObject>> = BTreeMap::new();
         for c in &clusters {
-            for obj in ctx.list(c, ar) {
+            for obj in ctx.list_labelled(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
                 if rules::owned_by(&obj, &decl.owner) {
                     let at = DestinationRef::new(
                         c.clone(),
@@ -390,7 +400,7 @@ impl FanOut {
             return Ok(report);
         }
 
-        let stores = ContextStores::new(ctx, decl, &self.namespace_type, &clusters);
+        let stores = ContextStores::new(ctx, decl, &self.namespace_type, &clusters, &owned);
         let plan = plan::plan(&Snapshot {
             local: &self.local,
             declaration: decl,
