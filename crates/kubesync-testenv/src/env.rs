@@ -15,6 +15,8 @@ pub struct TestEnv {
     pub(crate) name: String,
     pub(crate) dir: PathBuf,
     pub(crate) server: String,
+    /// etcd's client URL (plain HTTP on loopback).
+    pub(crate) etcd_url: String,
     pub(crate) ca_pem: String,
     pub(crate) admin_token: String,
     pub(crate) users: Vec<User>,
@@ -111,6 +113,49 @@ impl TestEnv {
             return Ok(());
         }
         self.start_apiserver(Duration::from_secs(60)).await
+    }
+
+    /// Deletes `key` (e.g. `/registry/configmaps/<namespace>/<name>`) in etcd directly,
+    /// behind the apiserver's back: no watch ever sees a Delete event for it. For tests of
+    /// what a controller notices after it re-lists (stop the apiserver first, restart it
+    /// after: its watch cache then starts anew and older watches get 410 Gone). Returns how
+    /// many keys etcd deleted.
+    pub async fn delete_from_etcd(&self, key: &str) -> Result<u64, Error> {
+        use base64::Engine as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = serde_json::json!({
+            "key": base64::engine::general_purpose::STANDARD.encode(key),
+        })
+        .to_string();
+        let host = self.etcd_url.trim_start_matches("http://");
+        let io = |e| Error::Io(format!("etcd at {host}"), e);
+        let mut stream = tokio::net::TcpStream::connect(host).await.map_err(io)?;
+        let request = format!(
+            "POST /v3/kv/deleterange HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.map_err(io)?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.map_err(io)?;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(Error::Process(format!(
+                "etcd deleterange {key}: {response}"
+            )));
+        }
+        // Unchunk a chunked body by taking its JSON object.
+        let json = body
+            .find('{')
+            .and_then(|start| body.rfind('}').map(|end| &body[start..=end]))
+            .unwrap_or("{}");
+        let answer: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::Process(format!("etcd deleterange {key}: {e}: {body}")))?;
+        // int64 fields come as strings in etcd's JSON gateway; absent means 0.
+        Ok(answer["deleted"]
+            .as_str()
+            .and_then(|n| n.parse().ok())
+            .or_else(|| answer["deleted"].as_u64())
+            .unwrap_or(0))
     }
 
     /// Stops every process now and removes the directory (also done on drop).

@@ -76,6 +76,7 @@ impl TestEnv {
             name: builder.name.clone(),
             dir: dir.clone(),
             server: format!("https://127.0.0.1:{api_port}"),
+            etcd_url: etcd_url.clone(),
             ca_pem: certs.ca_pem.clone(),
             admin_token,
             users: builder.users.clone(),

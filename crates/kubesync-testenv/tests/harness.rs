@@ -94,9 +94,22 @@ async fn rbac_user_is_denied_until_granted() {
         other => panic!("expected forbidden, got {other:?}"),
     }
     let default_cms: Api<ConfigMap> = Api::namespaced(alice, "default");
-    assert!(default_cms.list(&Default::default()).await.is_err());
-    // A bad token is rejected outright.
-    assert!(env.client_as("mallory").is_err());
+    match default_cms.list(&Default::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+        other => panic!("expected forbidden in another namespace, got {other:?}"),
+    }
+    // A token the apiserver does not know is rejected by the apiserver (401), not allowed
+    // anonymous access.
+    let mut bogus = env.config().expect("config");
+    bogus.auth_info.token = Some("not-a-known-token".to_string().into());
+    let stranger = kube::Client::try_from(bogus).expect("client");
+    match Api::<ConfigMap>::namespaced(stranger, "alice-ns")
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 401, "{s:?}"),
+        other => panic!("expected unauthorized, got {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -216,9 +229,11 @@ fn a_panicking_test_leaves_no_process() {
 }
 
 /// Helper run as a child process by `killing_the_test_binary_kills_its_control_planes`: starts
-/// an environment, prints its pids and waits to be killed. Does nothing unless the parent test
-/// sets `KUBESYNC_TESTENV_CHILD`.
+/// an environment, prints its pids and directory and waits to be killed. Not a test of its
+/// own (ignored: the parent runs it with `--ignored`), and does nothing unless the parent sets
+/// `KUBESYNC_TESTENV_CHILD`.
 #[test]
+#[ignore = "run by killing_the_test_binary_kills_its_control_planes as its child process"]
 fn child_process_helper() {
     if std::env::var_os("KUBESYNC_TESTENV_CHILD").is_none() {
         return;
@@ -237,13 +252,19 @@ fn killing_the_test_binary_kills_its_control_planes() {
     use std::io::BufRead;
     let exe = std::env::current_exe().expect("exe");
     let mut child = std::process::Command::new(exe)
-        .args(["child_process_helper", "--exact", "--nocapture"])
+        .args([
+            "child_process_helper",
+            "--exact",
+            "--nocapture",
+            "--ignored",
+        ])
         .env("KUBESYNC_TESTENV_CHILD", "1")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn child");
     let stdout = child.stdout.take().expect("stdout");
     let mut pids: Vec<u32> = Vec::new();
+    let mut dir = None;
     for line in std::io::BufReader::new(stdout).lines() {
         let line = line.expect("line");
         if let Some(rest) = line.strip_prefix("PIDS ") {
@@ -252,10 +273,19 @@ fn killing_the_test_binary_kills_its_control_planes() {
                 .split(", ")
                 .map(|p| p.parse().expect("pid"))
                 .collect();
+        }
+        if let Some(rest) = line.strip_prefix("DIR ") {
+            dir = Some(std::path::PathBuf::from(rest));
             break;
         }
     }
     assert_eq!(pids.len(), 2, "etcd and kube-apiserver");
+    let dir = dir.expect("the child printed its directory");
+    assert!(
+        dir.exists(),
+        "{} exists while the child runs",
+        dir.display()
+    );
     assert!(pids.iter().all(|p| proc_alive(*p)));
     child.kill().expect("SIGKILL the child test binary");
     child.wait().expect("reap");
@@ -267,7 +297,14 @@ fn killing_the_test_binary_kills_its_control_planes() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!Path::new("/nonexistent").exists());
+    // The killed binary's directory (etcd's data, certificates) is removed by the next
+    // environment that starts.
+    let next = TestEnv::builder()
+        .name("after-kill")
+        .start_blocking()
+        .expect("start");
+    assert!(!dir.exists(), "{} outlived its test binary", dir.display());
+    drop(next);
 }
 
 #[tokio::test]
