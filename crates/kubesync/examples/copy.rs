@@ -33,9 +33,15 @@ pub async fn run_copy(
     target: Cluster,
     shutdown: impl Future<Output = ()> + Send,
 ) -> kubesync::Result<()> {
+    let (controller, copier) = copy_controller(source, target)?;
+    controller.run(copier, shutdown).await
+}
+
+/// The copy controller's watches and its reconciler, not yet running.
+pub fn copy_controller(source: Cluster, target: Cluster) -> kubesync::Result<(Controller, Copier)> {
     let (s, t) = (source.name().to_string(), target.name().to_string());
     let mapped_source = s.clone();
-    Controller::new()
+    let controller = Controller::new()
         .cluster(source)
         .cluster(target)
         .watch(
@@ -48,18 +54,16 @@ pub async fn run_copy(
             &t,
             Watch::of::<ConfigMap>().labels(&format!("{COPIED_FROM_LABEL}={s}")),
             move |key, _| vec![key.in_cluster(mapped_source.clone())],
-        )?
-        .run(
-            Copier {
-                target: t,
-                namespaces: Mutex::default(),
-            },
-            shutdown,
-        )
-        .await
+        )?;
+    let copier = Copier {
+        target: t,
+        namespaces: Mutex::default(),
+    };
+    Ok((controller, copier))
 }
 
-struct Copier {
+/// The copy controller's reconciler.
+pub struct Copier {
     target: String,
     /// Namespaces known to exist in the target (saves a request per object).
     namespaces: Mutex<HashSet<String>>,

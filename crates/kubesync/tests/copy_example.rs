@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubesync_testenv::eventually;
-use tokio::sync::oneshot;
 
 #[tokio::test]
 async fn copy_example_creates_updates_repairs_and_deletes_copies() {
@@ -22,10 +21,9 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
     let ns = unique_ns("copy");
     src.create_namespace(&ns).await.expect("ns");
     // The namespace does not exist in the target: the example creates it.
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(copy::run_copy(cluster(src), cluster(dst), async {
-        let _ = stopped.await;
-    }));
+    let (controller, copier) = copy::copy_controller(cluster(src), cluster(dst)).expect("copy");
+    let (copier, mut reconciled) = observed(copier);
+    let running = start(controller, copier);
     let dst_cms: Api<ConfigMap> = Api::namespaced(dst.client().expect("client"), &ns);
     let src_cms: Api<ConfigMap> = Api::namespaced(src.client().expect("client"), &ns);
     let get_data = |name: &'static str| {
@@ -150,11 +148,13 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
         }
     })
     .await;
+    let deleted = std::time::Instant::now();
     src_cms
         .delete("foreign", &DeleteParams::default())
         .await
         .expect("delete source");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Witness: the source's deletion was reconciled (and the foreign object left alone).
+    reconciled.of("foreign", deleted).await;
     let foreign = dst_cms
         .get("foreign")
         .await
@@ -164,6 +164,5 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
     let namespaces: Api<Namespace> = Api::all(dst.client().expect("client"));
     assert!(namespaces.get_opt(&ns).await.expect("get").is_some());
 
-    let _ = stop.send(());
-    task.await.expect("join").expect("run");
+    running.stop().await;
 }

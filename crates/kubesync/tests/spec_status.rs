@@ -81,6 +81,19 @@ async fn get(api: &Api<DynamicObject>, name: &str) -> Option<DynamicObject> {
 }
 
 /// Waits until `name` satisfies `f` (absent objects fail `f`).
+/// Changes an annotation of `name` (a change that causes a reconcile and nothing else).
+async fn touch(api: &Api<DynamicObject>, name: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            "test/touched": format!("{:?}", std::time::Instant::now())
+        }}})),
+    )
+    .await
+    .expect("touch");
+}
+
 async fn until(
     api: &Api<DynamicObject>,
     name: &str,
@@ -239,9 +252,10 @@ async fn remote_delete_with_unowned_namespace_deletes_only_what_kubesync_created
         .namespace_prefix(&ns)
         .propagation_policy(PropagationPolicy::Background)
         .build(cluster(remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    let (running, mut reconciled) = common::start_engine_observed(engine).await;
     let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
     // A local Widget with no remote twin that kubesync did not create: never deleted.
+    let hand_made = std::time::Instant::now();
     apply_widget(
         local,
         &ns,
@@ -263,7 +277,8 @@ async fn remote_delete_with_unowned_namespace_deletes_only_what_kubesync_created
         .expect("delete");
     until_gone(&l, "synced", "local deleted").await;
     until_gone(&r, "synced", "finalizer released").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Its own reconcile saw it (a witness, not a sleep): no twin, not kubesync's — kept.
+    reconciled.of("hand-made", hand_made).await;
     assert!(
         get(&l, "hand-made").await.is_some(),
         "an object kubesync did not create survives"
@@ -286,10 +301,11 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&ns)
         .build(cluster(remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    let (running, mut reconciled) = common::start_engine_observed(engine).await;
     let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
 
     // Paused remotely from the start: not even claimed.
+    let applied = std::time::Instant::now();
     apply_widget(
         remote,
         &ns,
@@ -299,7 +315,7 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
         }),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reconciled.of("p", applied).await;
     assert!(get(&r, "p").await.expect("p").finalizers().is_empty());
     assert!(get(&l, "p").await.is_none());
     // Unpause: synced.
@@ -331,7 +347,23 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
     r.delete("p", &DeleteParams::default())
         .await
         .expect("delete remote");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Witness: once the remote deletion is visible, touch the remote object; its event comes
+    // after the deletion's on the same watch, so the reconcile it causes sees the deletion.
+    eventually("remote deletion pending", T, || async {
+        get(&r, "p")
+            .await
+            .filter(|o| o.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    let touched = std::time::Instant::now();
+    r.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+    )
+    .await
+    .expect("touch");
+    reconciled.of("p", touched).await;
     assert_eq!(
         get(&l, "p").await.expect("still there").data["spec"]["size"],
         1
@@ -654,15 +686,12 @@ async fn a_restart_with_everything_in_sync_makes_zero_writes() {
 
     let second = build();
     let writes = second.write_counter();
-    let (controller, reconciler) = second.into_parts().await.expect("parts");
-    let ctx = controller.context();
-    let running = start(controller, reconciler);
-    eventually("every object reconciled", T, || {
-        let n = ctx.metrics().reconciles();
-        async move { (n >= 5).then_some(()) }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let began = std::time::Instant::now();
+    let (running, mut reconciled) = common::start_engine_observed(second).await;
+    // Every object's reconcile has completed: the witness that all were decided.
+    for i in 0..5 {
+        reconciled.of(&format!("z{i}"), began).await;
+    }
     assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
     running.stop().await;
 }
@@ -683,7 +712,7 @@ async fn no_local_deletion_while_the_remote_is_unreachable_and_catch_up_after() 
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&ns)
         .build(cluster(&remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    let (running, mut reconciled, ctx) = common::start_engine_with_context(engine).await;
     let l = widgets(local, &ns);
     apply_widget(
         &remote,
@@ -695,7 +724,19 @@ async fn no_local_deletion_while_the_remote_is_unreachable_and_catch_up_after() 
     until(&l, "keep", "synced", |_| true).await;
 
     remote.stop_apiserver();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually("the remote seen unreachable", T, || async {
+        matches!(
+            ctx.cluster_status(remote.name()),
+            kubesync::ClusterStatus::Unreachable(_)
+        )
+        .then_some(())
+    })
+    .await;
+    // Witness: a change of the local object is reconciled during the outage (its twin's
+    // last known state is written back; nothing is deleted).
+    let touched = std::time::Instant::now();
+    touch(&l, "keep").await;
+    reconciled.of("keep", touched).await;
     assert!(
         get(&l, "keep").await.is_some(),
         "no deletion while the remote is down"
@@ -706,8 +747,17 @@ async fn no_local_deletion_while_the_remote_is_unreachable_and_catch_up_after() 
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&ns)
         .build(cluster(&remote), cluster(local));
-    let running = common::start_engine(engine).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (running, _, ctx) = common::start_engine_with_context(engine).await;
+    // Witness: the local list queued the key, held (the remote never listed), never run.
+    eventually("the key held in the queue", T, || async {
+        (ctx.metrics().queued() >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        ctx.metrics().reconciles(),
+        0,
+        "nothing reconciled during the outage"
+    );
     assert!(
         get(&l, "keep").await.is_some(),
         "no deletion after a restart during the outage"
@@ -773,7 +823,22 @@ async fn sharding_by_suffix_across_two_local_clusters() {
         |_| true,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Witness that east has seen (and passed over) b-west: a later object of its own shard
+    // arrives on the same remote watch, after b-west's event.
+    apply_widget(
+        remote,
+        &ns,
+        "c-east",
+        serde_json::json!({"spec": {"size": 3}}),
+    )
+    .await;
+    until(
+        &widgets(east, &format!("{ns}-east")),
+        "c",
+        "east got c",
+        |_| true,
+    )
+    .await;
     assert!(
         get(&widgets(east, &format!("{ns}-east")), "b")
             .await
@@ -784,13 +849,17 @@ async fn sharding_by_suffix_across_two_local_clusters() {
             .await
             .is_none()
     );
-    assert!(
-        widgets(east, &format!("{ns}-west"))
-            .list(&Default::default())
-            .await
-            .map(|l| l.items.is_empty())
-            .unwrap_or(true)
-    );
+    // The namespace may not exist at all (nothing was ever created there): that is empty too;
+    // any other error fails the test.
+    let listed = match widgets(east, &format!("{ns}-west"))
+        .list(&Default::default())
+        .await
+    {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => panic!("list: {e}"),
+    };
+    assert!(listed.is_empty(), "{} objects", listed.len());
     e.stop().await;
     w.stop().await;
 }
@@ -878,7 +947,7 @@ async fn a_terminating_local_object_is_waited_for_then_recreated() {
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&ns)
         .build(cluster(remote), cluster(local));
-    let running = common::start_engine(engine).await;
+    let (running, mut reconciled) = common::start_engine_observed(engine).await;
     let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
     apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 1}})).await;
     until(&l, "t", "created", |_| true).await;
@@ -893,8 +962,25 @@ async fn a_terminating_local_object_is_waited_for_then_recreated() {
     l.delete("t", &DeleteParams::default())
         .await
         .expect("delete");
+    eventually("local deletion pending", T, || async {
+        get(&l, "t")
+            .await
+            .filter(|o| o.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 2}})).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Witness: after the new spec is visible remotely, touch the remote object; its event
+    // follows the spec change's on the same watch, so its reconcile saw size 2.
+    until(&r, "t", "remote spec 2", |o| o.data["spec"]["size"] == 2).await;
+    let touched = std::time::Instant::now();
+    r.patch(
+        "t",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+    )
+    .await
+    .expect("touch");
+    reconciled.of("t", touched).await;
     let waiting = get(&l, "t").await.expect("still terminating");
     assert!(waiting.metadata.deletion_timestamp.is_some());
     assert_eq!(
@@ -956,8 +1042,8 @@ async fn remote_objects_outside_the_namespace_prefix_are_never_touched() {
         serde_json::json!({"spec": {"size": 1}}),
     )
     .await;
+    // x was applied before y on the same watch: when y is synced, x's event has been seen.
     until(&widgets(local, &inside), "y", "inside synced", |_| true).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let x = get(&widgets(remote, &outside), "x").await.expect("x");
     assert!(
         x.finalizers().is_empty() && x.annotations().is_empty(),

@@ -70,7 +70,8 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
         cluster(dst),
     );
     let writes = engine.write_counter();
-    let running = start_engine(engine).await;
+    let began = std::time::Instant::now();
+    let (running, mut reconciled) = start_engine_observed(engine).await;
 
     // sync_down: a new source gets its mirror.
     apply_service(&source, "api", service("api", 80, serde_json::json!({}))).await;
@@ -96,9 +97,11 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
     .await;
 
     // sync with a foreign target: left alone.
+    let web_applied = std::time::Instant::now();
     apply_service(&source, "web", service("web", 81, serde_json::json!({}))).await;
 
     // Hook: a source that opts out is skipped.
+    let quiet_applied = std::time::Instant::now();
     apply_service(
         &source,
         "quiet",
@@ -124,7 +127,10 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Witnesses, not a sleep: each of those keys was reconciled after its change.
+    reconciled.of("web", web_applied).await;
+    reconciled.of("quiet", quiet_applied).await;
+    reconciled.of("ghost", began).await;
     assert_eq!(
         port(&target.get("mirror-web").await.expect("foreign")),
         Some(9999)
@@ -157,7 +163,7 @@ async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
         cluster(dst),
     );
     let writes = engine.write_counter();
-    let running = start_engine(engine).await;
+    let (running, mut reconciled) = start_engine_observed(engine).await;
 
     let mut body = service("api", 80, serde_json::json!({}));
     body["metadata"]["labels"] = serde_json::json!({"mirror": "yes"});
@@ -168,6 +174,7 @@ async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
     .await;
 
     // The label goes: the watch reports the source as deleted, but it still exists.
+    let unlabelled = std::time::Instant::now();
     source
         .patch(
             "api",
@@ -176,7 +183,7 @@ async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
         )
         .await
         .expect("unlabel");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    reconciled.of("api", unlabelled).await;
     assert!(
         target.get_opt("mirror-api").await.expect("get").is_some(),
         "the mirror of a source that still exists was deleted"

@@ -79,17 +79,25 @@ async fn needed_objects_are_created_updated_and_removed_and_foreign_ones_left_al
     let want = format!("{ns}-provisioned");
     let foreign = format!("{ns}-foreign");
     dst.create_namespace(&foreign).await.expect("foreign ns");
-    let engine = VirtualEngine::new(
-        NamespaceProvisioner {
-            source: cluster(src),
-            ns_type: ApiResource::erase::<Namespace>(&()),
-            cm_type: ApiResource::erase::<ConfigMap>(&()),
-            watch_ns: ns.clone(),
-        },
-        cluster(dst),
-    );
-    let (controller, reconciler) = engine.into_parts().expect("parts");
-    let running = start(controller, reconciler);
+    let engine = || {
+        VirtualEngine::new(
+            NamespaceProvisioner {
+                source: cluster(src),
+                ns_type: ApiResource::erase::<Namespace>(&()),
+                cm_type: ApiResource::erase::<ConfigMap>(&()),
+                watch_ns: ns.clone(),
+            },
+            cluster(dst),
+        )
+    };
+    let run = || {
+        let engine = engine();
+        let writes = engine.write_counter();
+        let (controller, reconciler) = engine.into_parts().expect("parts");
+        let (reconciler, reconciled) = observed(reconciler);
+        (start(controller, reconciler), reconciled, writes)
+    };
+    let (running, _, _) = run();
     let namespaces: Api<Namespace> = Api::all(dst.client().expect("client"));
     let cms: Api<ConfigMap> = Api::namespaced(src.client().expect("client"), &ns);
     let t = Duration::from_secs(30);
@@ -105,6 +113,14 @@ async fn needed_objects_are_created_updated_and_removed_and_foreign_ones_left_al
             .filter(|n| n.annotations().get(FOR).map(String::as_str) == Some("a,b"))
     })
     .await;
+    // Zero writes when in sync: restarted, the engine decides on the provisioned namespace
+    // (and the foreign one) and writes nothing.
+    running.stop().await;
+    let began = std::time::Instant::now();
+    let (running, mut reconciled, writes) = run();
+    reconciled.of(&want, began).await;
+    reconciled.of(&foreign, began).await;
+    assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
     cms.delete("a", &DeleteParams::default())
         .await
         .expect("delete a");
@@ -128,10 +144,12 @@ async fn needed_objects_are_created_updated_and_removed_and_foreign_ones_left_al
             .then_some(())
     })
     .await;
+    let deleted = std::time::Instant::now();
     cms.delete("c", &DeleteParams::default())
         .await
         .expect("delete c");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Witness: the target that c needed was reconciled after c went, and left alone.
+    reconciled.of(&foreign, deleted).await;
     let f = namespaces
         .get(&foreign)
         .await

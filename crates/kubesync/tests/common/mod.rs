@@ -140,3 +140,91 @@ pub async fn start_engine<S: kubesync::syncer::Syncer>(
     let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
     start(controller, reconciler)
 }
+
+/// Runs `inner` and then reports each reconcile (its key, when it started, whether it
+/// succeeded; a panic is not reported) to a [`Reconciles`]: the witness that a key was reconciled after a change, so a
+/// test can assert that nothing happened without sleeping and hoping.
+pub struct Observed<R> {
+    inner: R,
+    tx: tokio::sync::mpsc::UnboundedSender<(kubesync::ObjectKey, std::time::Instant, bool)>,
+}
+
+impl<R: kubesync::Reconciler> kubesync::Reconciler for Observed<R> {
+    type Error = R::Error;
+
+    async fn reconcile(
+        &self,
+        key: &kubesync::ObjectKey,
+        ctx: &kubesync::Context,
+    ) -> Result<kubesync::Action, R::Error> {
+        let started = std::time::Instant::now();
+        let result = self.inner.reconcile(key, ctx).await;
+        let _ = self.tx.send((key.clone(), started, result.is_ok()));
+        result
+    }
+}
+
+/// The reconciles an [`Observed`] reconciler reports (all kept, so waits may come in any
+/// order).
+pub struct Reconciles {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(kubesync::ObjectKey, std::time::Instant, bool)>,
+    seen: Vec<(kubesync::ObjectKey, std::time::Instant, bool)>,
+}
+
+impl Reconciles {
+    /// Waits (at most 30 s) for a reconcile of a key named `name` that started after `since`
+    /// and ran to its end (successful or not: either way it decided on what it saw).
+    pub async fn of(&mut self, name: &str, since: std::time::Instant) {
+        let matches = |(key, started, _): &(kubesync::ObjectKey, std::time::Instant, bool)| {
+            key.name == name && *started >= since
+        };
+        if self.seen.iter().any(matches) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let Ok(Some(r)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
+                let seen: Vec<String> = self.seen.iter().map(|r| r.0.to_string()).collect();
+                panic!("no reconcile of {name} within 30 s; reconciled: {seen:?}");
+            };
+            let found = matches(&r);
+            self.seen.push(r);
+            if found {
+                return;
+            }
+        }
+    }
+}
+
+/// `reconciler`, observed.
+pub fn observed<R: kubesync::Reconciler>(reconciler: R) -> (Observed<R>, Reconciles) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (
+        Observed {
+            inner: reconciler,
+            tx,
+        },
+        Reconciles {
+            rx,
+            seen: Vec::new(),
+        },
+    )
+}
+
+/// Runs a sync engine until [`Running::stop`], reporting its reconciles.
+pub async fn start_engine_observed<S: kubesync::syncer::Syncer>(
+    engine: kubesync::syncer::SyncEngine<S>,
+) -> (Running, Reconciles) {
+    let (running, reconciles, _) = start_engine_with_context(engine).await;
+    (running, reconciles)
+}
+
+/// [`start_engine_observed`], also returning the controller's context (its metrics, stores).
+pub async fn start_engine_with_context<S: kubesync::syncer::Syncer>(
+    engine: kubesync::syncer::SyncEngine<S>,
+) -> (Running, Reconciles, kubesync::Context) {
+    let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
+    let ctx = controller.context();
+    let (reconciler, reconciles) = observed(reconciler);
+    (start(controller, reconciler), reconciles, ctx)
+}
