@@ -133,9 +133,8 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
             "gap {gap:?} shorter than the backoff {want} ms (gaps {gaps:?})"
         );
     }
-    for w in gaps.windows(2) {
-        assert!(w[1] > w[0], "delays must grow: {gaps:?}");
-    }
+    // Only lower bounds here: on a loaded machine a short gap may be stretched past the next
+    // one. The exact curve is proved without a clock in the queue's unit tests.
     running.stop().await;
 }
 
@@ -648,26 +647,40 @@ async fn failures_are_counted_by_category() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch");
     let ctx = controller.context();
+    // When each attempt of the panicking key started: a panic is retried with the backoff,
+    // like an error (50 ms, then 100 ms, …), not at once.
+    let panics: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = panics.clone();
     let running = start(
         controller,
-        reconciler_fn(move |key, _ctx| async move {
-            match key.name.as_str() {
-                "terminating" => Err(kubesync::Error::NamespaceTerminating(
-                    key.namespace.clone().unwrap_or_default(),
-                )),
-                "panics" => panic!("a reconcile that panics"),
-                _ => Ok(Action::done()),
+        reconciler_fn(move |key, _ctx| {
+            let seen = seen.clone();
+            async move {
+                match key.name.as_str() {
+                    "terminating" => Err(kubesync::Error::NamespaceTerminating(
+                        key.namespace.clone().unwrap_or_default(),
+                    )),
+                    "panics" => {
+                        seen.lock().expect("lock").push(Instant::now());
+                        panic!("a reconcile that panics")
+                    }
+                    _ => Ok(Action::done()),
+                }
             }
         }),
     );
-    eventually("both keys failed twice", Duration::from_secs(20), || {
-        let by = ctx.metrics().failures_by_category();
-        async move {
-            (by.get("NamespaceTerminating").copied().unwrap_or(0) >= 2
-                && by.get("Panic").copied().unwrap_or(0) >= 2)
-                .then_some(by)
-        }
-    })
+    eventually(
+        "both keys failed three times",
+        Duration::from_secs(20),
+        || {
+            let by = ctx.metrics().failures_by_category();
+            async move {
+                (by.get("NamespaceTerminating").copied().unwrap_or(0) >= 3
+                    && by.get("Panic").copied().unwrap_or(0) >= 3)
+                    .then_some(by)
+            }
+        },
+    )
     .await;
     running.stop().await;
     let by = ctx.metrics().failures_by_category();
@@ -675,6 +688,16 @@ async fn failures_are_counted_by_category() {
         by.keys().copied().collect::<Vec<_>>(),
         ["NamespaceTerminating", "Panic"]
     );
+    let times = panics.lock().expect("lock").clone();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 2, "{gaps:?}");
+    // Lower bounds only (a loaded machine may stretch a gap, never shorten it).
+    for (gap, want) in gaps.iter().zip([50u64, 100]) {
+        assert!(
+            *gap >= Duration::from_millis(want),
+            "a panic was retried after {gap:?}, before its backoff of {want} ms ({gaps:?})"
+        );
+    }
     assert_eq!(ctx.metrics().failures(), by.values().sum::<u64>());
 }
 
@@ -881,5 +904,60 @@ async fn packed_watches_read_back_what_arrived_and_index_a_label() {
     assert_eq!(held.metadata, live.metadata);
     assert_eq!(held.data, live.data);
     assert!(held.metadata.managed_fields.is_some());
+    running.stop().await;
+}
+
+/// An object deleted while the watch was down — behind the apiserver's back, straight from
+/// etcd, so no Delete event can ever arrive — is noticed at the re-list: its key is queued
+/// and the store no longer holds it; an unchanged object is not queued again.
+#[tokio::test]
+async fn objects_that_vanished_while_the_watch_was_down_are_queued_after_the_relist() {
+    init_tracing();
+    let mut env = TestEnv::builder()
+        .name("vanish")
+        .start()
+        .await
+        .expect("env");
+    let ns = unique_ns("vanish");
+    env.create_namespace(&ns).await.expect("ns");
+    apply_cm(&env, &configmap(&ns, "gone", &[], &[])).await;
+    apply_cm(&env, &configmap(&ns, "stays", &[], &[])).await;
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(&env))
+        .watch("vanish", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(controller, forward_keys(tx));
+    let mut seen = std::collections::HashSet::new();
+    while !(seen.contains("gone") && seen.contains("stays")) {
+        seen.insert(
+            next(&mut rx, "both listed", Duration::from_secs(20))
+                .await
+                .name,
+        );
+    }
+    let key = |name: &str| {
+        ObjectKey::new(
+            "vanish",
+            &kube::core::ApiResource::erase::<ConfigMap>(&()),
+            Some(ns.clone()),
+            name,
+        )
+    };
+    assert!(ctx.get(&key("gone")).is_some());
+
+    env.stop_apiserver();
+    let deleted = env
+        .delete_from_etcd(&format!("/registry/configmaps/{ns}/gone"))
+        .await
+        .expect("delete in etcd");
+    assert_eq!(deleted, 1, "the object existed in etcd");
+    env.restart_apiserver().await.expect("restart");
+
+    let queued = next(&mut rx, "the vanished key", Duration::from_secs(60)).await;
+    assert_eq!(queued.name, "gone", "only the vanished object is queued");
+    assert!(ctx.get(&key("gone")).is_none(), "the store dropped it");
+    assert!(ctx.get(&key("stays")).is_some());
     running.stop().await;
 }
