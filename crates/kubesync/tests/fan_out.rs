@@ -45,7 +45,20 @@ fn run_fan_out_seen(
     reports: Reports,
     extra: Vec<kubesync::Cluster>,
 ) -> (Running, kubesync::Context) {
+    let (running, ctx, _) = run_fan_out_counted(env, control, specs, reports, extra);
+    (running, ctx)
+}
+
+/// [`run_fan_out_seen`], also returning the engine's write counter.
+fn run_fan_out_counted(
+    env: &TestEnv,
+    control: &str,
+    specs: Specs,
+    reports: Reports,
+    extra: Vec<kubesync::Cluster>,
+) -> (Running, kubesync::Context, kubesync::Writer) {
     let fan_out = Arc::new(FanOut::new("local"));
+    let writes = fan_out.write_counter();
     let mut controller = Controller::new()
         .cluster(kubesync::Cluster::new(
             "local",
@@ -111,7 +124,7 @@ fn run_fan_out_seen(
             }
         }),
     );
-    (running, ctx)
+    (running, ctx, writes)
 }
 
 /// A destination: the namespace `ns`.
@@ -660,6 +673,245 @@ async fn a_second_cluster_as_destination_and_its_outage() {
         },
     )
     .await;
+    running.stop().await;
+}
+
+/// Nothing is deleted in a destination cluster that cannot be reached: neither the copies of
+/// a source deleted during the outage, nor a copy whose namespace a changed spec no longer
+/// selects, nor after the engine restarts during the outage (its stores of that cluster are
+/// then empty). Once the cluster is back, exactly the unwanted copies go.
+#[tokio::test]
+async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
+    init_tracing();
+    let env = shared("fan");
+    let mut other = TestEnv::builder()
+        .name("fan-outage")
+        .start()
+        .await
+        .expect("other");
+    let (tag, [control, src, dst]) = namespaces(env, "gone", ["control", "src", "dst"]).await;
+    let (keep, drop) = (format!("{tag}-keep"), format!("{tag}-drop"));
+    for ns in [&keep, &drop] {
+        create_ns(&other, ns, &[(&tag, "yes")]).await;
+    }
+    put_secret(env, &src, "s1", &[("token", "one")], "Opaque", &[]).await;
+    put_secret(env, &src, "s2", &[("token", "two")], "Opaque", &[]).await;
+    let mut remote = all_with_label(&tag);
+    remote.cluster = Some("other".into());
+    let specs: Specs = Arc::new(Mutex::new(
+        [
+            (
+                "src-gone".to_string(),
+                spec(&src, "s1", vec![remote.clone(), into_namespace(&dst)]),
+            ),
+            (
+                "unselect".to_string(),
+                spec(&src, "s2", vec![remote.clone()]),
+            ),
+        ]
+        .into(),
+    ));
+    let reports: Reports = Arc::default();
+    let other_cluster = |o: &TestEnv| kubesync::Cluster::new("other", o.client().expect("client"));
+    let (running, _, writes) = run_fan_out_counted(
+        env,
+        &control,
+        specs.clone(),
+        reports.clone(),
+        vec![other_cluster(&other)],
+    );
+    for name in ["src-gone", "unselect"] {
+        apply_cm(env, &configmap(&control, name, &[], &[])).await;
+    }
+    let remote_secrets =
+        |o: &TestEnv, ns: &str| Api::<Secret>::namespaced(o.client().expect("client"), ns);
+    for ns in [&keep, &drop] {
+        for name in ["s1", "s2"] {
+            let api = remote_secrets(&other, ns);
+            eventually("remote copies", T, || async {
+                api.get_opt(name).await.expect("get")
+            })
+            .await;
+        }
+    }
+    let local_copy: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
+    eventually("local copy", T, || async {
+        local_copy.get_opt("s1").await.expect("get")
+    })
+    .await;
+
+    other.stop_apiserver();
+    let written = writes.writes_to("other");
+    // The source goes: the local copy goes (the witness that the reconcile ran), the remote
+    // ones stay.
+    Api::<Secret>::namespaced(env.client().expect("client"), &src)
+        .delete("s1", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    eventually("local copy removed during the outage", T, || async {
+        local_copy
+            .get_opt("s1")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let report = reports.lock().expect("lock").get("src-gone").cloned();
+    assert_eq!(
+        report.map(|r| r.unreachable),
+        Some(vec!["other".to_string()]),
+        "the reconcile that removed the local copy saw the cluster unreachable"
+    );
+    // A namespace is no longer selected: its copy stays while the cluster cannot be checked.
+    specs
+        .lock()
+        .expect("lock")
+        .get_mut("unselect")
+        .expect("spec")
+        .destinations[0]
+        .namespaces
+        .only_namespaces = vec![keep.clone()];
+    apply_cm(
+        env,
+        &configmap(&control, "unselect", &[("touched", "1")], &[]),
+    )
+    .await;
+    eventually("the changed spec decided on", T, || async {
+        reports
+            .lock()
+            .expect("lock")
+            .get("unselect")
+            .filter(|r| {
+                !r.unreachable.is_empty()
+                    && !r.destinations.is_empty()
+                    && r.destinations.iter().all(|d| d.namespace == keep)
+            })
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        writes.writes_to("other"),
+        written,
+        "no write to the cluster that is down"
+    );
+
+    // A restart during the outage: the new engine's stores of `other` are empty.
+    running.stop().await;
+    reports.lock().expect("lock").clear();
+    let (running, _, writes) = run_fan_out_counted(
+        env,
+        &control,
+        specs.clone(),
+        reports.clone(),
+        vec![other_cluster(&other)],
+    );
+    eventually("both reconciled after the restart", T, || async {
+        let r = reports.lock().expect("lock");
+        (r.contains_key("src-gone") && r.contains_key("unselect")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        writes.writes_to("other"),
+        0,
+        "nothing written or deleted there"
+    );
+
+    // The cluster returns: exactly the unwanted copies go.
+    other.restart_apiserver().await.expect("restart");
+    for ns in [&keep, &drop] {
+        let api = remote_secrets(&other, ns);
+        eventually(
+            "the deleted source's copies go",
+            Duration::from_secs(90),
+            || async {
+                api.get_opt("s1")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let dropped = remote_secrets(&other, &drop);
+    eventually(
+        "the unselected copy goes",
+        Duration::from_secs(90),
+        || async {
+            dropped
+                .get_opt("s2")
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        remote_secrets(&other, &keep)
+            .get_opt("s2")
+            .await
+            .expect("get")
+            .is_some(),
+        "the copy still selected stays"
+    );
+    running.stop().await;
+}
+
+/// Zero writes when everything is in sync: an engine restarted over 1000 copies decides on
+/// every one of them and writes nothing, and so does every later reconcile.
+#[tokio::test]
+async fn a_restart_over_a_thousand_copies_in_sync_writes_nothing() {
+    use futures::StreamExt;
+    init_tracing();
+    let env = TestEnv::builder()
+        .name("fan-zero")
+        .start()
+        .await
+        .expect("env");
+    let (tag, [control, src]) = namespaces(&env, "zero", ["control", "src"]).await;
+    futures::stream::iter(0..1000)
+        .for_each_concurrent(16, |i| {
+            let (env, tag) = (&env, &tag);
+            async move { create_ns(env, &format!("{tag}-d{i}"), &[(tag.as_str(), "yes")]).await }
+        })
+        .await;
+    put_secret(&env, &src, "s", &[("token", "one")], "Opaque", &[]).await;
+    let specs: Specs = Arc::new(Mutex::new(
+        [("z".to_string(), spec(&src, "s", vec![all_with_label(&tag)]))].into(),
+    ));
+    let reports: Reports = Arc::default();
+    let all_synced = || {
+        let reports = reports.clone();
+        async move {
+            reports.lock().expect("lock").get("z").cloned().filter(|r| {
+                r.destinations.len() == 1000
+                    && r.destinations
+                        .iter()
+                        .all(|d| d.state == DestinationState::Synced)
+            })
+        }
+    };
+    let (running, _, writes) =
+        run_fan_out_counted(&env, &control, specs.clone(), reports.clone(), vec![]);
+    apply_cm(&env, &configmap(&control, "z", &[], &[])).await;
+    eventually("1000 copies", Duration::from_secs(120), all_synced).await;
+    assert!(writes.writes() >= 1000, "the first run wrote the copies");
+    running.stop().await;
+
+    reports.lock().expect("lock").clear();
+    let (running, _, writes) =
+        run_fan_out_counted(&env, &control, specs.clone(), reports.clone(), vec![]);
+    eventually("all decided after the restart", T, all_synced).await;
+    assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
+    // Once more, on a later reconcile of the same declaration.
+    reports.lock().expect("lock").clear();
+    apply_cm(&env, &configmap(&control, "z", &[("touched", "1")], &[])).await;
+    eventually("decided again", T, all_synced).await;
+    assert_eq!(writes.writes(), 0, "a reconcile in sync writes nothing");
     running.stop().await;
 }
 

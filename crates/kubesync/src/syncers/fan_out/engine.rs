@@ -807,14 +807,8 @@ mod tests {
             "type": "Opaque", "data": {"token": token}})
     }
 
-    /// A create whose name turns out to be taken reads the object and decides once more.
-    async fn create_finds(found: (u16, serde_json::Value)) -> (DestinationStatus, Vec<String>) {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-        let (client, seen) = canned(vec![(409, status(409, "AlreadyExists")), found]);
-        let ctx = Controller::new()
-            .cluster(Cluster::new("local", client))
-            .context();
-        let decl = Declaration {
+    fn declaration(ar: ApiResource) -> Declaration {
+        Declaration {
             key: ObjectKey::new("local", &ar, Some("ctl".into()), "d"),
             owner: Owner {
                 reference: "local/ctl/d".into(),
@@ -832,24 +826,103 @@ mod tests {
                 consent: None,
             },
             deleting: false,
-        };
-        let desired: DynamicObject =
+        }
+    }
+
+    /// Settles a `Create` at `ns/copy` in `ctx`'s cluster `local`, the store having shown
+    /// nothing there.
+    async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStatus {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        let decl = declaration(ar);
+        let mut desired: DynamicObject =
             serde_json::from_value(secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE="))
                 .expect("desired");
-        let at = DestinationRef::new("local", "ns", "copy");
-        let st = FanOut::new("local")
-            .settle(
-                &ctx,
-                &decl,
-                (&at, &desired),
-                None,
-                Strategy::Apply,
-                Decision::Create,
-                "7",
-            )
-            .await;
+        desired.metadata.namespace = Some(ns.into());
+        desired.metadata.uid = None;
+        desired.metadata.resource_version = None;
+        let at = DestinationRef::new("local", ns, "copy");
+        fan.settle(
+            ctx,
+            &decl,
+            (&at, &desired),
+            None,
+            Strategy::Apply,
+            Decision::Create,
+            "7",
+        )
+        .await
+    }
+
+    /// A create whose name turns out to be taken reads the object and decides once more.
+    async fn create_finds(found: (u16, serde_json::Value)) -> (DestinationStatus, Vec<String>) {
+        let (client, seen) = canned(vec![(409, status(409, "AlreadyExists")), found]);
+        let ctx = Controller::new()
+            .cluster(Cluster::new("local", client))
+            .context();
+        let st = settle_create(&FanOut::new("local"), &ctx, "ns").await;
         let seen = seen.lock().expect("seen").clone();
         (st, seen)
+    }
+
+    /// The same on a real apiserver: the object at the destination (carrying `labels` and
+    /// `token`) exists before the create. Returns the outcome, whether the object is unchanged
+    /// (uid and resourceVersion), and the writes sent.
+    async fn create_finds_on_a_real_apiserver(
+        labels: serde_json::Value,
+        token: &str,
+    ) -> (DestinationStatus, bool, u64) {
+        use k8s_openapi::api::core::v1::Secret;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let env = kubesync_testenv::TestEnv::shared("engine-unit", false).expect("env");
+        let ns = format!(
+            "taken-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        env.create_namespace(&ns).await.expect("ns");
+        let api: kube::Api<Secret> = kube::Api::namespaced(env.client().expect("client"), &ns);
+        let mut there: Secret = serde_json::from_value(secret(labels, token)).expect("secret");
+        there.metadata.namespace = Some(ns.clone());
+        there.metadata.uid = None;
+        there.metadata.resource_version = None;
+        let before = api
+            .create(&Default::default(), &there)
+            .await
+            .expect("create");
+        let local = Cluster::from_config("local", env.config().expect("config")).expect("client");
+        let ctx = Controller::new().cluster(local).context();
+        let fan = FanOut::new("local");
+        let st = settle_create(&fan, &ctx, &ns).await;
+        let after = api.get("copy").await.expect("still there");
+        let unchanged = after.metadata.uid == before.metadata.uid
+            && after.metadata.resource_version == before.metadata.resource_version;
+        (st, unchanged, fan.write_counter().writes())
+    }
+
+    #[tokio::test]
+    async fn on_a_real_apiserver_a_create_that_finds_its_own_copy_is_in_sync() {
+        // Its own copy, already as it must be (the store had not shown it yet).
+        let (st, unchanged, writes) =
+            create_finds_on_a_real_apiserver(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE=")
+                .await;
+        assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
+        assert!(unchanged, "the copy was written again");
+        assert_eq!(writes, 1, "only the refused create");
+    }
+
+    #[tokio::test]
+    async fn on_a_real_apiserver_a_create_that_finds_someone_elses_object_leaves_it_alone() {
+        let (st, unchanged, writes) =
+            create_finds_on_a_real_apiserver(serde_json::json!({}), "dGhlaXJz").await;
+        assert_eq!(st.state, DestinationState::Conflict, "{}", st.message);
+        assert!(
+            st.message.contains("not created by kubesync"),
+            "{}",
+            st.message
+        );
+        assert!(unchanged, "someone else's object was written");
+        assert_eq!(writes, 1, "only the refused create");
     }
 
     const POST_THEN_GET: [&str; 2] = [
