@@ -66,6 +66,8 @@ pub struct Operator {
     ctx: OnceLock<Context>,
     /// With leader election: whether this replica leads.
     leader: Mutex<Option<bool>>,
+    /// Liveness fails when the loop has not turned for this long.
+    stuck_after: Duration,
 }
 
 /// Options of an [`Operator`].
@@ -77,6 +79,10 @@ pub struct OperatorOptions {
     pub policy: ObjectSyncPolicy,
     /// Copy writes in flight per ObjectSync (default 16).
     pub fan_out_concurrency: usize,
+    /// `/healthz` fails when the operator's loop has not turned for this long (default
+    /// [`STUCK_AFTER`](crate::telemetry::STUCK_AFTER), 60 s; the loop turns at least every
+    /// few seconds when idle).
+    pub stuck_after: Duration,
 }
 
 impl Default for OperatorOptions {
@@ -85,6 +91,7 @@ impl Default for OperatorOptions {
             status_refresh: STATUS_REFRESH,
             policy: Default::default(),
             fan_out_concurrency: 16,
+            stuck_after: crate::telemetry::STUCK_AFTER,
         }
     }
 }
@@ -118,6 +125,7 @@ impl Operator {
             writes,
             ctx: OnceLock::new(),
             leader: Mutex::new(None),
+            stuck_after: options.stuck_after,
         })
     }
 
@@ -130,6 +138,11 @@ impl Operator {
                 ..Default::default()
             },
         )
+    }
+
+    /// How long the loop may stand still before liveness fails.
+    pub fn stuck_after(&self) -> Duration {
+        self.stuck_after
     }
 
     /// The cluster the operator runs in.

@@ -31,7 +31,8 @@ use tokio::net::TcpListener;
 
 use crate::operator::{LOCAL, Operator};
 
-/// `/healthz` fails when the operator's loop has not turned for this long.
+/// `/healthz` fails when the operator's loop has not turned for this long (the default of
+/// [`OperatorOptions::stuck_after`](crate::operator::OperatorOptions::stuck_after)).
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// Content type of `/metrics`: the Prometheus text format, version 0.0.4.
@@ -122,7 +123,7 @@ pub fn liveness(operator: &Operator) -> (bool, String) {
     };
     match ctx.metrics().idle_for() {
         None => (true, "starting".into()),
-        Some(idle) if idle < STUCK_AFTER => (true, "ok".into()),
+        Some(idle) if idle < operator.stuck_after() => (true, "ok".into()),
         Some(idle) => (
             false,
             format!(

@@ -46,14 +46,22 @@ async fn wait_leading(port: u16, want: bool) {
     .await;
 }
 
-async fn holder(env: &TestEnv) -> String {
-    Api::<Lease>::namespaced(env.client().expect("client"), "kube-system")
+/// The Lease's holder (empty when released) and its number of transitions.
+async fn lease(env: &TestEnv) -> (String, i32) {
+    let spec = Api::<Lease>::namespaced(env.client().expect("client"), "kube-system")
         .get("kubesync")
         .await
         .expect("lease")
         .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (
+        spec.holder_identity.unwrap_or_default(),
+        spec.lease_transitions.unwrap_or_default(),
+    )
+}
+
+async fn holder(env: &TestEnv) -> String {
+    lease(env).await.0
 }
 
 async fn copy_token(env: &TestEnv) -> Option<String> {
@@ -92,9 +100,11 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
     assert_eq!(leading(port_b).await, Some(false), "still one leader");
 
     // A leader stopped with SIGTERM releases the Lease: the standby takes over without
-    // waiting for it to expire (15 s).
+    // waiting for it to expire (15 s). Checked on the Lease, not on the clock: the moment the
+    // old leader has exited it no longer holds the Lease, and the next holder is the standby,
+    // one transition later.
     let mut a = a;
-    let stopped_at = Instant::now();
+    let (_, transitions) = lease(&env).await;
     let status = std::process::Command::new("kill")
         .args(["-TERM", &a.0.id().to_string()])
         .status()
@@ -107,13 +117,15 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
     .await
     .expect("join");
     assert!(exit.1.success(), "a normal stop exits 0: {:?}", exit.1);
-    wait_leading(port_b, true).await;
+    let (after_exit, _) = lease(&env).await;
     assert!(
-        stopped_at.elapsed() < Duration::from_secs(12),
-        "taken over after {:?}, so not by expiry",
-        stopped_at.elapsed()
+        !after_exit.ends_with(&format!("-{}", exit.0.0.id())),
+        "the stopped leader still holds the Lease ({after_exit}): not released"
     );
-    assert!(holder(&env).await.ends_with(&format!("-{}", b.0.id())));
+    wait_leading(port_b, true).await;
+    let (now, now_transitions) = lease(&env).await;
+    assert!(now.ends_with(&format!("-{}", b.0.id())), "{now}");
+    assert_eq!(now_transitions, transitions + 1, "one handover");
     set_token(&env, "two").await;
     eventually("the new leader copies", T, || async {
         (copy_token(&env).await.as_deref() == Some("two")).then_some(())
@@ -137,4 +149,56 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
         (copy_token(&env).await.as_deref() == Some("three")).then_some(())
     })
     .await;
+}
+
+/// A leader that cannot renew its Lease (the apiserver is gone) steps down: after the renew
+/// deadline (10 s) the process says so and exits non-zero, so that its Pod restarts and no two
+/// replicas ever work at once.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down() {
+    let mut env = operator_cluster("leader-renew", false, &["apps"]).await;
+    let port = free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path().expect("kubeconfig"))
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args([
+            "--leader-elect",
+            "--leader-election-namespace",
+            "kube-system",
+        ])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubesync");
+    let mut replica = RunningBinary(child);
+    wait_leading(port, true).await;
+    env.stop_apiserver();
+    let stderr = replica.0.stderr.take().expect("stderr");
+    let (replica, status, said) = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let status = loop {
+            if let Some(status) = replica.0.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut said = String::new();
+        if status.is_some() {
+            let _ = std::io::BufReader::new(stderr).read_to_string(&mut said);
+        }
+        (replica, status, said)
+    })
+    .await
+    .expect("join");
+    let status = status.expect("the replica stepped down within 40 s");
+    assert!(!status.success(), "a lost leadership exits non-zero");
+    assert!(said.contains("lost the leadership"), "{said}");
+    assert!(said.contains("not renewed"), "{said}");
+    drop(replica);
 }

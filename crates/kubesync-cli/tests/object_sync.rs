@@ -552,3 +552,72 @@ async fn cleanup_never_touches_a_foreign_object_at_a_destination() {
     );
     stop(operator).await;
 }
+
+/// No Secret data reaches an ObjectSync's status or its Events, also where a copy fails: a
+/// copy the apiserver rejects (422: the data filter renames a key to an invalid one, so the
+/// message is the API's own text) and a destination taken by someone else's Secret (a
+/// Conflict). Neither the value nor its base64 form may appear anywhere kubesync reports.
+#[tokio::test]
+async fn no_secret_data_in_status_or_events_on_error_paths() {
+    use k8s_openapi::api::events::v1::Event;
+    const VALUE: &str = "s3cr3t-VALUE";
+    const VALUE_B64: &str = "czNjcjN0LVZBTFVF";
+    let env = operator_cluster("secretsafe", false, &["apps", "team-a", "team-c"]).await;
+    env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: apps}}\ntype: Opaque\nstringData: {{password: {VALUE}}}\n")).await.expect("source");
+    env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: team-c}}\ntype: Opaque\nstringData: {{password: {VALUE}}}\n")).await.expect("theirs");
+    let operator = start(&env, ObjectSyncPolicy::default());
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: db, namespace: apps}\nspec:\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: team-a}, {namespace: team-c}]\n  data: {rename: {password: \"not a valid key!\"}}\n").await.expect("objectsync");
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+    let os = eventually("an error and a conflict reported", T, || async {
+        syncs.get("db").await.ok().filter(|o| {
+            o.status.as_ref().is_some_and(|s| {
+                let state = |ns: &str| {
+                    s.destinations
+                        .iter()
+                        .find(|d| d.namespace == ns)
+                        .map(|d| d.state.to_string())
+                };
+                state("team-a").as_deref() == Some("Error")
+                    && state("team-c").as_deref() == Some("Conflict")
+            })
+        })
+    })
+    .await;
+    let status = os.status.expect("status");
+    let rejected = status
+        .destinations
+        .iter()
+        .find(|d| d.namespace == "team-a")
+        .expect("team-a");
+    assert!(
+        rejected.message.contains("not a valid key!"),
+        "the API's own reason is reported: {}",
+        rejected.message
+    );
+    let events: Api<Event> = Api::namespaced(env.client().expect("client"), "apps");
+    let notes = eventually("a Warning event", T, || async {
+        let notes: Vec<String> = events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("db"))
+            .filter_map(|e| e.note)
+            .collect();
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    let reported = format!(
+        "{}\n{}",
+        serde_json::to_string(&status).expect("json"),
+        notes.join("\n")
+    );
+    for secret in [VALUE, VALUE_B64] {
+        assert!(
+            !reported.contains(secret),
+            "Secret data in what kubesync reports: {reported}"
+        );
+    }
+    stop(operator).await;
+}

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -187,7 +185,13 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
     })
     .await;
     apply_widget(&remote, "ops-a", "w3").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Witness that w3's event has passed: a later Widget under the new prefix arrives on the
+    // same remote watch after it.
+    apply_widget(&remote, "ops2-b", "w4").await;
+    eventually("w4 synced after w3 was seen", T, || async {
+        widgets(&local, "ops2-b").get_opt("w4").await.expect("get")
+    })
+    .await;
     assert!(
         widgets(&local, "ops-a")
             .get_opt("w3")

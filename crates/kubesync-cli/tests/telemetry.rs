@@ -3,13 +3,13 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{RunningBinary, T, free_port, operator_cluster, request, sample};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubesync_cli::crd::ObjectSync;
 use kubesync_testenv::eventually;
+use std::time::Duration;
 
 #[tokio::test]
 async fn metrics_health_readiness_and_events_of_the_running_binary() {
@@ -17,6 +17,8 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("source");
     // Someone else's object at one destination: a Conflict.
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-c}\ntype: Opaque\nstringData: {token: theirs}\n").await.expect("theirs");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(env.client().expect("client"), ns);
+    let theirs = secrets("team-c").get("registry").await.expect("theirs");
 
     let port = free_port();
     let _operator = RunningBinary(
@@ -105,8 +107,26 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
         note.contains("team-c") && note.contains("Conflict"),
         "{note}"
     );
-    // Further reconciles with the same conditions publish nothing new.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Further reconciles with the same conditions publish nothing new: one is caused (a
+    // metadata change) and awaited on the reconcile counter before the Events are counted.
+    let reconciles = || async {
+        let (_, m) = request(port, "GET", "/metrics").await?;
+        sample(&m, "kubesync_reconciles_total")
+    };
+    let before = reconciles().await.expect("reconciles");
+    let object_syncs = Api::<ObjectSync>::namespaced(env.client().expect("client"), "apps");
+    object_syncs
+        .patch(
+            "registry",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .expect("annotate");
+    eventually("a reconcile after the change", T, || async {
+        reconciles().await.filter(|r| *r > before)
+    })
+    .await;
     let same: Vec<Event> = events
         .list(&ListParams::default())
         .await
@@ -118,8 +138,9 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     assert_eq!(same.len(), 1, "{same:?}");
     assert_eq!(same[0].series.as_ref().map(|s| s.count), None, "{same:?}");
 
-    // A deleted ObjectSync leaves /metrics.
-    Api::<ObjectSync>::namespaced(env.client().expect("client"), "apps")
+    // A deleted ObjectSync leaves /metrics; its copies go, someone else's object at one of
+    // its destinations stays untouched.
+    object_syncs
         .delete("registry", &DeleteParams::default())
         .await
         .expect("delete");
@@ -128,4 +149,65 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
         (!m.contains("objectsync=\"registry\"")).then_some(())
     })
     .await;
+    eventually("copies removed", T, || async {
+        let a = secrets("team-a").get_opt("registry").await.ok()?;
+        let b = secrets("team-b").get_opt("registry").await.ok()?;
+        (a.is_none() && b.is_none()).then_some(())
+    })
+    .await;
+    let after = secrets("team-c")
+        .get("registry")
+        .await
+        .expect("theirs kept");
+    assert_eq!(after.metadata.uid, theirs.metadata.uid);
+    assert_eq!(
+        after.metadata.resource_version,
+        theirs.metadata.resource_version
+    );
+}
+
+/// `/healthz` turns 503 when the operator's loop stands still (here: it was stopped while its
+/// telemetry goes on), and says for how long.
+#[tokio::test]
+async fn liveness_fails_when_the_loop_stalls() {
+    use common::start_operator;
+    use kubesync_cli::operator::OperatorOptions;
+    let env = operator_cluster("liveness", false, &["apps"]).await;
+    // Longer than the idle loop's heartbeat, so a healthy loop always passes.
+    let stuck_after = kubesync::runtime::HEARTBEAT + Duration::from_secs(3);
+    let running = start_operator(
+        kubesync::Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            stuck_after,
+            ..Default::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(kubesync_cli::telemetry::serve(
+        listener,
+        running.operator.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("alive", T, || async {
+        request(port, "GET", "/healthz")
+            .await
+            .filter(|(code, body)| *code == 200 && body.trim() == "ok")
+    })
+    .await;
+    running.stop().await;
+    let (_, body) = eventually("stalled", T, || async {
+        request(port, "GET", "/healthz")
+            .await
+            .filter(|(code, _)| *code == 503)
+    })
+    .await;
+    assert!(body.contains("has not turned"), "{body}");
+    let _ = stop_serving.send(());
+    server.await.expect("join");
 }
