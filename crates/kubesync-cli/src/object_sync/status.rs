@@ -28,7 +28,9 @@ pub enum Observation<'a> {
 ///
 /// - refused: `Ready=False` with the refusal, no destinations;
 /// - the watches have not listed: `Ready=False`, `WatchFailed` with the first failing watch's
-///   cluster and message, else `Starting`; no destinations;
+///   cluster and message, else `Starting`; no destinations — except that a status already
+///   decided for this generation is kept while the watches are only starting (an operator
+///   that restarts knows nothing new yet, and rewrites nothing);
 /// - otherwise `Ready` (`Syncing`, or `SourceNotFound`), `Synced` (`AllSynced`, or
 ///   `NotAllSynced` naming up to three destinations that are not), and one entry per
 ///   destination.
@@ -39,6 +41,14 @@ pub fn object_sync_status(
     now: jiff::Timestamp,
 ) -> ObjectSyncStatus {
     let (conditions, destinations) = match observed {
+        Observation::Reported { report, .. }
+            if !report.ready
+                && report.watch_errors.is_empty()
+                && !old.conditions.is_empty()
+                && old.observed_generation == generation =>
+        {
+            return old.clone();
+        }
         Observation::Refused(refusal) => (vec![status::refused(refusal)], Vec::new()),
         Observation::Reported { report, .. } if !report.ready => {
             // A watch that cannot list (forbidden, unreachable) says why.
@@ -377,6 +387,54 @@ mod tests {
         assert_eq!(s.destinations[0].state, CopyState::Error);
         let synced = find(&s, "Synced");
         assert_eq!(synced.message, "eu/edge-1: Error cluster unreachable");
+    }
+
+    #[test]
+    fn a_decided_status_is_kept_while_the_watches_are_only_starting() {
+        let decided = assemble(
+            &ObjectSyncStatus::default(),
+            &report(vec![dest("local", "team-a", DestinationState::Synced, "")]),
+            "2024-01-01T00:00:00Z",
+        );
+        let starting = Report::default();
+        let kept = object_sync_status(
+            &decided,
+            decided.observed_generation,
+            Observation::Reported {
+                report: &starting,
+                source_namespace: "apps",
+                source_name: "settings",
+            },
+            t("2024-01-01T00:05:00Z"),
+        );
+        assert_eq!(kept, decided, "a restart rewrites nothing");
+        // A new generation, or a watch that fails, is reported.
+        let next = object_sync_status(
+            &decided,
+            decided.observed_generation.map(|g| g + 1),
+            Observation::Reported {
+                report: &starting,
+                source_namespace: "apps",
+                source_name: "settings",
+            },
+            t("2024-01-01T00:05:00Z"),
+        );
+        assert_eq!(find(&next, "Ready").reason, "Starting");
+        let failing = Report {
+            watch_errors: vec![("local".into(), "secrets is forbidden".into())],
+            ..Default::default()
+        };
+        let failed = object_sync_status(
+            &decided,
+            decided.observed_generation,
+            Observation::Reported {
+                report: &failing,
+                source_namespace: "apps",
+                source_name: "settings",
+            },
+            t("2024-01-01T00:05:00Z"),
+        );
+        assert_eq!(find(&failed, "Ready").reason, "WatchFailed");
     }
 
     #[test]
