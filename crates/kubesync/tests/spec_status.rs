@@ -903,14 +903,25 @@ async fn a_failed_status_upload_holds_back_the_spec_until_it_succeeds() {
     let engine = SpecStatusSync::builder(widget_type())
         .namespace_prefix(&ns)
         .build(remote_as_syncer, cluster(local));
-    let running = common::start_engine(engine).await;
+    let (running, _, ctx) = common::start_engine_with_context(engine).await;
     let (r, l) = (widgets(&remote, &ns), widgets(local, &ns));
     apply_widget(&remote, &ns, "w", serde_json::json!({"spec": {"size": 1}})).await;
     until(&l, "w", "created", |_| true).await;
 
     set_status(local, &ns, "w", serde_json::json!({"phase": "Degraded"})).await;
     apply_widget(&remote, &ns, "w", serde_json::json!({"spec": {"size": 2}})).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Witness: once the engine's store shows size 2, a further reconcile of w fails (the
+    // status upload is forbidden) — that reconcile saw the new spec and held it back.
+    let key = kubesync::ObjectKey::new("rbac-remote", &widget_type(), Some(ns.clone()), "w");
+    eventually("the new spec in the store", T, || async {
+        ctx.get(&key).filter(|o| o.data["spec"]["size"] == 2)
+    })
+    .await;
+    let failures = ctx.metrics().failures();
+    eventually("a failed reconcile after it", T, || async {
+        (ctx.metrics().failures() > failures).then_some(())
+    })
+    .await;
     assert_eq!(
         get(&l, "w").await.expect("w").data["spec"]["size"],
         1,
@@ -1054,5 +1065,150 @@ async fn remote_objects_outside_the_namespace_prefix_are_never_touched() {
     // echoes of its own writes), not the 31 objects outside the prefix.
     let reconciles = ctx.metrics().reconciles();
     assert!(reconciles <= 8, "{reconciles} reconciles");
+    running.stop().await;
+}
+
+/// A controller over the engine's two clusters whose stores are filled by `remote_watches`
+/// (and the local Widgets), run only to fill them: the context a safeguard test hands to the
+/// engine's real reconciler, with the remote side in a chosen state.
+async fn context_with(
+    remote: &TestEnv,
+    local: &TestEnv,
+    remote_watches: Vec<kubesync::Watch>,
+) -> (Running, kubesync::Context) {
+    let mut controller = kubesync::Controller::new()
+        .cluster(cluster(remote))
+        .cluster(cluster(local))
+        .watch(local.name(), kubesync::Watch::dynamic(widget_type()))
+        .expect("watch")
+        .watch(
+            local.name(),
+            kubesync::Watch::of::<Namespace>().metadata_only(),
+        )
+        .expect("watch");
+    for w in remote_watches {
+        controller = controller.watch(remote.name(), w).expect("watch");
+    }
+    let ctx = controller.context();
+    let running = start(
+        controller,
+        kubesync::reconciler_fn(|_, _| async { Ok::<_, String>(kubesync::Action::done()) }),
+    );
+    (running, ctx)
+}
+
+/// A local object synced from `name`, and the engine that made it (stopped).
+async fn synced_pair(
+    remote: &TestEnv,
+    local: &TestEnv,
+    ns: &str,
+    name: &str,
+) -> kubesync::syncer::SyncEngine<SpecStatusSync> {
+    let build = || {
+        SpecStatusSync::builder(widget_type())
+            .namespace_prefix(ns)
+            .build(cluster(remote), cluster(local))
+    };
+    let running = common::start_engine(build()).await;
+    apply_widget(remote, ns, name, serde_json::json!({"spec": {"size": 1}})).await;
+    until(&widgets(local, ns), name, "synced", |_| true).await;
+    running.stop().await;
+    build()
+}
+
+/// Safeguard alone: the syncer acts on a source absent from its store only while the source
+/// cluster is healthy. Here the remote Widget is really gone (so a live read confirms its
+/// absence) but a remote watch fails: the reconcile waits and deletes nothing. (Checked:
+/// without the cluster-status check the local object is deleted.)
+#[tokio::test]
+async fn an_absent_source_is_not_acted_on_while_its_cluster_is_unhealthy() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("guard-health");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = synced_pair(remote, local, &ns, "w").await;
+    let writes = engine.write_counter();
+    // Really gone: deleted, and kubesync's finalizer removed by hand.
+    let r = widgets(remote, &ns);
+    r.delete("w", &DeleteParams::default())
+        .await
+        .expect("delete");
+    r.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    until_gone(&r, "w", "remote gone").await;
+    // The remote Widgets listed (without w), plus a watch of a type the apiserver does not
+    // serve: the remote cluster is unhealthy.
+    let missing = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("nowhere.kubesync.io", "v1", "Nothing"),
+        "nothings",
+    );
+    let (running, ctx) = context_with(
+        remote,
+        local,
+        vec![
+            kubesync::Watch::dynamic(widget_type()),
+            kubesync::Watch::dynamic(missing),
+        ],
+    )
+    .await;
+    let local_key = kubesync::ObjectKey::new(local.name(), &widget_type(), Some(ns.clone()), "w");
+    eventually("stores filled, the remote unhealthy", T, || async {
+        (ctx.get(&local_key).is_some()
+            && matches!(
+                ctx.cluster_status(remote.name()),
+                kubesync::ClusterStatus::Unreachable(_)
+            ))
+        .then_some(())
+    })
+    .await;
+    let (_, reconciler) = engine.into_parts().await.expect("parts");
+    let key = kubesync::ObjectKey::new(remote.name(), &widget_type(), Some(ns.clone()), "w");
+    let action = kubesync::Reconciler::reconcile(&reconciler, &key, &ctx)
+        .await
+        .expect("reconcile");
+    assert!(action.requeue_after().is_some(), "it looks again later");
+    assert_eq!(writes.writes(), 0, "nothing written or deleted");
+    assert!(get(&widgets(local, &ns), "w").await.is_some());
+    running.stop().await;
+}
+
+/// Safeguard alone: a teardown because the remote store lacks the object is confirmed by a
+/// live read first. Here the remote is healthy and its store simply does not hold the
+/// Widget (its watch is narrowed by a label the Widget lacks): nothing is deleted. (Checked:
+/// without the live read the local object is deleted.)
+#[tokio::test]
+async fn an_object_missing_from_a_healthy_store_is_confirmed_absent_before_a_teardown() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("guard-live");
+    remote.create_namespace(&ns).await.expect("ns");
+    let engine = synced_pair(remote, local, &ns, "w").await;
+    let writes = engine.write_counter();
+    let (running, ctx) = context_with(
+        remote,
+        local,
+        vec![kubesync::Watch::dynamic(widget_type()).labels("not-on-w=yes")],
+    )
+    .await;
+    let local_key = kubesync::ObjectKey::new(local.name(), &widget_type(), Some(ns.clone()), "w");
+    eventually("stores filled, the remote healthy", T, || async {
+        (ctx.get(&local_key).is_some()
+            && ctx.cluster_status(remote.name()) == kubesync::ClusterStatus::Ready)
+            .then_some(())
+    })
+    .await;
+    let (_, reconciler) = engine.into_parts().await.expect("parts");
+    let key = kubesync::ObjectKey::new(remote.name(), &widget_type(), Some(ns.clone()), "w");
+    kubesync::Reconciler::reconcile(&reconciler, &key, &ctx)
+        .await
+        .expect("reconcile");
+    assert_eq!(writes.writes(), 0, "nothing written or deleted");
+    assert!(get(&widgets(local, &ns), "w").await.is_some());
+    assert!(get(&widgets(remote, &ns), "w").await.is_some());
     running.stop().await;
 }
