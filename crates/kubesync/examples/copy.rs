@@ -7,7 +7,8 @@
 //! ```
 //!
 //! It shows the runtime's building blocks: a primary watch in one cluster, a secondary watch in
-//! another whose events map back to the primary key, reads from the watch stores, and
+//! another whose events map back to the primary key, reads from the watch stores, every write
+//! through one [`Writer`] (which counts them: an in-sync restart writes nothing), and
 //! ownership marks so that only copies made by this program are ever deleted.
 
 use std::collections::{BTreeMap, HashSet};
@@ -15,9 +16,11 @@ use std::future::Future;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{Api, ObjectMeta};
+use kube::core::ApiResource;
 use kube::{Resource, ResourceExt};
-use kubesync::{Action, Cluster, Context, Controller, ObjectKey, Reconciler, Watch};
+use kubesync::object::to_dynamic;
+use kubesync::{Action, Cluster, Context, Controller, ObjectKey, Reconciler, Watch, Writer};
 
 /// Label that selects ConfigMaps to copy.
 pub const COPY_LABEL: &str = "kubesync.io/copy";
@@ -44,6 +47,9 @@ pub fn copy_controller(source: Cluster, target: Cluster) -> kubesync::Result<(Co
     let controller = Controller::new()
         .cluster(source)
         .cluster(target)
+        // A source key is decided on what the target store shows: not before it has listed
+        // (else a copy that exists looks missing, and its create is refused).
+        .depends_on(&s, &t)
         .watch(
             &s,
             Watch::of::<ConfigMap>().labels(&format!("{COPY_LABEL}=true")),
@@ -58,6 +64,7 @@ pub fn copy_controller(source: Cluster, target: Cluster) -> kubesync::Result<(Co
     let copier = Copier {
         target: t,
         namespaces: Mutex::default(),
+        writer: Writer::new(),
     };
     Ok((controller, copier))
 }
@@ -67,6 +74,16 @@ pub struct Copier {
     target: String,
     /// Namespaces known to exist in the target (saves a request per object).
     namespaces: Mutex<HashSet<String>>,
+    /// Every write goes through it (and is counted).
+    writer: Writer,
+}
+
+/// An API error's status, if `e` is one.
+fn api_status(e: &kubesync::Error) -> Option<&kube::core::Status> {
+    match e {
+        kubesync::Error::Kube(kube::Error::Api(s)) => Some(s),
+        _ => None,
+    }
 }
 
 impl Reconciler for Copier {
@@ -75,7 +92,7 @@ impl Reconciler for Copier {
     async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
         let target = ctx.require_cluster(&self.target)?;
         let ns = key.namespace.clone().unwrap_or_default();
-        let copies: Api<ConfigMap> = Api::namespaced(target.client().clone(), &ns);
+        let cm_type = ApiResource::erase::<ConfigMap>(&());
         // The target watch holds exactly the copies made from this source cluster.
         let existing_copy: Option<ConfigMap> = ctx.get_as(&key.in_cluster(&self.target))?;
         let source: Option<ConfigMap> = ctx.get_as(key)?;
@@ -83,30 +100,31 @@ impl Reconciler for Copier {
         let ours = |c: &ConfigMap| c.annotations().get(ORIGIN_ANNOTATION) == Some(&origin);
 
         let Some(source) = source.filter(|s| s.meta().deletion_timestamp.is_none()) else {
-            // Source gone (or no longer labelled): delete the copy, but only if it is ours.
+            // Source gone (or no longer labelled): delete the copy, but only if it is ours
+            // (and still the very object looked at: its uid is the precondition).
             if let Some(copy) = existing_copy.filter(|c| ours(c)) {
                 tracing::info!(target: "copy", "source {origin} is gone; deleting {}/{ns}/{}", self.target, key.name);
-                let precondition = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: copy.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match copies.delete(&key.name, &precondition).await {
+                let deleted = self
+                    .writer
+                    .delete(
+                        &target,
+                        &cm_type,
+                        Some(&ns),
+                        &key.name,
+                        None,
+                        copy.metadata.uid.as_deref(),
+                    )
+                    .await;
+                match deleted {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) if api_status(&e).is_some_and(|s| s.is_conflict()) => {}
+                    Err(e) => return Err(e),
                 }
             }
             return Ok(Action::done());
         };
 
         let mut desired = desired_copy(&source, &key.cluster, &origin);
-        let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
         match existing_copy {
             Some(copy) if !ours(&copy) => {
                 tracing::info!(target: "copy", "{}/{ns}/{} is not a copy of {origin}; leaving it", self.target, key.name);
@@ -116,27 +134,34 @@ impl Reconciler for Copier {
                 // The copy is wholly ours: replace it, guarded by its resourceVersion.
                 tracing::info!(target: "copy", "updating {}/{ns}/{} from {origin}", self.target, key.name);
                 desired.metadata.resource_version = copy.metadata.resource_version.clone();
-                copies.replace(&key.name, &pp, &desired).await?;
+                self.writer
+                    .replace(&target, &cm_type, &to_dynamic(&desired)?, FIELD_MANAGER)
+                    .await?;
             }
             None => {
-                self.ensure_namespace(target.client(), &ns).await?;
-                match copies.create(&pp, &desired).await {
+                self.ensure_namespace(&target, &ns).await?;
+                let created = self
+                    .writer
+                    .create(&target, &cm_type, &to_dynamic(&desired)?, FIELD_MANAGER)
+                    .await;
+                match created {
                     Ok(_) => {
                         tracing::info!(target: "copy", "created {}/{ns}/{} from {origin}", self.target, key.name)
                     }
                     // Something else already has the name: never overwrite it.
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    Err(e) if api_status(&e).is_some_and(|s| s.is_already_exists()) => {
+                        let copies: Api<ConfigMap> = Api::namespaced(target.client().clone(), &ns);
                         let other = copies.get_opt(&key.name).await?;
                         if other.as_ref().is_some_and(|c| !ours(c)) {
                             tracing::info!(target: "copy", "{}/{ns}/{} exists and is not a copy of {origin}; leaving it", self.target, key.name);
                         }
                     }
-                    Err(kube::Error::Api(s)) if s.is_not_found() => {
+                    Err(e) if api_status(&e).is_some_and(|s| s.is_not_found()) => {
                         // The namespace went away since we last looked.
                         self.lock_namespaces().remove(&ns);
-                        return Err(kube::Error::Api(s).into());
+                        return Err(e);
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -149,11 +174,10 @@ impl Copier {
         self.namespaces.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn ensure_namespace(&self, client: &kube::Client, ns: &str) -> kubesync::Result<()> {
+    async fn ensure_namespace(&self, target: &Cluster, ns: &str) -> kubesync::Result<()> {
         if self.lock_namespaces().contains(ns) {
             return Ok(());
         }
-        let api: Api<Namespace> = Api::all(client.clone());
         let namespace = Namespace {
             metadata: ObjectMeta {
                 name: Some(ns.to_string()),
@@ -161,13 +185,23 @@ impl Copier {
             },
             ..Default::default()
         };
-        match api.create(&PostParams::default(), &namespace).await {
+        let ns_type = ApiResource::erase::<Namespace>(&());
+        match self
+            .writer
+            .create(target, &ns_type, &to_dynamic(&namespace)?, FIELD_MANAGER)
+            .await
+        {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-            Err(e) => return Err(e.into()),
+            Err(e) if api_status(&e).is_some_and(|s| s.is_already_exists()) => {}
+            Err(e) => return Err(e),
         }
         self.lock_namespaces().insert(ns.to_string());
         Ok(())
+    }
+
+    /// The writer whose counts this copier updates.
+    pub fn write_counter(&self) -> Writer {
+        self.writer.clone()
     }
 }
 

@@ -22,7 +22,6 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
     src.create_namespace(&ns).await.expect("ns");
     // The namespace does not exist in the target: the example creates it.
     let (controller, copier) = copy::copy_controller(cluster(src), cluster(dst)).expect("copy");
-    let (copier, mut reconciled) = observed(copier);
     let running = start(controller, copier);
     let dst_cms: Api<ConfigMap> = Api::namespaced(dst.client().expect("client"), &ns);
     let src_cms: Api<ConfigMap> = Api::namespaced(src.client().expect("client"), &ns);
@@ -114,6 +113,17 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
         }
     })
     .await;
+
+    // Zero writes when in sync: restarted, the copier decides on the copy and writes
+    // nothing (its writes go through kubesync's Writer, which counts them).
+    running.stop().await;
+    let (controller, copier) = copy::copy_controller(cluster(src), cluster(dst)).expect("copy");
+    let writes = copier.write_counter();
+    let (copier, mut reconciled) = observed(copier);
+    let restarted = std::time::Instant::now();
+    let running = start(controller, copier);
+    reconciled.of("settings", restarted).await;
+    assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
 
     // An object in the target that is not our copy is never touched.
     apply_cm(
