@@ -12,10 +12,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kubesync_testenv::{TestEnv, eventually};
 
-/// Starts a replica with leader election; returns it and its telemetry port.
-fn replica(env: &TestEnv) -> (RunningBinary, u16) {
-    let port = free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+/// The command of a replica with leader election, its telemetry on `port`.
+fn replica_command(env: &TestEnv, port: u16) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"));
+    command
         .arg("run")
         .arg("--kubeconfig")
         .arg(env.kubeconfig_path().expect("kubeconfig"))
@@ -27,9 +27,14 @@ fn replica(env: &TestEnv) -> (RunningBinary, u16) {
             "--trusted-namespace",
             "apps",
         ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("run kubesync");
+        .env("RUST_LOG", "warn");
+    command
+}
+
+/// Starts a replica with leader election; returns it and its telemetry port.
+fn replica(env: &TestEnv) -> (RunningBinary, u16) {
+    let port = free_port();
+    let child = replica_command(env, port).spawn().expect("run kubesync");
     (RunningBinary(child), port)
 }
 
@@ -158,17 +163,7 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
 async fn a_leader_that_cannot_renew_steps_down() {
     let mut env = operator_cluster("leader-renew", false, &["apps"]).await;
     let port = free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path().expect("kubeconfig"))
-        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-        .args([
-            "--leader-elect",
-            "--leader-election-namespace",
-            "kube-system",
-        ])
-        .env("RUST_LOG", "warn")
+    let child = replica_command(&env, port)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run kubesync");
