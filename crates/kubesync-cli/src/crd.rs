@@ -314,6 +314,17 @@ pub enum ConflictPolicy {
     Adopt,
 }
 
+/// What becomes of an ObjectSync's copies when it, or its source, is deleted.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ObjectSyncDeletionPolicy {
+    /// The copies are deleted (default; only kubesync's own).
+    #[default]
+    Delete,
+    /// The copies stay, with kubesync's label and annotations removed: ordinary objects that
+    /// nothing manages any more.
+    Orphan,
+}
+
 /// Include and exclude lists of keys (exact keys, or prefixes ending in `/` or `*`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct KeyFilterSpec {
@@ -417,6 +428,11 @@ pub struct ObjectSyncSpec {
     /// Key-level control of data (Secret and ConfigMap only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<DataFilterSpec>,
+    /// What becomes of the copies when this ObjectSync or its source is deleted: `Delete`
+    /// (default) or `Orphan` (kept, kubesync's marks removed). A copy annotated
+    /// `kubesync.io/orphan-on-delete: "true"` is always kept.
+    #[serde(default)]
+    pub deletion_policy: ObjectSyncDeletionPolicy,
 }
 
 /// State of one destination's copy, as the status shows it: the library's

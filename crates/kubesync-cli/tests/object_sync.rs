@@ -675,3 +675,95 @@ async fn a_restarted_operator_writes_nothing_when_everything_is_in_sync() {
     assert_eq!(before, after, "statuses unchanged");
     stop(second).await;
 }
+
+/// `deletionPolicy: Orphan` keeps the copies when the ObjectSync is deleted, and a copy
+/// annotated `kubesync.io/orphan-on-delete: "true"` is kept when its source is deleted under
+/// the default policy; the other copies go. Both happen while the operator that made the
+/// copies is gone: a new operator finds them by their marks, not in memory. A kept copy has
+/// its data and none of kubesync's marks.
+#[tokio::test]
+async fn orphan_policy_and_annotation_keep_copies_across_a_restart() {
+    let env = operator_cluster("orphan", false, &["apps", "team-a", "team-b"]).await;
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: kept, namespace: apps}\ntype: Opaque\nstringData: {token: k}\n").await.expect("secret");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: mixed, namespace: apps}\ntype: Opaque\nstringData: {token: m}\n").await.expect("secret");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: kept, namespace: apps}\nspec:\n  source: {kind: Secret, name: kept}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n  deletionPolicy: Orphan\n").await.expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mixed, namespace: apps}\nspec:\n  source: {kind: Secret, name: mixed}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await.expect("objectsync");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(env.client().expect("client"), ns);
+    let first = start(&env, ObjectSyncPolicy::default());
+    for name in ["kept", "mixed"] {
+        for ns in ["team-a", "team-b"] {
+            let api = secrets(ns);
+            eventually("copies", T, || async {
+                api.get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|s| s.labels().contains_key("kubesync.io/managed-by"))
+            })
+            .await;
+        }
+    }
+    stop(first).await;
+    // One copy of `mixed` asks to be kept.
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: mixed, namespace: team-a, annotations: {kubesync.io/orphan-on-delete: \"true\"}}\n").await.expect("annotate");
+    // While no operator runs: the ObjectSync `kept` is deleted (its finalizer holds it), and
+    // the source of `mixed`.
+    Api::<ObjectSync>::namespaced(env.client().expect("client"), "apps")
+        .delete("kept", &DeleteParams::default())
+        .await
+        .expect("delete objectsync");
+    secrets("apps")
+        .delete("mixed", &DeleteParams::default())
+        .await
+        .expect("delete source");
+
+    let second = start(&env, ObjectSyncPolicy::default());
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+    eventually("the orphaning ObjectSync released", T, || async {
+        syncs.get_opt("kept").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let b = secrets("team-b");
+    eventually(
+        "the unannotated copy of the deleted source goes",
+        T,
+        || async { b.get_opt("mixed").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let marks = [
+        "kubesync.io/owner",
+        "kubesync.io/source",
+        "kubesync.io/source-resource-version",
+    ];
+    for (ns, name, token) in [
+        ("team-a", "kept", "k"),
+        ("team-b", "kept", "k"),
+        ("team-a", "mixed", "m"),
+    ] {
+        let api = secrets(ns);
+        let kept = eventually("a kept copy without marks", T, || async {
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .filter(|s| !s.labels().contains_key("kubesync.io/managed-by"))
+        })
+        .await;
+        assert!(
+            marks.iter().all(|m| !kept.annotations().contains_key(*m)),
+            "{ns}/{name}: {:?}",
+            kept.annotations()
+        );
+        assert_eq!(
+            kept.data
+                .as_ref()
+                .and_then(|d| d.get("token"))
+                .map(|v| v.0.clone()),
+            Some(token.as_bytes().to_vec()),
+            "{ns}/{name} keeps its data"
+        );
+    }
+    // The ObjectSync `mixed` still exists; its copies are gone or released: nothing remains
+    // that it would manage.
+    stop(second).await;
+}

@@ -273,6 +273,7 @@ async fn engine_round(
         on_conflict: OnConflict::Skip,
         rules: CopyRules::default(),
         consent: None,
+        deletion_policy: Default::default(),
     };
     let specs: std::collections::HashMap<String, (FanOutSpec, String)> = [&cold_name, &warm_name]
         .into_iter()

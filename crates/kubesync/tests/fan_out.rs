@@ -153,6 +153,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         on_conflict: OnConflict::Skip,
         rules: CopyRules::default(),
         consent: None,
+        deletion_policy: Default::default(),
     }
 }
 

@@ -23,7 +23,8 @@ use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::rules::{
-    CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy, selector,
+    CopyRules, DataFilter, DeletionPolicy, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy,
+    selector,
 };
 use kubesync::syncers::fan_out::spec::{Admits, Consent};
 use kubesync::syncers::fan_out::{
@@ -36,7 +37,8 @@ use self::policy::refusal_message;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
 use crate::crd::{
-    ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncStatus, SyncGrant,
+    ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncDeletionPolicy,
+    ObjectSyncStatus, SyncGrant,
 };
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
@@ -365,6 +367,10 @@ impl ObjectSyncController {
                     include: d.include.clone(),
                     rename: d.rename.clone(),
                 }),
+            },
+            deletion_policy: match spec.deletion_policy {
+                ObjectSyncDeletionPolicy::Delete => DeletionPolicy::Delete,
+                ObjectSyncDeletionPolicy::Orphan => DeletionPolicy::Orphan,
             },
         })
     }

@@ -470,10 +470,14 @@ impl FanOut {
         let results: Vec<(Option<DestinationStatus>, bool)> = futures::stream::iter(ops)
             .map(|op| async move {
                 match op {
-                    Op::Delete(Delete { at, uid }) => {
-                        let gone = self.delete_copy(ctx, ar, &at, uid.as_deref()).await;
+                    Op::Delete(Delete { at, uid, orphan }) => {
+                        let gone = if orphan {
+                            self.release_copy(ctx, ar, &at, uid.as_deref()).await
+                        } else {
+                            self.delete_copy(ctx, ar, &at, uid.as_deref()).await.map(|_| ())
+                        };
                         if let Err(e) = &gone {
-                            tracing::warn!(destination = %at, error = %e, "deleting a copy failed");
+                            tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
                         }
                         (None, gone.is_ok())
                     }
@@ -712,6 +716,37 @@ impl FanOut {
         Ok(())
     }
 
+    /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
+    /// copy already gone, or replaced by another object (its uid no longer matches), is left.
+    async fn release_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        uid: Option<&str>,
+    ) -> Result<()> {
+        let cluster = ctx.require_cluster(&at.cluster)?;
+        let released = self
+            .writer
+            .merge_patch(
+                &cluster,
+                ar,
+                Some(&at.namespace),
+                &at.name,
+                &rules::release_patch(uid),
+                FIELD_MANAGER,
+            )
+            .await;
+        match released {
+            Ok(_) => {
+                tracing::info!(destination = %at, "released the copy (kept, kubesync's marks removed)");
+                Ok(())
+            }
+            Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() || s.is_conflict() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn delete_copy(
         &self,
         ctx: &Context,
@@ -824,6 +859,7 @@ mod tests {
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),
                 consent: None,
+                deletion_policy: Default::default(),
             },
             deleting: false,
         }

@@ -59,13 +59,15 @@ pub struct Write {
     pub decision: Decision,
 }
 
-/// A copy of this declaration to delete.
+/// A copy of this declaration to delete, or to release.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delete {
     /// Where.
     pub at: DestinationRef,
-    /// The copy's uid: the delete's precondition.
+    /// The copy's uid: the delete's (or release's) precondition.
     pub uid: Option<String>,
+    /// Keep the object and remove kubesync's marks instead ([`rules::orphans`]).
+    pub orphan: bool,
 }
 
 /// What a reconcile does.
@@ -178,6 +180,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         plan.deletes.push(Delete {
             at: at.clone(),
             uid: copy.metadata.uid.clone(),
+            orphan: rules::orphans(copy, spec.deletion_policy, source.is_none()),
         });
     }
     plan
@@ -362,6 +365,7 @@ mod tests {
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),
                 consent: None,
+                deletion_policy: Default::default(),
             },
             deleting: false,
         }
@@ -541,7 +545,8 @@ mod tests {
             plan.deletes,
             [Delete {
                 at: at("local", "b"),
-                uid: Some("c-b".into())
+                uid: Some("c-b".into()),
+                orphan: false,
             }],
             "b is no longer selected; unseen's namespace is not in the store"
         );
@@ -557,6 +562,30 @@ mod tests {
         assert!(plan.writes.is_empty() && plan.statuses.is_empty());
         assert_eq!(plan.deletes.len(), 1);
         assert_eq!(plan.source_resource_version, "");
+    }
+
+    #[test]
+    fn under_orphan_the_copies_of_a_gone_source_are_released_not_deleted() {
+        let stores =
+            Fake::default().with_namespaces("local", &[("a", json!({})), ("b", json!({}))]);
+        let mut decl = declaration(vec![destination(None, "a")]);
+        decl.spec.deletion_policy = rules::DeletionPolicy::Orphan;
+        let mut run = Run::new(decl, stores)
+            .owning(at("local", "a"), "c-a")
+            .owning(at("local", "b"), "c-b");
+        // With the source: b only left the destinations, and goes.
+        let plan = run.plan();
+        assert_eq!(
+            plan.deletes
+                .iter()
+                .map(|d| (d.at.namespace.as_str(), d.orphan))
+                .collect::<Vec<_>>(),
+            [("b", false)]
+        );
+        // Without it (deleted, or the declaration is): every copy is released.
+        run.source = None;
+        let plan = run.plan();
+        assert!(plan.deletes.iter().all(|d| d.orphan) && plan.deletes.len() == 2);
     }
 
     #[test]
@@ -653,7 +682,8 @@ mod tests {
             plan.deletes,
             [Delete {
                 at: at("local", "silent"),
-                uid: Some("c-s".into())
+                uid: Some("c-s".into()),
+                orphan: false,
             }],
             "a copy where consent is withdrawn goes"
         );

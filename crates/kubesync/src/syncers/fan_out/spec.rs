@@ -7,7 +7,7 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
-use super::rules::{CopyRules, NamespaceRule, OnConflict, Owner, Strategy};
+use super::rules::{CopyRules, DeletionPolicy, NamespaceRule, OnConflict, Owner, Strategy};
 use crate::key::ObjectKey;
 
 /// One destination object: cluster, namespace and name.
@@ -90,6 +90,8 @@ pub struct FanOutSpec {
     /// Whose consent a copy needs (`None`: the declaration may write wherever its
     /// destinations say).
     pub consent: Option<Consent>,
+    /// What becomes of the copies when the declaration or its source is deleted.
+    pub deletion_policy: DeletionPolicy,
 }
 
 /// Whether a consent object admits a copy: `(consent object, source, destination)`.

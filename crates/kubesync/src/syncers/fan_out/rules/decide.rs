@@ -6,7 +6,7 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 
 use super::copy::Owner;
-use super::{MANAGED_BY, OWNER, PROTECT};
+use super::{MANAGED_BY, ORPHAN_ON_DELETE, OWNER, PROTECT, SOURCE, SOURCE_VERSION};
 
 /// How copies are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +29,42 @@ pub enum OnConflict {
     Skip,
     /// Take it over (unless it carries `kubesync.io/protect: "true"`).
     Adopt,
+}
+
+/// What becomes of the copies when their declaration or its source is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeletionPolicy {
+    /// They are deleted (only kubesync's own copies, found by their marks).
+    #[default]
+    Delete,
+    /// They stay, and kubesync's marks are removed from them: ordinary objects that no
+    /// declaration manages any more.
+    Orphan,
+}
+
+/// Whether a copy kubesync no longer wants is released (its marks removed, the object kept)
+/// rather than deleted: under [`DeletionPolicy::Orphan`] once the source or the declaration
+/// is gone (`source_gone`), and always for a copy annotated `kubesync.io/orphan-on-delete:
+/// "true"`. A copy that only left the destinations (a changed spec) is deleted under either
+/// policy, unless annotated.
+pub fn orphans(copy: &DynamicObject, policy: DeletionPolicy, source_gone: bool) -> bool {
+    let annotated = copy
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ORPHAN_ON_DELETE))
+        .is_some_and(|v| v == "true");
+    annotated || (policy == DeletionPolicy::Orphan && source_gone)
+}
+
+/// The JSON merge patch that releases a copy: removes kubesync's label and annotations, and
+/// carries the copy's uid, so that the apiserver refuses it (409) if the object was replaced.
+pub fn release_patch(uid: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {
+        "uid": uid,
+        "labels": {MANAGED_BY: null},
+        "annotations": {OWNER: null, SOURCE: null, SOURCE_VERSION: null},
+    }})
 }
 
 /// The decision for one destination.
@@ -129,6 +165,33 @@ mod tests {
     use super::*;
     use crate::syncers::fan_out::rules::copy::{CopyRules, desired_copy, owned_by};
     use serde_json::json;
+
+    #[test]
+    fn copies_are_released_under_orphan_or_when_annotated() {
+        let plain = obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "a", "namespace": "n"}}));
+        let annotated = obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "a", "namespace": "n",
+                "annotations": {ORPHAN_ON_DELETE: "true"}}}));
+        use DeletionPolicy::{Delete, Orphan};
+        assert!(!orphans(&plain, Delete, true), "deleted by default");
+        assert!(
+            orphans(&plain, Orphan, true),
+            "kept when the source is gone"
+        );
+        assert!(
+            !orphans(&plain, Orphan, false),
+            "a destination that is no longer wanted loses its copy under either policy"
+        );
+        assert!(orphans(&annotated, Delete, true));
+        assert!(orphans(&annotated, Delete, false));
+        let patch = release_patch(Some("u1"));
+        assert_eq!(patch["metadata"]["uid"], "u1");
+        assert!(patch["metadata"]["labels"][MANAGED_BY].is_null());
+        for a in [OWNER, SOURCE, SOURCE_VERSION] {
+            assert!(patch["metadata"]["annotations"][a].is_null());
+        }
+    }
 
     #[test]
     fn applies_are_conditional_on_the_object_decided_on() {

@@ -8,7 +8,10 @@ pub mod ownership;
 pub mod select;
 
 pub use copy::{CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark};
-pub use decide::{Decision, OnConflict, Strategy, apply_precondition, decide, in_sync};
+pub use decide::{
+    Decision, DeletionPolicy, OnConflict, Strategy, apply_precondition, decide, in_sync, orphans,
+    release_patch,
+};
 pub use ownership::ownership_upgrade;
 pub use select::{NamespaceRule, glob, selector};
 
@@ -22,6 +25,9 @@ pub const SOURCE: &str = "kubesync.io/source";
 pub const SOURCE_VERSION: &str = "kubesync.io/source-resource-version";
 /// Annotation on a destination object that vetoes adoption: `"true"`.
 pub const PROTECT: &str = "kubesync.io/protect";
+/// Annotation on a copy: `"true"` keeps that copy when kubesync would delete it; its marks are
+/// removed instead (see [`DeletionPolicy`]).
+pub const ORPHAN_ON_DELETE: &str = "kubesync.io/orphan-on-delete";
 /// kubectl's annotation, never copied.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
