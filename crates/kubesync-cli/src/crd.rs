@@ -301,6 +301,37 @@ pub struct ObjectSyncDestination {
     /// How copies are written (default `apply`).
     #[serde(default)]
     pub strategy: CopyStrategy,
+    /// Overrides of the copies at this destination, applied in order after the filters: each
+    /// entry is a JSON merge patch (`merge`) or a JSON patch (`json`, RFC 6902). They may not
+    /// change the copy's apiVersion, kind, namespace or name, nor kubesync's marks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<DestinationPatch>,
+}
+
+/// One override of a destination's copies: exactly one of `merge` and `json`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct DestinationPatch {
+    /// A JSON merge patch (RFC 7386), e.g. `{spec: {replicas: 3}}`; `null` removes a field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub merge: Option<serde_json::Value>,
+    /// A JSON patch (RFC 6902), e.g. `[{op: replace, path: /spec/replicas, value: 3}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_patch_operations")]
+    pub json: Option<Vec<serde_json::Value>>,
+}
+
+/// Schema of a free-form JSON object (kept as given by the apiserver).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// Schema of a list of JSON patch operations (each kept as given).
+fn json_patch_operations(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+    })
 }
 
 /// What to do when a destination holds an object kubesync did not create.

@@ -767,3 +767,155 @@ async fn orphan_policy_and_annotation_keep_copies_across_a_restart() {
     // that it would manage.
     stop(second).await;
 }
+
+/// Per-destination patches: each destination's copy is the source after its own patches (a
+/// merge patch at one, a JSON patch at another, none at a third); in sync means equal to the
+/// patched copy (a later reconcile writes nothing); a patch that would rename the copy is
+/// that destination's error alone; an invalid patch refuses the spec with a reason; removing
+/// a patch restores the source's values.
+#[tokio::test]
+async fn per_destination_patches() {
+    let env = operator_cluster("patches", false, &["apps", "team-a", "team-b", "team-c"]).await;
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\ndata: {color: blue, size: s}\n").await.expect("cm");
+    let with = |patches_a: &str, patches_c: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: cfg, namespace: apps}}\nspec:\n  source: {{group: \"\", kind: ConfigMap, name: cfg}}\n  destinations:\n  - {{namespace: team-a, patches: {patches_a}}}\n  - {{namespace: team-b}}\n  - {{namespace: team-c, patches: {patches_c}}}\n"
+        )
+    };
+    let merge = "[{merge: {data: {color: red, size: null}}}]";
+    let json = "[{json: [{op: add, path: /data/region, value: eu}]}]";
+    env.apply_yaml(&with(merge, json))
+        .await
+        .expect("objectsync");
+    let operator = start(&env, ObjectSyncPolicy::default());
+    let data = |ns: &'static str| {
+        let api = Api::<ConfigMap>::namespaced(env.client().expect("client"), ns);
+        async move { api.get_opt("cfg").await.ok().flatten().and_then(|c| c.data) }
+    };
+    let want = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    for (ns, expected) in [
+        ("team-a", want(&[("color", "red")])),
+        ("team-b", want(&[("color", "blue"), ("size", "s")])),
+        (
+            "team-c",
+            want(&[("color", "blue"), ("size", "s"), ("region", "eu")]),
+        ),
+    ] {
+        eventually(&format!("{ns} patched"), T, || async {
+            (data(ns).await.as_ref() == Some(&expected)).then_some(())
+        })
+        .await;
+    }
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
+    eventually("all in sync", T, || async {
+        syncs.get("cfg").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.total == 3 && s.in_sync == 3)
+        })
+    })
+    .await;
+    // No write loop: a later reconcile of the same spec writes no copy.
+    let copies_written = || async {
+        operator
+            .operator
+            .writes_by_component()
+            .await
+            .into_iter()
+            .find(|(c, _)| *c == "objectsync")
+            .map(|(_, n)| n)
+            .unwrap_or(0)
+    };
+    let written = copies_written().await;
+    let reconciles = || {
+        operator
+            .operator
+            .context()
+            .expect("ctx")
+            .metrics()
+            .reconciles()
+    };
+    let before = reconciles();
+    syncs
+        .patch(
+            "cfg",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"touched": "1"}}}),
+            ),
+        )
+        .await
+        .expect("touch");
+    eventually("reconciled again", T, || async {
+        (reconciles() > before).then_some(())
+    })
+    .await;
+    assert_eq!(
+        copies_written().await,
+        written,
+        "a patched copy in sync is not written"
+    );
+
+    // A patch that renames the copy: team-c's error, the others unaffected.
+    env.apply_yaml(&with(merge, "[{merge: {metadata: {name: other}}}]"))
+        .await
+        .expect("objectsync");
+    let os = eventually("team-c in error", T, || async {
+        syncs.get("cfg").await.ok().filter(|o| {
+            o.status.as_ref().is_some_and(|s| {
+                s.destinations
+                    .iter()
+                    .any(|d| d.namespace == "team-c" && d.state == "Error")
+            })
+        })
+    })
+    .await;
+    let status = os.status.expect("status");
+    let c = status
+        .destinations
+        .iter()
+        .find(|d| d.namespace == "team-c")
+        .expect("c");
+    assert!(c.message.contains("may not"), "{}", c.message);
+    assert!(
+        status
+            .destinations
+            .iter()
+            .filter(|d| d.namespace != "team-c")
+            .all(|d| d.state == "Synced")
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-c")
+            .get_opt("other")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    // An entry with neither merge nor json: the spec is refused with a reason.
+    env.apply_yaml(&with(merge, "[{}]"))
+        .await
+        .expect("objectsync");
+    eventually("InvalidPatch", T, || async {
+        syncs
+            .get("cfg")
+            .await
+            .ok()
+            .filter(|o| ready(o).is_some_and(|r| r == ("False".into(), "InvalidPatch".into())))
+    })
+    .await;
+    // Patches removed: the source's values come back.
+    env.apply_yaml(&with("[]", "[]")).await.expect("objectsync");
+    for ns in ["team-a", "team-c"] {
+        let expected = want(&[("color", "blue"), ("size", "s")]);
+        eventually(&format!("{ns} back to the source"), T, || async {
+            (data(ns).await.as_ref() == Some(&expected)).then_some(())
+        })
+        .await;
+    }
+    stop(operator).await;
+}

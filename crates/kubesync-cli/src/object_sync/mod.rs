@@ -23,8 +23,8 @@ use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::rules::{
-    CopyRules, DataFilter, DeletionPolicy, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy,
-    selector,
+    CopyPatch, CopyRules, DataFilter, DeletionPolicy, KeyFilter, NamespaceRule, OnConflict, Owner,
+    Strategy, selector,
 };
 use kubesync::syncers::fan_out::spec::{Admits, Consent};
 use kubesync::syncers::fan_out::{
@@ -37,8 +37,8 @@ use self::policy::refusal_message;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
 use crate::crd::{
-    ConflictPolicy, CopyState, CopyStrategy, ObjectSync, ObjectSyncDeletionPolicy,
-    ObjectSyncStatus, SyncGrant,
+    ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
+    ObjectSyncDeletionPolicy, ObjectSyncStatus, SyncGrant,
 };
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
@@ -309,7 +309,7 @@ impl ObjectSyncController {
         let trusted = self.policy.is_trusted(&own_ns);
         let consent = (!trusted).then(|| self.consent(&own_ns, &resource));
         let mut destinations = Vec::new();
-        for d in &spec.destinations {
+        for (i, d) in spec.destinations.iter().enumerate() {
             let selector = d
                 .namespace_selector
                 .as_ref()
@@ -340,6 +340,8 @@ impl ObjectSyncController {
                     CopyStrategy::Apply => Strategy::Apply,
                     CopyStrategy::Replace => Strategy::Replace,
                 },
+                patches: copy_patches(&d.patches)
+                    .map_err(|m| Refusal::new("InvalidPatch", format!("destinations[{i}]: {m}")))?,
             });
         }
         Ok(FanOutSpec {
@@ -526,4 +528,20 @@ fn requeue_after(report: &Report) -> Action {
     } else {
         Action::done()
     }
+}
+
+/// A destination's patches as the fan-out applies them; why not, for an entry that gives
+/// neither or both of `merge` and `json`, or a `json` that is no list of RFC 6902 operations.
+fn copy_patches(patches: &[DestinationPatch]) -> Result<Vec<CopyPatch>, String> {
+    patches
+        .iter()
+        .enumerate()
+        .map(|(j, p)| match (&p.merge, &p.json) {
+            (Some(merge), None) => Ok(CopyPatch::Merge(merge.clone())),
+            (None, Some(ops)) => serde_json::from_value(serde_json::Value::Array(ops.clone()))
+                .map(CopyPatch::Json)
+                .map_err(|e| format!("patches[{j}].json: {e}")),
+            _ => Err(format!("patches[{j}]: give exactly one of merge and json")),
+        })
+        .collect()
 }

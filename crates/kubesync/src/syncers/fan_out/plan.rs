@@ -12,7 +12,9 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::rules::{self, Decision, Strategy};
-use super::spec::{Consent, Declaration, DestinationRef, DestinationState, DestinationStatus};
+use super::spec::{
+    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus,
+};
 
 /// What the plan reads from the engine's stores.
 pub trait Stores {
@@ -115,7 +117,8 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     };
     if let Some(source) = source {
         let mark = rules::source_mark(ar, &spec.source.namespace, &spec.source.name);
-        for (at, strategy) in &targets {
+        for (at, dest) in &targets {
+            let strategy = &dest.strategy;
             if unreachable.contains(&at.cluster) {
                 plan.statuses.push(DestinationStatus::new(
                     at,
@@ -134,6 +137,19 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                 &decl.owner,
                 &mark,
             );
+            let desired = match rules::patched(desired, &dest.patches) {
+                Ok(desired) => desired,
+                // Nothing is written there (an existing copy stays as it is).
+                Err(message) => {
+                    plan.statuses.push(DestinationStatus::new(
+                        at,
+                        DestinationState::Error,
+                        message,
+                        "",
+                    ));
+                    continue;
+                }
+            };
             let existing = stores.object(at);
             let decision = rules::decide(
                 existing.as_deref(),
@@ -201,14 +217,14 @@ pub fn consented<S: Stores>(
             .any(|grant| (consent.admits)(grant, source, at))
 }
 
-/// The destinations the spec selects, with their strategy (the first destination entry that
-/// selects one wins). Destinations in unknown clusters get an error status instead; so do
+/// The destinations the spec selects, with the destination entry that selected each (the
+/// first that selects one wins: its strategy and patches apply). Destinations in unknown clusters get an error status instead; so do
 /// namespaces a destination names that refuse their consent.
-fn targets<S: Stores>(
-    snapshot: &Snapshot<'_, S>,
+fn targets<'a, S: Stores>(
+    snapshot: &Snapshot<'a, S>,
     source: &DynamicObject,
     statuses: &mut Vec<DestinationStatus>,
-) -> BTreeMap<DestinationRef, Strategy> {
+) -> BTreeMap<DestinationRef, &'a Destination> {
     let spec = &snapshot.declaration.spec;
     let mut targets = BTreeMap::new();
     let mut refused = BTreeSet::new();
@@ -257,7 +273,7 @@ fn targets<S: Stores>(
                 }
                 continue;
             }
-            targets.insert(at, d.strategy);
+            targets.insert(at, d);
         }
     }
     targets
@@ -345,6 +361,7 @@ mod tests {
             },
             name: None,
             strategy: Strategy::Apply,
+            patches: Vec::new(),
         }
     }
 
@@ -586,6 +603,28 @@ mod tests {
         run.source = None;
         let plan = run.plan();
         assert!(plan.deletes.iter().all(|d| d.orphan) && plan.deletes.len() == 2);
+    }
+
+    #[test]
+    fn a_destination_s_patches_shape_its_copy_and_a_failing_one_is_its_error_alone() {
+        use rules::CopyPatch;
+        let stores =
+            Fake::default().with_namespaces("local", &[("a", json!({})), ("b", json!({}))]);
+        let mut patched = destination(None, "a");
+        patched.patches = vec![CopyPatch::Merge(json!({"data": {"region": "ZXU="}}))];
+        let mut broken = destination(None, "b");
+        broken.patches = vec![CopyPatch::Merge(json!({"metadata": {"name": "other"}}))];
+        let plan = Run::new(declaration(vec![patched, broken]), stores).plan();
+        assert_eq!(plan.writes.len(), 1);
+        assert_eq!(plan.writes[0].at, at("local", "a"));
+        assert_eq!(plan.writes[0].desired.data["data"]["region"], "ZXU=");
+        assert_eq!(plan.writes[0].desired.data["data"]["ca.crt"], "Q0E=");
+        assert_eq!(
+            states(&plan),
+            [("local/b".into(), DestinationState::Error)],
+            "nothing is written at b"
+        );
+        assert!(plan.statuses[0].message.contains("may not"));
     }
 
     #[test]

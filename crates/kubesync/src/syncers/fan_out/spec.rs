@@ -7,7 +7,9 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
-use super::rules::{CopyRules, DeletionPolicy, NamespaceRule, OnConflict, Owner, Strategy};
+use super::rules::{
+    CopyPatch, CopyRules, DeletionPolicy, NamespaceRule, OnConflict, Owner, Strategy,
+};
 use crate::key::ObjectKey;
 
 /// One destination object: cluster, namespace and name.
@@ -74,6 +76,9 @@ pub struct Destination {
     pub name: Option<String>,
     /// How copies are written.
     pub strategy: Strategy,
+    /// Overrides of the copies here, applied in order after the filters (the drift check
+    /// compares against the patched copy).
+    pub patches: Vec<CopyPatch>,
 }
 
 /// A resolved fan-out declaration.

@@ -1,10 +1,12 @@
 //! The pure rules of the fan-out, each in its own module: which namespaces are destinations
 //! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
-//! and how a POST's fields are handed to kubesync's apply entry ([`ownership`]). No IO.
+//! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), and the
+//! per-destination overrides ([`patch`]). No IO.
 
 pub mod copy;
 pub mod decide;
 pub mod ownership;
+pub mod patch;
 pub mod select;
 
 pub use copy::{CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark};
@@ -13,6 +15,7 @@ pub use decide::{
     release_patch,
 };
 pub use ownership::ownership_upgrade;
+pub use patch::{CopyPatch, patched};
 pub use select::{NamespaceRule, glob, selector};
 
 /// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
