@@ -150,6 +150,20 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     continue;
                 }
             };
+            // Consent was given for the source; a patched copy is judged again as it will be
+            // written (a patch may turn a plain Secret into a privilege-bearing one).
+            if let Some(consent) = &spec.consent
+                && !dest.patches.is_empty()
+                && !consented(consent, snapshot.local, *stores, &desired, at)
+            {
+                plan.statuses.push(DestinationStatus::new(
+                    at,
+                    DestinationState::Refused,
+                    (consent.refusal)(&desired, at),
+                    "",
+                ));
+                continue;
+            }
             let existing = stores.object(at);
             let decision = rules::decide(
                 existing.as_deref(),
@@ -666,6 +680,41 @@ mod tests {
                 format!("no grant in {}", at.namespace)
             }),
         }
+    }
+
+    #[test]
+    fn a_patched_copy_needs_consent_as_it_will_be_written() {
+        use rules::CopyPatch;
+        // The owners of `granted` consent to anything but service-account-token Secrets.
+        let consent = Consent {
+            admits: Arc::new(
+                |_grant: &DynamicObject, obj: &DynamicObject, _at: &DestinationRef| {
+                    obj.data["type"] != "kubernetes.io/service-account-token"
+                },
+            ),
+            refusal: Arc::new(|obj: &DynamicObject, _at: &DestinationRef| {
+                format!("no grant for {}", obj.data["type"])
+            }),
+            ..grant_consent()
+        };
+        let mut stores = Fake::default().with_namespaces("local", &[("granted", json!({}))]);
+        stores
+            .consents
+            .insert(("local".into(), "granted".into()), vec![grant("ca")]);
+        let mut dest = destination(None, "granted");
+        dest.patches = vec![CopyPatch::Merge(
+            json!({"type": "kubernetes.io/service-account-token",
+            "metadata": {"annotations": {"kubernetes.io/service-account.name": "admin"}}}),
+        )];
+        let mut decl = declaration(vec![dest]);
+        decl.spec.consent = Some(consent);
+        let plan = Run::new(decl, stores).plan();
+        assert!(plan.writes.is_empty(), "the patched copy is not written");
+        assert_eq!(
+            states(&plan),
+            [("local/granted".into(), DestinationState::Refused)]
+        );
+        assert!(plan.statuses[0].message.contains("service-account-token"));
     }
 
     fn grant(admits: &str) -> Arc<DynamicObject> {
