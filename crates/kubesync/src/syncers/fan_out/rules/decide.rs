@@ -58,13 +58,17 @@ pub fn orphans(copy: &DynamicObject, policy: DeletionPolicy, source_gone: bool) 
 }
 
 /// The JSON merge patch that releases a copy: removes kubesync's label and annotations, and
-/// carries the copy's uid, so that the apiserver refuses it (409) if the object was replaced.
+/// carries the copy's uid (when known), so that the apiserver refuses it (409) if the object
+/// was replaced.
 pub fn release_patch(uid: Option<&str>) -> serde_json::Value {
-    serde_json::json!({"metadata": {
-        "uid": uid,
+    let mut patch = serde_json::json!({"metadata": {
         "labels": {MANAGED_BY: null},
         "annotations": {OWNER: null, SOURCE: null, SOURCE_VERSION: null},
-    }})
+    }});
+    if let Some(uid) = uid {
+        patch["metadata"]["uid"] = uid.into();
+    }
+    patch
 }
 
 /// The decision for one destination.
@@ -187,6 +191,10 @@ mod tests {
         assert!(orphans(&annotated, Delete, false));
         let patch = release_patch(Some("u1"));
         assert_eq!(patch["metadata"]["uid"], "u1");
+        assert!(
+            release_patch(None)["metadata"].get("uid").is_none(),
+            "never a null uid"
+        );
         assert!(patch["metadata"]["labels"][MANAGED_BY].is_null());
         for a in [OWNER, SOURCE, SOURCE_VERSION] {
             assert!(patch["metadata"]["annotations"][a].is_null());
