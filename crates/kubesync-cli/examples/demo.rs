@@ -226,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(25, "Stopping the control planes");
+    step(26, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -372,7 +372,47 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
     })
     .await?;
 
-    step(22, "Deleting the ObjectSync");
+    step(
+        22,
+        "Defaults for team-c and team-d, team-c with its own override; kept when the ObjectSync goes",
+    );
+    west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: defaults, namespace: platform}\ndata: {cpu: \"1\", memory: 1Gi}\n").await?;
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: defaults, namespace: platform}\nspec:\n  source: {kind: ConfigMap, name: defaults}\n  destinations:\n  - {namespace: team-c, patches: [{merge: {data: {cpu: \"4\"}}}]}\n  - {namespace: team-d}\n  deletionPolicy: Orphan\n").await?;
+    let cpu = |ns: &'static str| async move {
+        Ok::<_, anyhow::Error>(
+            Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(west.client()?, ns)
+                .get_opt("defaults")
+                .await?
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("cpu").cloned()),
+        )
+    };
+    wait("team-c gets cpu=4 (its patch), team-d cpu=1", || async {
+        Ok(cpu("team-c").await?.as_deref() == Some("4")
+            && cpu("team-d").await?.as_deref() == Some("1"))
+    })
+    .await?;
+    syncs.delete("defaults", &DeleteParams::default()).await?;
+    wait(
+        "the ObjectSync is gone; both copies stay, without kubesync's marks",
+        || async {
+            let all = Api::<k8s_openapi::api::core::v1::ConfigMap>::all(west.client()?);
+            let marked = all
+                .list(&kube::api::ListParams::default().labels("kubesync.io/managed-by"))
+                .await?
+                .items
+                .iter()
+                .filter(|c| c.metadata.name.as_deref() == Some("defaults"))
+                .count();
+            Ok(syncs.get_opt("defaults").await?.is_none()
+                && marked == 0
+                && cpu("team-c").await?.as_deref() == Some("4")
+                && cpu("team-d").await?.as_deref() == Some("1"))
+        },
+    )
+    .await?;
+
+    step(23, "Deleting the ObjectSync registry");
     syncs.delete("registry", &DeleteParams::default()).await?;
     wait(
         "every copy it made is gone; team-e's own Secret stays",
@@ -387,7 +427,7 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
     .await?;
 
     step(
-        23,
+        24,
         "A tenant in team-a copies its ConfigMap to team-b: refused until team-b consents",
     );
     west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {cpu: \"2\"}\n").await?;
@@ -627,7 +667,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(west).await?;
 
-    step(24, "Stopping the operator");
+    step(25, "Stopping the operator");
     let _ = stop.send(());
     task.await??;
     Ok(())
