@@ -616,11 +616,7 @@ async fn copies_are_deleted_after_a_restart_when_the_declaration_goes() {
 async fn a_second_cluster_as_destination_and_its_outage() {
     init_tracing();
     let env = shared("fan");
-    let mut other = TestEnv::builder()
-        .name("fan-other")
-        .start()
-        .await
-        .expect("other");
+    let mut other = own_cluster("fan-other").await;
     let (tag, [control, src]) = namespaces(env, "mc", ["control", "src"]).await;
     create_ns(&other, &format!("{tag}-remote"), &[(&tag, "yes")]).await;
     put_secret(env, &src, "s", &[("token", "one")], "Opaque", &[]).await;
@@ -685,11 +681,7 @@ async fn a_second_cluster_as_destination_and_its_outage() {
 async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
     init_tracing();
     let env = shared("fan");
-    let mut other = TestEnv::builder()
-        .name("fan-outage")
-        .start()
-        .await
-        .expect("other");
+    let mut other = own_cluster("fan-outage").await;
     let (tag, [control, src, dst]) = namespaces(env, "gone", ["control", "src", "dst"]).await;
     let (keep, drop) = (format!("{tag}-keep"), format!("{tag}-drop"));
     for ns in [&keep, &drop] {
@@ -868,11 +860,7 @@ async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
 async fn a_restart_over_a_thousand_copies_in_sync_writes_nothing() {
     use futures::StreamExt;
     init_tracing();
-    let env = TestEnv::builder()
-        .name("fan-zero")
-        .start()
-        .await
-        .expect("env");
+    let env = own_cluster("fan-zero").await;
     let (tag, [control, src]) = namespaces(&env, "zero", ["control", "src"]).await;
     futures::stream::iter(0..1000)
         .for_each_concurrent(16, |i| {

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
-use kubesync_testenv::{TestEnv, eventually};
+use kubesync_testenv::eventually;
 use tokio::sync::mpsc;
 
 /// Events from both clusters reach the reconciler with the right cluster name, and the
@@ -223,11 +223,7 @@ async fn one_key_is_never_reconciled_concurrently() {
 async fn a_cluster_that_is_down_does_not_stop_the_others() {
     init_tracing();
     let (east, west) = (shared("east"), shared("west"));
-    let mut down = TestEnv::builder()
-        .name("down")
-        .start()
-        .await
-        .expect("start");
+    let mut down = own_cluster("down").await;
     let ns = unique_ns("outage");
     for env in [east, west, &down] {
         env.create_namespace(&ns).await.expect("ns");
@@ -913,11 +909,7 @@ async fn packed_watches_read_back_what_arrived_and_index_a_label() {
 #[tokio::test]
 async fn objects_that_vanished_while_the_watch_was_down_are_queued_after_the_relist() {
     init_tracing();
-    let mut env = TestEnv::builder()
-        .name("vanish")
-        .start()
-        .await
-        .expect("env");
+    let mut env = own_cluster("vanish").await;
     let ns = unique_ns("vanish");
     env.create_namespace(&ns).await.expect("ns");
     apply_cm(&env, &configmap(&ns, "gone", &[], &[])).await;

@@ -14,6 +14,16 @@ pub fn shared(name: &str) -> &'static TestEnv {
     TestEnv::shared(name, false).expect("start shared control plane")
 }
 
+/// A control plane of one test alone (not shared): for tests that stop its apiserver or
+/// need it empty.
+pub async fn own_cluster(name: &str) -> TestEnv {
+    TestEnv::builder()
+        .name(name)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start {name}: {e}"))
+}
+
 /// A `Cluster` for an environment, with kubesync's client (bound to the current runtime).
 pub fn cluster(env: &TestEnv) -> Cluster {
     Cluster::from_config(env.name(), env.config().expect("config")).expect("client")
