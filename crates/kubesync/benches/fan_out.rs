@@ -254,11 +254,7 @@ async fn engine_round(
         uids.insert(name.clone(), cm.uid().unwrap_or_default());
     }
     let spec_for = |source: &str| FanOutSpec {
-        source: SourceRef {
-            resource: ApiResource::erase::<Secret>(&()),
-            namespace: source_ns.clone(),
-            name: source.into(),
-        },
+        source: SourceRef::one(ApiResource::erase::<Secret>(&()), source_ns.clone(), source),
         destinations: vec![Destination {
             namespaces: NamespaceRule {
                 namespace: Some("*".into()),

@@ -144,11 +144,7 @@ fn secret_type() -> ApiResource {
 
 fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSpec {
     FanOutSpec {
-        source: SourceRef {
-            resource: secret_type(),
-            namespace: source_ns.into(),
-            name: name.into(),
-        },
+        source: SourceRef::one(secret_type(), source_ns, name),
         destinations,
         on_conflict: OnConflict::Skip,
         rules: CopyRules::default(),
@@ -1208,5 +1204,143 @@ async fn unrelated_objects_are_held_as_metadata_only() {
             held.name_any()
         );
     }
+    running.stop().await;
+}
+
+/// A Secret `name` in `ns` with `labels` and the data `token: <token>`.
+async fn put_labelled(env: &TestEnv, ns: &str, name: &str, labels: &[(&str, &str)], token: &str) {
+    let v = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns,
+            "labels": labels.iter().cloned().collect::<HashMap<_, _>>()},
+        "stringData": {"token": token}});
+    Api::<Secret>::namespaced(env.client().expect("client"), ns)
+        .patch(name, &PatchParams::apply("tests").force(), &Patch::Apply(v))
+        .await
+        .expect("put secret");
+}
+
+/// The names of the Secrets in `ns` that carry `token` `v` or (`None`) any token, sorted.
+async fn secret_names(env: &TestEnv, ns: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> =
+        Api::<Secret>::namespaced(env.client().expect("client"), ns)
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .filter_map(|s| Some((s.name_any(), value(s, "token")?)))
+            .collect();
+    out.sort();
+    out
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn many_sources_by_selector_follow_their_labels_under_prefixed_names_and_never_cascade() {
+    init_tracing();
+    let env = shared("fan");
+    let (_, [control, src, a, b]) = namespaces(env, "many", ["control", "src", "a", "b"]).await;
+    put_labelled(env, &src, "tls-1", &[("app", "tls")], "one").await;
+    put_labelled(env, &src, "tls-2", &[("app", "tls")], "two").await;
+    put_labelled(env, &src, "other", &[("app", "web")], "x").await;
+    let mut spec = spec(
+        &src,
+        "",
+        vec![
+            Destination {
+                name_prefix: "p-".into(),
+                ..into_namespace(&a)
+            },
+            into_namespace(&b),
+            // Into the source namespace itself: the copies carry the sources' labels, yet are
+            // never taken for sources (no copies of copies).
+            Destination {
+                name_suffix: "-copy".into(),
+                ..into_namespace(&src)
+            },
+        ],
+    );
+    spec.source = SourceRef::selected(
+        secret_type(),
+        src.clone(),
+        kubesync::syncers::fan_out::Selection {
+            selector: Some(kube::core::Selector::from_iter([(
+                "app".to_string(),
+                "tls".to_string(),
+            )])),
+            names: vec![],
+        },
+    );
+    let specs: Specs = Arc::default();
+    let reports: Reports = Arc::default();
+    specs.lock().expect("lock").insert("tls".into(), spec);
+    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "tls", &[], &[])).await;
+
+    let expect =
+        |a_: Vec<(String, String)>, b_: Vec<(String, String)>, src_: Vec<(String, String)>| {
+            let (a, b, src) = (a.clone(), b.clone(), src.clone());
+            async move {
+                let seen = (
+                    secret_names(env, &a).await,
+                    secret_names(env, &b).await,
+                    secret_names(env, &src).await,
+                );
+                (seen == (a_.clone(), b_.clone(), src_.clone())).then_some(())
+            }
+        };
+    eventually("each selected source copied under its own name", T, || {
+        expect(
+            pairs(&[("p-tls-1", "one"), ("p-tls-2", "two")]),
+            pairs(&[("tls-1", "one"), ("tls-2", "two")]),
+            pairs(&[
+                ("other", "x"),
+                ("tls-1", "one"),
+                ("tls-1-copy", "one"),
+                ("tls-2", "two"),
+                ("tls-2-copy", "two"),
+            ]),
+        )
+    })
+    .await;
+    let r = reports.lock().expect("lock")["tls"].clone();
+    assert_eq!((r.sources, r.destinations.len()), (2, 6));
+    assert!(
+        r.destinations
+            .iter()
+            .all(|d| d.state == DestinationState::Synced && !d.source.is_empty())
+    );
+
+    // An object that starts matching gets its copies; one that stops matching, and one
+    // deleted, lose theirs; an update reaches the copies.
+    put_labelled(env, &src, "other", &[("app", "tls")], "x").await;
+    put_labelled(env, &src, "tls-1", &[("app", "web")], "one").await;
+    Api::<Secret>::namespaced(env.client().expect("client"), &src)
+        .delete("tls-2", &DeleteParams::default())
+        .await
+        .expect("delete source");
+    eventually("copies follow the selection", T, || {
+        expect(
+            pairs(&[("p-other", "x")]),
+            pairs(&[("other", "x")]),
+            pairs(&[("other", "x"), ("other-copy", "x"), ("tls-1", "one")]),
+        )
+    })
+    .await;
+    put_labelled(env, &src, "other", &[("app", "tls")], "y").await;
+    eventually("an update reaches the copies", T, || {
+        expect(
+            pairs(&[("p-other", "y")]),
+            pairs(&[("other", "y")]),
+            pairs(&[("other", "y"), ("other-copy", "y"), ("tls-1", "one")]),
+        )
+    })
+    .await;
     running.stop().await;
 }

@@ -10,6 +10,7 @@ use kube::core::ApiResource;
 use super::context::Context;
 use super::objects::Objects;
 use super::shared::{ObjectId, StoreEntry, id_of, read};
+use super::watches::WatchId;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 
@@ -78,6 +79,15 @@ impl Context {
             }
         }
         out
+    }
+
+    /// The objects that the watch `id` holds (in full, or metadata only if it was made so).
+    pub fn list_watch(&self, id: WatchId) -> Vec<Arc<DynamicObject>> {
+        read(&self.shared.stores)
+            .iter()
+            .filter(|s| s.id == id.0)
+            .flat_map(|s| s.reader.state())
+            .collect()
     }
 
     /// The objects of this type that full watches of this cluster hold and whose label `key`

@@ -16,18 +16,20 @@
 //!   restart. Nothing without this declaration's marks is modified (unless adopted) or deleted.
 //! - A cluster that is unreachable is never read as "no copies there".
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{DynamicObject, PropagationPolicy};
+use kube::api::{DynamicObject, ListParams, PropagationPolicy};
 use kube::core::ApiResource;
 
 use super::index::{EventOf, Retire, Scope, SharedIndex, WatchKey};
 use super::plan::{self, Delete, Snapshot, Stores, Write};
 use super::rules::{self, Decision, Strategy};
-use super::spec::{Declaration, DestinationRef, DestinationState, DestinationStatus, Report};
+use super::spec::{
+    Declaration, DestinationRef, DestinationState, DestinationStatus, Report, Selection,
+};
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::{ClusterStatus, Context, Watch, WatchId};
@@ -43,6 +45,16 @@ pub struct FanOut {
     concurrency: usize,
     index: SharedIndex,
     namespace_type: ApiResource,
+}
+
+/// The watches one declaration uses in one cluster.
+struct Watches {
+    /// Those a plan waits for.
+    ids: Vec<WatchId>,
+    /// The source watch (local cluster), one of `ids`.
+    source: Option<WatchId>,
+    /// The metadata-only watch of the other objects of the copied type.
+    others: WatchId,
 }
 
 /// The runtime's stores, as the plan reads them.
@@ -155,16 +167,15 @@ impl FanOut {
         watch: impl FnOnce() -> Watch,
     ) -> Result<WatchId> {
         let cluster = key.cluster.clone();
+        let this_watch = key.clone();
         self.index.with(|idx| {
             idx.watch_for(key, decl, || {
                 // Built only when the watch starts: most calls find it running.
                 let index = self.index.clone();
                 let local = self.local.clone();
-                let watch_cluster = cluster.clone();
                 let mapper: crate::runtime::Mapper =
                     Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
-                        index
-                            .with(|idx| idx.declarations_for(event, &watch_cluster, &local, k, obj))
+                        index.with(|idx| idx.declarations_for(event, &this_watch, &local, k, obj))
                     });
                 ctx.start_watch(&cluster, watch(), Some(mapper))
             })
@@ -178,6 +189,7 @@ impl FanOut {
     /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
     /// | other objects of the source type (no `managed-by` label) | metadata only | the declarations they block (a `Conflict` there) |
     /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
+    /// | or the selected sources (local cluster; the source namespace, by label selector) | full objects | the declarations using the watch |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
     /// | consent objects, if the declaration asks for consent | full objects | the same |
     ///
@@ -186,7 +198,8 @@ impl FanOut {
     /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
     /// live before it writes.
     ///
-    /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
+    /// Returns the watches a plan waits for, the source watch among them in the local
+    /// cluster, and apart the watch of the others: a plan does
     /// not wait for its first list (thousands of unrelated objects must not delay the first
     /// copies). It only spares requests: an object it does not show yet is found by the
     /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
@@ -196,8 +209,8 @@ impl FanOut {
         ctx: &Context,
         cluster: &str,
         decl: &Declaration,
-        source: &ObjectKey,
-    ) -> Result<(Vec<WatchId>, WatchId)> {
+        sources: &Scope,
+    ) -> Result<Watches> {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
         let key = &decl.key;
@@ -234,18 +247,35 @@ impl FanOut {
                 || Watch::dynamic(ns_type.clone()).metadata_only(),
             )?,
         ];
+        let mut source_watch = None;
         if cluster == self.local {
-            ids.push(self.ensure_watch(
-                ctx,
-                WatchKey::scoped(cluster, ar, Scope::Source(source.clone())),
-                EventOf::Source,
-                key,
-                || {
-                    Watch::dynamic(ar.clone())
-                        .namespace(decl.spec.source.namespace.clone())
-                        .fields(&format!("metadata.name={}", decl.spec.source.name))
-                },
-            )?);
+            let namespace = decl.spec.source.namespace.clone();
+            let id = match sources {
+                Scope::Selected { labels, .. } => self.ensure_watch(
+                    ctx,
+                    WatchKey::scoped(cluster, ar, sources.clone()),
+                    EventOf::Users,
+                    key,
+                    || {
+                        Watch::dynamic(ar.clone())
+                            .namespace(namespace)
+                            .labels(labels)
+                    },
+                )?,
+                _ => self.ensure_watch(
+                    ctx,
+                    WatchKey::scoped(cluster, ar, sources.clone()),
+                    EventOf::Source,
+                    key,
+                    || {
+                        Watch::dynamic(ar.clone())
+                            .namespace(namespace)
+                            .fields(&format!("metadata.name={}", decl.spec.source.name))
+                    },
+                )?,
+            };
+            ids.push(id);
+            source_watch = Some(id);
         }
         if let Some(consent) = &decl.spec.consent {
             let ct = &consent.resource;
@@ -257,7 +287,11 @@ impl FanOut {
                 || Watch::dynamic(ct.clone()),
             )?);
         }
-        Ok((ids, others))
+        Ok(Watches {
+            ids,
+            source: source_watch,
+            others,
+        })
     }
 
     /// Drops a declaration that is gone: its index entries, and the watches no other
@@ -319,29 +353,43 @@ impl FanOut {
             Some(spec.source.namespace.clone()),
             &spec.source.name,
         );
+        let source_scope = match &spec.source.select {
+            None => Scope::Source(source_key.clone()),
+            Some(selection) => Scope::Selected {
+                namespace: spec.source.namespace.clone(),
+                labels: selection.label_selector(),
+            },
+        };
         let wanted = spec
             .destinations
             .iter()
             .map(|d| d.cluster.clone().unwrap_or_else(|| self.local.clone()))
             .chain([self.local.clone()]);
+        let single = spec.source.select.is_none().then(|| source_key.clone());
         let clusters = self
             .index
-            .with(|idx| idx.register(&decl.key, &decl.owner.uid, source_key.clone(), wanted));
+            .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
         for id in self
             .index
-            .with(|idx| idx.retain_source(&decl.key, &source_key))
+            .with(|idx| idx.retain_source(&decl.key, &source_scope))
         {
             ctx.stop_watch(id);
         }
         let mut ready = true;
         let mut unknown = Vec::new();
         let mut watch_errors: Vec<(String, String)> = Vec::new();
+        let mut source_watch = None;
         for c in &clusters {
             if ctx.cluster(c).is_none() {
                 unknown.push(c.clone());
                 continue;
             }
-            let (ids, others) = self.ensure_watches(ctx, c, decl, &source_key)?;
+            let Watches {
+                ids,
+                source,
+                others,
+            } = self.ensure_watches(ctx, c, decl, &source_scope)?;
+            source_watch = source_watch.or(source);
             for id in &ids {
                 if !ctx.watch_listed(*id) {
                     // Look again when it has listed: its objects may map to no declaration
@@ -371,11 +419,22 @@ impl FanOut {
             report.watch_errors.iter().map(|(c, _)| c.clone()).collect();
         report.unreachable = unreachable.iter().cloned().collect();
 
-        let stored_source = ctx.get(&source_key);
-        let source_in_store = stored_source.is_some();
-        let source =
-            stored_source.filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting);
-        report.source_found = source.is_some();
+        let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, source_watch) {
+            (None, _) => ctx.get(&source_key).into_iter().collect(),
+            (Some(_), Some(id)) => ctx
+                .list_watch(id)
+                .into_iter()
+                .filter(|s| spec.source.selects(s))
+                .collect(),
+            (Some(_), None) => Vec::new(),
+        };
+        let source_in_store = !stored.is_empty();
+        let sources: Vec<Arc<DynamicObject>> = stored
+            .into_iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting)
+            .collect();
+        report.source_found = !sources.is_empty();
+        report.sources = sources.len();
 
         // Existing copies of this declaration.
         let mut owned: BTreeMap<DestinationRef, Arc<DynamicObject>> = BTreeMap::new();
@@ -392,9 +451,19 @@ impl FanOut {
             }
         }
 
-        if plan::must_confirm_source_gone(source_in_store, decl.deleting, owned.len())
-            && !ctx.confirm_absent(&source_key, ar).await?
-        {
+        let confirmed = match &spec.source.select {
+            None => {
+                !plan::must_confirm_source_gone(source_in_store, decl.deleting, owned.len())
+                    || ctx.confirm_absent(&source_key, ar).await?
+            }
+            Some(selection) => {
+                decl.deleting
+                    || self
+                        .confirm_unselected(ctx, decl, selection, &sources, &owned)
+                        .await?
+            }
+        };
+        if !confirmed {
             tracing::debug!(declaration = %decl.key, "source not in the store yet; waiting for its event");
             report.ready = false;
             return Ok(report);
@@ -404,7 +473,7 @@ impl FanOut {
         let plan = plan::plan(&Snapshot {
             local: &self.local,
             declaration: decl,
-            source: source.as_deref(),
+            sources: &sources,
             unknown_clusters: &unknown,
             unreachable: &unreachable,
             owned: &owned,
@@ -420,15 +489,7 @@ impl FanOut {
             "fan-out planned"
         );
         report.destinations = plan.statuses;
-        let (written, deleted) = self
-            .execute(
-                ctx,
-                decl,
-                plan.writes,
-                plan.deletes,
-                &plan.source_resource_version,
-            )
-            .await;
+        let (written, deleted) = self.execute(ctx, decl, plan.writes, plan.deletes).await;
         report.destinations.extend(written);
         report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
         report.destinations.sort_by(|a, b| {
@@ -456,7 +517,6 @@ impl FanOut {
         decl: &Declaration,
         writes: Vec<Write>,
         deletes: Vec<Delete>,
-        source_rv: &str,
     ) -> (Vec<DestinationStatus>, usize) {
         let ar = &decl.spec.source.resource;
         enum Op {
@@ -488,6 +548,8 @@ impl FanOut {
                             existing,
                             strategy,
                             decision,
+                            source,
+                            source_resource_version,
                         } = *w;
                         let st = self
                             .settle(
@@ -497,10 +559,10 @@ impl FanOut {
                                 existing,
                                 strategy,
                                 decision,
-                                source_rv,
+                                &source_resource_version,
                             )
                             .await;
-                        (Some(st), false)
+                        (Some(st.of_source(&source)), false)
                     }
                 }
             })
@@ -633,6 +695,41 @@ impl FanOut {
                 "",
             )),
         }
+    }
+
+    /// A selection's copies whose source the store does not show selected are removed by the
+    /// plan. Whether that is so is confirmed first by a live list of the selected sources (the
+    /// store may be a moment behind the cluster): `false` if some such source is still there
+    /// and selected (then its event is awaited). A failed list is an error, never "gone".
+    async fn confirm_unselected(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        selection: &Selection,
+        sources: &[Arc<DynamicObject>],
+        owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    ) -> Result<bool> {
+        let (ar, ns) = (&decl.spec.source.resource, &decl.spec.source.namespace);
+        let mark = |name: &str| rules::source_mark(ar, ns, name);
+        let present: HashSet<String> = sources.iter().map(|s| mark(&s.name_any())).collect();
+        let missing: HashSet<&str> = owned
+            .values()
+            .filter_map(|c| c.annotations().get(rules::SOURCE))
+            .map(String::as_str)
+            .filter(|m| !present.contains(*m))
+            .collect();
+        if missing.is_empty() {
+            return Ok(true);
+        }
+        let live = ctx
+            .api(&self.local, ar, Some(ns))?
+            .list_metadata(&ListParams::default().labels(&selection.label_selector()))
+            .await?;
+        Ok(!live.items.iter().any(|o| {
+            o.metadata.deletion_timestamp.is_none()
+                && selection.selects_meta(&o.metadata)
+                && missing.contains(mark(o.metadata.name.as_deref().unwrap_or_default()).as_str())
+        }))
     }
 
     /// A live read of one destination object.
@@ -850,11 +947,7 @@ mod tests {
                 uid: "decl-uid".into(),
             },
             spec: FanOutSpec {
-                source: SourceRef {
-                    resource: ar,
-                    namespace: "src".into(),
-                    name: "copy".into(),
-                },
+                source: SourceRef::one(ar, "src", "copy"),
                 destinations: vec![],
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),

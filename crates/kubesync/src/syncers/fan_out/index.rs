@@ -28,6 +28,20 @@ pub enum Scope {
     Others,
     /// One source object, in full.
     Source(ObjectKey),
+    /// The objects of one namespace that a label selector selects (many sources), in full.
+    Selected {
+        /// The namespace.
+        namespace: String,
+        /// The label selector, as the apiserver takes it.
+        labels: String,
+    },
+}
+
+impl Scope {
+    /// Whether the watch holds sources.
+    fn of_sources(&self) -> bool {
+        matches!(self, Self::Source(_) | Self::Selected { .. })
+    }
 }
 
 /// One shared watch: a resource type in a cluster, and which of its objects it holds.
@@ -72,6 +86,8 @@ pub enum EventOf {
     Cluster,
     /// A source: the declarations copying it.
     Source,
+    /// An object of a watch of selected sources: every declaration using the watch.
+    Users,
     /// A copy: its owner, by the `managed-by` label.
     Copy,
     /// Another object of a copied type: kept for decisions at destinations; it concerns only
@@ -110,20 +126,23 @@ pub struct Retire {
 }
 
 impl Index {
-    /// Records that `decl` (with `uid`) copies `source` to `clusters`, and returns every
+    /// Records that `decl` (with `uid`) copies `source` (one object; `None` for a selection,
+    /// whose events map through [`EventOf::Users`]) to `clusters`, and returns every
     /// cluster it must look at: those, plus clusters it used before (their copies stay until
     /// they are gone), sorted and without repeats.
     pub fn register(
         &mut self,
         decl: &ObjectKey,
         uid: &str,
-        source: ObjectKey,
+        source: Option<ObjectKey>,
         clusters: impl IntoIterator<Item = String>,
     ) -> Vec<String> {
-        self.by_source
-            .entry(source)
-            .or_default()
-            .insert(decl.clone());
+        if let Some(source) = source {
+            self.by_source
+                .entry(source)
+                .or_default()
+                .insert(decl.clone());
+        }
         self.by_uid.insert(uid.to_string(), decl.clone());
         let mut all: Vec<String> = clusters.into_iter().collect();
         all.extend(
@@ -165,17 +184,27 @@ impl Index {
         Ok(id)
     }
 
-    /// The declarations an event concerns.
+    /// The declarations an event of `watch` concerns.
     pub fn declarations_for(
         &self,
         event: EventOf,
-        watch_cluster: &str,
+        watch: &WatchKey,
         local: &str,
         key: &ObjectKey,
         obj: &DynamicObject,
     ) -> Vec<ObjectKey> {
+        let watch_cluster = watch.cluster.as_str();
         let mut out: Vec<ObjectKey> = Vec::new();
         match event {
+            EventOf::Users => {
+                out.extend(
+                    self.watches
+                        .get(watch)
+                        .into_iter()
+                        .flat_map(|(_, users)| users)
+                        .cloned(),
+                );
+            }
             EventOf::Cluster => {
                 out.extend(
                     self.by_cluster
@@ -219,12 +248,12 @@ impl Index {
         }
     }
 
-    /// `decl` copies `source` only: forgets the other sources it copied before (a changed
-    /// source name) and returns their watches that no declaration uses any more (to be
-    /// stopped).
-    pub fn retain_source(&mut self, decl: &ObjectKey, source: &ObjectKey) -> Vec<WatchId> {
+    /// `decl` reads its sources from the watches of scope `sources` only: forgets the other
+    /// sources it copied before (a changed source name or selection) and returns their
+    /// watches that no declaration uses any more (to be stopped).
+    pub fn retain_source(&mut self, decl: &ObjectKey, sources: &Scope) -> Vec<WatchId> {
         self.by_source.retain(|s, users| {
-            if s != source {
+            if !matches!(sources, Scope::Source(keep) if keep == s) {
                 users.remove(decl);
             }
             !users.is_empty()
@@ -234,7 +263,7 @@ impl Index {
             .get(decl)
             .into_iter()
             .flatten()
-            .filter(|w| matches!(&w.scope, Scope::Source(s) if s != source))
+            .filter(|w| w.scope.of_sources() && w.scope != *sources)
             .cloned()
             .collect();
         if let Some(used) = self.used.get_mut(decl) {
@@ -356,6 +385,11 @@ mod tests {
         ApiResource::erase::<K>(&())
     }
 
+    /// A watch in `cluster` (events of most kinds depend only on its cluster).
+    fn in_cluster(cluster: &str) -> WatchKey {
+        WatchKey::of(cluster, &ar::<Namespace>())
+    }
+
     fn decl(name: &str) -> ObjectKey {
         ObjectKey::new("local", &ar::<Secret>(), Some("ctl".into()), name)
     }
@@ -385,11 +419,16 @@ mod tests {
         let mut idx = Index::default();
         let (d, secret) = (decl("d"), ar::<Secret>());
         let mut s = Starter(0);
-        let clusters = idx.register(&d, "u", source(&secret, "a"), ["b".into(), "a".into()]);
+        let clusters = idx.register(
+            &d,
+            "u",
+            Some(source(&secret, "a")),
+            ["b".into(), "a".into()],
+        );
         assert_eq!(clusters, ["a", "b"]);
         idx.watch_for(WatchKey::of("old", &secret), &d, || s.start())
             .expect("watch");
-        let clusters = idx.register(&d, "u", source(&secret, "a"), ["a".into()]);
+        let clusters = idx.register(&d, "u", Some(source(&secret, "a")), ["a".into()]);
         assert_eq!(clusters, ["a", "old"], "a cluster used before stays");
     }
 
@@ -424,35 +463,49 @@ mod tests {
     fn events_map_to_sources_copies_and_namespaces() {
         let mut idx = Index::default();
         let secret = ar::<Secret>();
-        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        idx.register(
+            &decl("d"),
+            "uid-d",
+            Some(source(&secret, "s")),
+            ["east".into()],
+        );
         let none = object(serde_json::json!({}));
         // The source itself, in the local cluster only.
         let src = source(&secret, "s");
-        let found = idx.declarations_for(EventOf::Source, "local", "local", &src, &none);
+        let found =
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &none);
         assert_eq!(found, [decl("d")]);
         let elsewhere = src.in_cluster("east");
-        let found = idx.declarations_for(EventOf::Source, "east", "local", &elsewhere, &none);
+        let found = idx.declarations_for(
+            EventOf::Source,
+            &in_cluster("east"),
+            "local",
+            &elsewhere,
+            &none,
+        );
         assert!(found.is_empty(), "an object of the same name elsewhere");
         // A copy, by its managed-by label.
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
-        let found = idx.declarations_for(EventOf::Copy, "east", "local", &k, &copy);
+        let found = idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &copy);
         assert_eq!(found, [decl("d")]);
         let foreign = object(serde_json::json!({MANAGED_BY: "other"}));
         assert!(
-            idx.declarations_for(EventOf::Copy, "east", "local", &k, &foreign)
+            idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &foreign)
                 .is_empty()
         );
         // A namespace of a cluster with destinations.
         let ns = ObjectKey::new("east", &ar::<Namespace>(), None, "team");
-        let found = idx.declarations_for(EventOf::Cluster, "east", "local", &ns, &none);
+        let found =
+            idx.declarations_for(EventOf::Cluster, &in_cluster("east"), "local", &ns, &none);
         assert_eq!(found, [decl("d")]);
-        let found = idx.declarations_for(EventOf::Cluster, "west", "local", &ns, &none);
+        let found =
+            idx.declarations_for(EventOf::Cluster, &in_cluster("west"), "local", &ns, &none);
         assert!(found.is_empty());
         // Unrelated objects wake nothing, not even at the source's or a copy's name.
         for (k, obj) in [(&src, &none), (&k, &copy)] {
             assert!(
-                idx.declarations_for(EventOf::Other, "local", "local", k, obj)
+                idx.declarations_for(EventOf::Other, &in_cluster("local"), "local", k, obj)
                     .is_empty()
             );
         }
@@ -462,30 +515,41 @@ mod tests {
     fn an_object_in_the_way_wakes_the_declarations_it_blocks() {
         let mut idx = Index::default();
         let secret = ar::<Secret>();
-        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        idx.register(
+            &decl("d"),
+            "uid-d",
+            Some(source(&secret, "s")),
+            ["east".into()],
+        );
         let at = ObjectKey::new("east", &secret, Some("ns".into()), "x");
         let elsewhere = ObjectKey::new("east", &secret, Some("ns".into()), "y");
         let theirs = object(serde_json::json!({}));
         let others_copy = object(serde_json::json!({MANAGED_BY: "uid-e"}));
         idx.set_blocked(&decl("d"), [at.clone()]);
         for (event, obj) in [(EventOf::Other, &theirs), (EventOf::Copy, &others_copy)] {
-            let found = idx.declarations_for(event, "east", "local", &at, obj);
+            let found = idx.declarations_for(event, &in_cluster("east"), "local", &at, obj);
             assert_eq!(found, [decl("d")], "{event:?}");
             assert!(
-                idx.declarations_for(event, "east", "local", &elsewhere, obj)
+                idx.declarations_for(event, &in_cluster("east"), "local", &elsewhere, obj)
                     .is_empty()
             );
         }
         // The next report replaces the set; forgetting clears it.
         idx.set_blocked(&decl("d"), [elsewhere.clone()]);
         assert!(
-            idx.declarations_for(EventOf::Other, "east", "local", &at, &theirs)
+            idx.declarations_for(EventOf::Other, &in_cluster("east"), "local", &at, &theirs)
                 .is_empty()
         );
         idx.forget(&decl("d"));
         assert!(
-            idx.declarations_for(EventOf::Other, "east", "local", &elsewhere, &theirs)
-                .is_empty()
+            idx.declarations_for(
+                EventOf::Other,
+                &in_cluster("east"),
+                "local",
+                &elsewhere,
+                &theirs
+            )
+            .is_empty()
         );
     }
 
@@ -498,8 +562,8 @@ mod tests {
         let (old, new) = (source(&secret, "old"), source(&secret, "new"));
         let watch_of =
             |src: &ObjectKey| WatchKey::scoped("local", &secret, Scope::Source(src.clone()));
-        idx.register(&d, "uid-d", old.clone(), ["local".into()]);
-        idx.register(&e, "uid-e", old.clone(), ["local".into()]);
+        idx.register(&d, "uid-d", Some(old.clone()), ["local".into()]);
+        idx.register(&e, "uid-e", Some(old.clone()), ["local".into()]);
         let w_old = idx
             .watch_for(watch_of(&old), &d, || s.start())
             .expect("old");
@@ -507,44 +571,109 @@ mod tests {
             .expect("shared");
         let copies = WatchKey::scoped("local", &secret, Scope::Copies);
         idx.watch_for(copies, &d, || s.start()).expect("copies");
-        assert!(idx.retain_source(&d, &old).is_empty(), "nothing changed");
+        assert!(
+            idx.retain_source(&d, &Scope::Source(old.clone()))
+                .is_empty(),
+            "nothing changed"
+        );
         // d now copies `new`; e still copies `old`, so its watch stays.
-        idx.register(&d, "uid-d", new.clone(), ["local".into()]);
+        idx.register(&d, "uid-d", Some(new.clone()), ["local".into()]);
         idx.watch_for(watch_of(&new), &d, || s.start())
             .expect("new");
-        assert!(idx.retain_source(&d, &new).is_empty(), "e still uses it");
+        assert!(
+            idx.retain_source(&d, &Scope::Source(new.clone()))
+                .is_empty(),
+            "e still uses it"
+        );
         let none = object(serde_json::json!({}));
-        let found = idx.declarations_for(EventOf::Source, "local", "local", &old, &none);
+        let found =
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &old, &none);
         assert_eq!(
             found,
             std::slice::from_ref(&e),
             "the old source no longer wakes d"
         );
         // When e moves on too, the old source's watch stops; the copies watch stays.
-        idx.register(&e, "uid-e", new.clone(), ["local".into()]);
-        assert_eq!(idx.retain_source(&e, &new), [w_old]);
+        idx.register(&e, "uid-e", Some(new.clone()), ["local".into()]);
+        assert_eq!(idx.retain_source(&e, &Scope::Source(new.clone())), [w_old]);
         assert_eq!(idx.watch_count(), 2);
+    }
+
+    #[test]
+    fn a_selection_wakes_every_user_of_its_watch_and_a_new_selection_releases_the_old() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let secret = ar::<Secret>();
+        let (d, e, f) = (decl("d"), decl("e"), decl("f"));
+        let selected = |labels: &str| {
+            WatchKey::scoped(
+                "local",
+                &secret,
+                Scope::Selected {
+                    namespace: "src".into(),
+                    labels: labels.into(),
+                },
+            )
+        };
+        let (tls, ca) = (selected("app=tls"), selected("app=ca"));
+        for (decl, uid, watch) in [(&d, "uid-d", &tls), (&e, "uid-e", &tls), (&f, "uid-f", &ca)] {
+            idx.register(decl, uid, None, ["local".into()]);
+            idx.watch_for(watch.clone(), decl, || s.start())
+                .expect("watch");
+        }
+        let k = source(&secret, "cert");
+        let none = object(serde_json::json!({}));
+        let mut found = idx.declarations_for(EventOf::Users, &tls, "local", &k, &none);
+        found.sort();
+        assert_eq!(
+            found,
+            [d.clone(), e.clone()],
+            "the users of that watch, not f"
+        );
+        assert!(
+            idx.declarations_for(EventOf::Source, &tls, "local", &k, &none)
+                .is_empty(),
+            "a selection registers no single source"
+        );
+        // d selects something else now; e still uses the old watch.
+        idx.watch_for(ca.clone(), &d, || s.start()).expect("shared");
+        assert!(
+            idx.retain_source(&d, &ca.scope).is_empty(),
+            "e still uses it"
+        );
+        let found = idx.declarations_for(EventOf::Users, &tls, "local", &k, &none);
+        assert_eq!(found, std::slice::from_ref(&e));
+        // e goes back to a single source: the selection's watch stops.
+        let one = WatchKey::scoped("local", &secret, Scope::Source(k.clone()));
+        idx.register(&e, "uid-e", Some(k.clone()), ["local".into()]);
+        idx.watch_for(one.clone(), &e, || s.start()).expect("one");
+        assert_eq!(idx.retain_source(&e, &one.scope), [WatchId::from_raw(0)]);
     }
 
     #[test]
     fn forget_removes_every_trace() {
         let mut idx = Index::default();
         let secret = ar::<Secret>();
-        idx.register(&decl("d"), "uid-d", source(&secret, "s"), ["east".into()]);
+        idx.register(
+            &decl("d"),
+            "uid-d",
+            Some(source(&secret, "s")),
+            ["east".into()],
+        );
         idx.forget(&decl("d"));
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
         assert!(
-            idx.declarations_for(EventOf::Copy, "east", "local", &k, &copy)
+            idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &copy)
                 .is_empty()
         );
         let src = source(&secret, "s");
         assert!(
-            idx.declarations_for(EventOf::Source, "local", "local", &src, &copy)
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &copy)
                 .is_empty()
         );
         assert!(
-            idx.declarations_for(EventOf::Cluster, "east", "local", &k, &copy)
+            idx.declarations_for(EventOf::Cluster, &in_cluster("east"), "local", &k, &copy)
                 .is_empty()
         );
         assert!(idx.begin_type(&decl("d"), &ar::<ConfigMap>()).is_none());
@@ -557,7 +686,7 @@ mod tests {
         let (secret, cm, ns) = (ar::<Secret>(), ar::<ConfigMap>(), ar::<Namespace>());
         let d = decl("d");
         assert_eq!(idx.begin_type(&d, &secret), None, "first type");
-        idx.register(&d, "u", source(&secret, "s"), ["local".into()]);
+        idx.register(&d, "u", Some(source(&secret, "s")), ["local".into()]);
         let old = idx
             .watch_for(WatchKey::of("local", &secret), &d, || s.start())
             .expect("secrets");
@@ -575,7 +704,7 @@ mod tests {
         let src = source(&secret, "s");
         let none = object(serde_json::json!({}));
         assert!(
-            idx.declarations_for(EventOf::Source, "local", "local", &src, &none)
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &none)
                 .is_empty(),
             "the old source no longer maps to the declaration"
         );

@@ -23,5 +23,5 @@ pub mod spec;
 pub use engine::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
 pub use spec::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOutSpec,
-    Report, SourceRef,
+    Report, Selection, SourceRef,
 };

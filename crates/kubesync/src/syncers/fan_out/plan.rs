@@ -34,8 +34,9 @@ pub struct Snapshot<'a, S> {
     pub local: &'a str,
     /// The declaration.
     pub declaration: &'a Declaration,
-    /// The source, if it exists and neither it nor the declaration is being deleted.
-    pub source: Option<&'a DynamicObject>,
+    /// The sources that exist, unless the declaration is being deleted (then none). For a
+    /// single source, at most that one; for a selection, every object it selects.
+    pub sources: &'a [Arc<DynamicObject>],
     /// Destination clusters the runtime does not know.
     pub unknown_clusters: &'a [String],
     /// Clusters whose watches fail: nothing is created, updated or deleted there.
@@ -59,6 +60,10 @@ pub struct Write {
     pub strategy: Strategy,
     /// [`Decision::Create`], [`Decision::Update`] or [`Decision::Adopt`].
     pub decision: Decision,
+    /// The name of the source it is a copy of.
+    pub source: String,
+    /// That source's resourceVersion.
+    pub source_resource_version: String,
 }
 
 /// A copy of this declaration to delete, or to release.
@@ -82,7 +87,8 @@ pub struct Plan {
     /// Destinations whose state is known without writing (in sync, conflicts, unknown or
     /// unreachable clusters).
     pub statuses: Vec<DestinationStatus>,
-    /// The source resourceVersion the copies will carry.
+    /// The source resourceVersion the copies will carry (a single source; empty for a
+    /// selection: each [`Write`] says its own).
     pub source_resource_version: String,
 }
 
@@ -93,11 +99,24 @@ pub fn must_confirm_source_gone(in_store: bool, deleting: bool, copies: usize) -
     !in_store && !deleting && copies > 0
 }
 
+/// Longest object name the API accepts (a DNS subdomain).
+pub const MAX_NAME: usize = 253;
+
+/// The name of `obj`.
+fn name_of(obj: &DynamicObject) -> &str {
+    obj.metadata.name.as_deref().unwrap_or_default()
+}
+
 /// Decides what one reconcile of `snapshot.declaration` does.
+///
+/// Every source is copied to every destination under [`Destination::copy_name`]. Where two
+/// sources would be copied to the same name, neither is written and the destination is a
+/// `Conflict` naming both (an existing copy stays as it is); a copy is never written onto
+/// one of the declaration's sources, nor under a name longer than [`MAX_NAME`].
 pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     let Snapshot {
         declaration: decl,
-        source,
+        sources,
         unreachable,
         owned,
         stores,
@@ -105,112 +124,117 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     } = snapshot;
     let spec = &decl.spec;
     let ar = &spec.source.resource;
+    let mut sources: Vec<&DynamicObject> = sources.iter().map(AsRef::as_ref).collect();
+    sources.sort_by(|a, b| name_of(a).cmp(name_of(b)));
     let mut plan = Plan {
-        source_resource_version: source
-            .and_then(|s| s.metadata.resource_version.clone())
-            .unwrap_or_default(),
+        source_resource_version: match (&spec.source.select, sources.first()) {
+            (None, Some(s)) => s.metadata.resource_version.clone().unwrap_or_default(),
+            _ => String::new(),
+        },
         ..Plan::default()
     };
-    let targets = match source {
-        Some(source) => targets(snapshot, source, &mut plan.statuses),
-        None => BTreeMap::new(),
-    };
-    if let Some(source) = source {
-        let mark = rules::source_mark(ar, &spec.source.namespace, &spec.source.name);
-        for (at, dest) in &targets {
-            let strategy = &dest.strategy;
-            if unreachable.contains(&at.cluster) {
-                plan.statuses.push(DestinationStatus::new(
-                    at,
-                    DestinationState::Error,
-                    format!("cluster {} is unreachable", at.cluster),
-                    "",
-                ));
+    // Destinations that stay as they are: not written, and their copies not deleted.
+    let mut kept = BTreeSet::new();
+    let targets = targets(snapshot, &sources, &mut plan.statuses, &mut kept);
+    for (at, (source, dest)) in &targets {
+        let source_name = name_of(source);
+        let source_rv = source.metadata.resource_version.clone().unwrap_or_default();
+        let status = |state, message: String, rv: &str| {
+            DestinationStatus::new(at, state, message, rv).of_source(source_name)
+        };
+        if unreachable.contains(&at.cluster) {
+            plan.statuses.push(status(
+                DestinationState::Error,
+                format!("cluster {} is unreachable", at.cluster),
+                "",
+            ));
+            continue;
+        }
+        let mark = rules::source_mark(ar, &spec.source.namespace, source_name);
+        let desired = rules::desired_copy(
+            ar,
+            source,
+            &at.namespace,
+            &at.name,
+            &spec.rules,
+            &decl.owner,
+            &mark,
+        );
+        let desired = match rules::patched(desired, &dest.patches) {
+            Ok(desired) => desired,
+            // Nothing is written there (an existing copy stays as it is).
+            Err(message) => {
+                plan.statuses
+                    .push(status(DestinationState::Error, message, ""));
                 continue;
             }
-            let desired = rules::desired_copy(
-                ar,
-                source,
-                &at.namespace,
-                &at.name,
-                &spec.rules,
-                &decl.owner,
-                &mark,
-            );
-            let desired = match rules::patched(desired, &dest.patches) {
-                Ok(desired) => desired,
-                // Nothing is written there (an existing copy stays as it is).
-                Err(message) => {
-                    plan.statuses.push(DestinationStatus::new(
-                        at,
-                        DestinationState::Error,
-                        message,
-                        "",
-                    ));
-                    continue;
-                }
-            };
-            // Consent was given for the source; a patched copy is judged again as it will be
-            // written (a patch may turn a plain Secret into a privilege-bearing one).
-            if let Some(consent) = &spec.consent
-                && !dest.patches.is_empty()
-                && !consented(consent, snapshot.local, *stores, &desired, at)
-            {
-                plan.statuses.push(DestinationStatus::new(
-                    at,
-                    DestinationState::Refused,
-                    (consent.refusal)(&desired, at),
-                    "",
-                ));
-                continue;
+        };
+        // Consent was given for the source; a patched copy is judged again as it will be
+        // written (a patch may turn a plain Secret into a privilege-bearing one).
+        if let Some(consent) = &spec.consent
+            && !dest.patches.is_empty()
+            && !consented(consent, snapshot.local, *stores, &desired, at)
+        {
+            plan.statuses.push(status(
+                DestinationState::Refused,
+                (consent.refusal)(&desired, at),
+                "",
+            ));
+            continue;
+        }
+        let existing = stores.object(at);
+        let decision = rules::decide(
+            existing.as_deref(),
+            &desired,
+            &decl.owner,
+            dest.strategy,
+            spec.on_conflict,
+        );
+        match decision {
+            Decision::InSync => {
+                plan.statuses
+                    .push(status(DestinationState::Synced, String::new(), &source_rv));
             }
-            let existing = stores.object(at);
-            let decision = rules::decide(
-                existing.as_deref(),
-                &desired,
-                &decl.owner,
-                *strategy,
-                spec.on_conflict,
-            );
-            match decision {
-                Decision::InSync => plan.statuses.push(DestinationStatus::new(
-                    at,
-                    DestinationState::Synced,
-                    String::new(),
-                    &plan.source_resource_version,
-                )),
-                Decision::Conflict(message) => plan.statuses.push(DestinationStatus::new(
-                    at,
-                    DestinationState::Conflict,
-                    message,
-                    "",
-                )),
-                Decision::Create | Decision::Update | Decision::Adopt => {
-                    plan.writes.push(Write {
-                        at: at.clone(),
-                        desired,
-                        existing,
-                        strategy: *strategy,
-                        decision,
-                    });
-                }
+            Decision::Conflict(message) => {
+                plan.statuses
+                    .push(status(DestinationState::Conflict, message, ""));
+            }
+            Decision::Create | Decision::Update | Decision::Adopt => {
+                plan.writes.push(Write {
+                    at: at.clone(),
+                    desired,
+                    existing,
+                    strategy: dest.strategy,
+                    decision,
+                    source: source_name.to_string(),
+                    source_resource_version: source_rv,
+                });
             }
         }
     }
+    let marks: BTreeSet<String> = sources
+        .iter()
+        .map(|s| rules::source_mark(ar, &spec.source.namespace, name_of(s)))
+        .collect();
     for (at, copy) in owned.iter() {
         // Unwanted copies go, but not where the cluster cannot be checked, and not while the
         // Namespace store does not show the copy's namespace: the copy exists, so its
         // namespace does, and the store is behind — not a sign the copy is unwanted.
         if targets.contains_key(at)
+            || kept.contains(at)
             || unreachable.contains(&at.cluster)
             || !stores.has_namespace(&at.cluster, &at.namespace)
         {
             continue;
         }
+        let source_gone = copy
+            .annotations()
+            .get(rules::SOURCE)
+            .is_none_or(|m| !marks.contains(m));
         plan.deletes.push(Delete {
             at: at.clone(),
             uid: copy.metadata.uid.clone(),
-            orphan: rules::orphans(copy, spec.deletion_policy, source.is_none()),
+            orphan: rules::orphans(copy, spec.deletion_policy, source_gone),
         });
     }
     plan
@@ -231,17 +255,14 @@ pub fn consented<S: Stores>(
             .any(|grant| (consent.admits)(grant, source, at))
 }
 
-/// The destinations the spec selects, with the destination entry that selected each (the
-/// first that selects one wins: its strategy and patches apply). Destinations in unknown clusters get an error status instead; so do
-/// namespaces a destination names that refuse their consent.
-fn targets<'a, S: Stores>(
+/// The destination namespaces of each destination entry: `(cluster, namespace, entry)`, in
+/// the entries' order. Destinations in unknown clusters get an error status instead.
+fn namespaces<'a, S: Stores>(
     snapshot: &Snapshot<'a, S>,
-    source: &DynamicObject,
     statuses: &mut Vec<DestinationStatus>,
-) -> BTreeMap<DestinationRef, &'a Destination> {
+) -> Vec<(&'a str, String, &'a Destination)> {
     let spec = &snapshot.declaration.spec;
-    let mut targets = BTreeMap::new();
-    let mut refused = BTreeSet::new();
+    let mut out = Vec::new();
     for d in &spec.destinations {
         let cluster = d.cluster.as_deref().unwrap_or(snapshot.local);
         if snapshot.unknown_clusters.iter().any(|c| c == cluster) {
@@ -253,42 +274,110 @@ fn targets<'a, S: Stores>(
             ));
             continue;
         }
-        let name = d.name.as_deref().unwrap_or(&spec.source.name);
         for ns in snapshot.stores.namespaces(cluster) {
-            let namespace = ns.name_any();
-            if !d.namespaces.matches(
-                &namespace,
+            if d.namespaces.matches(
+                &ns.name_any(),
                 ns.labels(),
                 ns.metadata.deletion_timestamp.is_some(),
             ) {
-                continue;
+                out.push((cluster, ns.name_any(), d));
             }
-            // Never copy the source onto itself.
-            if cluster == snapshot.local
-                && namespace == spec.source.namespace
-                && name == spec.source.name
+        }
+    }
+    out
+}
+
+/// The copies to make: destination → (source, the destination entry that selected it; the
+/// first that selects one wins: its strategy and patches apply). Statuses instead for
+/// namespaces a destination names that refuse their consent, names two sources share
+/// (`Conflict`; such destinations are `kept`), names of sources, and names too long.
+fn targets<'a, 's, S: Stores>(
+    snapshot: &Snapshot<'a, S>,
+    sources: &[&'s DynamicObject],
+    statuses: &mut Vec<DestinationStatus>,
+    kept: &mut BTreeSet<DestinationRef>,
+) -> BTreeMap<DestinationRef, (&'s DynamicObject, &'a Destination)> {
+    let spec = &snapshot.declaration.spec;
+    let mut targets: BTreeMap<DestinationRef, (&'s DynamicObject, &'a Destination)> =
+        BTreeMap::new();
+    if sources.is_empty() {
+        return targets;
+    }
+    let namespaces = namespaces(snapshot, statuses);
+    let source_names: BTreeSet<&str> = sources.iter().map(|s| name_of(s)).collect();
+    // Destination → the sources that would be copied there, where more than one would.
+    let mut shared: BTreeMap<DestinationRef, BTreeSet<&str>> = BTreeMap::new();
+    let mut reported = BTreeSet::new();
+    for source in sources {
+        let source_name = name_of(source);
+        for (cluster, namespace, d) in &namespaces {
+            let name = d.copy_name(&spec.source, source_name);
+            let at = DestinationRef::new(*cluster, namespace.clone(), name);
+            let mut report = |state, message: String| {
+                if reported.insert(at.clone()) {
+                    statuses.push(
+                        DestinationStatus::new(&at, state, message, "").of_source(source_name),
+                    );
+                }
+            };
+            // Never copy onto a source (the source itself is skipped silently).
+            if *cluster == snapshot.local
+                && *namespace == spec.source.namespace
+                && source_names.contains(at.name.as_str())
             {
+                if at.name != source_name {
+                    report(
+                        DestinationState::Conflict,
+                        format!(
+                            "{} is one of the sources; its copy of {source_name} is not written",
+                            at.name
+                        ),
+                    );
+                }
                 continue;
             }
-            let at = DestinationRef::new(cluster, namespace, name);
-            if targets.contains_key(&at) {
+            if let Some((other, _)) = targets.get(&at) {
+                let other = name_of(other);
+                if other != source_name {
+                    shared.entry(at).or_default().extend([other, source_name]);
+                }
+                continue;
+            }
+            if at.name.len() > MAX_NAME {
+                report(
+                    DestinationState::Error,
+                    format!(
+                        "the copy's name would be {} characters long; at most {MAX_NAME} are allowed",
+                        at.name.len()
+                    ),
+                );
                 continue;
             }
             if let Some(consent) = &spec.consent
                 && !consented(consent, snapshot.local, snapshot.stores, source, &at)
             {
-                if d.namespaces.names(&at.namespace) && refused.insert(at.clone()) {
-                    statuses.push(DestinationStatus::new(
-                        &at,
-                        DestinationState::Refused,
-                        (consent.refusal)(source, &at),
-                        "",
-                    ));
+                if d.namespaces.names(&at.namespace) {
+                    report(DestinationState::Refused, (consent.refusal)(source, &at));
                 }
                 continue;
             }
-            targets.insert(at, d);
+            targets.insert(at, (*source, *d));
         }
+    }
+    for (at, names) in shared {
+        targets.remove(&at);
+        let names: Vec<&str> = names.into_iter().collect();
+        statuses.push(DestinationStatus::new(
+            &at,
+            DestinationState::Conflict,
+            format!(
+                "sources {} would all be copied to {}; none is (give the destination a namePrefix or nameSuffix)",
+                names.join(", "),
+                at.name
+            ),
+            "",
+        ));
+        kept.insert(at);
     }
     targets
 }
@@ -373,9 +462,7 @@ mod tests {
                 namespace: Some(namespace.into()),
                 ..Default::default()
             },
-            name: None,
-            strategy: Strategy::Apply,
-            patches: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -387,11 +474,7 @@ mod tests {
                 uid: "uid-d".into(),
             },
             spec: FanOutSpec {
-                source: SourceRef {
-                    resource: secret_type(),
-                    namespace: "src".into(),
-                    name: "ca".into(),
-                },
+                source: SourceRef::one(secret_type(), "src", "ca"),
                 destinations,
                 on_conflict: OnConflict::Skip,
                 rules: CopyRules::default(),
@@ -409,13 +492,14 @@ mod tests {
     fn copy(uid: &str, managed_by: &str) -> DynamicObject {
         obj(json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "ca", "namespace": "x", "uid": uid,
-                "labels": {MANAGED_BY: managed_by}},
+                "labels": {MANAGED_BY: managed_by},
+                "annotations": {rules::SOURCE: "core/Secret/src/ca"}},
             "data": {"old": "b2xk"}}))
     }
 
     struct Run {
         decl: Declaration,
-        source: Option<DynamicObject>,
+        sources: Vec<Arc<DynamicObject>>,
         unknown: Vec<String>,
         unreachable: BTreeSet<String>,
         owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
@@ -426,7 +510,7 @@ mod tests {
         fn new(decl: Declaration, stores: Fake) -> Self {
             Self {
                 decl,
-                source: Some(source()),
+                sources: vec![Arc::new(source())],
                 unknown: vec![],
                 unreachable: BTreeSet::new(),
                 owned: BTreeMap::new(),
@@ -444,7 +528,7 @@ mod tests {
             plan(&Snapshot {
                 local: "local",
                 declaration: &self.decl,
-                source: self.source.as_ref(),
+                sources: &self.sources,
                 unknown_clusters: &self.unknown,
                 unreachable: &self.unreachable,
                 owned: &self.owned,
@@ -491,6 +575,134 @@ mod tests {
             Some("uid-d")
         );
         assert!(plan.deletes.is_empty() && plan.statuses.is_empty());
+    }
+
+    fn named(name: &str) -> Arc<DynamicObject> {
+        Arc::new(obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "src", "uid": name, "resourceVersion": "7"},
+            "data": {"k": "dg=="}})))
+    }
+
+    /// A declaration copying every Secret of `src`.
+    fn selecting(destinations: Vec<Destination>) -> Declaration {
+        let mut decl = declaration(destinations);
+        decl.spec.source = SourceRef::selected(secret_type(), "src", Default::default());
+        decl
+    }
+
+    fn prefixed(namespace: &str, prefix: &str) -> Destination {
+        Destination {
+            name_prefix: prefix.into(),
+            ..destination(None, namespace)
+        }
+    }
+
+    #[test]
+    fn every_selected_source_is_copied_under_its_own_name_and_unselected_ones_lose_their_copies() {
+        let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        let mut run = Run::new(selecting(vec![prefixed("a", "p-")]), stores);
+        run.sources = vec![named("two"), named("one")];
+        // A copy of a source that is no longer selected.
+        let gone = DestinationRef::new("local", "a", "p-gone");
+        let mut old = copy("c-gone", "uid-d");
+        old.annotations_mut()
+            .insert(rules::SOURCE.into(), "core/Secret/src/gone".into());
+        run.owned.insert(gone.clone(), Arc::new(old));
+        let plan = run.plan();
+        let writes: Vec<(String, String, String)> = plan
+            .writes
+            .iter()
+            .map(|w| {
+                (
+                    w.at.name.clone(),
+                    w.source.clone(),
+                    w.source_resource_version.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("p-one".into(), "one".into(), "7".into()),
+                ("p-two".into(), "two".into(), "7".into())
+            ]
+        );
+        assert_eq!(
+            plan.writes[0]
+                .desired
+                .annotations()
+                .get(rules::SOURCE)
+                .map(String::as_str),
+            Some("core/Secret/src/one")
+        );
+        assert_eq!(
+            plan.deletes,
+            [Delete {
+                at: gone,
+                uid: Some("c-gone".into()),
+                orphan: false
+            }]
+        );
+        // Under Orphan, a copy whose source stopped matching is released, not deleted.
+        run.decl.spec.deletion_policy = rules::DeletionPolicy::Orphan;
+        assert!(run.plan().deletes.iter().all(|d| d.orphan));
+    }
+
+    #[test]
+    fn two_sources_copied_to_one_name_are_a_conflict_and_neither_is_written() {
+        let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        // "x-y" with no prefix and "y" with prefix "x-" both become "x-y".
+        let decl = selecting(vec![destination(None, "a"), prefixed("a", "x-")]);
+        let shared = DestinationRef::new("local", "a", "x-y");
+        let mut run = Run::new(decl, stores).owning(shared.clone(), "c1");
+        run.sources = vec![named("y"), named("x-y")];
+        let plan = run.plan();
+        let conflict = plan
+            .statuses
+            .iter()
+            .find(|s| s.name == "x-y")
+            .expect("a status for the shared name");
+        assert_eq!(conflict.state, DestinationState::Conflict);
+        assert!(
+            conflict.message.contains("x-y, y"),
+            "names both: {}",
+            conflict.message
+        );
+        assert!(
+            plan.writes.iter().all(|w| w.at != shared),
+            "neither written"
+        );
+        assert!(plan.deletes.is_empty(), "the existing copy stays");
+        let others: Vec<&str> = plan.writes.iter().map(|w| w.at.name.as_str()).collect();
+        assert_eq!(others, ["x-x-y", "y"], "the other copies are made");
+    }
+
+    #[test]
+    fn a_copy_never_overwrites_a_source_and_never_gets_a_name_too_long() {
+        let stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        let long = "n".repeat(MAX_NAME - 1);
+        let mut run = Run::new(selecting(vec![prefixed("src", "p-")]), stores);
+        run.sources = vec![named("a"), named("p-a"), named(&long)];
+        let plan = run.plan();
+        let states: Vec<(&str, DestinationState)> = plan
+            .statuses
+            .iter()
+            .map(|s| (s.source.as_str(), s.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("a", DestinationState::Conflict),
+                (long.as_str(), DestinationState::Error)
+            ]
+        );
+        assert!(plan.statuses[1].message.contains("254 characters"));
+        let written: Vec<&str> = plan.writes.iter().map(|w| w.at.name.as_str()).collect();
+        assert_eq!(
+            written,
+            ["p-p-a"],
+            "p-a is a source: a's copy is not written there"
+        );
     }
 
     #[test]
@@ -588,7 +800,7 @@ mod tests {
         let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
         let mut run = Run::new(declaration(vec![destination(None, "*")]), stores)
             .owning(at("local", "a"), "c-a");
-        run.source = None;
+        run.sources.clear();
         let plan = run.plan();
         assert!(plan.writes.is_empty() && plan.statuses.is_empty());
         assert_eq!(plan.deletes.len(), 1);
@@ -614,7 +826,7 @@ mod tests {
             [("b", false)]
         );
         // Without it (deleted, or the declaration is): every copy is released.
-        run.source = None;
+        run.sources.clear();
         let plan = run.plan();
         assert!(plan.deletes.iter().all(|d| d.orphan) && plan.deletes.len() == 2);
     }

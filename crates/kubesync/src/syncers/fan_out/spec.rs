@@ -54,15 +54,97 @@ impl fmt::Display for DestinationRef {
     }
 }
 
-/// The source of a fan-out (in the engine's own cluster).
+/// The source of a fan-out (in the engine's own cluster): one object, or every object of
+/// its namespace that a [`Selection`] selects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceRef {
     /// Its type.
     pub resource: ApiResource,
     /// Its namespace.
     pub namespace: String,
-    /// Its name.
+    /// Its name (one source); ignored when [`select`](SourceRef::select) is given.
     pub name: String,
+    /// Many sources: every object of the namespace that this selects, each copied under its
+    /// own name.
+    pub select: Option<Selection>,
+}
+
+impl SourceRef {
+    /// One source object: `namespace`/`name` of type `resource`.
+    pub fn one(
+        resource: ApiResource,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            resource,
+            namespace: namespace.into(),
+            name: name.into(),
+            select: None,
+        }
+    }
+
+    /// Every object of type `resource` in `namespace` that `selection` selects.
+    pub fn selected(
+        resource: ApiResource,
+        namespace: impl Into<String>,
+        selection: Selection,
+    ) -> Self {
+        Self {
+            resource,
+            namespace: namespace.into(),
+            name: String::new(),
+            select: Some(selection),
+        }
+    }
+
+    /// Whether `obj` (an object of the source type in the source namespace) is a source.
+    pub fn selects(&self, obj: &DynamicObject) -> bool {
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        match &self.select {
+            None => name == self.name,
+            Some(selection) => selection.selects(obj),
+        }
+    }
+}
+
+/// Which objects of the source namespace are sources: those matching the label selector (if
+/// given) **and** named in `names` (if not empty). kubesync's own copies (objects with the
+/// `kubesync.io/managed-by` label) are never sources, so copies into the source namespace
+/// never cascade into copies of copies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    /// A label selector (see [`rules::selector`](super::rules::selector)).
+    pub selector: Option<kube::core::Selector>,
+    /// Object names; empty: any.
+    pub names: Vec<String>,
+}
+
+impl Selection {
+    /// Whether `obj` is selected.
+    pub fn selects(&self, obj: &DynamicObject) -> bool {
+        self.selects_meta(&obj.metadata)
+    }
+
+    /// Whether the object with this metadata is selected.
+    pub fn selects_meta(&self, meta: &kube::api::ObjectMeta) -> bool {
+        use kube::core::SelectorExt;
+        let labels = meta.labels.clone().unwrap_or_default();
+        let name = meta.name.as_deref().unwrap_or_default();
+        !labels.contains_key(super::rules::MANAGED_BY)
+            && self.selector.as_ref().is_none_or(|s| s.matches(&labels))
+            && (self.names.is_empty() || self.names.iter().any(|n| n == name))
+    }
+
+    /// The label selector the source watch asks the apiserver for: the selector, and never
+    /// kubesync's copies.
+    pub fn label_selector(&self) -> String {
+        let not_copies = format!("!{}", super::rules::MANAGED_BY);
+        match &self.selector {
+            Some(s) if !s.selects_all() => format!("{s},{not_copies}"),
+            _ => not_copies,
+        }
+    }
 }
 
 /// Where copies go.
@@ -72,8 +154,14 @@ pub struct Destination {
     pub cluster: Option<String>,
     /// Which namespaces.
     pub namespaces: NamespaceRule,
-    /// Name at the destination (default: the source's).
+    /// Name at the destination (default: the source's). For a single source only; a
+    /// [`Selection`]'s copies are named [`name_prefix`](Destination::name_prefix) + the
+    /// source's name + [`name_suffix`](Destination::name_suffix).
     pub name: Option<String>,
+    /// Prepended to each source's name at this destination.
+    pub name_prefix: String,
+    /// Appended to each source's name at this destination.
+    pub name_suffix: String,
     /// How copies are written.
     pub strategy: Strategy,
     /// Overrides of the copies here, applied in order after the filters (the drift check
@@ -125,6 +213,16 @@ pub struct Consent {
     pub admits: Admits,
     /// Why a destination is refused, and what would admit it.
     pub refusal: Refusal,
+}
+
+impl Destination {
+    /// The name of `source`'s copy here.
+    pub fn copy_name(&self, source: &SourceRef, source_name: &str) -> String {
+        match (&self.name, &source.select) {
+            (Some(name), None) => name.clone(),
+            _ => format!("{}{source_name}{}", self.name_prefix, self.name_suffix),
+        }
+    }
 }
 
 impl fmt::Debug for Consent {
@@ -189,6 +287,9 @@ pub struct DestinationStatus {
     pub message: String,
     /// The source resourceVersion the copy carries.
     pub source_resource_version: String,
+    /// The source's name (empty where no one source is concerned, e.g. an unknown cluster).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
 }
 
 /// The outcome of one reconcile.
@@ -196,8 +297,11 @@ pub struct DestinationStatus {
 pub struct Report {
     /// Every watch the declaration needs has listed (otherwise nothing was decided).
     pub ready: bool,
-    /// The source exists and is not being deleted.
+    /// The source exists and is not being deleted (a selection: at least one object is
+    /// selected).
     pub source_found: bool,
+    /// How many source objects there are (0 or 1 for a single source).
+    pub sources: usize,
     /// Per destination.
     pub destinations: Vec<DestinationStatus>,
     /// Copies of this declaration that still exist (0 after a complete cleanup).
@@ -223,6 +327,14 @@ impl DestinationStatus {
             state,
             message,
             source_resource_version: source_rv.to_string(),
+            source: String::new(),
         }
+    }
+
+    /// The same, about the copy of source `name`.
+    #[must_use]
+    pub fn of_source(mut self, name: &str) -> Self {
+        self.source = name.to_string();
+        self
     }
 }
