@@ -250,7 +250,7 @@ mod tests {
 }
 
 /// The source of an [`ObjectSync`].
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectSyncSource {
     /// API group (empty for the core group).
@@ -261,8 +261,18 @@ pub struct ObjectSyncSource {
     pub version: Option<String>,
     /// Kind, e.g. `Secret`.
     pub kind: String,
-    /// Name of the source object.
+    /// Name of the source object. Give either a name, or a `selector` and/or `names`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// Many sources: every object of this kind in the source namespace whose labels match
+    /// (and, if `names` is given too, that is named there). Each is copied under its own
+    /// name; kubesync's own copies are never sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Many sources: the objects of this kind in the source namespace with these names (and,
+    /// if `selector` is given too, whose labels match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
     /// Namespace of the source (default: the ObjectSync's own namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -295,9 +305,15 @@ pub struct ObjectSyncDestination {
     /// A RemoteCluster name (default: this cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
-    /// Name at the destination (default: the source's name).
+    /// Name at the destination (default: the source's name). For a single source only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Prepended to each source's name at this destination (instead of `name`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name_prefix: String,
+    /// Appended to each source's name at this destination (instead of `name`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name_suffix: String,
     /// How copies are written (default `apply`).
     #[serde(default)]
     pub strategy: CopyStrategy,
@@ -436,6 +452,7 @@ pub struct GrantKind {
     status = "ObjectSyncStatus",
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.source.kind"}"#,
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.name"}"#,
+    printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sources"}"#,
     printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.inSync"}"#,
     printcolumn = r#"{"name":"Destinations","type":"integer","jsonPath":".status.total"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -443,7 +460,7 @@ pub struct GrantKind {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectSyncSpec {
-    /// The object to copy.
+    /// The object (or objects) to copy.
     pub source: ObjectSyncSource,
     /// Where to copy it.
     pub destinations: Vec<ObjectSyncDestination>,
@@ -545,7 +562,8 @@ impl PartialEq<&str> for CopyState {
     }
 }
 
-/// State of one destination in [`ObjectSyncStatus`].
+/// State of one destination in [`ObjectSyncStatus`]: one copy (a single source), or every
+/// copy in one namespace (many sources).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct DestinationStatusEntry {
@@ -553,13 +571,21 @@ pub struct DestinationStatusEntry {
     pub cluster: String,
     /// Namespace.
     pub namespace: String,
-    /// Name of the copy.
+    /// Name of the copy (a single source).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    /// `Synced`, `Pending`, `Conflict` or `Error`.
+    /// `Synced`, `Pending`, `Conflict`, `Error` or `Refused`; for many sources, `Synced` when
+    /// every copy is, else the state of the first that is not.
     pub state: CopyState,
-    /// Why, for Conflict and Error.
+    /// Why, for Conflict and Error (for many sources: the first copy that is not synced).
     #[serde(default)]
     pub message: String,
+    /// Many sources: how many of the copies here are current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources_in_sync: Option<u32>,
+    /// Many sources: how many copies belong here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources_total: Option<u32>,
     /// When the copy was last written or confirmed current (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<String>,
@@ -584,7 +610,32 @@ pub struct ObjectSyncStatus {
     /// All destinations.
     #[serde(default)]
     pub total: u32,
-    /// One entry per destination.
+    /// One entry per destination (many sources: per destination namespace).
     #[serde(default)]
     pub destinations: Vec<DestinationStatusEntry>,
+    /// Many sources: how many objects the source selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<u32>,
+    /// Many sources: the first copies that are not current (at most
+    /// [`MAX_FAILURES`](crate::object_sync::status::MAX_FAILURES)), with the reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<CopyFailure>,
+}
+
+/// A copy of one source at one destination that is not current.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyFailure {
+    /// The source's name.
+    pub source: String,
+    /// Cluster (`local` for this cluster, else the RemoteCluster name).
+    pub cluster: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name of the copy.
+    pub name: String,
+    /// Its state.
+    pub state: CopyState,
+    /// Why.
+    pub message: String,
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kubesync::Cluster;
-use kubesync_cli::crd::ObjectSync;
+use kubesync_cli::crd::{CopyState, ObjectSync};
 use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::{TestEnv, eventually};
@@ -917,5 +917,178 @@ async fn per_destination_patches() {
         })
         .await;
     }
+    stop(operator).await;
+}
+
+#[tokio::test]
+async fn many_sources_per_object_sync_with_bounded_status_and_conflicts() {
+    let env = operator_cluster("many", false, &["certs", "team-a", "team-b"]).await;
+    for (name, app) in [("tls-a", "tls"), ("tls-b", "tls"), ("plain", "web")] {
+        env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: certs, labels: {{app: {app}}}}}\ntype: Opaque\nstringData: {{v: {name}}}\n")).await.expect("secret");
+    }
+    let object_sync = |destinations: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: certs, namespace: certs}}\nspec:\n  source: {{kind: Secret, selector: {{matchLabels: {{app: tls}}}}}}\n  destinations: {destinations}\n"
+        )
+    };
+    env.apply_yaml(&object_sync(
+        "[{namespace: team-a, namePrefix: certs-}, {namespace: team-b}]",
+    ))
+    .await
+    .expect("objectsync");
+    let operator = start(&env, ObjectSyncPolicy::default());
+    let names = |ns: &'static str| {
+        let api = Api::<Secret>::namespaced(env.client().expect("client"), ns);
+        async move {
+            let mut names: Vec<String> = api
+                .list(&Default::default())
+                .await
+                .map(|l| l.items.iter().map(|s| s.name_any()).collect())
+                .unwrap_or_default();
+            names.sort();
+            names
+        }
+    };
+    eventually(
+        "every selected Secret copied under its own name",
+        T,
+        || async {
+            (names("team-a").await == ["certs-tls-a", "certs-tls-b"]
+                && names("team-b").await == ["tls-a", "tls-b"])
+            .then_some(())
+        },
+    )
+    .await;
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "certs");
+    let os = eventually("status per destination namespace", T, || async {
+        syncs.get("certs").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.in_sync == 2 && s.total == 2)
+        })
+    })
+    .await;
+    let status = os.status.clone().expect("status");
+    assert_eq!(status.sources, Some(2));
+    assert!(status.failures.is_empty());
+    for d in &status.destinations {
+        assert_eq!(
+            (d.name.as_str(), d.sources_in_sync, d.sources_total),
+            ("", Some(2), Some(2)),
+            "{d:?}"
+        );
+    }
+    let (_, message) = os
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status.clone(), c.message.clone()))
+        .expect("ready");
+    assert!(
+        message.contains("copying 2 sources (selector app=tls in certs)"),
+        "{message}"
+    );
+
+    // Two sources copied to one name: a Conflict naming both, neither written; the copy there
+    // stays as it was; the rest syncs.
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: a, namespace: certs, labels: {app: tls}}\ntype: Opaque\nstringData: {v: a}\n").await.expect("secret");
+    env.apply_yaml(&object_sync(
+        "[{namespace: team-a, namePrefix: certs-}, {namespace: team-b}, {namespace: team-b, namePrefix: tls-}]",
+    ))
+    .await
+    .expect("objectsync");
+    let os = eventually("the shared name in conflict", T, || async {
+        syncs.get("certs").await.ok().filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|s| s.failures.iter().any(|f| f.state == "Conflict"))
+        })
+    })
+    .await;
+    let status = os.status.expect("status");
+    assert_eq!(status.sources, Some(3));
+    assert_eq!(status.failures.len(), 1, "{:?}", status.failures);
+    let f = &status.failures[0];
+    assert_eq!((f.namespace.as_str(), f.name.as_str()), ("team-b", "tls-a"));
+    assert!(f.message.contains("a, tls-a"), "{}", f.message);
+    let b = status
+        .destinations
+        .iter()
+        .find(|d| d.namespace == "team-b")
+        .expect("team-b");
+    assert_eq!(
+        (b.state, b.sources_in_sync, b.sources_total),
+        (CopyState::Conflict, Some(4), Some(5))
+    );
+    eventually("the other copies", T, || async {
+        (names("team-b").await == ["a", "tls-a", "tls-b", "tls-tls-a", "tls-tls-b"]).then_some(())
+    })
+    .await;
+    let kept = Api::<Secret>::namespaced(env.client().expect("client"), "team-b")
+        .get("tls-a")
+        .await
+        .expect("kept");
+    assert_eq!(
+        kept.data.and_then(|d| d.get("v").cloned()).map(|b| b.0),
+        Some(b"tls-a".to_vec()),
+        "not overwritten by the other source"
+    );
+
+    // Invalid: a rename with a selector, and a source with both a name and a selector.
+    env.apply_yaml(&object_sync("[{namespace: team-a, name: one}]"))
+        .await
+        .expect("objectsync");
+    eventually("rename refused", T, || async {
+        syncs.get("certs").await.ok().filter(|o| {
+            ready(o).is_some_and(|r| r == ("False".into(), "InvalidSpec".into()))
+                && o.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.message.contains("namePrefix or nameSuffix"))
+                })
+        })
+    })
+    .await;
+    assert_eq!(
+        names("team-a").await,
+        ["certs-a", "certs-tls-a", "certs-tls-b"],
+        "a refused spec removes nothing"
+    );
+
+    // Back to two destinations; a source deleted and one unlabelled lose their copies, and
+    // the ObjectSync's deletion removes the rest; the unselected Secret was never touched.
+    env.apply_yaml(&object_sync(
+        "[{namespace: team-a, namePrefix: certs-}, {namespace: team-b}]",
+    ))
+    .await
+    .expect("objectsync");
+    let plain_rv = Api::<Secret>::namespaced(env.client().expect("client"), "certs")
+        .get("plain")
+        .await
+        .expect("plain")
+        .resource_version();
+    Api::<Secret>::namespaced(env.client().expect("client"), "certs")
+        .delete("tls-b", &DeleteParams::default())
+        .await
+        .expect("delete");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: a, namespace: certs, labels: {app: other}}\ntype: Opaque\nstringData: {v: a}\n").await.expect("secret");
+    eventually("copies follow the selection", T, || async {
+        (names("team-a").await == ["certs-tls-a"] && names("team-b").await == ["tls-a"])
+            .then_some(())
+    })
+    .await;
+    syncs
+        .delete("certs", &DeleteParams::default())
+        .await
+        .expect("delete objectsync");
+    eventually("every copy removed", T, || async {
+        (names("team-a").await.is_empty() && names("team-b").await.is_empty()).then_some(())
+    })
+    .await;
+    let plain = Api::<Secret>::namespaced(env.client().expect("client"), "certs")
+        .get("plain")
+        .await
+        .expect("plain");
+    assert_eq!(plain.resource_version(), plain_rv);
     stop(operator).await;
 }

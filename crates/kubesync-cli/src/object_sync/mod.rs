@@ -29,7 +29,7 @@ use kubesync::syncers::fan_out::rules::{
 use kubesync::syncers::fan_out::spec::{Admits, Consent};
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, FanOut, FanOutSpec, Report,
-    SourceRef,
+    Selection, SourceRef,
 };
 
 pub use self::policy::ObjectSyncPolicy;
@@ -38,7 +38,7 @@ pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
 use crate::crd::{
     ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
-    ObjectSyncDeletionPolicy, ObjectSyncStatus, SyncGrant,
+    ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncStatus, SyncGrant,
 };
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
@@ -278,11 +278,9 @@ impl ObjectSyncController {
             .namespace
             .clone()
             .unwrap_or_else(|| own_ns.clone());
-        if spec.source.kind.is_empty() || spec.source.name.is_empty() {
-            return Err(Refusal::new(
-                "InvalidSpec",
-                "spec.source needs a kind and a name",
-            ));
+        let selection = source_selection(&spec.source)?;
+        if spec.source.kind.is_empty() {
+            return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
         }
         if spec.destinations.is_empty() {
             return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
@@ -325,6 +323,8 @@ impl ObjectSyncController {
                     Some(self.destination_cluster(ctx, c).await?)
                 }
             };
+            check_copy_names(d, selection.is_some())
+                .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
             destinations.push(Destination {
@@ -336,6 +336,8 @@ impl ObjectSyncController {
                     only_namespaces: self.policy.allow_destination_namespaces.clone(),
                 },
                 name: d.name.clone(),
+                name_prefix: d.name_prefix.clone(),
+                name_suffix: d.name_suffix.clone(),
                 strategy: match d.strategy {
                     CopyStrategy::Apply => Strategy::Apply,
                     CopyStrategy::Replace => Strategy::Replace,
@@ -345,10 +347,9 @@ impl ObjectSyncController {
             });
         }
         Ok(FanOutSpec {
-            source: SourceRef {
-                resource,
-                namespace: source_ns,
-                name: spec.source.name.clone(),
+            source: match selection {
+                None => SourceRef::one(resource, source_ns, spec.source.name.clone()),
+                Some(selection) => SourceRef::selected(resource, source_ns, selection),
             },
             destinations,
             consent,
@@ -423,6 +424,7 @@ impl ObjectSyncController {
             deleting,
         };
         let report = self.fan_out.reconcile(ctx, &decl).await?;
+        let selection_text = selection_text(&os.spec.source);
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
                 self.forget(ctx, key);
@@ -439,6 +441,7 @@ impl ObjectSyncController {
                 report: &report,
                 source_namespace: &decl.spec.source.namespace,
                 source_name: &decl.spec.source.name,
+                selection: selection_text.as_deref(),
             },
         )
         .await?;
@@ -530,6 +533,98 @@ fn requeue_after(report: &Report) -> Action {
     }
 }
 
+/// The selection of an ObjectSync's sources: `None` for one object by name; a refusal for a
+/// source that gives both a name and a selection, or neither.
+fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refusal> {
+    let invalid = |m: String| Refusal::new("InvalidSpec", m);
+    let many = source.selector.is_some() || !source.names.is_empty();
+    match (source.name.is_empty(), many) {
+        (false, false) => Ok(None),
+        (false, true) => Err(invalid(
+            "spec.source gives a name and a selector or names; give one object's name, or a selector and/or names".into(),
+        )),
+        (true, false) => Err(invalid(
+            "spec.source needs a name, or a selector and/or names".into(),
+        )),
+        (true, true) => {
+            let selector = source
+                .selector
+                .as_ref()
+                .map(selector)
+                .transpose()
+                .map_err(|m| invalid(format!("spec.source.selector: {m}")))?;
+            if let Some(bad) = source.names.iter().find(|n| !is_object_name(n)) {
+                return Err(invalid(format!(
+                    "spec.source.names: {bad:?} is not a valid object name"
+                )));
+            }
+            Ok(Some(Selection {
+                selector,
+                names: source.names.clone(),
+            }))
+        }
+    }
+}
+
+/// How a status describes a source selection, e.g. `selector app=tls, names a, b`; `None`
+/// for a single source.
+fn selection_text(source: &ObjectSyncSource) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = &source.selector {
+        let text = selector(s).map_or_else(|e| e, |s| s.to_string());
+        parts.push(format!("selector {text}"));
+    }
+    if !source.names.is_empty() {
+        parts.push(format!("names {}", source.names.join(", ")));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// Whether `name` is a valid object name (a DNS subdomain: lowercase letters, digits, `-` and
+/// `.`, starting and ending with a letter or digit, at most 253 characters).
+fn is_object_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+}
+
+/// A destination's copy names: `name` only for a single source and not with a prefix or
+/// suffix; a prefix or suffix of the characters an object name may hold.
+fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String> {
+    let affixed = !d.name_prefix.is_empty() || !d.name_suffix.is_empty();
+    match &d.name {
+        Some(_) if many => {
+            return Err(
+                "name renames a single source; with a selector or names use namePrefix or nameSuffix".into(),
+            );
+        }
+        Some(_) if affixed => {
+            return Err("give a name, or a namePrefix and/or nameSuffix, not both".into());
+        }
+        Some(name) if !is_object_name(name) => {
+            return Err(format!("name {name:?} is not a valid object name"));
+        }
+        _ => {}
+    }
+    for (field, value) in [
+        ("namePrefix", &d.name_prefix),
+        ("nameSuffix", &d.name_suffix),
+    ] {
+        if !value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        {
+            return Err(format!(
+                "{field} {value:?} may hold only lowercase letters, digits, '-' and '.'"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A destination's patches as the fan-out applies them; why not, for an entry that gives
 /// neither or both of `merge` and `json`, or a `json` that is no list of RFC 6902 operations.
 fn copy_patches(patches: &[DestinationPatch]) -> Result<Vec<CopyPatch>, String> {
@@ -544,4 +639,87 @@ fn copy_patches(patches: &[DestinationPatch]) -> Result<Vec<CopyPatch>, String> 
             _ => Err(format!("patches[{j}]: give exactly one of merge and json")),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(v: serde_json::Value) -> ObjectSyncSource {
+        serde_json::from_value(v).expect("source")
+    }
+
+    fn destination(v: serde_json::Value) -> ObjectSyncDestination {
+        serde_json::from_value(v).expect("destination")
+    }
+
+    #[test]
+    fn a_source_is_one_name_or_a_selection_never_both_or_neither() {
+        let one = source(serde_json::json!({"kind": "Secret", "name": "ca"}));
+        assert_eq!(source_selection(&one).expect("one"), None);
+        assert_eq!(selection_text(&one), None);
+        let many = source(serde_json::json!({"kind": "Secret",
+            "selector": {"matchLabels": {"app": "tls"}}, "names": ["a", "b"]}));
+        let selection = source_selection(&many).expect("many").expect("a selection");
+        assert_eq!(selection.names, ["a", "b"]);
+        assert_eq!(
+            selection_text(&many).as_deref(),
+            Some("selector app=tls, names a, b")
+        );
+        for (bad, says) in [
+            (serde_json::json!({"kind": "Secret"}), "needs a name"),
+            (
+                serde_json::json!({"kind": "Secret", "name": "ca", "names": ["a"]}),
+                "gives a name and",
+            ),
+            (
+                serde_json::json!({"kind": "Secret", "selector": {"matchExpressions":
+                    [{"key": "app", "operator": "Near"}]}}),
+                "spec.source.selector",
+            ),
+            (
+                serde_json::json!({"kind": "Secret", "names": ["Not_A_Name"]}),
+                "not a valid object name",
+            ),
+        ] {
+            let refusal = source_selection(&source(bad)).expect_err("refused");
+            assert_eq!(refusal.reason, "InvalidSpec");
+            assert!(refusal.message.contains(says), "{}", refusal.message);
+        }
+    }
+
+    #[test]
+    fn copy_names_rename_one_source_or_affix_many() {
+        let ok = |v, many| check_copy_names(&destination(v), many);
+        assert!(ok(serde_json::json!({"name": "x"}), false).is_ok());
+        assert!(
+            ok(
+                serde_json::json!({"namePrefix": "p-", "nameSuffix": ".s"}),
+                true
+            )
+            .is_ok()
+        );
+        assert!(ok(serde_json::json!({"namePrefix": "p-"}), false).is_ok());
+        for (v, many, says) in [
+            (
+                serde_json::json!({"name": "x"}),
+                true,
+                "namePrefix or nameSuffix",
+            ),
+            (
+                serde_json::json!({"name": "x", "namePrefix": "p-"}),
+                false,
+                "not both",
+            ),
+            (
+                serde_json::json!({"name": "X"}),
+                false,
+                "not a valid object name",
+            ),
+            (serde_json::json!({"nameSuffix": "_s"}), true, "nameSuffix"),
+        ] {
+            let message = ok(v, many).expect_err("refused");
+            assert!(message.contains(says), "{message}");
+        }
+    }
 }

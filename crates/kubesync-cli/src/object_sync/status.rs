@@ -1,9 +1,11 @@
 //! An ObjectSync's status, assembled from what the fan-out reported (pure: no IO, no clock;
 //! the time is a parameter), and the Events its condition changes call for.
 
-use kubesync::syncers::fan_out::{DestinationState, Report};
+use std::collections::BTreeMap;
 
-use crate::crd::{Condition, CopyState, DestinationStatusEntry, ObjectSyncStatus};
+use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Report};
+
+use crate::crd::{Condition, CopyFailure, CopyState, DestinationStatusEntry, ObjectSyncStatus};
 use crate::remote::display_name;
 use crate::status::{self, Refusal, with_transition};
 
@@ -18,8 +20,10 @@ pub enum Observation<'a> {
         report: &'a Report,
         /// Namespace of the source object.
         source_namespace: &'a str,
-        /// Name of the source object.
+        /// Name of the source object (one source).
         source_name: &'a str,
+        /// Many sources: what selects them (e.g. `selector app=tls`); `None` for one source.
+        selection: Option<&'a str>,
     },
 }
 
@@ -70,14 +74,34 @@ pub fn object_sync_status(
             report,
             source_namespace,
             source_name,
+            selection,
         } => {
-            let entries = destination_entries(old, report, now);
-            let conditions = vec![
-                ready_condition(report, &entries, source_namespace, source_name),
-                synced_condition(report, &entries),
-            ];
+            let entries = match selection {
+                None => destination_entries(old, report, now),
+                Some(_) => namespace_entries(old, report, now),
+            };
+            let ready = match selection {
+                None => ready_condition(report, &entries, source_namespace, source_name),
+                Some(selection) => selection_ready(report, &entries, source_namespace, selection),
+            };
+            let conditions = vec![ready, synced_condition(report, &entries)];
             (conditions, entries)
         }
+    };
+    let many = matches!(
+        observed,
+        Observation::Reported {
+            selection: Some(_),
+            report,
+            ..
+        } if report.ready
+    );
+    let (sources, failures) = match observed {
+        Observation::Reported { report, .. } if many => (
+            Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
+            failures(report),
+        ),
+        _ => (None, Vec::new()),
     };
     ObjectSyncStatus {
         observed_generation: generation,
@@ -88,6 +112,131 @@ pub fn object_sync_status(
         in_sync: count(destinations.iter().filter(|d| d.state == CopyState::Synced)),
         total: count(destinations.iter()),
         destinations,
+        sources,
+        failures,
+    }
+}
+
+/// At most this many failing copies are listed in a status (many sources).
+pub const MAX_FAILURES: usize = 10;
+
+/// The first [`MAX_FAILURES`] copies that are not current, refusals first.
+fn failures(report: &Report) -> Vec<CopyFailure> {
+    let failing = |d: &&DestinationStatus| d.state != DestinationState::Synced;
+    let refused = |d: &&DestinationStatus| d.state == DestinationState::Refused;
+    report
+        .destinations
+        .iter()
+        .filter(failing)
+        .filter(refused)
+        .chain(
+            report
+                .destinations
+                .iter()
+                .filter(failing)
+                .filter(|d| !refused(d)),
+        )
+        .take(MAX_FAILURES)
+        .map(|d| CopyFailure {
+            source: d.source.clone(),
+            cluster: display_name(&d.cluster).to_string(),
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            state: d.state.into(),
+            message: d.message.clone(),
+        })
+        .collect()
+}
+
+/// Many sources: one entry per destination namespace, counting its copies. `Synced` when all
+/// are, else the state of the first that is not (refusals first) with its source and
+/// message. `lastSyncTime` moves when the namespace becomes (or is again) all current with
+/// a newer source version.
+fn namespace_entries(
+    old: &ObjectSyncStatus,
+    report: &Report,
+    now: jiff::Timestamp,
+) -> Vec<DestinationStatusEntry> {
+    let mut by_namespace: BTreeMap<(String, String), Vec<&DestinationStatus>> = BTreeMap::new();
+    for d in &report.destinations {
+        by_namespace
+            .entry((d.cluster.clone(), d.namespace.clone()))
+            .or_default()
+            .push(d);
+    }
+    by_namespace
+        .into_iter()
+        .map(|((cluster, namespace), copies)| {
+            let cluster = display_name(&cluster).to_string();
+            let synced = |d: &&&DestinationStatus| d.state == DestinationState::Synced;
+            let in_sync = copies.iter().filter(synced).count();
+            let first_bad = copies
+                .iter()
+                .find(|d| d.state == DestinationState::Refused)
+                .or_else(|| copies.iter().find(|d| !synced(d)));
+            let (state, message) = match first_bad {
+                None => (CopyState::Synced, String::new()),
+                Some(d) if d.source.is_empty() => (d.state.into(), d.message.clone()),
+                Some(d) => (d.state.into(), format!("{}: {}", d.source, d.message)),
+            };
+            // The newest source version among the current copies.
+            let newest = copies
+                .iter()
+                .filter(synced)
+                .map(|d| d.source_resource_version.as_str())
+                .max_by_key(|v| (v.len(), *v))
+                .unwrap_or_default()
+                .to_string();
+            let previous = old
+                .destinations
+                .iter()
+                .find(|o| o.cluster == cluster && o.namespace == namespace && o.name.is_empty());
+            let unchanged =
+                previous.is_some_and(|p| p.state == state && p.source_resource_version == newest);
+            let last_sync_time = if state == CopyState::Synced && !unchanged {
+                Some(now.to_string())
+            } else {
+                previous.and_then(|p| p.last_sync_time.clone())
+            };
+            DestinationStatusEntry {
+                cluster,
+                namespace,
+                name: String::new(),
+                state,
+                message,
+                sources_in_sync: Some(u32::try_from(in_sync).unwrap_or(u32::MAX)),
+                sources_total: Some(count(copies.iter())),
+                last_sync_time,
+                source_resource_version: newest,
+            }
+        })
+        .collect()
+}
+
+fn selection_ready(
+    report: &Report,
+    entries: &[DestinationStatusEntry],
+    source_namespace: &str,
+    selection: &str,
+) -> Condition {
+    if report.source_found {
+        status::ready(
+            true,
+            "Syncing",
+            format!(
+                "copying {} sources ({selection} in {source_namespace}) to {} destinations",
+                report.sources,
+                entries.len()
+            ),
+        )
+    } else {
+        status::ready(
+            false,
+            "SourceNotFound",
+            format!(
+                "no object in {source_namespace} matches the source's {selection}; its copies were removed"
+            ),
+        )
     }
 }
 
@@ -128,6 +277,7 @@ fn destination_entries(
                 message: d.message.clone(),
                 last_sync_time,
                 source_resource_version: d.source_resource_version.clone(),
+                ..Default::default()
             }
         })
         .collect()
@@ -223,7 +373,6 @@ pub fn condition_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubesync::syncers::fan_out::DestinationStatus;
 
     fn synced(ok: bool, reason: &str, message: &str) -> Condition {
         status::condition("Synced", ok, reason, message)
@@ -241,6 +390,7 @@ mod tests {
             state,
             message: message.into(),
             source_resource_version: "42".into(),
+            source: String::new(),
         }
     }
 
@@ -261,6 +411,7 @@ mod tests {
                 report,
                 source_namespace: "apps",
                 source_name: "settings",
+                selection: None,
             },
             t(now),
         )
@@ -311,6 +462,101 @@ mod tests {
             moved.destinations[1].last_sync_time,
             s.destinations[1].last_sync_time
         );
+    }
+
+    /// The status of a selection's copy of `source` at `ns`.
+    fn pair(ns: &str, source: &str, state: DestinationState, rv: &str) -> DestinationStatus {
+        DestinationStatus {
+            name: format!("p-{source}"),
+            source: source.into(),
+            source_resource_version: rv.into(),
+            ..dest(
+                "local",
+                ns,
+                state,
+                if state == DestinationState::Synced {
+                    ""
+                } else {
+                    "failed"
+                },
+            )
+        }
+    }
+
+    fn assemble_many(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
+        object_sync_status(
+            old,
+            Some(2),
+            Observation::Reported {
+                report,
+                source_namespace: "apps",
+                source_name: "",
+                selection: Some("selector app=tls"),
+            },
+            t(now),
+        )
+    }
+
+    #[test]
+    fn many_sources_are_counted_per_namespace_with_a_bounded_list_of_failures() {
+        use DestinationState::{Error, Synced};
+        let mut copies: Vec<DestinationStatus> = (0..50)
+            .flat_map(|i| {
+                let s = format!("s{i:02}");
+                [
+                    pair("team-a", &s, Synced, "7"),
+                    pair("team-b", &s, if i % 2 == 0 { Error } else { Synced }, "9"),
+                ]
+            })
+            .collect();
+        copies.push(pair("team-b", "s99", DestinationState::Refused, ""));
+        let mut r = report(copies);
+        r.sources = 51;
+        let s = assemble_many(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
+        assert_eq!(s.sources, Some(51));
+        assert_eq!((s.in_sync, s.total), (1, 2), "one entry per namespace");
+        let (a, b) = (&s.destinations[0], &s.destinations[1]);
+        assert_eq!(
+            (
+                a.state,
+                a.sources_in_sync,
+                a.sources_total,
+                a.source_resource_version.as_str()
+            ),
+            (CopyState::Synced, Some(50), Some(50), "7")
+        );
+        assert!(a.last_sync_time.is_some() && a.name.is_empty());
+        assert_eq!(
+            (b.state, b.sources_in_sync, b.sources_total),
+            (CopyState::Refused, Some(25), Some(51))
+        );
+        assert_eq!(
+            b.message, "s99: failed",
+            "the refusal first, with its source"
+        );
+        assert_eq!(s.failures.len(), MAX_FAILURES, "never thousands of entries");
+        assert_eq!(
+            (s.failures[0].source.as_str(), s.failures[0].state),
+            ("s99", CopyState::Refused)
+        );
+        assert_eq!(
+            (s.failures[1].source.as_str(), s.failures[1].name.as_str()),
+            ("s00", "p-s00")
+        );
+        assert_eq!(
+            find(&s, "Ready").message,
+            "copying 51 sources (selector app=tls in apps) to 2 destinations"
+        );
+        // The same report later changes nothing.
+        assert_eq!(assemble_many(&s, &r, "2024-01-01T00:10:00Z"), s);
+        // Nothing selected: SourceNotFound.
+        let none = Report {
+            source_found: false,
+            ..report(vec![])
+        };
+        let s = assemble_many(&s, &none, "2024-01-01T00:20:00Z");
+        assert_eq!(find(&s, "Ready").reason, "SourceNotFound");
+        assert_eq!(s.sources, Some(0));
     }
 
     #[test]
@@ -404,6 +650,7 @@ mod tests {
                 report: &starting,
                 source_namespace: "apps",
                 source_name: "settings",
+                selection: None,
             },
             t("2024-01-01T00:05:00Z"),
         );
@@ -416,6 +663,7 @@ mod tests {
                 report: &starting,
                 source_namespace: "apps",
                 source_name: "settings",
+                selection: None,
             },
             t("2024-01-01T00:05:00Z"),
         );
@@ -431,6 +679,7 @@ mod tests {
                 report: &failing,
                 source_namespace: "apps",
                 source_name: "settings",
+                selection: None,
             },
             t("2024-01-01T00:05:00Z"),
         );
@@ -534,6 +783,7 @@ mod tests {
                 report: &report,
                 source_namespace: "t1",
                 source_name: "s",
+                selection: None,
             },
             jiff::Timestamp::UNIX_EPOCH,
         );

@@ -376,7 +376,8 @@ fn targets<'a, 's, S: Stores>(
                 at.name
             ),
             "",
-        ));
+        )
+        .of_source(&names.join(", ")));
         kept.insert(at);
     }
     targets
