@@ -1344,3 +1344,166 @@ async fn many_sources_by_selector_follow_their_labels_under_prefixed_names_and_n
     .await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn cluster_scoped_objects_selected_by_label_to_a_second_cluster() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    init_tracing();
+    let env = shared("fan");
+    let other = own_cluster("fan-scoped").await;
+    let (tag, [control]) = namespaces(env, "cs", ["control"]).await;
+    let role = |name: &str, share: bool, verbs: &[&str]| {
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": format!("{tag}-{name}"),
+                "labels": if share { serde_json::json!({"share": &tag}) } else { serde_json::json!({}) }},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]})
+    };
+    let put = |client: kube::Client, v: serde_json::Value| async move {
+        let name = v["metadata"]["name"].as_str().expect("name").to_string();
+        Api::<ClusterRole>::all(client)
+            .patch(
+                &name,
+                &PatchParams::apply("tests").force(),
+                &Patch::Apply(v),
+            )
+            .await
+            .expect("put role")
+    };
+    put(
+        env.client().expect("client"),
+        role("viewer", true, &["get"]),
+    )
+    .await;
+    put(
+        env.client().expect("client"),
+        role("editor", true, &["get", "update"]),
+    )
+    .await;
+    put(
+        env.client().expect("client"),
+        role("private", false, &["*"]),
+    )
+    .await;
+    // Someone else's ClusterRole in the other cluster, under a selected source's name.
+    let foreign = put(
+        other.client().expect("client"),
+        role("editor", false, &["list"]),
+    )
+    .await;
+
+    let cluster_role = ApiResource::erase::<ClusterRole>(&());
+    let mut spec = spec("", "", vec![]);
+    spec.source = SourceRef::selected(
+        cluster_role,
+        "",
+        kubesync::syncers::fan_out::Selection {
+            selector: Some(kube::core::Selector::from_iter([(
+                "share".to_string(),
+                tag.clone(),
+            )])),
+            names: vec![],
+        },
+    );
+    spec.destinations = vec![Destination {
+        cluster: Some("other".into()),
+        ..Default::default()
+    }];
+    let specs: Specs = Arc::new(Mutex::new([("cs".to_string(), spec)].into()));
+    let reports: Reports = Arc::default();
+    let other_cluster = kubesync::Cluster::new("other", other.client().expect("client"));
+    let running = run_fan_out(env, &control, specs, reports.clone(), vec![other_cluster]);
+    apply_cm(env, &configmap(&control, "cs", &[], &[])).await;
+
+    let remote: Api<ClusterRole> = Api::all(other.client().expect("client"));
+    let verbs = |r: &ClusterRole| {
+        r.rules
+            .as_ref()
+            .and_then(|rules| rules.first())
+            .map(|rule| rule.verbs.clone())
+            .unwrap_or_default()
+    };
+    eventually(
+        "the selected ClusterRole copied to the other cluster",
+        T,
+        || async {
+            remote
+                .get_opt(&format!("{tag}-viewer"))
+                .await
+                .expect("get")
+                .filter(|r| verbs(r) == ["get"])
+        },
+    )
+    .await;
+    let r = eventually("the foreign one is a conflict", T, || async {
+        reports
+            .lock()
+            .expect("lock")
+            .get("cs")
+            .cloned()
+            .filter(|r| r.destinations.len() == 2)
+    })
+    .await;
+    let states: Vec<(String, String, DestinationState)> = r
+        .destinations
+        .iter()
+        .map(|d| (d.namespace.clone(), d.name.clone(), d.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (
+                String::new(),
+                format!("{tag}-editor"),
+                DestinationState::Conflict
+            ),
+            (
+                String::new(),
+                format!("{tag}-viewer"),
+                DestinationState::Synced
+            ),
+        ]
+    );
+    assert!(
+        remote
+            .get_opt(&format!("{tag}-private"))
+            .await
+            .expect("get")
+            .is_none(),
+        "not selected"
+    );
+
+    // A change reaches the copy; the source's deletion removes it; the foreign object is
+    // never touched.
+    put(
+        env.client().expect("client"),
+        role("viewer", true, &["get", "watch"]),
+    )
+    .await;
+    eventually("the change reaches the copy", T, || async {
+        remote
+            .get_opt(&format!("{tag}-viewer"))
+            .await
+            .expect("get")
+            .filter(|r| verbs(r) == ["get", "watch"])
+    })
+    .await;
+    Api::<ClusterRole>::all(env.client().expect("client"))
+        .delete(&format!("{tag}-viewer"), &DeleteParams::default())
+        .await
+        .expect("delete source");
+    eventually("the copy goes with its source", T, || async {
+        remote
+            .get_opt(&format!("{tag}-viewer"))
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let still = remote
+        .get(&format!("{tag}-editor"))
+        .await
+        .expect("the foreign ClusterRole");
+    assert_eq!(still.resource_version(), foreign.resource_version());
+    running.stop().await;
+}

@@ -249,18 +249,18 @@ impl FanOut {
         ];
         let mut source_watch = None;
         if cluster == self.local {
-            let namespace = decl.spec.source.namespace.clone();
+            // The source namespace (a cluster-scoped kind has none).
+            let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
+                Some(ns) => w.namespace(ns),
+                None => w,
+            };
             let id = match sources {
                 Scope::Selected { labels, .. } => self.ensure_watch(
                     ctx,
                     WatchKey::scoped(cluster, ar, sources.clone()),
                     EventOf::Users,
                     key,
-                    || {
-                        Watch::dynamic(ar.clone())
-                            .namespace(namespace)
-                            .labels(labels)
-                    },
+                    || in_source_namespace(Watch::dynamic(ar.clone())).labels(labels),
                 )?,
                 _ => self.ensure_watch(
                     ctx,
@@ -268,8 +268,7 @@ impl FanOut {
                     EventOf::Source,
                     key,
                     || {
-                        Watch::dynamic(ar.clone())
-                            .namespace(namespace)
+                        in_source_namespace(Watch::dynamic(ar.clone()))
                             .fields(&format!("metadata.name={}", decl.spec.source.name))
                     },
                 )?,
@@ -350,7 +349,7 @@ impl FanOut {
         let source_key = ObjectKey::new(
             self.local.clone(),
             ar,
-            Some(spec.source.namespace.clone()),
+            spec.source.namespace().map(String::from),
             &spec.source.name,
         );
         let source_scope = match &spec.source.select {
@@ -722,7 +721,7 @@ impl FanOut {
             return Ok(true);
         }
         let live = ctx
-            .api(&self.local, ar, Some(ns))?
+            .api(&self.local, ar, decl.spec.source.namespace())?
             .list_metadata(&ListParams::default().labels(&selection.label_selector()))
             .await?;
         Ok(!live.items.iter().any(|o| {
@@ -740,7 +739,7 @@ impl FanOut {
         at: &DestinationRef,
     ) -> Result<Option<DynamicObject>> {
         let cluster = ctx.require_cluster(&at.cluster)?;
-        let api = crate::cluster::api(cluster.client().clone(), Some(&at.namespace), ar);
+        let api = crate::cluster::api(cluster.client().clone(), at.namespace(), ar);
         Ok(api.get_opt(&at.name).await?)
     }
 
@@ -764,7 +763,7 @@ impl FanOut {
                         .json_patch(
                             &cluster,
                             ar,
-                            Some(&at.namespace),
+                            at.namespace(),
                             &at.name,
                             &patch,
                             FIELD_MANAGER,
@@ -828,7 +827,7 @@ impl FanOut {
             .merge_patch(
                 &cluster,
                 ar,
-                Some(&at.namespace),
+                at.namespace(),
                 &at.name,
                 &rules::release_patch(uid),
                 FIELD_MANAGER,
@@ -856,7 +855,7 @@ impl FanOut {
             .delete(
                 &cluster,
                 ar,
-                Some(&at.namespace),
+                at.namespace(),
                 &at.name,
                 Some(PropagationPolicy::Background),
                 uid,

@@ -223,7 +223,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         if targets.contains_key(at)
             || kept.contains(at)
             || unreachable.contains(&at.cluster)
-            || !stores.has_namespace(&at.cluster, &at.namespace)
+            || (at.namespace().is_some() && !stores.has_namespace(&at.cluster, &at.namespace))
         {
             continue;
         }
@@ -256,7 +256,8 @@ pub fn consented<S: Stores>(
 }
 
 /// The destination namespaces of each destination entry: `(cluster, namespace, entry)`, in
-/// the entries' order. Destinations in unknown clusters get an error status instead.
+/// the entries' order; for a cluster-scoped kind, one `(cluster, "", entry)` per entry.
+/// Destinations in unknown clusters get an error status instead.
 fn namespaces<'a, S: Stores>(
     snapshot: &Snapshot<'a, S>,
     statuses: &mut Vec<DestinationStatus>,
@@ -272,6 +273,10 @@ fn namespaces<'a, S: Stores>(
                 format!("unknown cluster {cluster:?}"),
                 "",
             ));
+            continue;
+        }
+        if spec.source.namespace().is_none() {
+            out.push((cluster, String::new(), d));
             continue;
         }
         for ns in snapshot.stores.namespaces(cluster) {
@@ -703,6 +708,49 @@ mod tests {
             written,
             ["p-p-a"],
             "p-a is a source: a's copy is not written there"
+        );
+    }
+
+    #[test]
+    fn a_cluster_scoped_kind_is_copied_once_per_destination_cluster() {
+        let role = ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&());
+        let stores = Fake::default()
+            .with_namespaces("local", &[("a", json!({}))])
+            .with_namespaces("east", &[("a", json!({})), ("b", json!({}))]);
+        let mut decl = declaration(vec![
+            // The namespaces a destination names do not apply to a cluster-scoped kind.
+            destination(Some("east"), "*"),
+            destination(None, "a"),
+        ]);
+        decl.spec.source = SourceRef::one(role.clone(), "", "viewer");
+        let mut run = Run::new(decl, stores);
+        run.sources = vec![Arc::new(obj(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "viewer", "uid": "r", "resourceVersion": "3"},
+            "rules": []})))];
+        // A copy in a cluster no longer named: deleted, though no Namespace store shows "".
+        let gone = DestinationRef::new("west", "", "viewer");
+        let mut old = copy("c-west", "uid-d");
+        old.metadata.namespace = None;
+        old.annotations_mut().insert(
+            rules::SOURCE.into(),
+            rules::source_mark(&role, "", "viewer"),
+        );
+        run.owned.insert(gone.clone(), Arc::new(old));
+        let plan = run.plan();
+        assert_eq!(
+            written(&plan),
+            [(DestinationRef::new("east", "", "viewer"), Decision::Create)],
+            "one copy in east; none onto the source itself in the local cluster"
+        );
+        assert_eq!(plan.writes[0].desired.metadata.namespace, None);
+        assert_eq!(plan.writes[0].at.to_string(), "east/viewer");
+        assert_eq!(
+            plan.deletes
+                .iter()
+                .map(|d| d.at.clone())
+                .collect::<Vec<_>>(),
+            [gone]
         );
     }
 

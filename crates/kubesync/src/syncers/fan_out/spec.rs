@@ -42,25 +42,37 @@ impl DestinationRef {
         ObjectKey::new(
             self.cluster.clone(),
             resource,
-            Some(self.namespace.clone()),
+            self.namespace().map(String::from),
             &self.name,
         )
+    }
+
+    /// The namespace; `None` for a cluster-scoped object (an empty namespace).
+    pub fn namespace(&self) -> Option<&str> {
+        (!self.namespace.is_empty()).then_some(self.namespace.as_str())
     }
 }
 
 impl fmt::Display for DestinationRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.cluster, self.namespace, self.name)
+        match self.namespace() {
+            Some(ns) => write!(f, "{}/{ns}/{}", self.cluster, self.name),
+            None => write!(f, "{}/{}", self.cluster, self.name),
+        }
     }
 }
 
 /// The source of a fan-out (in the engine's own cluster): one object, or every object of
 /// its namespace that a [`Selection`] selects.
+///
+/// A cluster-scoped kind (ClusterRole, StorageClass, PriorityClass, a cluster-scoped custom
+/// resource) has an empty `namespace`; its copies are cluster-scoped too: one per destination
+/// cluster, whatever namespaces a [`Destination`] names.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceRef {
     /// Its type.
     pub resource: ApiResource,
-    /// Its namespace.
+    /// Its namespace; empty for a cluster-scoped kind.
     pub namespace: String,
     /// Its name (one source); ignored when [`select`](SourceRef::select) is given.
     pub name: String,
@@ -96,6 +108,11 @@ impl SourceRef {
             name: String::new(),
             select: Some(selection),
         }
+    }
+
+    /// The source namespace; `None` for a cluster-scoped kind.
+    pub fn namespace(&self) -> Option<&str> {
+        (!self.namespace.is_empty()).then_some(self.namespace.as_str())
     }
 
     /// Whether `obj` (an object of the source type in the source namespace) is a source.

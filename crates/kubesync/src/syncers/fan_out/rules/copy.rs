@@ -131,7 +131,8 @@ pub fn desired_copy(
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),
     });
-    copy.metadata.namespace = Some(namespace.to_string());
+    // An empty namespace: a cluster-scoped copy.
+    copy.metadata.namespace = (!namespace.is_empty()).then(|| namespace.to_string());
     copy.metadata.name = Some(name.to_string());
     let mut labels = rules
         .labels
