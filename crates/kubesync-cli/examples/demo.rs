@@ -226,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(26, "Stopping the control planes");
+    step(27, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -412,7 +412,74 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
     )
     .await?;
 
-    step(23, "Deleting the ObjectSync registry");
+    step(
+        23,
+        "Every Secret of platform labelled share=tls, into team-c and team-d as platform-<name>",
+    );
+    for (name, labels) in [
+        ("wildcard-tls", "{share: tls}"),
+        ("internal-ca", "{share: tls}"),
+        ("db-password", "{}"),
+    ] {
+        west.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: platform, labels: {labels}}}\nstringData: {{v: {name}}}\n")).await?;
+    }
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: tls, namespace: platform}\nspec:\n  source: {kind: Secret, selector: {matchLabels: {share: tls}}}\n  destinations:\n  - {namespace: team-c, namePrefix: platform-}\n  - {namespace: team-d, namePrefix: platform-}\n").await?;
+    let prefixed = || async {
+        let mut names = Vec::new();
+        for ns in ["team-c", "team-d"] {
+            for s in Api::<Secret>::namespaced(west.client()?, ns)
+                .list(&Default::default())
+                .await?
+                .items
+            {
+                let name = s.metadata.name.unwrap_or_default();
+                if name.starts_with("platform-") {
+                    names.push(format!("{ns}/{name}"));
+                }
+            }
+        }
+        names.sort();
+        Ok::<_, anyhow::Error>(names)
+    };
+    wait("2 sources × 2 namespaces: 4 copies, db-password not among them", || async {
+        Ok(prefixed().await?
+            == [
+                "team-c/platform-internal-ca",
+                "team-c/platform-wildcard-tls",
+                "team-d/platform-internal-ca",
+                "team-d/platform-wildcard-tls",
+            ])
+    })
+    .await?;
+    println!("   a third Secret gets the label");
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: metrics-tls, namespace: platform, labels: {share: tls}}\nstringData: {v: metrics}\n").await?;
+    wait("its copies follow: 6 copies", || async {
+        Ok(prefixed().await?.len() == 6)
+    })
+    .await?;
+    wait("the status counts per namespace", || async {
+        Ok(syncs.get("tls").await?.status.is_some_and(|s| {
+            s.sources == Some(3) && s.destinations.iter().all(|d| d.sources_in_sync == Some(3))
+        }))
+    })
+    .await?;
+    for d in syncs.get("tls").await?.status.unwrap_or_default().destinations {
+        println!(
+            "   {}/{}: {} ({} of {} sources in sync)",
+            d.cluster,
+            d.namespace,
+            d.state,
+            d.sources_in_sync.unwrap_or_default(),
+            d.sources_total.unwrap_or_default()
+        );
+    }
+    syncs.delete("tls", &DeleteParams::default()).await?;
+    wait("deleting the ObjectSync removes its 6 copies", || async {
+        Ok(prefixed().await?.is_empty())
+    })
+    .await?;
+
+    step(24, "Deleting the ObjectSync registry");
     syncs.delete("registry", &DeleteParams::default()).await?;
     wait(
         "every copy it made is gone; team-e's own Secret stays",
@@ -427,7 +494,7 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
     .await?;
 
     step(
-        24,
+        25,
         "A tenant in team-a copies its ConfigMap to team-b: refused until team-b consents",
     );
     west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {cpu: \"2\"}\n").await?;
@@ -667,7 +734,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(west).await?;
 
-    step(25, "Stopping the operator");
+    step(26, "Stopping the operator");
     let _ = stop.send(());
     task.await??;
     Ok(())
