@@ -441,15 +441,18 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
         names.sort();
         Ok::<_, anyhow::Error>(names)
     };
-    wait("2 sources × 2 namespaces: 4 copies, db-password not among them", || async {
-        Ok(prefixed().await?
-            == [
-                "team-c/platform-internal-ca",
-                "team-c/platform-wildcard-tls",
-                "team-d/platform-internal-ca",
-                "team-d/platform-wildcard-tls",
-            ])
-    })
+    wait(
+        "2 sources × 2 namespaces: 4 copies, db-password not among them",
+        || async {
+            Ok(prefixed().await?
+                == [
+                    "team-c/platform-internal-ca",
+                    "team-c/platform-wildcard-tls",
+                    "team-d/platform-internal-ca",
+                    "team-d/platform-wildcard-tls",
+                ])
+        },
+    )
     .await?;
     println!("   a third Secret gets the label");
     west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: metrics-tls, namespace: platform, labels: {share: tls}}\nstringData: {v: metrics}\n").await?;
@@ -463,7 +466,13 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
         }))
     })
     .await?;
-    for d in syncs.get("tls").await?.status.unwrap_or_default().destinations {
+    for d in syncs
+        .get("tls")
+        .await?
+        .status
+        .unwrap_or_default()
+        .destinations
+    {
         println!(
             "   {}/{}: {} ({} of {} sources in sync)",
             d.cluster,

@@ -404,6 +404,16 @@ mod tests {
     }
 
     fn assemble(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
+        assemble_with(old, report, now, None)
+    }
+
+    /// The status of source `apps/settings`, or of a `selection` in `apps`.
+    fn assemble_with(
+        old: &ObjectSyncStatus,
+        report: &Report,
+        now: &str,
+        selection: Option<&str>,
+    ) -> ObjectSyncStatus {
         object_sync_status(
             old,
             Some(2),
@@ -411,7 +421,7 @@ mod tests {
                 report,
                 source_namespace: "apps",
                 source_name: "settings",
-                selection: None,
+                selection,
             },
             t(now),
         )
@@ -484,17 +494,7 @@ mod tests {
     }
 
     fn assemble_many(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
-        object_sync_status(
-            old,
-            Some(2),
-            Observation::Reported {
-                report,
-                source_namespace: "apps",
-                source_name: "",
-                selection: Some("selector app=tls"),
-            },
-            t(now),
-        )
+        assemble_with(old, report, now, Some("selector app=tls"))
     }
 
     #[test]
