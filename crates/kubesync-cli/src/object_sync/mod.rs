@@ -273,11 +273,7 @@ impl ObjectSyncController {
     ) -> Result<FanOutSpec, Refusal> {
         let own_ns = os.namespace().unwrap_or_default();
         let spec = &os.spec;
-        let source_ns = spec
-            .source
-            .namespace
-            .clone()
-            .unwrap_or_else(|| own_ns.clone());
+        let source_ns = source_namespace(&spec.source, &own_ns);
         let selection = source_selection(&spec.source)?;
         if spec.source.kind.is_empty() {
             return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
@@ -566,6 +562,17 @@ fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refu
     }
 }
 
+/// The source namespace: the one given, else (absent or empty) the ObjectSync's own. Never
+/// empty: the fan-out reads an empty namespace as a cluster-scoped kind, whose sources the
+/// namespaced ObjectSync may not copy.
+fn source_namespace(source: &ObjectSyncSource, own: &str) -> String {
+    source
+        .namespace
+        .clone()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| own.to_string())
+}
+
 /// How a status describes a source selection, e.g. `selector app=tls, names a, b`; `None`
 /// for a single source.
 fn selection_text(source: &ObjectSyncSource) -> Option<String> {
@@ -686,6 +693,18 @@ mod tests {
             assert_eq!(refusal.reason, "InvalidSpec");
             assert!(refusal.message.contains(says), "{}", refusal.message);
         }
+    }
+
+    #[test]
+    fn the_source_namespace_is_never_empty() {
+        let given = |ns: Option<&str>| {
+            let mut s = source(serde_json::json!({"kind": "Secret", "name": "ca"}));
+            s.namespace = ns.map(String::from);
+            source_namespace(&s, "team-a")
+        };
+        assert_eq!(given(Some("shared")), "shared");
+        assert_eq!(given(None), "team-a");
+        assert_eq!(given(Some("")), "team-a", "not every namespace at once");
     }
 
     #[test]

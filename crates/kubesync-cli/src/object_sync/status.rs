@@ -44,6 +44,8 @@ pub fn object_sync_status(
     observed: Observation<'_>,
     now: jiff::Timestamp,
 ) -> ObjectSyncStatus {
+    // Many sources also report how many there are and the first failing copies.
+    let mut many: (Option<u32>, Vec<CopyFailure>) = (None, Vec::new());
     let (conditions, destinations) = match observed {
         Observation::Reported { report, .. }
             if !report.ready
@@ -76,33 +78,27 @@ pub fn object_sync_status(
             source_name,
             selection,
         } => {
-            let entries = match selection {
-                None => destination_entries(old, report, now),
-                Some(_) => namespace_entries(old, report, now),
-            };
-            let ready = match selection {
-                None => ready_condition(report, &entries, source_namespace, source_name),
-                Some(selection) => selection_ready(report, &entries, source_namespace, selection),
+            let (entries, ready) = match selection {
+                None => {
+                    let entries = destination_entries(old, report, now);
+                    let ready = ready_condition(report, &entries, source_namespace, source_name);
+                    (entries, ready)
+                }
+                Some(selection) => {
+                    many = (
+                        Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
+                        failures(report),
+                    );
+                    let entries = namespace_entries(old, report, now);
+                    let ready = selection_ready(report, &entries, source_namespace, selection);
+                    (entries, ready)
+                }
             };
             let conditions = vec![ready, synced_condition(report, &entries)];
             (conditions, entries)
         }
     };
-    let many = matches!(
-        observed,
-        Observation::Reported {
-            selection: Some(_),
-            report,
-            ..
-        } if report.ready
-    );
-    let (sources, failures) = match observed {
-        Observation::Reported { report, .. } if many => (
-            Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
-            failures(report),
-        ),
-        _ => (None, Vec::new()),
-    };
+    let (sources, failures) = many;
     ObjectSyncStatus {
         observed_generation: generation,
         conditions: conditions
@@ -407,6 +403,16 @@ mod tests {
         assemble_with(old, report, now, None)
     }
 
+    /// What the fan-out reported for source `apps/settings`.
+    fn settings(report: &Report) -> Observation<'_> {
+        Observation::Reported {
+            report,
+            source_namespace: "apps",
+            source_name: "settings",
+            selection: None,
+        }
+    }
+
     /// The status of source `apps/settings`, or of a `selection` in `apps`.
     fn assemble_with(
         old: &ObjectSyncStatus,
@@ -646,12 +652,7 @@ mod tests {
         let kept = object_sync_status(
             &decided,
             decided.observed_generation,
-            Observation::Reported {
-                report: &starting,
-                source_namespace: "apps",
-                source_name: "settings",
-                selection: None,
-            },
+            settings(&starting),
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(kept, decided, "a restart rewrites nothing");
@@ -659,12 +660,7 @@ mod tests {
         let next = object_sync_status(
             &decided,
             decided.observed_generation.map(|g| g + 1),
-            Observation::Reported {
-                report: &starting,
-                source_namespace: "apps",
-                source_name: "settings",
-                selection: None,
-            },
+            settings(&starting),
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(find(&next, "Ready").reason, "Starting");
@@ -675,12 +671,7 @@ mod tests {
         let failed = object_sync_status(
             &decided,
             decided.observed_generation,
-            Observation::Reported {
-                report: &failing,
-                source_namespace: "apps",
-                source_name: "settings",
-                selection: None,
-            },
+            settings(&failing),
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(find(&failed, "Ready").reason, "WatchFailed");

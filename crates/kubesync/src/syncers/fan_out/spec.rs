@@ -146,10 +146,11 @@ impl Selection {
     /// Whether the object with this metadata is selected.
     pub fn selects_meta(&self, meta: &kube::api::ObjectMeta) -> bool {
         use kube::core::SelectorExt;
-        let labels = meta.labels.clone().unwrap_or_default();
+        let none = std::collections::BTreeMap::new();
+        let labels = meta.labels.as_ref().unwrap_or(&none);
         let name = meta.name.as_deref().unwrap_or_default();
         !labels.contains_key(super::rules::MANAGED_BY)
-            && self.selector.as_ref().is_none_or(|s| s.matches(&labels))
+            && self.selector.as_ref().is_none_or(|s| s.matches(labels))
             && (self.names.is_empty() || self.names.iter().any(|n| n == name))
     }
 
