@@ -22,6 +22,7 @@ use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context};
+use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
     CopyPatch, CopyRules, DataFilter, DeletionPolicy, KeyFilter, NamespaceRule, OnConflict, Owner,
     Strategy, selector,
@@ -588,14 +589,19 @@ fn selection_text(source: &ObjectSyncSource) -> Option<String> {
 }
 
 /// Whether `name` is a valid object name (a DNS subdomain: lowercase letters, digits, `-` and
-/// `.`, starting and ending with a letter or digit, at most 253 characters).
+/// `.`, starting and ending with a letter or digit, at most [`MAX_NAME`] characters).
 fn is_object_name(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.len() <= MAX_NAME
+        && name.chars().all(is_name_char)
         && name.starts_with(alnum)
         && name.ends_with(alnum)
+}
+
+/// Whether an object name may hold `c`.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
 }
 
 /// A destination's copy names: `name` only for a single source and not with a prefix or
@@ -620,10 +626,7 @@ fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String>
         ("namePrefix", &d.name_prefix),
         ("nameSuffix", &d.name_suffix),
     ] {
-        if !value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        {
+        if !value.chars().all(is_name_char) {
             return Err(format!(
                 "{field} {value:?} may hold only lowercase letters, digits, '-' and '.'"
             ));

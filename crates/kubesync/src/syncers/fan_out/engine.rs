@@ -254,25 +254,23 @@ impl FanOut {
                 Some(ns) => w.namespace(ns),
                 None => w,
             };
-            let id = match sources {
-                Scope::Selected { labels, .. } => self.ensure_watch(
-                    ctx,
-                    WatchKey::scoped(cluster, ar, sources.clone()),
-                    EventOf::Users,
-                    key,
-                    || in_source_namespace(Watch::dynamic(ar.clone())).labels(labels),
-                )?,
-                _ => self.ensure_watch(
-                    ctx,
-                    WatchKey::scoped(cluster, ar, sources.clone()),
-                    EventOf::Source,
-                    key,
-                    || {
-                        in_source_namespace(Watch::dynamic(ar.clone()))
-                            .fields(&format!("metadata.name={}", decl.spec.source.name))
-                    },
-                )?,
+            let event = match sources {
+                Scope::Selected { .. } => EventOf::Users,
+                _ => EventOf::Source,
             };
+            let id = self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, sources.clone()),
+                event,
+                key,
+                || {
+                    let watch = in_source_namespace(Watch::dynamic(ar.clone()));
+                    match sources {
+                        Scope::Selected { labels, .. } => watch.labels(labels),
+                        _ => watch.fields(&format!("metadata.name={}", decl.spec.source.name)),
+                    }
+                },
+            )?;
             ids.push(id);
             source_watch = Some(id);
         }

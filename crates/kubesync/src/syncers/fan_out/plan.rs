@@ -133,6 +133,16 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         },
         ..Plan::default()
     };
+    // Each source's mark, made once (every copy of it carries it).
+    let marks: BTreeMap<&str, String> = sources
+        .iter()
+        .map(|s| {
+            (
+                name_of(s),
+                rules::source_mark(ar, &spec.source.namespace, name_of(s)),
+            )
+        })
+        .collect();
     // Destinations that stay as they are: not written, and their copies not deleted.
     let mut kept = BTreeSet::new();
     let targets = targets(snapshot, &sources, &mut plan.statuses, &mut kept);
@@ -150,7 +160,6 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             ));
             continue;
         }
-        let mark = rules::source_mark(ar, &spec.source.namespace, source_name);
         let desired = rules::desired_copy(
             ar,
             source,
@@ -158,7 +167,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             &at.name,
             &spec.rules,
             &decl.owner,
-            &mark,
+            &marks[source_name],
         );
         let desired = match rules::patched(desired, &dest.patches) {
             Ok(desired) => desired,
@@ -212,10 +221,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             }
         }
     }
-    let marks: BTreeSet<String> = sources
-        .iter()
-        .map(|s| rules::source_mark(ar, &spec.source.namespace, name_of(s)))
-        .collect();
+    let current: BTreeSet<&str> = marks.values().map(String::as_str).collect();
     for (at, copy) in owned.iter() {
         // Unwanted copies go, but not where the cluster cannot be checked, and not while the
         // Namespace store does not show the copy's namespace: the copy exists, so its
@@ -230,7 +236,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         let source_gone = copy
             .annotations()
             .get(rules::SOURCE)
-            .is_none_or(|m| !marks.contains(m));
+            .is_none_or(|m| !current.contains(m.as_str()));
         plan.deletes.push(Delete {
             at: at.clone(),
             uid: copy.metadata.uid.clone(),
@@ -280,12 +286,11 @@ fn namespaces<'a, S: Stores>(
             continue;
         }
         for ns in snapshot.stores.namespaces(cluster) {
-            if d.namespaces.matches(
-                &ns.name_any(),
-                ns.labels(),
-                ns.metadata.deletion_timestamp.is_some(),
-            ) {
-                out.push((cluster, ns.name_any(), d));
+            let name = ns.name_any();
+            if d.namespaces
+                .matches(&name, ns.labels(), ns.metadata.deletion_timestamp.is_some())
+            {
+                out.push((cluster, name, d));
             }
         }
     }
