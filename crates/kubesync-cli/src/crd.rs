@@ -171,6 +171,7 @@ pub fn crds()
         RemoteCluster::crd(),
         ResourceSync::crd(),
         ObjectSync::crd(),
+        ClusterObjectSync::crd(),
         SyncGrant::crd(),
     ]
 }
@@ -202,6 +203,7 @@ mod tests {
                 "remoteclusters.kubesync.io",
                 "resourcesyncs.kubesync.io",
                 "objectsyncs.kubesync.io",
+                "clusterobjectsyncs.kubesync.io",
                 "syncgrants.kubesync.io"
             ]
         );
@@ -229,7 +231,7 @@ mod tests {
             );
         }
         let yaml = crds_yaml().expect("yaml");
-        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 4);
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 5);
     }
 
     #[test]
@@ -273,7 +275,8 @@ pub struct ObjectSyncSource {
     /// if `selector` is given too, whose labels match).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
-    /// Namespace of the source (default: the ObjectSync's own namespace).
+    /// Namespace of the source. In an ObjectSync: default its own namespace. In a
+    /// ClusterObjectSync: required for a namespaced kind, absent for a cluster-scoped one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 }
@@ -481,6 +484,29 @@ pub struct ObjectSyncSpec {
     /// `kubesync.io/orphan-on-delete: "true"` is always kept.
     #[serde(default)]
     pub deletion_policy: ObjectSyncDeletionPolicy,
+}
+
+/// Cluster-scoped objects (ClusterRole, StorageClass, PriorityClass, cluster-scoped custom
+/// resources) kept in sync in other clusters, or namespaced objects from any namespace: an
+/// [`ObjectSync`] only cluster admins can declare. Same spec and status.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "kubesync.io",
+    version = "v1alpha1",
+    kind = "ClusterObjectSync",
+    status = "ObjectSyncStatus",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.source.kind"}"#,
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.name"}"#,
+    printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.sources"}"#,
+    printcolumn = r#"{"name":"In sync","type":"integer","jsonPath":".status.inSync"}"#,
+    printcolumn = r#"{"name":"Destinations","type":"integer","jsonPath":".status.total"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct ClusterObjectSyncSpec {
+    /// The fields of an ObjectSync's spec.
+    #[serde(flatten)]
+    pub sync: ObjectSyncSpec,
 }
 
 /// State of one destination's copy, as the status shows it: the library's

@@ -1,5 +1,6 @@
 //! The operator: one controller loop over kubesync's resources in the cluster it runs in,
-//! dispatching each key by its resource type to the ObjectSync controller or the
+//! dispatching each key by its resource type to the ObjectSync controller (ObjectSyncs and
+//! ClusterObjectSyncs) or the
 //! ResourceSync/RemoteCluster controller, over a shared remote-cluster service.
 //!
 //! Owns the composition (who shares what), the watches, and the read-only views `/metrics`
@@ -14,7 +15,7 @@ use kubesync::Writer;
 use kubesync::runtime::{Action, Context, Controller, Reconciler, Watch};
 use kubesync::{Cluster, ObjectKey};
 
-use crate::crd::{ObjectSync, RemoteCluster, ResourceSync};
+use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, ResourceSync};
 pub use crate::object_sync::ObjectSyncGauge;
 use crate::object_sync::{ObjectSyncController, ObjectSyncPolicy};
 pub use crate::remote::LOCAL;
@@ -32,6 +33,8 @@ const STATUS_REFRESH: Duration = Duration::from_secs(10);
 pub enum Managed {
     /// `ObjectSync`.
     ObjectSync,
+    /// `ClusterObjectSync`.
+    ClusterObjectSync,
     /// `ResourceSync`.
     ResourceSync,
     /// `RemoteCluster`.
@@ -46,6 +49,8 @@ impl Managed {
         }
         if is::<ObjectSync>(key) {
             Some(Self::ObjectSync)
+        } else if is::<ClusterObjectSync>(key) {
+            Some(Self::ClusterObjectSync)
         } else if is::<ResourceSync>(key) {
             Some(Self::ResourceSync)
         } else if is::<RemoteCluster>(key) {
@@ -165,7 +170,8 @@ impl Operator {
         self.ctx.get().cloned()
     }
 
-    /// Each ObjectSync's last reported state, by (namespace, name).
+    /// Each ObjectSync's last reported state, by (namespace, name), and each
+    /// ClusterObjectSync's, by ("", name).
     /// Only ObjectSyncs that still exist in the operator's store are shown (a reconcile that
     /// was in flight when one was deleted may have recorded it after it was forgotten).
     pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
@@ -220,6 +226,7 @@ impl Operator {
             .watch(LOCAL, own(Watch::of::<ResourceSync>()))?
             .watch(LOCAL, own(Watch::of::<RemoteCluster>()))?
             .watch(LOCAL, own(Watch::of::<ObjectSync>()).packed())?
+            .watch(LOCAL, own(Watch::of::<ClusterObjectSync>()).packed())?
             // A RemoteCluster change re-runs every ResourceSync that uses it (the key is all
             // the mapping needs: metadata only; the primary watch above holds them in full).
             .watch_mapped(
@@ -243,7 +250,12 @@ impl Reconciler for OperatorReconciler {
     async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
         let op = &self.0;
         match Managed::of(key) {
-            Some(Managed::ObjectSync) => op.object_syncs.reconcile(key, ctx).await,
+            Some(Managed::ObjectSync) => op.object_syncs.reconcile::<ObjectSync>(key, ctx).await,
+            Some(Managed::ClusterObjectSync) => {
+                op.object_syncs
+                    .reconcile::<ClusterObjectSync>(key, ctx)
+                    .await
+            }
             Some(Managed::ResourceSync) => {
                 op.resource_syncs.reconcile_resource_sync(key, ctx).await
             }
@@ -266,6 +278,10 @@ mod tests {
         assert_eq!(
             Managed::of(&key(&ApiResource::erase::<ObjectSync>(&()))),
             Some(Managed::ObjectSync)
+        );
+        assert_eq!(
+            Managed::of(&key(&ApiResource::erase::<ClusterObjectSync>(&()))),
+            Some(Managed::ClusterObjectSync)
         );
         assert_eq!(
             Managed::of(&key(&ApiResource::erase::<ResourceSync>(&()))),

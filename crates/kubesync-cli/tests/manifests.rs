@@ -68,6 +68,7 @@ fn every_overlay_builds() {
         "Role/kubesync-leader-election",
         "Deployment/kubesync",
         "CustomResourceDefinition/objectsyncs.kubesync.io",
+        "CustomResourceDefinition/clusterobjectsyncs.kubesync.io",
         "CustomResourceDefinition/remoteclusters.kubesync.io",
         "CustomResourceDefinition/resourcesyncs.kubesync.io",
     ] {
@@ -95,6 +96,48 @@ fn no_rule_grants_every_verb() {
                 );
             }
         }
+    }
+}
+
+/// Tenants' roles (aggregated into `admin` and `edit`, which are bound in namespaces) name
+/// ObjectSyncs and never ClusterObjectSyncs, which only cluster admins declare; the operator
+/// watches both and writes their status.
+#[test]
+fn cluster_object_syncs_are_for_cluster_admins_only() {
+    let objects = kustomize("default");
+    let names = |role: &Value| -> Vec<String> {
+        role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+            .filter_map(|r| r.as_str().map(String::from))
+            .collect()
+    };
+    let tenants: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["labels"].as_object().is_some_and(|l| {
+                    l.keys()
+                        .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+                })
+        })
+        .collect();
+    assert!(!tenants.is_empty(), "the tenant roles are installed");
+    for role in tenants {
+        let resources = names(role);
+        assert!(
+            !resources
+                .iter()
+                .any(|r| r.starts_with("clusterobjectsyncs")),
+            "{} lets tenants declare ClusterObjectSyncs: {resources:?}",
+            role["metadata"]["name"]
+        );
+    }
+    let operator = names(find(&objects, "ClusterRole", "kubesync-operator"));
+    for want in ["clusterobjectsyncs", "clusterobjectsyncs/status"] {
+        assert!(operator.iter().any(|r| r == want), "{want}: {operator:?}");
     }
 }
 

@@ -385,16 +385,7 @@ async fn a_custom_resource_to_a_remote_cluster_and_an_unwatchable_source() {
         .apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: edge-1, labels: {tier: edge}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: edge-2, labels: {tier: edge}}\n")
         .await
         .expect("labels");
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "eu-kubeconfig", "namespace": "kubesync"},
-        "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(local.client().expect("client"), "kubesync")
-        .create(&Default::default(), &secret)
-        .await
-        .expect("secret");
-    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: eu}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync, name: eu-kubeconfig}\n").await.expect("rc");
+    add_remote_cluster(&local, &remote, "eu", "kubesync").await;
     local.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: defaults, namespace: apps}\nspec: {size: 3}\n").await.expect("widget");
     let handle = start(&local, ObjectSyncPolicy::default());
 
@@ -1091,4 +1082,291 @@ async fn many_sources_per_object_sync_with_bounded_status_and_conflicts() {
         .expect("plain");
     assert_eq!(plain.resource_version(), plain_rv);
     stop(operator).await;
+}
+
+/// A ClusterObjectSync (a cluster admin's) copies cluster-scoped kinds to a RemoteCluster with
+/// ObjectSync's rules: ClusterRoles selected by label and a PriorityClass by name; drift
+/// repaired, source changes followed, a source that starts or stops matching gains or loses
+/// its copy, a foreign object at a copy's name is a Conflict and never touched. It is trusted
+/// (no RemoteCluster `allowedNamespaces`, no SyncGrant) and copies a namespaced object from a
+/// namespace an ObjectSync there may not read. Invalid specs say why; deletion — also while
+/// no operator runs — removes its copies (`Orphan` releases them), and nothing else.
+#[tokio::test]
+async fn cluster_object_syncs_copy_cluster_scoped_kinds_to_a_remote_cluster() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use kubesync_cli::crd::ClusterObjectSync;
+    let (local, remote) = tokio::join!(
+        operator_cluster("cos-local", false, &["kubesync", "platform", "team-a"]),
+        TestEnv::builder().name("cos-remote").start()
+    );
+    let remote = remote.expect("remote");
+    add_remote_cluster(&local, &remote, "eu", "kubesync").await;
+    let role = |name: &str, labels: &str, verbs: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}, labels: {{{labels}}}}}\nrules:\n- {{apiGroups: [\"\"], resources: [configmaps], verbs: [{verbs}]}}\n"
+        )
+    };
+    local
+        .apply_yaml(&role("fleet-reader", "share: fleet", "get, list"))
+        .await
+        .expect("role");
+    local
+        .apply_yaml(&role("fleet-auditor", "share: fleet", "get"))
+        .await
+        .expect("role");
+    local
+        .apply_yaml(&role("local-only", "scope: here", "get"))
+        .await
+        .expect("role");
+    local.apply_yaml("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: fleet-high}\nvalue: 100000\ndescription: fleet workloads\n").await.expect("priority class");
+    local.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: platform}\ndata: {region: eu}\n").await.expect("cm");
+    // Someone else's ClusterRole in the remote cluster, at one copy's name.
+    remote
+        .apply_yaml(&role("fleet-auditor", "owner: someone", "watch"))
+        .await
+        .expect("foreign");
+    let remote_roles: Api<ClusterRole> = Api::all(remote.client().expect("client"));
+    let foreign = remote_roles.get("fleet-auditor").await.expect("foreign");
+    // No trusted namespace: every ObjectSync is a tenant's.
+    let operator = start_operator(
+        Cluster::new("local", local.client().expect("client")),
+        OperatorOptions::default(),
+    );
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet-roles}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: ClusterRole, selector: {matchLabels: {share: fleet}}}\n  destinations: [{cluster: eu}]\n").await.expect("fleet-roles");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: priority}\nspec:\n  source: {group: scheduling.k8s.io, kind: PriorityClass, name: fleet-high}\n  destinations: [{cluster: eu}]\n  deletionPolicy: Orphan\n").await.expect("priority");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: platform-settings}\nspec:\n  source: {kind: ConfigMap, name: settings, namespace: platform}\n  destinations: [{namespace: team-a}]\n").await.expect("platform-settings");
+    let syncs: Api<ClusterObjectSync> = Api::all(local.client().expect("client"));
+    let status_of = |name: &'static str| {
+        let syncs = syncs.clone();
+        async move { syncs.get(name).await.ok().and_then(|o| o.status) }
+    };
+
+    let copied = eventually("the selected ClusterRole copied", T, || async {
+        remote_roles.get_opt("fleet-reader").await.ok().flatten()
+    })
+    .await;
+    let fleet_roles = syncs.get("fleet-roles").await.expect("fleet-roles");
+    assert_eq!(
+        copied.labels().get("kubesync.io/managed-by"),
+        fleet_roles.metadata.uid.as_ref()
+    );
+    assert_eq!(
+        copied
+            .annotations()
+            .get("kubesync.io/owner")
+            .map(String::as_str),
+        Some("local/fleet-roles")
+    );
+    assert_eq!(
+        copied.rules.as_ref().expect("rules")[0].verbs,
+        ["get", "list"]
+    );
+    let status = eventually("the foreign ClusterRole a Conflict", T, || async {
+        status_of("fleet-roles").await.filter(|s| {
+            s.sources == Some(2)
+                && s.failures
+                    .iter()
+                    .any(|f| f.state == CopyState::Conflict && f.source == "fleet-auditor")
+        })
+    })
+    .await;
+    assert_eq!(status.destinations.len(), 1, "{:?}", status.destinations);
+    let d = &status.destinations[0];
+    assert_eq!(
+        (
+            d.cluster.as_str(),
+            d.namespace.as_str(),
+            d.sources_in_sync,
+            d.sources_total
+        ),
+        ("eu", "", Some(1), Some(2))
+    );
+    let remote_priorities: Api<PriorityClass> = Api::all(remote.client().expect("client"));
+    let priority = eventually("the PriorityClass copied", T, || async {
+        remote_priorities.get_opt("fleet-high").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(priority.value, Some(100000));
+    let team_a: Api<ConfigMap> = Api::namespaced(local.client().expect("client"), "team-a");
+    let settings = eventually("a namespaced source from any namespace", T, || async {
+        team_a.get_opt("settings").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        settings
+            .data
+            .as_ref()
+            .and_then(|d| d.get("region"))
+            .map(String::as_str),
+        Some("eu")
+    );
+    assert_eq!(
+        settings
+            .annotations()
+            .get("kubesync.io/owner")
+            .map(String::as_str),
+        Some("local/platform-settings")
+    );
+    let status = eventually("ready", T, || async {
+        status_of("priority")
+            .await
+            .filter(|s| s.in_sync == 1 && s.total == 1)
+    })
+    .await;
+    assert_eq!(
+        ready_condition(&status.conditions),
+        Some(("True".into(), "Syncing".into()))
+    );
+
+    // Drift is repaired; a source change reaches the copy; a source that starts matching gets
+    // a copy, and loses it when it stops.
+    local
+        .apply_yaml(&role("fleet-reader", "share: fleet", "get, list, watch"))
+        .await
+        .expect("update");
+    remote_roles
+        .patch(
+            "fleet-reader",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"rules": []})),
+        )
+        .await
+        .expect("drift");
+    eventually("the copy follows its source", T, || async {
+        let r = remote_roles.get("fleet-reader").await.ok()?;
+        (r.rules?.first()?.verbs == ["get", "list", "watch"]).then_some(())
+    })
+    .await;
+    local
+        .apply_yaml(&role("local-only", "share: fleet", "get"))
+        .await
+        .expect("label");
+    eventually("a newly matching ClusterRole copied", T, || async {
+        remote_roles.get_opt("local-only").await.ok().flatten()
+    })
+    .await;
+    local
+        .apply_yaml(&role("local-only", "scope: here", "get"))
+        .await
+        .expect("unlabel");
+    eventually("an unselected ClusterRole loses its copy", T, || async {
+        remote_roles
+            .get_opt("local-only")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // Invalid specs: namespaces for a cluster-scoped kind, no source namespace for a
+    // namespaced one; an ObjectSync of a cluster-scoped kind points to ClusterObjectSync; an
+    // ObjectSync in team-a may not read platform's ConfigMap (the ClusterObjectSync did).
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: bad-namespace}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: fleet-reader}\n  destinations: [{cluster: eu, namespace: team-a}]\n").await.expect("bad");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: no-source-namespace}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-a}]\n").await.expect("bad");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: roles, namespace: team-a}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: fleet-reader}\n  destinations: [{namespace: team-a}]\n").await.expect("bad");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: team-a}\nspec:\n  source: {kind: ConfigMap, name: settings, namespace: platform}\n  destinations: [{namespace: team-a, name: other}]\n").await.expect("tenant");
+    for (name, says) in [
+        ("bad-namespace", "give no namespace"),
+        ("no-source-namespace", "names the source's namespace"),
+    ] {
+        let status = eventually("refused", T, || async {
+            status_of(name).await.filter(|s| !s.conditions.is_empty())
+        })
+        .await;
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec"),
+            "{name}"
+        );
+        assert!(ready.message.contains(says), "{name}: {}", ready.message);
+    }
+    let object_syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "team-a");
+    for (name, reason, says) in [
+        ("roles", "InvalidSpec", "a ClusterObjectSync"),
+        ("settings", "SourceNamespaceNotAllowed", "\"platform\""),
+    ] {
+        let os = eventually("refused", T, || async {
+            object_syncs
+                .get(name)
+                .await
+                .ok()
+                .filter(|o| ready(o).is_some())
+        })
+        .await;
+        let condition = os
+            .status
+            .as_ref()
+            .expect("status")
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("ready")
+            .clone();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", reason),
+            "{name}"
+        );
+        assert!(
+            condition.message.contains(says),
+            "{name}: {}",
+            condition.message
+        );
+    }
+    assert!(team_a.get_opt("other").await.expect("get").is_none());
+
+    // Deleted while no operator runs: the next one removes the copies (found by their marks),
+    // releases the Orphan one's, and leaves the foreign ClusterRole as it was.
+    operator.stop().await;
+    for name in ["fleet-roles", "priority", "platform-settings"] {
+        syncs
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    let operator = start_operator(
+        Cluster::new("local", local.client().expect("client")),
+        OperatorOptions::default(),
+    );
+    for name in ["fleet-roles", "priority", "platform-settings"] {
+        eventually("released", T, || async {
+            syncs.get_opt(name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+    assert!(
+        remote_roles
+            .get_opt("fleet-reader")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(team_a.get_opt("settings").await.expect("get").is_none());
+    let kept = remote_priorities
+        .get("fleet-high")
+        .await
+        .expect("orphaned copy kept");
+    assert!(
+        !kept.labels().contains_key("kubesync.io/managed-by"),
+        "{:?}",
+        kept.labels()
+    );
+    assert!(!kept.annotations().contains_key("kubesync.io/owner"));
+    let after = remote_roles
+        .get("fleet-auditor")
+        .await
+        .expect("foreign kept");
+    assert_eq!(
+        after.metadata.resource_version,
+        foreign.metadata.resource_version
+    );
+    assert_eq!(after.metadata.uid, foreign.metadata.uid);
+    operator.stop().await;
 }

@@ -1,5 +1,6 @@
 //! The ObjectSync controller: one object copied to many namespaces and clusters, run on the
-//! library's fan-out engine.
+//! library's fan-out engine. It also runs ClusterObjectSyncs: the same spec and status,
+//! declared by cluster admins, for cluster-scoped kinds and sources in any namespace.
 //!
 //! Resolves an ObjectSync's spec (checked against the operator's [`ObjectSyncPolicy`]) into a
 //! fan-out declaration, lets the fan-out reconcile it, and reports: the status is assembled
@@ -38,8 +39,9 @@ use self::policy::refusal_message;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
 use crate::crd::{
-    ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
-    ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncStatus, SyncGrant,
+    ClusterObjectSync, ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
+    ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
+    ObjectSyncStatus, SyncGrant,
 };
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
@@ -74,6 +76,35 @@ impl ObjectSyncGauge {
     }
 }
 
+/// An ObjectSync or a ClusterObjectSync: what the controller reads of either. A
+/// ClusterObjectSync has no namespace; that is how the controller tells them apart.
+pub trait SyncObject:
+    Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + Clone
+{
+    /// The spec.
+    fn sync_spec(&self) -> &ObjectSyncSpec;
+    /// The status, if any.
+    fn sync_status(&self) -> Option<&ObjectSyncStatus>;
+}
+
+impl SyncObject for ObjectSync {
+    fn sync_spec(&self) -> &ObjectSyncSpec {
+        &self.spec
+    }
+    fn sync_status(&self) -> Option<&ObjectSyncStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl SyncObject for ClusterObjectSync {
+    fn sync_spec(&self) -> &ObjectSyncSpec {
+        &self.spec.sync
+    }
+    fn sync_status(&self) -> Option<&ObjectSyncStatus> {
+        self.status.as_ref()
+    }
+}
+
 /// What the controller remembers of one ObjectSync.
 #[derive(Debug, Default)]
 struct Record {
@@ -91,7 +122,8 @@ pub struct ObjectSyncController {
     remotes: Arc<RemoteClusters>,
     policy: Arc<ObjectSyncPolicy>,
     fan_out: FanOut,
-    /// What is remembered of each ObjectSync, by (namespace, name); forgotten with it.
+    /// What is remembered of each ObjectSync, by (namespace, name), and of each
+    /// ClusterObjectSync, by ("", name); forgotten with it.
     records: Mutex<BTreeMap<(String, String), Record>>,
     /// Publishes Kubernetes Events about ObjectSyncs.
     recorder: kube::runtime::events::Recorder,
@@ -129,16 +161,22 @@ impl ObjectSyncController {
         &self.fan_out
     }
 
-    /// Each ObjectSync's last reported state, by (namespace, name). With `ctx`, only those
-    /// that still exist in the operator's store are shown (a reconcile that was in flight when
-    /// one was deleted may have recorded it after it was forgotten).
+    /// Each ObjectSync's last reported state, by (namespace, name), and each
+    /// ClusterObjectSync's, by ("", name). With `ctx`, only those that still exist in the
+    /// operator's store are shown (a reconcile that was in flight when one was deleted may
+    /// have recorded it after it was forgotten).
     pub fn gauges(&self, ctx: Option<&Context>) -> Vec<((String, String), ObjectSyncGauge)> {
-        let ar = ApiResource::erase::<ObjectSync>(&());
+        let namespaced = ApiResource::erase::<ObjectSync>(&());
+        let cluster = ApiResource::erase::<ClusterObjectSync>(&());
         let mut records = self.lock();
         if let Some(ctx) = ctx {
             records.retain(|(ns, name), _| {
-                ctx.get(&ObjectKey::new(LOCAL, &ar, Some(ns.clone()), name))
-                    .is_some()
+                let key = if ns.is_empty() {
+                    ObjectKey::new(LOCAL, &cluster, None, name)
+                } else {
+                    ObjectKey::new(LOCAL, &namespaced, Some(ns.clone()), name)
+                };
+                ctx.get(&key).is_some()
             });
         }
         records
@@ -151,12 +189,13 @@ impl ObjectSyncController {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The kind's resource, and whether it is namespaced.
     async fn resolve_kind(
         &self,
         group: &str,
         version: Option<&str>,
         kind: &str,
-    ) -> Result<ApiResource, Refusal> {
+    ) -> Result<(ApiResource, bool), Refusal> {
         let not_found = |e: String| {
             Refusal::new(
                 "ResourceNotFound",
@@ -191,13 +230,7 @@ impl ObjectSyncController {
                     .ok_or_else(|| not_found("no version of the group serves it".into()))?
             }
         };
-        if caps.scope != kube::discovery::Scope::Namespaced {
-            return Err(Refusal::new(
-                "InvalidSpec",
-                format!("{kind} is cluster-scoped; only namespaced kinds can be synced"),
-            ));
-        }
-        Ok(ar)
+        Ok((ar, caps.scope == kube::discovery::Scope::Namespaced))
     }
 
     /// Registers the RemoteCluster named by a destination and returns its runtime name.
@@ -267,14 +300,14 @@ impl ObjectSyncController {
         }
     }
 
-    async fn object_sync_spec(
+    /// The fan-out declaration of an ObjectSync in namespace `own` (`Some`), or of a
+    /// ClusterObjectSync (`None`: an admin's, trusted, with sources anywhere).
+    async fn fan_out_spec(
         &self,
-        os: &ObjectSync,
+        own: Option<&str>,
+        spec: &ObjectSyncSpec,
         ctx: &Context,
     ) -> Result<FanOutSpec, Refusal> {
-        let own_ns = os.namespace().unwrap_or_default();
-        let spec = &os.spec;
-        let source_ns = source_namespace(&spec.source, &own_ns);
         let selection = source_selection(&spec.source)?;
         if spec.source.kind.is_empty() {
             return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
@@ -282,29 +315,49 @@ impl ObjectSyncController {
         if spec.destinations.is_empty() {
             return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
         }
-        let named: Vec<Option<String>> = spec
-            .destinations
-            .iter()
-            .map(|d| d.namespace.clone())
-            .collect();
-        self.policy.check(
-            &own_ns,
-            &source_ns,
-            &spec.source.group,
-            &spec.source.kind,
-            &named,
-        )?;
-        let resource = self
+        let (resource, namespaced) = self
             .resolve_kind(
                 &spec.source.group,
                 spec.source.version.as_deref(),
                 &spec.source.kind,
             )
             .await?;
-        let trusted = self.policy.is_trusted(&own_ns);
-        let consent = (!trusted).then(|| self.consent(&own_ns, &resource));
+        let source_ns = match own {
+            Some(own) if namespaced => source_namespace(&spec.source, own),
+            Some(_) => {
+                return Err(Refusal::new(
+                    "InvalidSpec",
+                    format!(
+                        "{} is cluster-scoped: an ObjectSync copies namespaced kinds only; a ClusterObjectSync (declared by cluster admins) copies cluster-scoped ones",
+                        spec.source.kind
+                    ),
+                ));
+            }
+            None => cluster_source_namespace(&spec.source, namespaced)?,
+        };
+        let named: Vec<Option<String>> = spec
+            .destinations
+            .iter()
+            .map(|d| d.namespace.clone())
+            .collect();
+        self.policy.check(
+            own,
+            &source_ns,
+            &spec.source.group,
+            &spec.source.kind,
+            &named,
+        )?;
+        let trusted = own.is_none_or(|ns| self.policy.is_trusted(ns));
+        let consent = match own {
+            Some(ns) if !trusted => Some(self.consent(ns, &resource)),
+            _ => None,
+        };
         let mut destinations = Vec::new();
         for (i, d) in spec.destinations.iter().enumerate() {
+            if !namespaced {
+                check_cluster_scoped_destination(d, &spec.source.kind)
+                    .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
+            }
             let selector = d
                 .namespace_selector
                 .as_ref()
@@ -314,8 +367,8 @@ impl ObjectSyncController {
             let cluster = match &d.cluster {
                 None => None,
                 Some(c) => {
-                    if !trusted {
-                        self.check_remote_allowed(ctx, &own_ns, c).await?;
+                    if let Some(ns) = own.filter(|_| !trusted) {
+                        self.check_remote_allowed(ctx, ns, c).await?;
                     }
                     Some(self.destination_cluster(ctx, c).await?)
                 }
@@ -375,13 +428,17 @@ impl ObjectSyncController {
         })
     }
 
-    /// Reconciles one ObjectSync.
-    pub async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
-        let Some(os) = ctx.get_as::<ObjectSync>(key)? else {
+    /// Reconciles one ObjectSync or ClusterObjectSync (`K`).
+    pub async fn reconcile<K: SyncObject>(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+    ) -> kubesync::Result<Action> {
+        let Some(os) = ctx.get_as::<K>(key)? else {
             self.forget(ctx, key);
             return Ok(Action::done());
         };
-        let ns = os.namespace().unwrap_or_default();
+        let own = os.namespace();
         let deleting = os.meta().deletion_timestamp.is_some();
         let has_finalizer = os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER);
         if !deleting && !has_finalizer {
@@ -394,10 +451,13 @@ impl ObjectSyncController {
             return Ok(Action::done());
         }
         let owner = Owner {
-            reference: format!("{LOCAL}/{ns}/{}", os.name_any()),
+            reference: match &own {
+                Some(ns) => format!("{LOCAL}/{ns}/{}", os.name_any()),
+                None => format!("{LOCAL}/{}", os.name_any()),
+            },
             uid: os.uid().unwrap_or_default(),
         };
-        let spec = match self.object_sync_spec(&os, ctx).await {
+        let spec = match self.fan_out_spec(own.as_deref(), os.sync_spec(), ctx).await {
             Ok(spec) => spec,
             Err(refusal) => {
                 if deleting {
@@ -421,7 +481,7 @@ impl ObjectSyncController {
             deleting,
         };
         let report = self.fan_out.reconcile(ctx, &decl).await?;
-        let selection_text = selection_text(&os.spec.source);
+        let selection_text = selection_text(&os.sync_spec().source);
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
                 self.forget(ctx, key);
@@ -447,10 +507,13 @@ impl ObjectSyncController {
 
     /// Assembles the status, remembers the gauge, publishes the Events of condition changes
     /// and writes the status when it changed.
-    async fn report(&self, os: &ObjectSync, observed: Observation<'_>) -> kubesync::Result<()> {
-        let old = os.status.clone().unwrap_or_default();
-        let status =
-            object_sync_status(&old, os.metadata.generation, observed, crate::status::now());
+    async fn report<K: SyncObject>(
+        &self,
+        os: &K,
+        observed: Observation<'_>,
+    ) -> kubesync::Result<()> {
+        let old = os.sync_status().cloned().unwrap_or_default();
+        let status = object_sync_status(&old, os.meta().generation, observed, crate::status::now());
         for (type_, reason, note) in self.record(os, &old, &status) {
             let event = kube::runtime::events::Event {
                 type_,
@@ -471,9 +534,9 @@ impl ObjectSyncController {
 
     /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
     /// changes call for: those of [`condition_events`] not published already.
-    fn record(
+    fn record<K: SyncObject>(
         &self,
-        os: &ObjectSync,
+        os: &K,
         old: &ObjectSyncStatus,
         new: &ObjectSyncStatus,
     ) -> Vec<(kube::runtime::events::EventType, String, String)> {
@@ -561,6 +624,45 @@ fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refu
             }))
         }
     }
+}
+
+/// A ClusterObjectSync's source namespace: the one given for a namespaced kind (required:
+/// it has no namespace of its own), none (empty) for a cluster-scoped kind.
+fn cluster_source_namespace(
+    source: &ObjectSyncSource,
+    namespaced: bool,
+) -> Result<String, Refusal> {
+    let given = source.namespace.clone().filter(|ns| !ns.is_empty());
+    match (namespaced, given) {
+        (true, Some(ns)) => Ok(ns),
+        (true, None) => Err(Refusal::new(
+            "InvalidSpec",
+            format!(
+                "{} is namespaced: a ClusterObjectSync names the source's namespace in spec.source.namespace",
+                source.kind
+            ),
+        )),
+        (false, None) => Ok(String::new()),
+        (false, Some(ns)) => Err(Refusal::new(
+            "InvalidSpec",
+            format!(
+                "{} is cluster-scoped: spec.source.namespace ({ns}) must be absent",
+                source.kind
+            ),
+        )),
+    }
+}
+
+/// A destination of a cluster-scoped kind names no namespaces: each destination cluster gets
+/// one cluster-scoped copy.
+fn check_cluster_scoped_destination(d: &ObjectSyncDestination, kind: &str) -> Result<(), String> {
+    let namespace = d.namespace.as_deref().is_some_and(|ns| !ns.is_empty());
+    if namespace || d.namespace_selector.is_some() || !d.exclude_namespaces.is_empty() {
+        return Err(format!(
+            "{kind} is cluster-scoped: give no namespace, namespaceSelector or excludeNamespaces (each cluster gets one copy)"
+        ));
+    }
+    Ok(())
 }
 
 /// The source namespace: the one given, else (absent or empty) the ObjectSync's own. Never
@@ -708,6 +810,48 @@ mod tests {
         assert_eq!(given(Some("shared")), "shared");
         assert_eq!(given(None), "team-a");
         assert_eq!(given(Some("")), "team-a", "not every namespace at once");
+    }
+
+    #[test]
+    fn a_cluster_object_sync_names_a_namespace_exactly_for_namespaced_kinds() {
+        let with = |ns: Option<&str>, namespaced| {
+            let mut s = source(serde_json::json!({"kind": "Thing", "name": "x"}));
+            s.namespace = ns.map(String::from);
+            cluster_source_namespace(&s, namespaced)
+        };
+        assert_eq!(
+            with(Some("platform"), true).expect("namespaced"),
+            "platform"
+        );
+        assert_eq!(with(None, false).expect("cluster-scoped"), "");
+        assert_eq!(with(Some(""), false).expect("empty is absent"), "");
+        for (ns, namespaced, says) in [
+            (None, true, "names the source's namespace"),
+            (Some(""), true, "names the source's namespace"),
+            (Some("platform"), false, "must be absent"),
+        ] {
+            let refusal = with(ns, namespaced).expect_err("refused");
+            assert_eq!(refusal.reason, "InvalidSpec");
+            assert!(refusal.message.contains(says), "{}", refusal.message);
+        }
+    }
+
+    #[test]
+    fn a_cluster_scoped_destination_names_no_namespace() {
+        let ok = |v| check_cluster_scoped_destination(&destination(v), "ClusterRole");
+        assert!(ok(serde_json::json!({"cluster": "eu"})).is_ok());
+        assert!(ok(serde_json::json!({"cluster": "eu", "namespace": ""})).is_ok());
+        for bad in [
+            serde_json::json!({"cluster": "eu", "namespace": "*"}),
+            serde_json::json!({"cluster": "eu", "namespaceSelector": {}}),
+            serde_json::json!({"cluster": "eu", "excludeNamespaces": ["kube-system"]}),
+        ] {
+            let message = ok(bad).expect_err("refused");
+            assert!(
+                message.contains("ClusterRole is cluster-scoped"),
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -148,16 +148,19 @@ impl ObjectSyncPolicy {
         )
     }
 
-    /// Checks an ObjectSync's spec against the policy (pure).
+    /// Checks an ObjectSync's spec against the policy (pure). `own_namespace` is the
+    /// ObjectSync's; `None` for a ClusterObjectSync, which only cluster admins can declare:
+    /// its source may be in any namespace, and the kind and destination rules still apply.
     pub fn check(
         &self,
-        own_namespace: &str,
+        own_namespace: Option<&str>,
         source_namespace: &str,
         group: &str,
         kind: &str,
         destinations: &[Option<String>],
     ) -> Result<(), Refusal> {
-        if source_namespace != own_namespace
+        if let Some(own_namespace) = own_namespace
+            && source_namespace != own_namespace
             && !self
                 .source_namespaces
                 .iter()
@@ -213,13 +216,15 @@ mod tests {
         let default = ObjectSyncPolicy::default();
         assert!(
             default
-                .check("a", "a", "", "Secret", &[Some("*".into())])
+                .check(Some("a"), "a", "", "Secret", &[Some("*".into())])
                 .is_ok()
         );
         let r = default
-            .check("a", "b", "", "Secret", &[])
+            .check(Some("a"), "b", "", "Secret", &[])
             .expect_err("cross-namespace");
         assert_eq!(r.reason, "SourceNamespaceNotAllowed");
+        // A ClusterObjectSync (an admin's) copies from any namespace.
+        assert!(default.check(None, "b", "", "Secret", &[]).is_ok());
         let p = ObjectSyncPolicy {
             source_namespaces: vec!["shared-*".into()],
             allow_destination_namespaces: vec!["team-*".into()],
@@ -228,24 +233,43 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            p.check("a", "shared-certs", "", "Secret", &[Some("team-x".into())])
-                .is_ok()
+            p.check(
+                Some("a"),
+                "shared-certs",
+                "",
+                "Secret",
+                &[Some("team-x".into())]
+            )
+            .is_ok()
         );
         assert_eq!(
-            p.check("a", "a", "", "ConfigMap", &[])
+            p.check(Some("a"), "a", "", "ConfigMap", &[])
                 .expect_err("kind")
                 .reason,
             "ResourceNotAllowed"
         );
-        assert!(p.check("a", "a", "batch", "CronJob", &[]).is_ok());
+        assert!(p.check(Some("a"), "a", "batch", "CronJob", &[]).is_ok());
+        // The kind and destination rules bind a ClusterObjectSync too.
         assert_eq!(
-            p.check("a", "a", "", "Secret", &[Some("team-secret".into())])
+            p.check(None, "", "storage.k8s.io", "StorageClass", &[])
+                .expect_err("kind")
+                .reason,
+            "ResourceNotAllowed"
+        );
+        assert_eq!(
+            p.check(None, "b", "", "Secret", &[Some("prod".into())])
+                .expect_err("allow")
+                .reason,
+            "DestinationNotAllowed"
+        );
+        assert_eq!(
+            p.check(Some("a"), "a", "", "Secret", &[Some("team-secret".into())])
                 .expect_err("deny")
                 .reason,
             "DestinationNotAllowed"
         );
         assert_eq!(
-            p.check("a", "a", "", "Secret", &[Some("prod".into())])
+            p.check(Some("a"), "a", "", "Secret", &[Some("prod".into())])
                 .expect_err("allow")
                 .reason,
             "DestinationNotAllowed"

@@ -215,12 +215,18 @@ fn selection_ready(
     source_namespace: &str,
     selection: &str,
 ) -> Condition {
+    // Cluster-scoped sources have no namespace.
+    let place = if source_namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" in {source_namespace}")
+    };
     if report.source_found {
         status::ready(
             true,
             "Syncing",
             format!(
-                "copying {} sources ({selection} in {source_namespace}) to {} destinations",
+                "copying {} sources ({selection}{place}) to {} destinations",
                 report.sources,
                 entries.len()
             ),
@@ -229,9 +235,7 @@ fn selection_ready(
         status::ready(
             false,
             "SourceNotFound",
-            format!(
-                "no object in {source_namespace} matches the source's {selection}; its copies were removed"
-            ),
+            format!("no object{place} matches the source's {selection}; its copies were removed"),
         )
     }
 }
@@ -292,12 +296,15 @@ fn ready_condition(
             format!("copying {source_name} to {} destinations", entries.len()),
         )
     } else {
+        let source = if source_namespace.is_empty() {
+            source_name.to_string()
+        } else {
+            format!("{source_namespace}/{source_name}")
+        };
         status::ready(
             false,
             "SourceNotFound",
-            format!(
-                "source {source_namespace}/{source_name} does not exist; its copies were removed"
-            ),
+            format!("source {source} does not exist; its copies were removed"),
         )
     }
 }
@@ -606,6 +613,44 @@ mod tests {
             ("False", "AllSynced")
         );
         assert_eq!((s.in_sync, s.total), (0, 0));
+    }
+
+    #[test]
+    fn a_cluster_scoped_source_is_named_without_a_namespace() {
+        let mut r = report(Vec::new());
+        r.source_found = false;
+        let observed = Observation::Reported {
+            report: &r,
+            source_namespace: "",
+            source_name: "fleet-reader",
+            selection: None,
+        };
+        let s = object_sync_status(
+            &ObjectSyncStatus::default(),
+            Some(1),
+            observed,
+            t("2024-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            find(&s, "Ready").message,
+            "source fleet-reader does not exist; its copies were removed"
+        );
+        let observed = Observation::Reported {
+            report: &r,
+            source_namespace: "",
+            source_name: "",
+            selection: Some("selector share=fleet"),
+        };
+        let s = object_sync_status(
+            &ObjectSyncStatus::default(),
+            Some(1),
+            observed,
+            t("2024-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            find(&s, "Ready").message,
+            "no object matches the source's selector share=fleet; its copies were removed"
+        );
     }
 
     #[test]

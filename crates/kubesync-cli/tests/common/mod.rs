@@ -128,3 +128,29 @@ pub async fn operator_cluster_from(
     }
     env
 }
+
+/// Makes `remote` reachable from `local` as the RemoteCluster `name`: its kubeconfig in the
+/// Secret `<name>-kubeconfig` of `namespace` (which must exist), and the RemoteCluster.
+pub async fn add_remote_cluster(
+    local: &kubesync_testenv::TestEnv,
+    remote: &kubesync_testenv::TestEnv,
+    name: &str,
+    namespace: &str,
+) {
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-kubeconfig"), "namespace": namespace},
+        "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+    }))
+    .expect("secret");
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        local.client().expect("client"),
+        namespace,
+    )
+    .create(&Default::default(), &secret)
+    .await
+    .expect("kubeconfig secret");
+    local
+        .apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: {name}}}\nspec:\n  kubeconfigSecretRef: {{namespace: {namespace}, name: {name}-kubeconfig}}\n"))
+        .await
+        .expect("RemoteCluster");
+}
