@@ -317,6 +317,52 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     })
     .await;
 
+    // ClusterObjectSync: a cluster-scoped PriorityClass copied into the RemoteCluster, its
+    // status written, and the copy removed when it goes.
+    apply(&local, "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: fleet-high}\nvalue: 1000\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet-high}\nspec:\n  source: {group: scheduling.k8s.io, kind: PriorityClass, name: fleet-high}\n  destinations: [{cluster: mgmt}]\n").await;
+    let remote_priorities = api(
+        &remote,
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        None,
+    );
+    eventually(
+        "the PriorityClass copied into the RemoteCluster",
+        T,
+        || async { remote_priorities.get_opt("fleet-high").await.ok()? },
+    )
+    .await;
+    let clusterobjectsyncs = api(
+        &local,
+        "kubesync.io",
+        "v1alpha1",
+        "ClusterObjectSync",
+        "clusterobjectsyncs",
+        None,
+    );
+    eventually("the ClusterObjectSync ready", T, || async {
+        ready_of(&clusterobjectsyncs, "fleet-high")
+            .await
+            .filter(|r| r.0 == "True")
+    })
+    .await;
+    clusterobjectsyncs
+        .delete("fleet-high", &Default::default())
+        .await
+        .expect("delete");
+    eventually("the remote copy deleted", T, || async {
+        remote_priorities
+            .get_opt("fleet-high")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     // Deleting the ObjectSync removes its copies (finalizer released, deletes sent).
     objectsyncs
         .delete("registry", &Default::default())
@@ -435,6 +481,28 @@ async fn the_restricted_install_syncs_configmaps_and_secrets_only() {
         roles.get_opt("reader").await.expect("get").is_none(),
         "nothing written"
     );
+    // A ClusterObjectSync is refused the same way (watched, and its status written, with the
+    // operator's own rules: the restricted sync role grants nothing on kubesync.io).
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet-high}\nspec:\n  source: {group: scheduling.k8s.io, kind: PriorityClass, name: fleet-high}\n  destinations: [{name: fleet-high-copy}]\n").await;
+    let clusterobjectsyncs = api(
+        &env,
+        "kubesync.io",
+        "v1alpha1",
+        "ClusterObjectSync",
+        "clusterobjectsyncs",
+        None,
+    );
+    let refused = eventually(
+        "the PriorityClass's ClusterObjectSync refused",
+        T,
+        || async {
+            ready_of(&clusterobjectsyncs, "fleet-high")
+                .await
+                .filter(|r| r.0 == "False")
+        },
+    )
+    .await;
+    assert_eq!(refused.1, "ResourceNotAllowed", "{refused:?}");
     let forbidden = forbidden_lines(&[log]);
     assert!(forbidden.is_empty(), "{}", forbidden.join("\n"));
 }
