@@ -5,8 +5,8 @@
 //! runs the kubesync operator (the code of `kubesync run`) in west with a `RemoteCluster` for
 //! east and a `ResourceSync` for a demo `Widget` CRD: objects created on east come down, status
 //! written in west goes up, deletion on east cleans up west. Part 3 has the same operator keep a
-//! Secret in sync in every team namespace with an `ObjectSync`. Everything is stopped and
-//! removed at the end.
+//! Secret in sync in every team namespace with an `ObjectSync`, and copies ClusterRoles from
+//! west to east with a `ClusterObjectSync`. Everything is stopped and removed at the end.
 
 #[allow(dead_code)]
 #[path = "../../kubesync/examples/copy.rs"]
@@ -226,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(27, "Stopping the control planes");
+    step(28, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -270,7 +270,7 @@ async fn wait_for_event(
     }
 }
 
-async fn part3(west: &TestEnv) -> anyhow::Result<()> {
+async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     println!(
         "\nPart 3 — ObjectSync: one Secret kept in sync in every team namespace (same operator)"
     );
@@ -531,6 +531,52 @@ async fn part3(west: &TestEnv) -> anyhow::Result<()> {
         Ok(team_b.get_opt("limits").await?.is_some())
     })
     .await?;
+
+    step(
+        26,
+        "A cluster admin's ClusterObjectSync: every ClusterRole labelled share=fleet, from west to east",
+    );
+    for (name, labels) in [
+        ("fleet-viewer", "{share: fleet}"),
+        ("fleet-operator", "{share: fleet}"),
+        ("west-only", "{}"),
+    ] {
+        west.apply_yaml(&format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}, labels: {labels}}}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list]}}]\n")).await?;
+    }
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet-roles}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: ClusterRole, selector: {matchLabels: {share: fleet}}}\n  destinations: [{cluster: east}]\n").await?;
+    let east_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(east.client()?);
+    let fleet = || async {
+        let mut names: Vec<String> = east_roles
+            .list(&kube::api::ListParams::default().labels("kubesync.io/managed-by"))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|r| r.metadata.name)
+            .collect();
+        names.sort();
+        Ok::<_, anyhow::Error>(names)
+    };
+    wait(
+        "east has fleet-operator and fleet-viewer, not west-only",
+        || async { Ok(fleet().await? == ["fleet-operator", "fleet-viewer"]) },
+    )
+    .await?;
+    let cluster_syncs: Api<kubesync_cli::crd::ClusterObjectSync> = Api::all(west.client()?);
+    if let Some(status) = cluster_syncs.get("fleet-roles").await?.status {
+        println!(
+            "   {}; {} of {} destination clusters in sync",
+            ready_of(&status.conditions),
+            status.in_sync,
+            status.total
+        );
+    }
+    cluster_syncs
+        .delete("fleet-roles", &DeleteParams::default())
+        .await?;
+    wait("deleting it removes both copies from east", || async {
+        Ok(fleet().await?.is_empty())
+    })
+    .await?;
     Ok(())
 }
 
@@ -741,9 +787,9 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     )
     .await?;
 
-    part3(west).await?;
+    part3(east, west).await?;
 
-    step(26, "Stopping the operator");
+    step(27, "Stopping the operator");
     let _ = stop.send(());
     task.await??;
     Ok(())

@@ -127,6 +127,8 @@ pub struct ObjectSyncController {
     records: Mutex<BTreeMap<(String, String), Record>>,
     /// Publishes Kubernetes Events about ObjectSyncs.
     recorder: kube::runtime::events::Recorder,
+    /// Who publishes them (for the Events about ClusterObjectSyncs, published without it).
+    reporter: kube::runtime::events::Reporter,
 }
 
 impl ObjectSyncController {
@@ -138,13 +140,12 @@ impl ObjectSyncController {
         policy: ObjectSyncPolicy,
         concurrency: usize,
     ) -> Self {
-        let recorder = kube::runtime::events::Recorder::new(
-            local.client().clone(),
-            kube::runtime::events::Reporter {
-                controller: "kubesync".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+        let reporter = kube::runtime::events::Reporter {
+            controller: "kubesync".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let recorder =
+            kube::runtime::events::Recorder::new(local.client().clone(), reporter.clone());
         Self {
             local,
             writes,
@@ -153,6 +154,7 @@ impl ObjectSyncController {
             fan_out: FanOut::new(LOCAL).concurrency(concurrency),
             records: Mutex::new(BTreeMap::new()),
             recorder,
+            reporter,
         }
     }
 
@@ -522,7 +524,18 @@ impl ObjectSyncController {
                 action: "Sync".into(),
                 secondary: None,
             };
-            if let Err(e) = self.recorder.publish(&event, &os.object_ref(&())).await {
+            let reference = os.object_ref(&());
+            let published = if reference.namespace.is_some() {
+                self.recorder.publish(&event, &reference).await
+            } else {
+                let event =
+                    cluster_scoped_event(&event, &reference, &self.reporter, crate::status::now());
+                Api::namespaced(self.local.client().clone(), CLUSTER_EVENTS_NAMESPACE)
+                    .create(&Default::default(), &event)
+                    .await
+                    .map(drop)
+            };
+            if let Err(e) = published {
                 tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
             }
         }
@@ -569,6 +582,54 @@ impl ObjectSyncController {
         self.fan_out.forget(ctx, key);
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
+    }
+}
+
+/// The namespace of Events about cluster-scoped objects (ClusterObjectSyncs). Every
+/// apiserver accepts an `events.k8s.io` Event about a cluster-scoped object there; v1.20
+/// refuses one in `default`, where kube's Recorder would put it.
+pub const CLUSTER_EVENTS_NAMESPACE: &str = "kube-system";
+
+/// An Event about the cluster-scoped object `regarding`, in [`CLUSTER_EVENTS_NAMESPACE`]
+/// (pure; what kube's Recorder writes, in that namespace).
+fn cluster_scoped_event(
+    event: &kube::runtime::events::Event,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    reporter: &kube::runtime::events::Reporter,
+    now: jiff::Timestamp,
+) -> k8s_openapi::api::events::v1::Event {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    k8s_openapi::api::events::v1::Event {
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: event.note.clone(),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(regarding.clone()),
+        related: event.secondary.clone(),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(
+            reporter
+                .instance
+                .clone()
+                .unwrap_or_else(|| reporter.controller.clone()),
+        ),
+        type_: Some(
+            match event.type_ {
+                kube::runtime::events::EventType::Normal => "Normal",
+                kube::runtime::events::EventType::Warning => "Warning",
+            }
+            .into(),
+        ),
+        metadata: ObjectMeta {
+            namespace: Some(CLUSTER_EVENTS_NAMESPACE.into()),
+            name: Some(format!(
+                "{}.{:x}",
+                regarding.name.as_deref().unwrap_or(&reporter.controller),
+                now.as_nanosecond()
+            )),
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }
 
@@ -852,6 +913,42 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn events_about_cluster_scoped_objects_go_to_kube_system() {
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "NotAllSynced".into(),
+            note: Some("1 conflict".into()),
+            action: "Sync".into(),
+            secondary: None,
+        };
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            kind: Some("ClusterObjectSync".into()),
+            name: Some("fleet".into()),
+            ..Default::default()
+        };
+        let reporter = kube::runtime::events::Reporter {
+            controller: "kubesync".into(),
+            instance: None,
+        };
+        let now: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
+        let e = cluster_scoped_event(&event, &regarding, &reporter, now);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("kube-system"));
+        assert!(
+            e.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("fleet."))
+        );
+        assert_eq!(
+            e.regarding.as_ref().and_then(|r| r.namespace.as_deref()),
+            None
+        );
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("kubesync"));
+        assert_eq!(e.note.as_deref(), Some("1 conflict"));
     }
 
     #[test]
