@@ -1085,7 +1085,7 @@ async fn many_sources_per_object_sync_with_bounded_status_and_conflicts() {
 }
 
 /// A ClusterObjectSync (a cluster admin's) copies cluster-scoped kinds to a RemoteCluster with
-/// ObjectSync's rules: ClusterRoles selected by label and a PriorityClass by name; drift
+/// ObjectSync's rules: ClusterRoles selected by label and a PriorityClass by name (patched); drift
 /// repaired, source changes followed, a source that starts or stops matching gains or loses
 /// its copy, a foreign object at a copy's name is a Conflict and never touched. It is trusted
 /// (no RemoteCluster `allowedNamespaces`, no SyncGrant) and copies a namespaced object from a
@@ -1134,7 +1134,7 @@ async fn cluster_object_syncs_copy_cluster_scoped_kinds_to_a_remote_cluster() {
         OperatorOptions::default(),
     );
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet-roles}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: ClusterRole, selector: {matchLabels: {share: fleet}}}\n  destinations: [{cluster: eu}]\n").await.expect("fleet-roles");
-    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: priority}\nspec:\n  source: {group: scheduling.k8s.io, kind: PriorityClass, name: fleet-high}\n  destinations: [{cluster: eu}]\n  deletionPolicy: Orphan\n").await.expect("priority");
+    local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: priority}\nspec:\n  source: {group: scheduling.k8s.io, kind: PriorityClass, name: fleet-high}\n  destinations: [{cluster: eu, patches: [{merge: {description: eu fleet}}]}]\n  deletionPolicy: Orphan\n").await.expect("priority");
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: platform-settings}\nspec:\n  source: {kind: ConfigMap, name: settings, namespace: platform}\n  destinations: [{namespace: team-a}]\n").await.expect("platform-settings");
     let syncs: Api<ClusterObjectSync> = Api::all(local.client().expect("client"));
     let status_of = |name: &'static str| {
@@ -1208,6 +1208,7 @@ async fn cluster_object_syncs_copy_cluster_scoped_kinds_to_a_remote_cluster() {
     })
     .await;
     assert_eq!(priority.value, Some(100000));
+    assert_eq!(priority.description.as_deref(), Some("eu fleet"), "patched");
     let team_a: Api<ConfigMap> = Api::namespaced(local.client().expect("client"), "team-a");
     let settings = eventually("a namespaced source from any namespace", T, || async {
         team_a.get_opt("settings").await.ok().flatten()

@@ -8,7 +8,8 @@
 //! changes become Kubernetes Events; the per-ObjectSync gauges are kept for `/metrics`.
 //!
 //! Never touches ResourceSyncs or their engines, and never writes but through [`OwnWrites`]
-//! (copies are written by the fan-out's own writer; Events by the recorder).
+//! (copies are written by the fan-out's own writer; Events by kube's recorder, or, about a
+//! ClusterObjectSync, by one create in [`CLUSTER_EVENTS_NAMESPACE`]).
 
 pub mod policy;
 pub mod status;
