@@ -134,6 +134,39 @@ impl Cluster {
     pub async fn server_version(&self) -> Result<String> {
         Ok(self.client.apiserver_version().await?.git_version)
     }
+
+    /// Whether this connection's identity may `verb` objects of `resource` (plural) in
+    /// `group`: in `namespace`, or in every namespace when `None`. Asks the apiserver with a
+    /// SelfSubjectAccessReview (a question, not a write: nothing is stored), which every
+    /// authenticated identity may create.
+    pub async fn may(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> Result<bool> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    namespace: namespace.map(String::from),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = kube::Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&Default::default(), &review)
+            .await?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
 }
 
 /// A dynamic API handle for objects of `resource`: in `namespace`, or in all namespaces (and

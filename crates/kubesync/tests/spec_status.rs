@@ -12,7 +12,7 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::core::{ApiResource, GroupVersionKind};
-use kubesync::syncers::spec_status::SpecStatusSync;
+use kubesync::syncers::spec_status::{SecretRepair, SpecStatusSync};
 use kubesync_testenv::{TestEnv, eventually};
 
 const CRD: &str = kubesync_testenv::fixtures::WIDGET_CRD;
@@ -411,6 +411,11 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
         .await
         .expect("unrelated secret");
     let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
+    // The remote identity (an admin) may list and watch Secrets.
+    assert_eq!(
+        reconciler.syncer().secret_repair(),
+        Some(SecretRepair::Watch)
+    );
     let ctx = controller.context();
     let running = start(controller, reconciler);
     let (r, l) = (widgets(remote, &ns), widgets(local, &l_ns));
@@ -484,7 +489,8 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
     })
     .await;
 
-    // The remote copy edited by someone: repaired (on the next pass; a status change triggers one).
+    // The remote copy edited by someone: repaired at once (its watch event; the periodic
+    // resync is 10 minutes away, and nothing else changes).
     remote_secrets
         .patch(
             "creds-r",
@@ -493,15 +499,24 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
         )
         .await
         .expect("tamper");
-    set_status(local, &l_ns, "w", serde_json::json!({"phase": "Ready"})).await;
-    eventually("repaired", T, || async {
+    let repaired = || async {
         remote_secrets
             .get_opt("creds-r")
             .await
             .expect("get")
             .filter(|s| token(s).as_deref() == Some("two"))
-    })
-    .await;
+    };
+    eventually("an edited remote Secret repaired", T, repaired).await;
+    // Deleted and recreated empty (uploads only update): repaired too.
+    remote_secrets
+        .delete("creds-r", &DeleteParams::default())
+        .await
+        .expect("delete remote secret");
+    remote_secrets
+        .create(&PostParams::default(), &pre)
+        .await
+        .expect("recreate");
+    eventually("a recreated remote Secret repaired", T, repaired).await;
 
     // Memory: the only Secrets held are those named in `secret_names` (selected on the
     // server), and Namespaces are held as metadata only.
@@ -521,15 +536,155 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
         "the named Secret is held in full"
     );
     for c in ctx.clusters() {
+        // Locally the named Secrets; remotely their remote names, as metadata only.
+        let (name, full) = if c.name() == local.name() {
+            ("creds", true)
+        } else {
+            ("creds-r", false)
+        };
         for held in ctx.list_metadata(c.name(), &secret_type) {
             assert_eq!(
                 held.name_any(),
-                "creds",
+                name,
                 "{}: only named Secrets are held",
                 c.name()
             );
+            assert_eq!(held.data.get("data").is_some(), full, "{}", c.name());
         }
     }
+    running.stop().await;
+}
+
+/// A remote identity that may read and update its Secrets but not list or watch them: the
+/// objects that upload are re-run every `secret_repair_interval`, an edited remote Secret is
+/// repaired within it, and an unchanged one is never rewritten.
+#[tokio::test]
+async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    init_tracing();
+    let remote = TestEnv::builder()
+        .name("poll-remote")
+        .user("uploader", &[])
+        .start()
+        .await
+        .expect("remote");
+    let local = TestEnv::shared("local", true).expect("local");
+    for env in [&remote, local] {
+        env.install_crds(CRD).await.expect("crd");
+    }
+    let ns = unique_ns("poll");
+    remote.create_namespace(&ns).await.expect("ns");
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    remote
+        .grant(
+            "uploader",
+            None,
+            "widgets",
+            vec![
+                rule(
+                    &["demo.kubesync.io"],
+                    &["widgets"],
+                    &["get", "list", "watch", "update", "patch"],
+                ),
+                rule(&["demo.kubesync.io"], &["widgets/status"], &["patch"]),
+            ],
+        )
+        .await
+        .expect("grant");
+    remote
+        .grant(
+            "uploader",
+            Some(&ns),
+            "secrets",
+            vec![rule(&[""], &["secrets"], &["get", "update"])],
+        )
+        .await
+        .expect("grant");
+    let l_ns = format!("{ns}-l");
+    let engine = SpecStatusSync::builder(widget_type())
+        .remote_name_suffix("-r")
+        .local_namespace_suffix("-l")
+        .namespace_prefix(&ns)
+        .secret_names(["creds"])
+        .secret_repair_interval(Duration::from_secs(1))
+        .build(
+            kubesync::Cluster::new("poll-remote", remote.client_as("uploader").expect("client")),
+            cluster(local),
+        );
+    let writes = engine.write_counter();
+    let (controller, reconciler) = engine.into_parts().await.expect("engine parts");
+    assert_eq!(
+        reconciler.syncer().secret_repair(),
+        Some(SecretRepair::Poll(Duration::from_secs(1)))
+    );
+    let running = start(controller, reconciler);
+    let remote_secrets: Api<Secret> = Api::namespaced(remote.client().expect("client"), &ns);
+    let pre: Secret = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "creds-r", "namespace": ns}, "type": "Opaque"}),
+    )
+    .expect("secret");
+    remote_secrets
+        .create(&PostParams::default(), &pre)
+        .await
+        .expect("pre-create");
+    apply_widget(
+        &remote,
+        &ns,
+        "w-r",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    let lw = until(&widgets(local, &l_ns), "w", "local created", |_| true).await;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "creds", "namespace": l_ns, "ownerReferences": [{
+            "apiVersion": "demo.kubesync.io/v1", "kind": "Widget", "name": "w",
+            "uid": lw.metadata.uid, "controller": true}]},
+        "type": "Opaque", "data": {"token": base64_encode("one")}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(local.client().expect("client"), &l_ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("local secret");
+    let token = |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("token"))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+    };
+    let uploaded = || async {
+        remote_secrets
+            .get_opt("creds-r")
+            .await
+            .expect("get")
+            .filter(|s| token(s).as_deref() == Some("one"))
+    };
+    eventually("uploaded", T, uploaded).await;
+
+    // Unchanged: re-read every second, never rewritten.
+    let before = writes.writes_of("poll-remote", "secrets");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        writes.writes_of("poll-remote", "secrets"),
+        before,
+        "an unchanged remote Secret is not rewritten"
+    );
+    // Edited by someone (no event reaches kubesync): repaired by the next re-read.
+    remote_secrets
+        .patch(
+            "creds-r",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"token": base64_encode("tampered")}})),
+        )
+        .await
+        .expect("tamper");
+    eventually("repaired within the interval", T, uploaded).await;
+    assert_eq!(writes.writes_of("poll-remote", "secrets"), before + 1);
     running.stop().await;
 }
 

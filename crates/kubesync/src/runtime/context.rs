@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -30,7 +30,30 @@ impl fmt::Debug for Context {
     }
 }
 
+/// A [`Context`] that does not keep the runtime alive: for closures the runtime itself holds
+/// (a watch's mapper that reads the stores), which would otherwise never be freed.
+#[derive(Clone)]
+pub struct WeakContext(Weak<Shared>);
+
+impl fmt::Debug for WeakContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakContext").finish_non_exhaustive()
+    }
+}
+
+impl WeakContext {
+    /// The context, while its controller (or another handle) still holds it.
+    pub fn upgrade(&self) -> Option<Context> {
+        self.0.upgrade().map(|shared| Context { shared })
+    }
+}
+
 impl Context {
+    /// A handle that does not keep this context alive (see [`WeakContext`]).
+    pub fn downgrade(&self) -> WeakContext {
+        WeakContext(Arc::downgrade(&self.shared))
+    }
+
     /// A context with no clusters and no watches; `trigger` receives what it asks of the
     /// controller's loop.
     pub(super) fn new(trigger: mpsc::UnboundedSender<Msg>) -> Self {

@@ -32,7 +32,7 @@ mod store;
 mod watch;
 mod watches;
 
-pub use context::Context;
+pub use context::{Context, WeakContext};
 pub use controller::Controller;
 pub use metrics::{HEARTBEAT, Metrics};
 pub use queue::Backoff;

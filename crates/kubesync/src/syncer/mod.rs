@@ -46,8 +46,9 @@ pub enum Side {
     Target,
 }
 
-/// Maps an object seen by an extra watch to the **source** names it affects.
-pub type ExtraMapper = Arc<dyn Fn(&DynamicObject) -> Vec<ObjectName> + Send + Sync>;
+/// Maps an object seen by an extra watch to the **source** names it affects. The context
+/// lets it read the stores (e.g. every source object in the object's namespace).
+pub type ExtraMapper = Arc<dyn Fn(&DynamicObject, &Context) -> Vec<ObjectName> + Send + Sync>;
 
 /// An additional watch a syncer needs (e.g. Namespaces or Secrets on the target side), whose
 /// events re-run the reconcile of the source objects the mapper returns. Make it
@@ -349,15 +350,21 @@ impl<S: Syncer> SyncEngine<S> {
                         .collect()
                 }
             })?;
+        // The mappers may read the stores; the runtime holds them, so they hold the context
+        // weakly (else neither would ever be freed).
+        let weak = controller.context().downgrade();
         for extra in syncer.extra_watches() {
             let cluster = match extra.side {
                 Side::Source => &s,
                 Side::Target => &t,
             };
             let mapper = extra.mapper.clone();
-            let (s2, ar) = (s.clone(), source_resource.clone());
+            let (s2, ar, weak) = (s.clone(), source_resource.clone(), weak.clone());
             controller = controller.watch_mapped(cluster, extra.watch, move |_key, obj| {
-                mapper(obj)
+                let Some(ctx) = weak.upgrade() else {
+                    return Vec::new();
+                };
+                mapper(obj, &ctx)
                     .into_iter()
                     .map(|n| ObjectKey::new(s2.clone(), &ar, n.namespace, n.name))
                     .collect()
@@ -388,6 +395,13 @@ pub struct SyncReconciler<S: Syncer> {
     source: Cluster,
     target: Cluster,
     writer: Writer,
+}
+
+impl<S: Syncer> SyncReconciler<S> {
+    /// The syncer (e.g. what it learnt in [`Syncer::init`]).
+    pub fn syncer(&self) -> &S {
+        &self.syncer
+    }
 }
 
 impl<S: Syncer> Reconciler for SyncReconciler<S> {

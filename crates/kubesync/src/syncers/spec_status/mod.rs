@@ -12,7 +12,11 @@
 //!   subresource when it differs; if that fails, the spec is not pushed down in that pass.
 //! - The remote records `<domain>/sync-remote-generation` and `<domain>/sync-local-generation`.
 //! - Local Secrets named in `secret_names`, controlled by the local object, are written onto
-//!   pre-existing remote Secrets `<secret><remote_name_suffix>` (update only).
+//!   pre-existing remote Secrets `<secret><remote_name_suffix>` (update only). A remote Secret
+//!   edited, or deleted and recreated, is repaired within seconds: watched when the remote
+//!   identity may list and watch Secrets (asked with a SelfSubjectAccessReview at start),
+//!   else re-read every `secret_repair_interval` ([`SecretRepair`]); unchanged ones are
+//!   never rewritten.
 //! - `<domain>/paused: "true"` on either side stops every write.
 //! - Remote deleted: the local namespace it owns is deleted, or else the local object (with the
 //!   propagation policy); then the remote finalizer is released.
@@ -56,6 +60,34 @@ pub struct SpecStatusConfig {
     pub propagation_policy: PropagationPolicy,
     /// Annotation and finalizer names.
     pub marks: Marks,
+    /// How often an object's remote Secrets are re-read when they cannot be watched
+    /// (default 30 s; see [`SecretRepair`]).
+    pub secret_repair_interval: Duration,
+}
+
+/// Default of [`SpecStatusConfig::secret_repair_interval`].
+pub const SECRET_REPAIR_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How edits of the remote Secrets (by someone else) are noticed, decided at start from what
+/// the remote identity may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretRepair {
+    /// It may list and watch Secrets in every namespace: the remote Secrets named
+    /// `<secret><remote_name_suffix>` are watched (metadata only), and a change re-runs the
+    /// objects of their namespace at once.
+    Watch,
+    /// It may not: every object that uploads a Secret is re-run this often, and re-reads its
+    /// remote Secrets (with `get`; without it, remote edits cannot be seen, and only local
+    /// changes are uploaded).
+    Poll(Duration),
+}
+
+/// What [`Syncer::init`] learnt about the remote Secrets.
+#[derive(Clone, Debug)]
+struct SecretWatching {
+    repair: SecretRepair,
+    /// The source (remote) cluster's name, for the mapper's store reads.
+    source: String,
 }
 
 /// The spec/status [`Syncer`]: source = remote cluster, target = local cluster.
@@ -66,6 +98,8 @@ pub struct SpecStatusSync {
     /// Serialises local namespace creation: many objects of a new namespace arrive at once,
     /// and only the first of their reconciles should create it.
     namespace_creation: tokio::sync::Mutex<NamespacesCreated>,
+    /// Set by [`Syncer::init`] when Secrets are uploaded.
+    secret_watching: std::sync::OnceLock<SecretWatching>,
 }
 
 /// Local namespaces this sync created, until the Namespace watch shows them (an entry is
@@ -101,6 +135,7 @@ impl SpecStatusSync {
                 secret_names: Vec::new(),
                 propagation_policy: PropagationPolicy::Foreground,
                 marks: Marks::default(),
+                secret_repair_interval: SECRET_REPAIR_INTERVAL,
             },
             concurrency: 16,
             resync: Some(Duration::from_secs(600)),
@@ -119,12 +154,19 @@ impl SpecStatusSync {
             namespace_resource: ApiResource::erase::<Namespace>(&()),
             secret_resource: ApiResource::erase::<Secret>(&()),
             namespace_creation: Default::default(),
+            secret_watching: std::sync::OnceLock::new(),
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &SpecStatusConfig {
         &self.config
+    }
+
+    /// How remote Secret edits are noticed; `None` before the engine starts, or when no
+    /// Secrets are uploaded.
+    pub fn secret_repair(&self) -> Option<SecretRepair> {
+        self.secret_watching.get().map(|w| w.repair)
     }
 }
 
@@ -151,6 +193,12 @@ impl SpecStatusSyncBuilder {
         S: Into<String>,
     {
         self.config.secret_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+    /// How often an object's remote Secrets are re-read when the remote identity may not
+    /// watch them (default 30 s; see [`SecretRepair`]).
+    pub fn secret_repair_interval(mut self, every: Duration) -> Self {
+        self.config.secret_repair_interval = every;
         self
     }
     /// Propagation policy for deleting local objects (default Foreground).
@@ -381,12 +429,15 @@ impl SpecStatusSync {
         }
 
         // Secrets: failures are reported at the end but do not stop the spec.
-        let secret_error = match local {
-            Some(local) => self
+        let (uploads, secret_error) = match local {
+            Some(local) => match self
                 .upload_secrets(cx, remote, local, &ns, &remote_ns)
                 .await
-                .err(),
-            None => None,
+            {
+                Ok(uploads) => (uploads, None),
+                Err(e) => (true, Some(e)),
+            },
+            None => (false, None),
         };
 
         if local.is_some_and(|l| l.metadata.deletion_timestamp.is_some()) {
@@ -451,10 +502,15 @@ impl SpecStatusSync {
         }
         match secret_error {
             Some(e) => Err(e),
-            None => Ok(Action::done()),
+            None => Ok(match self.secret_repair() {
+                // Nothing tells us of remote edits: look again.
+                Some(SecretRepair::Poll(every)) if uploads => Action::requeue(every),
+                _ => Action::done(),
+            }),
         }
     }
 
+    /// Uploads the local Secrets this object controls; whether it controls any.
     async fn upload_secrets(
         &self,
         cx: &SyncContext<'_>,
@@ -462,9 +518,10 @@ impl SpecStatusSync {
         local: &DynamicObject,
         ns: &str,
         remote_ns: &str,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let marks = &self.config.marks;
         let mut first_error = None;
+        let mut uploads = false;
         for secret_name in &self.config.secret_names {
             let Some(obj) = cx.get(
                 Side::Target,
@@ -496,6 +553,7 @@ impl SpecStatusSync {
             if !controlled {
                 continue;
             }
+            uploads = true;
             let remote_name = format!("{secret_name}{}", self.config.names.remote_name_suffix);
             let remote_secrets: Api<Secret> =
                 Api::namespaced(cx.source.client().clone(), remote_ns);
@@ -556,7 +614,7 @@ impl SpecStatusSync {
         }
         match first_error {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(uploads),
         }
     }
 }
@@ -600,8 +658,54 @@ impl Syncer for SpecStatusSync {
         self.pass(cx, None, None).await
     }
 
+    async fn init(&self, source: &Cluster, _target: &Cluster) -> Result<()> {
+        if self.config.secret_names.is_empty() {
+            return Ok(());
+        }
+        let repair = match may_watch_secrets(source).await {
+            Ok(true) => SecretRepair::Watch,
+            Ok(false) => SecretRepair::Poll(self.config.secret_repair_interval),
+            Err(e) => {
+                tracing::warn!(cluster = %source.name(), error = %e, "could not ask whether remote Secrets may be watched; re-reading them periodically");
+                SecretRepair::Poll(self.config.secret_repair_interval)
+            }
+        };
+        tracing::info!(cluster = %source.name(), ?repair, "remote Secret repair");
+        let _ = self.secret_watching.set(SecretWatching {
+            repair,
+            source: source.name().to_string(),
+        });
+        Ok(())
+    }
+
     fn extra_watches(&self) -> Vec<ExtraWatch> {
         let mut watches = Vec::new();
+        // Remote Secrets uploaded to, watched when allowed: a change (an edit, a deletion, a
+        // recreation) re-runs the objects of its namespace, which repair it. Metadata is all
+        // the event needs (the pass reads the Secret), so no Secret data is held.
+        if let Some(SecretWatching {
+            repair: SecretRepair::Watch,
+            source,
+        }) = self.secret_watching.get()
+        {
+            for secret_name in &self.config.secret_names {
+                let remote_name = format!("{secret_name}{}", self.config.names.remote_name_suffix);
+                let (names, resource, source) = (
+                    self.config.names.clone(),
+                    self.config.resource.clone(),
+                    source.clone(),
+                );
+                watches.push(ExtraWatch {
+                    side: Side::Source,
+                    watch: Watch::dynamic(self.secret_resource.clone())
+                        .fields(&format!("metadata.name={remote_name}"))
+                        .metadata_only(),
+                    mapper: std::sync::Arc::new(move |secret: &DynamicObject, ctx| {
+                        objects_in_namespace(ctx, &source, &resource, &names, secret)
+                    }),
+                });
+            }
+        }
         // Local namespaces kubesync created map back to their owner (and requeue it when a
         // namespace deletion finishes). Only namespaces in the shard's form are considered.
         let names = self.config.names.clone();
@@ -609,7 +713,7 @@ impl Syncer for SpecStatusSync {
         watches.push(ExtraWatch {
             side: Side::Target,
             watch: Watch::dynamic(self.namespace_resource.clone()).metadata_only(),
-            mapper: std::sync::Arc::new(move |ns: &DynamicObject| {
+            mapper: std::sync::Arc::new(move |ns: &DynamicObject, _| {
                 let Some(owner) = ns
                     .metadata
                     .annotations
@@ -638,7 +742,7 @@ impl Syncer for SpecStatusSync {
                 side: Side::Target,
                 watch: Watch::dynamic(self.secret_resource.clone())
                     .fields(&format!("metadata.name={secret_name}")),
-                mapper: std::sync::Arc::new(move |secret: &DynamicObject| {
+                mapper: std::sync::Arc::new(move |secret: &DynamicObject, _| {
                     if secret.metadata.name.as_deref() != Some(wanted.as_str()) {
                         return Vec::new();
                     }
@@ -664,4 +768,30 @@ impl Syncer for SpecStatusSync {
         }
         watches
     }
+}
+
+/// Whether `cluster`'s identity may list and watch Secrets in every namespace.
+async fn may_watch_secrets(cluster: &Cluster) -> Result<bool> {
+    Ok(cluster.may("list", "", "secrets", None).await?
+        && cluster.may("watch", "", "secrets", None).await?)
+}
+
+/// The synced source objects in `obj`'s namespace (of this shard), as the source store holds
+/// them.
+fn objects_in_namespace(
+    ctx: &crate::runtime::Context,
+    source: &str,
+    resource: &ApiResource,
+    names: &SuffixTranslator,
+    obj: &DynamicObject,
+) -> Vec<ObjectName> {
+    let Some(ns) = obj.metadata.namespace.as_deref() else {
+        return Vec::new();
+    };
+    ctx.list(source, resource)
+        .iter()
+        .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
+        .map(|o| ObjectName::namespaced(ns, o.metadata.name.clone().unwrap_or_default()))
+        .filter(|n| names.to_target(n).is_some())
+        .collect()
 }
