@@ -127,6 +127,11 @@ pub struct ResourceSyncSpec {
     /// Secrets `<name><remoteNameSuffix>`.
     #[serde(default)]
     pub secret_names: Vec<String>,
+    /// How often an object's remote Secrets are re-read for repair when the remote identity
+    /// may not watch them (see `status.secretRepair`), e.g. `30s`, `2m`, `1m30s` (default
+    /// `30s`; at least `1s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_repair_interval: Option<String>,
     /// How local objects are deleted when their remote goes.
     #[serde(default)]
     pub propagation_policy: PropagationPolicy,
@@ -161,6 +166,20 @@ pub struct ResourceSyncStatus {
     /// Objects whose last reconcile failed.
     #[serde(default)]
     pub failing: u32,
+    /// How remote Secrets edited by someone else are noticed (with `spec.secretNames`):
+    /// `Watch` when the remote identity may list and watch Secrets, else `Poll` (re-read
+    /// every `spec.secretRepairInterval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_repair: Option<SecretRepairMode>,
+}
+
+/// How remote Secrets are repaired; see [`ResourceSyncStatus::secret_repair`].
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum SecretRepairMode {
+    /// Watched: repaired at once.
+    Watch,
+    /// Re-read every `spec.secretRepairInterval`.
+    Poll,
 }
 
 /// The CRDs of every kubesync resource.

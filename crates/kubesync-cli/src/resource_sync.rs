@@ -18,15 +18,15 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::Writer;
 use kubesync::runtime::{Action, ClusterStatus, Context};
-use kubesync::syncers::spec_status::SpecStatusSync;
 use kubesync::syncers::spec_status::plan::{Marks, is_paused};
+use kubesync::syncers::spec_status::{SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync};
 use kubesync::translate::{ObjectName, SuffixTranslator, Translator};
 use kubesync::{Cluster, ObjectKey};
 use tokio::sync::oneshot;
 
 use crate::crd::{
     Condition, PropagationPolicy, RemoteCluster, RemoteClusterStatus, ResourceSync,
-    ResourceSyncSpec, ResourceSyncStatus,
+    ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
 };
 use crate::remote::{LOCAL, RemoteClusters};
 use crate::status::{self, OwnWrites, Refusal, with_transition};
@@ -55,6 +55,7 @@ pub fn resource_sync_status(
     generation: Option<i64>,
     ready: Condition,
     counts: Counts,
+    secret_repair: Option<SecretRepair>,
     now: jiff::Timestamp,
 ) -> ResourceSyncStatus {
     ResourceSyncStatus {
@@ -64,6 +65,31 @@ pub fn resource_sync_status(
         in_sync: counts.in_sync,
         paused: counts.paused,
         failing: counts.failing,
+        secret_repair: secret_repair.map(|r| match r {
+            SecretRepair::Watch => SecretRepairMode::Watch,
+            SecretRepair::Poll(_) => SecretRepairMode::Poll,
+        }),
+    }
+}
+
+/// `spec.secretRepairInterval` (pure): a duration such as `30s`, `2m` or `1m30s`, at least
+/// one second; absent, the default 30 s.
+pub fn secret_repair_interval(spec: &ResourceSyncSpec) -> Result<Duration, Refusal> {
+    let Some(text) = &spec.secret_repair_interval else {
+        return Ok(SECRET_REPAIR_INTERVAL);
+    };
+    let invalid = |why: &str| {
+        Refusal::new(
+            "InvalidSpec",
+            format!("spec.secretRepairInterval {text:?} {why}"),
+        )
+    };
+    let parsed: jiff::SignedDuration = text
+        .parse()
+        .map_err(|_| invalid("is not a duration (e.g. 30s, 2m, 1m30s)"))?;
+    match Duration::try_from(parsed) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(d),
+        _ => Err(invalid("must be at least 1s")),
     }
 }
 
@@ -98,6 +124,8 @@ struct Engine {
     task: tokio::task::JoinHandle<kubesync::Result<()>>,
     ctx: Context,
     writer: Writer,
+    /// How its remote Secrets are repaired (with secret names).
+    secret_repair: Option<SecretRepair>,
 }
 
 impl Engine {
@@ -249,6 +277,7 @@ impl ResourceSyncController {
                 "spec.concurrency must be at least 1",
             ));
         }
+        secret_repair_interval(spec)?;
         let gvk = GroupVersionKind::gvk(
             &spec.resource.group,
             &spec.resource.version,
@@ -331,12 +360,19 @@ impl ResourceSyncController {
             }
         };
         let counts = self.counts(&name).await;
+        let secret_repair = self
+            .engines
+            .lock()
+            .await
+            .get(&name)
+            .and_then(|e| e.secret_repair);
         let old = rs.status.clone().unwrap_or_default();
         let status = resource_sync_status(
             &old,
             rs.metadata.generation,
             condition,
             counts,
+            secret_repair,
             status::now(),
         );
         if status != old {
@@ -382,6 +418,7 @@ impl ResourceSyncController {
             .local_namespace_suffix(&spec.local_namespace_suffix)
             .namespace_prefix(&spec.namespace_prefix)
             .secret_names(spec.secret_names.clone())
+            .secret_repair_interval(secret_repair_interval(spec).unwrap_or(SECRET_REPAIR_INTERVAL))
             .propagation_policy(policy)
             .domain(&domain)
             .concurrency(spec.concurrency.unwrap_or(16) as usize);
@@ -389,6 +426,7 @@ impl ResourceSyncController {
         let engine = builder.build(remote, self.local.clone());
         let writer = engine.write_counter();
         let (controller, reconciler) = engine.into_parts().await?;
+        let secret_repair = reconciler.syncer().secret_repair();
         let ctx = controller.context();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(controller.run(reconciler, async {
@@ -407,6 +445,7 @@ impl ResourceSyncController {
                 task,
                 ctx,
                 writer,
+                secret_repair,
             },
         );
         Ok(())
@@ -511,6 +550,7 @@ impl ResourceSyncController {
                 rs.metadata.generation,
                 status::ready(false, failure.reason, message),
                 Counts::default(),
+                None,
                 status::now(),
             );
             if status != old {
@@ -584,6 +624,7 @@ mod tests {
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
+            Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
             t("2024-01-01T00:00:00Z"),
         );
         assert_eq!(first.observed_generation, Some(4));
@@ -596,14 +637,17 @@ mod tests {
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
+            Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(again, first, "nothing changed: nothing to write");
+        assert_eq!(first.secret_repair, Some(SecretRepairMode::Poll));
         let refused = resource_sync_status(
             &first,
             Some(5),
             status::refused(&Refusal::new("InvalidSpec", "spec.remoteCluster is empty")),
             Counts::default(),
+            None,
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(refused.conditions[0].reason, "InvalidSpec");
@@ -611,6 +655,31 @@ mod tests {
             refused.conditions[0].last_transition_time,
             first.conditions[0].last_transition_time
         );
+    }
+
+    #[test]
+    fn secret_repair_intervals_are_durations_of_at_least_a_second() {
+        let with = |v: Option<&str>| {
+            let mut spec: ResourceSyncSpec = serde_json::from_value(serde_json::json!({
+                "resource": {"version": "v1", "kind": "Widget"}, "remoteCluster": "mgmt"
+            }))
+            .expect("spec");
+            spec.secret_repair_interval = v.map(String::from);
+            secret_repair_interval(&spec)
+        };
+        assert_eq!(with(None).expect("default"), Duration::from_secs(30));
+        for (text, secs) in [("30s", 30), ("2m", 120), ("1m30s", 90), ("1s", 1)] {
+            assert_eq!(with(Some(text)).expect(text), Duration::from_secs(secs));
+        }
+        for (bad, says) in [
+            ("soon", "is not a duration"),
+            ("500ms", "at least 1s"),
+            ("-5s", "at least 1s"),
+        ] {
+            let refusal = with(Some(bad)).expect_err(bad);
+            assert_eq!(refusal.reason, "InvalidSpec");
+            assert!(refusal.message.contains(says), "{}", refusal.message);
+        }
     }
 
     #[test]

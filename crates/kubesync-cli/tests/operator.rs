@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kubesync::Cluster;
-use kubesync_cli::crd::{RemoteCluster, ResourceSync};
+use kubesync_cli::crd::{RemoteCluster, ResourceSync, SecretRepairMode};
 use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::{TestEnv, eventually, fixtures::WIDGET_CRD};
 
@@ -103,7 +103,7 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
 
     // A valid ResourceSync: objects flow down, status counts them.
     apply_widget(&remote, "ops-a", "w1").await;
-    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n  secretNames: [creds]\n").await;
     let rss: Api<ResourceSync> = Api::all(local.client().expect("client"));
     eventually("w1 synced down", T, || async {
         widgets(&local, "ops-a").get_opt("w1").await.expect("get")
@@ -123,6 +123,8 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         Some(("True".into(), "Syncing".into()))
     );
     assert_eq!(st.observed_generation, rs.metadata.generation);
+    // The remote identity (an admin) may watch Secrets: remote Secret edits are seen at once.
+    assert_eq!(st.secret_repair, Some(SecretRepairMode::Watch));
 
     // Invalid specs: each gets a condition saying why; the operator keeps running.
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: bad-kind}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Gizmo}\n  remoteCluster: mgmt\n").await;
@@ -144,6 +146,13 @@ async fn operator_runs_reconfigures_and_stops_syncs_and_reports_bad_specs() {
         ready_message(&zero).contains("concurrency"),
         "{}",
         ready_message(&zero)
+    );
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: hasty}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  secretNames: [creds]\n  secretRepairInterval: 10ms\n").await;
+    let hasty = rs_reason(&rss, "hasty", ("False", "InvalidSpec")).await;
+    assert!(
+        ready_message(&hasty).contains("secretRepairInterval"),
+        "{}",
+        ready_message(&hasty)
     );
     rs_reason(&rss, "bad-secret", ("False", "KubeconfigSecretInvalid")).await;
     eventually("RemoteCluster broken reported", T, || async {
