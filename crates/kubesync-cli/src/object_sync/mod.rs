@@ -377,6 +377,7 @@ impl ObjectSyncController {
                 }
             };
             check_copy_names(d, selection.is_some())
+                .and_then(|()| check_destination_namespace(d))
                 .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
@@ -752,20 +753,32 @@ fn selection_text(source: &ObjectSyncSource) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// Whether `name` is a valid object name (a DNS subdomain: lowercase letters, digits, `-` and
-/// `.`, starting and ending with a letter or digit, at most [`MAX_NAME`] characters).
+/// Whether `name` may name an object of some kind: the apiserver's rule for every kind (at
+/// most [`MAX_NAME`] characters, not `.` or `..`, no `/` or `%`). Kinds narrow it further (a
+/// ConfigMap's name is a DNS subdomain; a ClusterRole's may hold `:`), and the apiserver
+/// refuses a copy named against its kind's rule: that destination's `Error`.
 fn is_object_name(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     !name.is_empty()
         && name.len() <= MAX_NAME
+        && name != "."
+        && name != ".."
         && name.chars().all(is_name_char)
-        && name.starts_with(alnum)
-        && name.ends_with(alnum)
 }
 
-/// Whether an object name may hold `c`.
+/// Whether an object name of any kind may hold `c`.
 fn is_name_char(c: char) -> bool {
-    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
+    c != '/' && c != '%'
+}
+
+/// Whether `name` is a namespace name (a DNS label: at most 63 lowercase letters, digits and
+/// `-`, starting and ending with a letter or digit).
+fn is_namespace_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| alnum(c) || c == '-')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
 }
 
 /// A destination's copy names: `name` only for a single source and not with a prefix or
@@ -791,12 +804,22 @@ fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String>
         ("nameSuffix", &d.name_suffix),
     ] {
         if !value.chars().all(is_name_char) {
-            return Err(format!(
-                "{field} {value:?} may hold only lowercase letters, digits, '-' and '.'"
-            ));
+            return Err(format!("{field} {value:?} may not hold '/' or '%'"));
         }
     }
     Ok(())
+}
+
+/// A destination's `namespace`: one namespace's name, or `"*"` / `""` for all. Anything else
+/// (a glob such as `team-*`, a typo with capitals) would silently match nothing.
+fn check_destination_namespace(d: &ObjectSyncDestination) -> Result<(), String> {
+    match d.namespace.as_deref() {
+        None | Some("") | Some("*") => Ok(()),
+        Some(ns) if is_namespace_name(ns) => Ok(()),
+        Some(ns) => Err(format!(
+            "namespace {ns:?} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)"
+        )),
+    }
 }
 
 /// A destination's patches as the fan-out applies them; why not, for an entry that gives
@@ -852,7 +875,7 @@ mod tests {
                 "spec.source.selector",
             ),
             (
-                serde_json::json!({"kind": "Secret", "names": ["Not_A_Name"]}),
+                serde_json::json!({"kind": "Secret", "names": ["a/b"]}),
                 "not a valid object name",
             ),
         ] {
@@ -953,6 +976,23 @@ mod tests {
     }
 
     #[test]
+    fn a_destination_namespace_is_a_name_or_all() {
+        let check = |v| check_destination_namespace(&destination(v));
+        for ok in [
+            serde_json::json!({}),
+            serde_json::json!({"namespace": ""}),
+            serde_json::json!({"namespace": "*"}),
+            serde_json::json!({"namespace": "team-a"}),
+        ] {
+            assert!(check(ok.clone()).is_ok(), "{ok}");
+        }
+        for bad in ["team-*", "Team-A", "team_a", "-a", &"a".repeat(64)] {
+            let message = check(serde_json::json!({"namespace": bad})).expect_err(bad);
+            assert!(message.contains("is not a namespace name"), "{message}");
+        }
+    }
+
+    #[test]
     fn copy_names_rename_one_source_or_affix_many() {
         let ok = |v, many| check_copy_names(&destination(v), many);
         assert!(ok(serde_json::json!({"name": "x"}), false).is_ok());
@@ -964,6 +1004,9 @@ mod tests {
             .is_ok()
         );
         assert!(ok(serde_json::json!({"namePrefix": "p-"}), false).is_ok());
+        // Names of kinds other than ConfigMaps and Secrets may hold more (a ClusterRole's `:`).
+        assert!(ok(serde_json::json!({"name": "system:fleet-reader"}), false).is_ok());
+        assert!(ok(serde_json::json!({"namePrefix": "fleet:"}), true).is_ok());
         for (v, many, says) in [
             (
                 serde_json::json!({"name": "x"}),
@@ -976,11 +1019,16 @@ mod tests {
                 "not both",
             ),
             (
-                serde_json::json!({"name": "X"}),
+                serde_json::json!({"name": ".."}),
                 false,
                 "not a valid object name",
             ),
-            (serde_json::json!({"nameSuffix": "_s"}), true, "nameSuffix"),
+            (
+                serde_json::json!({"name": "x".repeat(254)}),
+                false,
+                "not a valid object name",
+            ),
+            (serde_json::json!({"nameSuffix": "/s"}), true, "nameSuffix"),
         ] {
             let message = ok(v, many).expect_err("refused");
             assert!(message.contains(says), "{message}");
