@@ -233,7 +233,10 @@ impl ResourceSyncController {
                         status::ready(true, "Connected", format!("apiserver {v} answered")),
                         Some(v),
                     ),
-                    Ok(Err(e)) => (status::ready(false, "Unreachable", e.to_string()), None),
+                    Ok(Err(e)) => (
+                        status::ready(false, "Unreachable", kubesync::error::chain(&e)),
+                        None,
+                    ),
                     Err(_) => (
                         status::ready(false, "Unreachable", "no answer within 10s"),
                         None,

@@ -79,5 +79,46 @@ impl Error {
     }
 }
 
+/// An error's message followed by its causes (`a: b: c`), leaving out a cause whose text the
+/// message already holds. `client error (Connect)` alone does not say whether the port was
+/// closed or the server's certificate untrusted; its causes do.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Layer(&'static str, #[source] Option<Box<Layer>>);
+
+    #[test]
+    fn a_chain_names_every_cause_once() {
+        let e = Layer(
+            "client error (Connect)",
+            Some(Box::new(Layer(
+                "invalid peer certificate: UnknownIssuer",
+                Some(Box::new(Layer("UnknownIssuer", None))),
+            ))),
+        );
+        assert_eq!(
+            chain(&e),
+            "client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
+    }
+}

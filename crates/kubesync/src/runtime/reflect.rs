@@ -192,9 +192,9 @@ fn describe(e: &watcher::Error) -> String {
         watcher::Error::InitialListFailed(k)
         | watcher::Error::WatchStartFailed(k)
         | watcher::Error::WatchFailed(k) => {
-            format!("{e}: {k}")
+            format!("{e}: {}", crate::error::chain(k))
         }
-        other => other.to_string(),
+        other => crate::error::chain(other),
     }
 }
 

@@ -330,7 +330,9 @@ fn targets<'a, 's, S: Stores>(
                     );
                 }
             };
-            // Never copy onto a source (the source itself is skipped silently).
+            // Never copy onto a source. A source's own place is skipped silently where "*" or a
+            // selector reaches it, and reported where the destination names it (a namespace,
+            // or this cluster for a cluster-scoped kind): a copy there would be the source.
             if *cluster == snapshot.local
                 && *namespace == spec.source.namespace
                 && source_names.contains(at.name.as_str())
@@ -341,6 +343,13 @@ fn targets<'a, 's, S: Stores>(
                         format!(
                             "{} is one of the sources; its copy of {source_name} is not written",
                             at.name
+                        ),
+                    );
+                } else if d.namespaces.names(namespace) || spec.source.namespace().is_none() {
+                    report(
+                        DestinationState::Conflict,
+                        format!(
+                            "the copy of {source_name} would be the source itself; give this destination another namespace or cluster, or a name, namePrefix or nameSuffix"
                         ),
                     );
                 }
@@ -586,6 +595,19 @@ mod tests {
             Some("uid-d")
         );
         assert!(plan.deletes.is_empty() && plan.statuses.is_empty());
+        // Named, the source's own namespace is reported: the copy would be the source.
+        let stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        let plan = Run::new(declaration(vec![destination(None, "src")]), stores).plan();
+        assert!(written(&plan).is_empty());
+        assert_eq!(
+            states(&plan),
+            [("local/src".into(), DestinationState::Conflict)]
+        );
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("would be the source itself")
+        );
     }
 
     fn named(name: &str) -> Arc<DynamicObject> {
@@ -750,6 +772,10 @@ mod tests {
         );
         assert_eq!(plan.writes[0].desired.metadata.namespace, None);
         assert_eq!(plan.writes[0].at.to_string(), "east/viewer");
+        assert_eq!(
+            states(&plan),
+            [("local/".into(), DestinationState::Conflict)]
+        );
         assert_eq!(
             plan.deletes
                 .iter()
