@@ -2,6 +2,7 @@
 #   make test           fmt check, clippy -D warnings, every test (integration tests start real
 #                       control planes; the first run builds them, ~6 minutes)
 #   make demo           two local control planes and the copy controller between them, narrated
+#   make chaos          the fault suite (tests/faults.rs), printing each scenario's figures
 #   make bench          benchmarks on local control planes (the engine's, then bench-memory)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
@@ -15,7 +16,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: all test fmt-check clippy unit demo bench bench-memory control-plane crds image image-test clean clean-cache
+.PHONY: all test fmt-check clippy unit demo chaos bench bench-memory control-plane crds image image-test clean clean-cache
 
 all: test
 
@@ -33,6 +34,9 @@ test: fmt-check clippy control-plane
 
 demo: control-plane
 	$(CARGO) run --quiet -p kubesync-cli --example demo
+
+chaos: control-plane
+	$(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
 
 bench: control-plane
 	$(CARGO) bench -p kubesync

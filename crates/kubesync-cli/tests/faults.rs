@@ -1,0 +1,340 @@
+//! The fault suite, on real control planes: each scenario ends with an exact check of the
+//! final state and prints its figures. `make test` runs it; `make chaos` runs it alone and
+//! shows the figures (`--nocapture`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync::Cluster;
+use kubesync_cli::object_sync::ObjectSyncPolicy;
+use kubesync_cli::operator::OperatorOptions;
+use kubesync_testenv::{KubeconfigEntry, TestEnv, eventually, kubeconfig_yaml};
+
+/// One hostile or invalid declaration that passes the CRD schema, and the condition it must
+/// get: (type, status, reason).
+struct Bad {
+    kind: &'static str,
+    name: &'static str,
+    spec: String,
+    expect: (&'static str, &'static str, &'static str),
+}
+
+fn object_sync(name: &'static str, spec: &str, expect: (&'static str, &'static str)) -> Bad {
+    Bad {
+        kind: "ObjectSync",
+        name,
+        spec: spec.to_string(),
+        expect: (
+            if matches!(expect.1, "NotAllSynced" | "AllSynced") {
+                "Synced"
+            } else {
+                "Ready"
+            },
+            expect.0,
+            expect.1,
+        ),
+    }
+}
+
+fn invalid(name: &'static str, spec: &str) -> Bad {
+    object_sync(name, spec, ("False", "InvalidSpec"))
+}
+
+/// The API of one kubesync kind.
+fn kubesync_api(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubesync.io", "v1alpha1", kind),
+        &plural,
+    );
+    let client = env.client().expect("client");
+    if kind == "ObjectSync" {
+        Api::namespaced_with(client, "apps", &ar)
+    } else {
+        Api::all_with(client, &ar)
+    }
+}
+
+/// The condition `type_` of an object: (status, reason, message).
+fn condition(obj: &DynamicObject, type_: &str) -> Option<(String, String, String)> {
+    let c = obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// How long, after `tick` changes the healthy ObjectSync's source, its copies in `namespaces`
+/// all hold the new value (median of `rounds`).
+async fn propagation(
+    env: &TestEnv,
+    namespaces: &[String],
+    rounds: u32,
+    tick: &mut u32,
+) -> Duration {
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        *tick += 1;
+        let value = tick.to_string();
+        env.apply_yaml(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: healthy, namespace: apps}}\ndata: {{tick: \"{value}\"}}\n")).await.expect("source");
+        let started = Instant::now();
+        eventually("the healthy copies follow", T, || async {
+            for ns in namespaces {
+                let cm = Api::<ConfigMap>::namespaced(env.client().ok()?, ns)
+                    .get_opt("healthy")
+                    .await
+                    .ok()??;
+                if cm.data?.get("tick") != Some(&value) {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Scenario 6, bad input: 30 invalid or hostile declarations that pass the CRD schema. Each
+/// gets its condition with a reason and a message; the operator neither exits nor panics; a
+/// healthy ObjectSync next to them keeps syncing (its propagation time is printed before and
+/// while they are present).
+#[tokio::test]
+async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
+    let teams: Vec<String> = (0..5).map(|i| format!("team-{i}")).collect();
+    let mut namespaces: Vec<&str> = vec!["apps", "kubesync"];
+    namespaces.extend(teams.iter().map(String::as_str));
+    let (env, other) = tokio::join!(
+        operator_cluster("faults", false, &namespaces),
+        TestEnv::builder().name("faults-other").start()
+    );
+    let other = other.expect("other");
+    for ns in &teams {
+        env.apply_yaml(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{team: \"true\"}}}}\n"
+        ))
+        .await
+        .expect("label");
+    }
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps, labels: {app: cfg}}\ndata: {a: \"1\"}\n").await.expect("cm");
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: apps}\ndata: {b: \"2\"}\n").await.expect("cm");
+    // A source close to its size limit: a ConfigMap's data may hold 1 MiB; this one 4 KiB less.
+    env.apply_yaml(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: huge, namespace: apps}}\ndata: {{blob: {}}}\n", "x".repeat(1_020 * 1024))).await.expect("huge");
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["*".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: healthy, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: healthy}\n  destinations: [{namespaceSelector: {matchLabels: {team: \"true\"}}}]\n").await.expect("healthy");
+    let mut tick = 0;
+    let before = propagation(&env, &teams, 11, &mut tick).await;
+
+    // Kubeconfig Secrets: wrong key, garbage, an unreachable server, an untrusted CA.
+    let secret = |name: &str, key: &str, value: &str| {
+        serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "kubesync"},
+            "stringData": {key: value}
+        }))
+        .expect("json")
+    };
+    let unreachable = kubeconfig_yaml(&[KubeconfigEntry {
+        context: "gone",
+        server: "https://127.0.0.1:1",
+        ca_pem: env.ca_pem(),
+        user: "admin",
+        token: env.admin_token(),
+    }]);
+    let untrusted = kubeconfig_yaml(&[KubeconfigEntry {
+        context: "untrusted",
+        server: env.server(),
+        ca_pem: other.ca_pem(),
+        user: "admin",
+        token: env.admin_token(),
+    }]);
+    for yaml in [
+        secret("wrong-key", "config", &env.kubeconfig_yaml()),
+        secret("garbage", "kubeconfig", "{{{ not: yaml"),
+        secret("unreachable", "kubeconfig", &unreachable),
+        secret("untrusted", "kubeconfig", &untrusted),
+    ] {
+        env.apply_yaml(&yaml).await.expect("secret");
+    }
+    let remote = |name: &'static str, secret: &str, reason: &'static str| Bad {
+        kind: "RemoteCluster",
+        name,
+        spec: format!("kubeconfigSecretRef: {{namespace: kubesync, name: {secret}}}\n"),
+        expect: ("Ready", "False", reason),
+    };
+    let long = "a".repeat(254);
+    let prefix = "p".repeat(250);
+    let bad = vec![
+        invalid("selector-operator", "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: Near}]}}\ndestinations: [{namespace: team-0}]\n"),
+        invalid("selector-values", "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: In}]}}\ndestinations: [{namespace: team-0}]\n"),
+        invalid("namespace-selector", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespaceSelector: {matchExpressions: [{key: team, operator: Near}]}}]\n"),
+        invalid("namespace-glob", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: \"team-*\"}]\n"),
+        object_sync("unknown-kind", "source: {group: demo.kubesync.io, kind: Gizmo, name: x}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
+        object_sync("unknown-version", "source: {version: v9, kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
+        object_sync("unknown-group", "source: {group: nowhere.example.com, kind: Thing, name: x}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
+        invalid("rename-too-long", &format!("source: {{kind: ConfigMap, name: settings}}\ndestinations: [{{namespace: team-0, name: {long}}}]\n")),
+        object_sync("prefix-too-long", &format!("source: {{kind: ConfigMap, selector: {{matchLabels: {{app: cfg}}}}}}\ndestinations: [{{namespace: team-0, namePrefix: {prefix}}}]\n"), ("False", "NotAllSynced")),
+        object_sync("back-at-source", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: apps}]\n", ("False", "NotAllSynced")),
+        object_sync("invalid-patch", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, patches: [{}]}]\n", ("False", "InvalidPatch")),
+        object_sync("patch-renames", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, name: renamed, patches: [{merge: {metadata: {name: elsewhere}}}]}]\n", ("False", "NotAllSynced")),
+        object_sync("source-missing", "source: {kind: ConfigMap, name: Not_There}\ndestinations: [{namespace: team-0}]\n", ("False", "SourceNotFound")),
+        invalid("cluster-scoped", "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n"),
+        object_sync("unknown-remote", "source: {kind: ConfigMap, name: settings}\ndestinations: [{cluster: nowhere, namespace: team-0}]\n", ("False", "RemoteClusterNotFound")),
+        invalid("no-destinations", "source: {kind: ConfigMap, name: settings}\ndestinations: []\n"),
+        invalid("name-and-selector", "source: {kind: ConfigMap, name: settings, selector: {matchLabels: {app: cfg}}}\ndestinations: [{namespace: team-0}]\n"),
+        invalid("no-source", "source: {kind: ConfigMap}\ndestinations: [{namespace: team-0}]\n"),
+        invalid("rename-many", "source: {kind: ConfigMap, names: [settings, other]}\ndestinations: [{namespace: team-0, name: one}]\n"),
+        invalid("bad-prefix", "source: {kind: ConfigMap, names: [settings]}\ndestinations: [{namespace: team-0, namePrefix: a/b}]\n"),
+        invalid("bad-source-name", "source: {kind: ConfigMap, names: [\"..\"]}\ndestinations: [{namespace: team-0}]\n"),
+        object_sync("near-the-limit", "source: {kind: ConfigMap, name: huge}\ndestinations: [{namespace: team-1}]\n", ("True", "AllSynced")),
+        Bad {
+            kind: "ClusterObjectSync",
+            name: "no-source-namespace",
+            spec: "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n".into(),
+            expect: ("Ready", "False", "InvalidSpec"),
+        },
+        Bad {
+            kind: "ClusterObjectSync",
+            name: "namespaced-cluster-copy",
+            spec: "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n".into(),
+            expect: ("Ready", "False", "InvalidSpec"),
+        },
+        Bad {
+            kind: "ResourceSync",
+            name: "no-status-subresource",
+            spec: "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\n".into(),
+            expect: ("Ready", "False", "NoStatusSubresource"),
+        },
+        Bad {
+            kind: "ResourceSync",
+            name: "hasty",
+            spec: "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\nsecretNames: [creds]\nsecretRepairInterval: 1ms\n".into(),
+            expect: ("Ready", "False", "InvalidSpec"),
+        },
+        remote("missing-secret", "not-there", "KubeconfigSecretInvalid"),
+        remote("wrong-key", "wrong-key", "KubeconfigSecretInvalid"),
+        remote("garbage", "garbage", "KubeconfigInvalid"),
+        remote("unreachable", "unreachable", "Unreachable"),
+        remote("untrusted", "untrusted", "Unreachable"),
+    ];
+    // Two ObjectSyncs fighting over one copy: one of them reports the Conflict.
+    let fighting = [("fight-a", "settings"), ("fight-b", "other")];
+    let started = Instant::now();
+    for b in &bad {
+        let namespace = if b.kind == "ObjectSync" {
+            "\n  namespace: apps"
+        } else {
+            ""
+        };
+        let spec: String = b.spec.lines().map(|l| format!("  {l}\n")).collect();
+        env.apply_yaml(&format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: {}\nmetadata:\n  name: {}{namespace}\nspec:\n{spec}",
+            b.kind, b.name
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{} {} passes the schema: {e}", b.kind, b.name));
+    }
+    for (name, source) in fighting {
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{kind: ConfigMap, name: {source}}}\n  destinations: [{{namespace: team-2, name: contested}}]\n")).await.expect("fight");
+    }
+    let mut report = Vec::new();
+    for b in &bad {
+        let api = kubesync_api(&env, b.kind);
+        let (type_, status, reason) = b.expect;
+        let deadline = Instant::now() + T;
+        let got = loop {
+            let obj = api.get_opt(b.name).await.ok().flatten();
+            let found = obj.as_ref().and_then(|o| condition(o, type_));
+            match found {
+                Some(c) if c.0 == status && c.1 == reason => break c,
+                _ if Instant::now() > deadline => panic!(
+                    "{} {}: no {type_}={status} {reason} after {T:?}; status: {}",
+                    b.kind,
+                    b.name,
+                    obj.map(|o| o.data["status"].to_string())
+                        .unwrap_or_default()
+                ),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        assert!(!got.2.is_empty(), "{} {}: a message", b.kind, b.name);
+        // The cause, not just "client error (Connect)".
+        if b.name == "untrusted" {
+            assert!(got.2.to_lowercase().contains("certificate"), "{}", got.2);
+        }
+        if b.name == "unreachable" {
+            assert!(got.2.to_lowercase().contains("refused"), "{}", got.2);
+        }
+        report.push(format!(
+            "{:<18} {:<24} {type_}={status} {reason}: {}",
+            b.kind, b.name, got.2
+        ));
+    }
+    let syncs = kubesync_api(&env, "ObjectSync");
+    let conflicts = eventually(
+        "one of the fighting ObjectSyncs reports the Conflict",
+        T,
+        || async {
+            let mut conflicts = Vec::new();
+            for (name, _) in fighting {
+                let obj = syncs.get_opt(name).await.ok()??;
+                let synced = condition(&obj, "Synced")?;
+                if synced.0 == "False" {
+                    conflicts.push(name);
+                }
+            }
+            (conflicts.len() == 1).then_some(conflicts)
+        },
+    )
+    .await;
+    let reported_in = started.elapsed();
+    let contested = Api::<ConfigMap>::namespaced(env.client().expect("client"), "team-2")
+        .get("contested")
+        .await
+        .expect("the first one's copy");
+    let winner = if conflicts[0] == "fight-a" { "b" } else { "a" };
+    assert!(
+        contested.data.unwrap_or_default().contains_key(winner),
+        "the contested copy is the winner's"
+    );
+    let during = propagation(&env, &teams, 11, &mut tick).await;
+
+    // The operator never panicked, and still runs (stop() checks it returns Ok).
+    let failures = running
+        .operator
+        .context()
+        .expect("running")
+        .metrics()
+        .failures_by_category();
+    assert_eq!(failures.get("Panic"), None, "{failures:?}");
+    for line in &report {
+        println!("  {line}");
+    }
+    println!(
+        "bad input: {} declarations (+2 fighting), all reported {:.1} s after the first was applied, 0 panics; healthy neighbour: {} copies in {} ms before, {} ms with them",
+        bad.len(),
+        reported_in.as_secs_f64(),
+        teams.len(),
+        before.as_millis(),
+        during.as_millis()
+    );
+    running.stop().await;
+}
