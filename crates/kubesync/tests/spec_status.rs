@@ -422,10 +422,7 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
     let remote_secrets: Api<Secret> = Api::namespaced(remote.client().expect("client"), &ns);
     let local_secrets: Api<Secret> = Api::namespaced(local.client().expect("client"), &l_ns);
     // The remote Secret must pre-exist (uploads are updates only).
-    let pre: Secret = serde_json::from_value(
-        serde_json::json!({"metadata": {"name": "creds-r", "namespace": ns}, "type": "Opaque"}),
-    )
-    .expect("secret");
+    let pre = remote_creds(&ns);
     remote_secrets
         .create(&PostParams::default(), &pre)
         .await
@@ -434,25 +431,10 @@ async fn secrets_are_uploaded_repaired_and_follow_local_changes() {
     apply_widget(remote, &ns, "w-r", serde_json::json!({"spec": {"size": 1}})).await;
     let lw = until(&l, "w", "local created", |_| true).await;
     let data = |v: &str| serde_json::json!({"token": base64_encode(v)});
-    let owned = |v: &str| -> Secret {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "creds", "namespace": l_ns, "ownerReferences": [{
-                "apiVersion": "demo.kubesync.io/v1", "kind": "Widget", "name": "w",
-                "uid": lw.metadata.uid, "controller": true}]},
-            "type": "Opaque", "data": data(v)
-        }))
-        .expect("secret")
-    };
     local_secrets
-        .create(&PostParams::default(), &owned("one"))
+        .create(&PostParams::default(), &local_creds(&lw, "one"))
         .await
         .expect("local secret");
-    let token = |s: &Secret| {
-        s.data
-            .as_ref()
-            .and_then(|d| d.get("token"))
-            .map(|b| String::from_utf8_lossy(&b.0).to_string())
-    };
     let uploaded = eventually("uploaded", T, || async {
         remote_secrets
             .get_opt("creds-r")
@@ -624,12 +606,8 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     );
     let running = start(controller, reconciler);
     let remote_secrets: Api<Secret> = Api::namespaced(remote.client().expect("client"), &ns);
-    let pre: Secret = serde_json::from_value(
-        serde_json::json!({"metadata": {"name": "creds-r", "namespace": ns}, "type": "Opaque"}),
-    )
-    .expect("secret");
     remote_secrets
-        .create(&PostParams::default(), &pre)
+        .create(&PostParams::default(), &remote_creds(&ns))
         .await
         .expect("pre-create");
     apply_widget(
@@ -640,23 +618,10 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     )
     .await;
     let lw = until(&widgets(local, &l_ns), "w", "local created", |_| true).await;
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "creds", "namespace": l_ns, "ownerReferences": [{
-            "apiVersion": "demo.kubesync.io/v1", "kind": "Widget", "name": "w",
-            "uid": lw.metadata.uid, "controller": true}]},
-        "type": "Opaque", "data": {"token": base64_encode("one")}
-    }))
-    .expect("secret");
     Api::<Secret>::namespaced(local.client().expect("client"), &l_ns)
-        .create(&PostParams::default(), &secret)
+        .create(&PostParams::default(), &local_creds(&lw, "one"))
         .await
         .expect("local secret");
-    let token = |s: &Secret| {
-        s.data
-            .as_ref()
-            .and_then(|d| d.get("token"))
-            .map(|b| String::from_utf8_lossy(&b.0).to_string())
-    };
     let uploaded = || async {
         remote_secrets
             .get_opt("creds-r")
@@ -686,6 +651,34 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     eventually("repaired within the interval", T, uploaded).await;
     assert_eq!(writes.writes_of("poll-remote", "secrets"), before + 1);
     running.stop().await;
+}
+
+/// The empty remote Secret `creds-r` of namespace `ns`, as an admin pre-creates it (uploads
+/// only update).
+fn remote_creds(ns: &str) -> Secret {
+    serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "creds-r", "namespace": ns}, "type": "Opaque"}),
+    )
+    .expect("secret")
+}
+
+/// The local Secret `creds` controlled by the local Widget `owner`, with `token` = `value`.
+fn local_creds(owner: &DynamicObject, value: &str) -> Secret {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "creds", "namespace": owner.metadata.namespace, "ownerReferences": [{
+            "apiVersion": "demo.kubesync.io/v1", "kind": "Widget", "name": owner.metadata.name,
+            "uid": owner.metadata.uid, "controller": true}]},
+        "type": "Opaque", "data": {"token": base64_encode(value)}
+    }))
+    .expect("secret")
+}
+
+/// A Secret's `token`, as text.
+fn token(s: &Secret) -> Option<String> {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get("token"))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
 }
 
 fn base64_encode(s: &str) -> String {

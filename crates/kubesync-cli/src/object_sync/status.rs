@@ -619,36 +619,27 @@ mod tests {
     fn a_cluster_scoped_source_is_named_without_a_namespace() {
         let mut r = report(Vec::new());
         r.source_found = false;
-        let observed = Observation::Reported {
-            report: &r,
-            source_namespace: "",
-            source_name: "fleet-reader",
-            selection: None,
+        let ready = |source_name, selection| {
+            let observed = Observation::Reported {
+                report: &r,
+                source_namespace: "",
+                source_name,
+                selection,
+            };
+            let s = object_sync_status(
+                &ObjectSyncStatus::default(),
+                Some(1),
+                observed,
+                t("2024-01-01T00:00:00Z"),
+            );
+            find(&s, "Ready").message.clone()
         };
-        let s = object_sync_status(
-            &ObjectSyncStatus::default(),
-            Some(1),
-            observed,
-            t("2024-01-01T00:00:00Z"),
-        );
         assert_eq!(
-            find(&s, "Ready").message,
+            ready("fleet-reader", None),
             "source fleet-reader does not exist; its copies were removed"
         );
-        let observed = Observation::Reported {
-            report: &r,
-            source_namespace: "",
-            source_name: "",
-            selection: Some("selector share=fleet"),
-        };
-        let s = object_sync_status(
-            &ObjectSyncStatus::default(),
-            Some(1),
-            observed,
-            t("2024-01-01T00:00:00Z"),
-        );
         assert_eq!(
-            find(&s, "Ready").message,
+            ready("", Some("selector share=fleet")),
             "no object matches the source's selector share=fleet; its copies were removed"
         );
     }
