@@ -362,7 +362,7 @@ async fn check(kubeconfig: Option<PathBuf>, contexts: Vec<String>, timeout: Dura
         let result = match load(&kubeconfig, ctx.as_deref()).await {
             Ok(cluster) => match tokio::time::timeout(timeout, cluster.server_version()).await {
                 Ok(Ok(version)) => Ok((cluster.name().to_string(), version)),
-                Ok(Err(e)) => Err(format!("{}: {e}", e.category())),
+                Ok(Err(e)) => Err(format!("{}: {}", e.category(), kubesync::error::chain(&e))),
                 Err(_) => Err(format!("Unreachable: no answer within {timeout:?}")),
             },
             Err(e) => Err(format!("{}: {e}", e.category())),

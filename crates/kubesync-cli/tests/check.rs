@@ -35,4 +35,6 @@ async fn check_reports_each_cluster_and_fails_on_an_unreachable_one() {
     assert!(!out.status.success());
     assert!(stdout.contains("check-a\tready"), "{stdout}");
     assert!(stdout.contains("check-b\terror\tUnreachable"), "{stdout}");
+    // With the cause, not only "client error (Connect)".
+    assert!(stdout.contains("Connection refused"), "{stdout}");
 }
