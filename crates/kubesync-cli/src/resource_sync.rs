@@ -46,6 +46,8 @@ pub struct Counts {
     pub paused: u32,
     /// Objects whose last reconcile failed.
     pub failing: u32,
+    /// How its remote Secrets are repaired (with secret names).
+    pub secret_repair: Option<SecretRepair>,
 }
 
 /// The status of a ResourceSync (pure): its `Ready` condition (transition time kept while
@@ -55,7 +57,6 @@ pub fn resource_sync_status(
     generation: Option<i64>,
     ready: Condition,
     counts: Counts,
-    secret_repair: Option<SecretRepair>,
     now: jiff::Timestamp,
 ) -> ResourceSyncStatus {
     ResourceSyncStatus {
@@ -65,7 +66,7 @@ pub fn resource_sync_status(
         in_sync: counts.in_sync,
         paused: counts.paused,
         failing: counts.failing,
-        secret_repair: secret_repair.map(|r| match r {
+        secret_repair: counts.secret_repair.map(|r| match r {
             SecretRepair::Watch => SecretRepairMode::Watch,
             SecretRepair::Poll(_) => SecretRepairMode::Poll,
         }),
@@ -263,7 +264,7 @@ impl ResourceSyncController {
         &self,
         rs: &ResourceSync,
         ctx: &Context,
-    ) -> Result<(ApiResource, Cluster, String), Refusal> {
+    ) -> Result<(ApiResource, Cluster, String, Duration), Refusal> {
         let spec = &rs.spec;
         if spec.resource.kind.is_empty() || spec.resource.version.is_empty() {
             return Err(Refusal::new(
@@ -280,7 +281,7 @@ impl ResourceSyncController {
                 "spec.concurrency must be at least 1",
             ));
         }
-        secret_repair_interval(spec)?;
+        let repair_interval = secret_repair_interval(spec)?;
         let gvk = GroupVersionKind::gvk(
             &spec.resource.group,
             &spec.resource.version,
@@ -320,7 +321,7 @@ impl ResourceSyncController {
             .remotes
             .connect_named(ctx, &spec.remote_cluster)
             .await?;
-        Ok((ar, conn.cluster, conn.fingerprint))
+        Ok((ar, conn.cluster, conn.fingerprint, repair_interval))
     }
 
     /// Reconciles one ResourceSync: starts, reconfigures or stops its engine, and reports.
@@ -356,26 +357,19 @@ impl ResourceSyncController {
                 tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "ResourceSync refused");
                 status::refused(&refusal)
             }
-            Ok((ar, remote, kubeconfig_hash)) => {
-                self.ensure_engine(&rs, ar, remote, &kubeconfig_hash)
+            Ok((ar, remote, kubeconfig_hash, repair_interval)) => {
+                self.ensure_engine(&rs, ar, remote, &kubeconfig_hash, repair_interval)
                     .await?;
                 self.engine_condition(&name).await
             }
         };
         let counts = self.counts(&name).await;
-        let secret_repair = self
-            .engines
-            .lock()
-            .await
-            .get(&name)
-            .and_then(|e| e.secret_repair);
         let old = rs.status.clone().unwrap_or_default();
         let status = resource_sync_status(
             &old,
             rs.metadata.generation,
             condition,
             counts,
-            secret_repair,
             status::now(),
         );
         if status != old {
@@ -390,6 +384,7 @@ impl ResourceSyncController {
         ar: ApiResource,
         remote: Cluster,
         kubeconfig_hash: &str,
+        repair_interval: Duration,
     ) -> kubesync::Result<()> {
         let name = rs.name_any();
         let spec = &rs.spec;
@@ -421,7 +416,7 @@ impl ResourceSyncController {
             .local_namespace_suffix(&spec.local_namespace_suffix)
             .namespace_prefix(&spec.namespace_prefix)
             .secret_names(spec.secret_names.clone())
-            .secret_repair_interval(secret_repair_interval(spec).unwrap_or(SECRET_REPAIR_INTERVAL))
+            .secret_repair_interval(repair_interval)
             .propagation_policy(policy)
             .domain(&domain)
             .concurrency(spec.concurrency.unwrap_or(16) as usize);
@@ -475,13 +470,17 @@ impl ResourceSyncController {
         }
     }
 
-    /// The counts of a running sync (zero when it does not run).
+    /// The counts of a running sync and how it repairs remote Secrets (zero and `None` when
+    /// it does not run).
     async fn counts(&self, name: &str) -> Counts {
         let engines = self.engines.lock().await;
         let Some(e) = engines.get(name) else {
             return Counts::default();
         };
-        let mut counts = Counts::default();
+        let mut counts = Counts {
+            secret_repair: e.secret_repair,
+            ..Counts::default()
+        };
         for remote in e.ctx.list(&e.remote, &e.resource) {
             let source = ObjectName {
                 namespace: remote.metadata.namespace.clone(),
@@ -525,13 +524,15 @@ impl ResourceSyncController {
             engine.shutdown().await;
         }
         let failure = match self.resolve(rs, ctx).await {
-            Ok((ar, remote, _)) => match self.release_remote_finalizers(rs, &ar, &remote).await {
-                Ok(released) => {
-                    tracing::info!(resourcesync = %name, released, "released the remote objects' finalizers");
-                    None
+            Ok((ar, remote, _, _)) => {
+                match self.release_remote_finalizers(rs, &ar, &remote).await {
+                    Ok(released) => {
+                        tracing::info!(resourcesync = %name, released, "released the remote objects' finalizers");
+                        None
+                    }
+                    Err(e) => Some(Refusal::new("FinalizersNotReleased", e.to_string())),
                 }
-                Err(e) => Some(Refusal::new("FinalizersNotReleased", e.to_string())),
-            },
+            }
             Err(refusal) if nothing_to_release(&refusal) => {
                 tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "deleting a ResourceSync whose sync cannot have run: no remote finalizers to release");
                 None
@@ -553,7 +554,6 @@ impl ResourceSyncController {
                 rs.metadata.generation,
                 status::ready(false, failure.reason, message),
                 Counts::default(),
-                None,
                 status::now(),
             );
             if status != old {
@@ -621,13 +621,13 @@ mod tests {
             in_sync: 2,
             paused: 1,
             failing: 0,
+            secret_repair: Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
         };
         let first = resource_sync_status(
             &ResourceSyncStatus::default(),
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
-            Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
             t("2024-01-01T00:00:00Z"),
         );
         assert_eq!(first.observed_generation, Some(4));
@@ -640,7 +640,6 @@ mod tests {
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
-            Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(again, first, "nothing changed: nothing to write");
@@ -650,7 +649,6 @@ mod tests {
             Some(5),
             status::refused(&Refusal::new("InvalidSpec", "spec.remoteCluster is empty")),
             Counts::default(),
-            None,
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(refused.conditions[0].reason, "InvalidSpec");

@@ -41,6 +41,16 @@ fn object_sync(name: &'static str, spec: &str, expect: (&'static str, &'static s
     }
 }
 
+/// A declaration of `kind` whose `Ready` must be False with `reason`.
+fn refused(kind: &'static str, name: &'static str, spec: &str, reason: &'static str) -> Bad {
+    Bad {
+        kind,
+        name,
+        spec: spec.to_string(),
+        expect: ("Ready", "False", reason),
+    }
+}
+
 fn invalid(name: &'static str, spec: &str) -> Bad {
     object_sync(name, spec, ("False", "InvalidSpec"))
 }
@@ -174,61 +184,139 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
     ] {
         env.apply_yaml(&yaml).await.expect("secret");
     }
-    let remote = |name: &'static str, secret: &str, reason: &'static str| Bad {
-        kind: "RemoteCluster",
-        name,
-        spec: format!("kubeconfigSecretRef: {{namespace: kubesync, name: {secret}}}\n"),
-        expect: ("Ready", "False", reason),
+    let remote = |name: &'static str, secret: &str, reason: &'static str| {
+        let spec = format!("kubeconfigSecretRef: {{namespace: kubesync, name: {secret}}}\n");
+        refused("RemoteCluster", name, &spec, reason)
     };
     let long = "a".repeat(254);
     let prefix = "p".repeat(250);
     let bad = vec![
-        invalid("selector-operator", "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: Near}]}}\ndestinations: [{namespace: team-0}]\n"),
-        invalid("selector-values", "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: In}]}}\ndestinations: [{namespace: team-0}]\n"),
-        invalid("namespace-selector", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespaceSelector: {matchExpressions: [{key: team, operator: Near}]}}]\n"),
-        invalid("namespace-glob", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: \"team-*\"}]\n"),
-        object_sync("unknown-kind", "source: {group: demo.kubesync.io, kind: Gizmo, name: x}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
-        object_sync("unknown-version", "source: {version: v9, kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
-        object_sync("unknown-group", "source: {group: nowhere.example.com, kind: Thing, name: x}\ndestinations: [{namespace: team-0}]\n", ("False", "ResourceNotFound")),
-        invalid("rename-too-long", &format!("source: {{kind: ConfigMap, name: settings}}\ndestinations: [{{namespace: team-0, name: {long}}}]\n")),
-        object_sync("prefix-too-long", &format!("source: {{kind: ConfigMap, selector: {{matchLabels: {{app: cfg}}}}}}\ndestinations: [{{namespace: team-0, namePrefix: {prefix}}}]\n"), ("False", "NotAllSynced")),
-        object_sync("back-at-source", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: apps}]\n", ("False", "NotAllSynced")),
-        object_sync("invalid-patch", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, patches: [{}]}]\n", ("False", "InvalidPatch")),
-        object_sync("patch-renames", "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, name: renamed, patches: [{merge: {metadata: {name: elsewhere}}}]}]\n", ("False", "NotAllSynced")),
-        object_sync("source-missing", "source: {kind: ConfigMap, name: Not_There}\ndestinations: [{namespace: team-0}]\n", ("False", "SourceNotFound")),
-        invalid("cluster-scoped", "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n"),
-        object_sync("unknown-remote", "source: {kind: ConfigMap, name: settings}\ndestinations: [{cluster: nowhere, namespace: team-0}]\n", ("False", "RemoteClusterNotFound")),
-        invalid("no-destinations", "source: {kind: ConfigMap, name: settings}\ndestinations: []\n"),
-        invalid("name-and-selector", "source: {kind: ConfigMap, name: settings, selector: {matchLabels: {app: cfg}}}\ndestinations: [{namespace: team-0}]\n"),
-        invalid("no-source", "source: {kind: ConfigMap}\ndestinations: [{namespace: team-0}]\n"),
-        invalid("rename-many", "source: {kind: ConfigMap, names: [settings, other]}\ndestinations: [{namespace: team-0, name: one}]\n"),
-        invalid("bad-prefix", "source: {kind: ConfigMap, names: [settings]}\ndestinations: [{namespace: team-0, namePrefix: a/b}]\n"),
-        invalid("bad-source-name", "source: {kind: ConfigMap, names: [\"..\"]}\ndestinations: [{namespace: team-0}]\n"),
-        object_sync("near-the-limit", "source: {kind: ConfigMap, name: huge}\ndestinations: [{namespace: team-1}]\n", ("True", "AllSynced")),
-        Bad {
-            kind: "ClusterObjectSync",
-            name: "no-source-namespace",
-            spec: "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n".into(),
-            expect: ("Ready", "False", "InvalidSpec"),
-        },
-        Bad {
-            kind: "ClusterObjectSync",
-            name: "namespaced-cluster-copy",
-            spec: "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n".into(),
-            expect: ("Ready", "False", "InvalidSpec"),
-        },
-        Bad {
-            kind: "ResourceSync",
-            name: "no-status-subresource",
-            spec: "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\n".into(),
-            expect: ("Ready", "False", "NoStatusSubresource"),
-        },
-        Bad {
-            kind: "ResourceSync",
-            name: "hasty",
-            spec: "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\nsecretNames: [creds]\nsecretRepairInterval: 1ms\n".into(),
-            expect: ("Ready", "False", "InvalidSpec"),
-        },
+        invalid(
+            "selector-operator",
+            "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: Near}]}}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "selector-values",
+            "source: {kind: ConfigMap, selector: {matchExpressions: [{key: app, operator: In}]}}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "namespace-selector",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespaceSelector: {matchExpressions: [{key: team, operator: Near}]}}]\n",
+        ),
+        invalid(
+            "namespace-glob",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: \"team-*\"}]\n",
+        ),
+        object_sync(
+            "unknown-kind",
+            "source: {group: demo.kubesync.io, kind: Gizmo, name: x}\ndestinations: [{namespace: team-0}]\n",
+            ("False", "ResourceNotFound"),
+        ),
+        object_sync(
+            "unknown-version",
+            "source: {version: v9, kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n",
+            ("False", "ResourceNotFound"),
+        ),
+        object_sync(
+            "unknown-group",
+            "source: {group: nowhere.example.com, kind: Thing, name: x}\ndestinations: [{namespace: team-0}]\n",
+            ("False", "ResourceNotFound"),
+        ),
+        invalid(
+            "rename-too-long",
+            &format!(
+                "source: {{kind: ConfigMap, name: settings}}\ndestinations: [{{namespace: team-0, name: {long}}}]\n"
+            ),
+        ),
+        object_sync(
+            "prefix-too-long",
+            &format!(
+                "source: {{kind: ConfigMap, selector: {{matchLabels: {{app: cfg}}}}}}\ndestinations: [{{namespace: team-0, namePrefix: {prefix}}}]\n"
+            ),
+            ("False", "NotAllSynced"),
+        ),
+        object_sync(
+            "back-at-source",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: apps}]\n",
+            ("False", "NotAllSynced"),
+        ),
+        object_sync(
+            "invalid-patch",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, patches: [{}]}]\n",
+            ("False", "InvalidPatch"),
+        ),
+        object_sync(
+            "patch-renames",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0, name: renamed, patches: [{merge: {metadata: {name: elsewhere}}}]}]\n",
+            ("False", "NotAllSynced"),
+        ),
+        object_sync(
+            "source-missing",
+            "source: {kind: ConfigMap, name: Not_There}\ndestinations: [{namespace: team-0}]\n",
+            ("False", "SourceNotFound"),
+        ),
+        invalid(
+            "cluster-scoped",
+            "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        object_sync(
+            "unknown-remote",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{cluster: nowhere, namespace: team-0}]\n",
+            ("False", "RemoteClusterNotFound"),
+        ),
+        invalid(
+            "no-destinations",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: []\n",
+        ),
+        invalid(
+            "name-and-selector",
+            "source: {kind: ConfigMap, name: settings, selector: {matchLabels: {app: cfg}}}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "no-source",
+            "source: {kind: ConfigMap}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "rename-many",
+            "source: {kind: ConfigMap, names: [settings, other]}\ndestinations: [{namespace: team-0, name: one}]\n",
+        ),
+        invalid(
+            "bad-prefix",
+            "source: {kind: ConfigMap, names: [settings]}\ndestinations: [{namespace: team-0, namePrefix: a/b}]\n",
+        ),
+        invalid(
+            "bad-source-name",
+            "source: {kind: ConfigMap, names: [\"..\"]}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        object_sync(
+            "near-the-limit",
+            "source: {kind: ConfigMap, name: huge}\ndestinations: [{namespace: team-1}]\n",
+            ("True", "AllSynced"),
+        ),
+        refused(
+            "ClusterObjectSync",
+            "no-source-namespace",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: team-0}]\n",
+            "InvalidSpec",
+        ),
+        refused(
+            "ClusterObjectSync",
+            "namespaced-cluster-copy",
+            "source: {group: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\ndestinations: [{namespace: team-0}]\n",
+            "InvalidSpec",
+        ),
+        refused(
+            "ResourceSync",
+            "no-status-subresource",
+            "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\n",
+            "NoStatusSubresource",
+        ),
+        refused(
+            "ResourceSync",
+            "hasty",
+            "resource: {version: v1, kind: ConfigMap}\nremoteCluster: unreachable\nsecretNames: [creds]\nsecretRepairInterval: 1ms\n",
+            "InvalidSpec",
+        ),
         remote("missing-secret", "not-there", "KubeconfigSecretInvalid"),
         remote("wrong-key", "wrong-key", "KubeconfigSecretInvalid"),
         remote("garbage", "garbage", "KubeconfigInvalid"),

@@ -1183,20 +1183,15 @@ async fn cluster_object_syncs_copy_cluster_scoped_kinds_to_a_remote_cluster() {
         ("eu", "", Some(1), Some(2))
     );
     // Its Events (a cluster-scoped object's) are in kube-system.
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(local.client().expect("client"), "kube-system");
-    let event = eventually("a Warning Event about the Conflict", T, || async {
-        events
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fleet-roles")
-                    && e.type_.as_deref() == Some("Warning")
-            })
-    })
+    let event = event_where(
+        &local,
+        "kube-system",
+        "a Warning Event about the Conflict",
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fleet-roles")
+                && e.type_.as_deref() == Some("Warning")
+        },
+    )
     .await;
     assert_eq!(
         event.regarding.and_then(|r| r.kind).as_deref(),

@@ -157,19 +157,8 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
         (synced.status.as_str(), synced.reason.as_str()),
         ("False", "DestinationRefused")
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.client().expect("client"), "t1");
-    eventually("a Warning Event", T, || async {
-        events
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("DestinationRefused")
-                    && e.type_.as_deref() == Some("Warning")
-            })
+    event_where(&env, "t1", "a Warning Event", |e| {
+        e.reason.as_deref() == Some("DestinationRefused") && e.type_.as_deref() == Some("Warning")
     })
     .await;
     for ns in ["victim", "kube-system"] {

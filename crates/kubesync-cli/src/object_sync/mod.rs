@@ -325,19 +325,12 @@ impl ObjectSyncController {
                 &spec.source.kind,
             )
             .await?;
-        let source_ns = match own {
-            Some(own) if namespaced => source_namespace(&spec.source, own),
-            Some(_) => {
-                return Err(Refusal::new(
-                    "InvalidSpec",
-                    format!(
-                        "{} is cluster-scoped: an ObjectSync copies namespaced kinds only; a ClusterObjectSync (declared by cluster admins) copies cluster-scoped ones",
-                        spec.source.kind
-                    ),
-                ));
-            }
-            None => cluster_source_namespace(&spec.source, namespaced)?,
-        };
+        let source_ns = source_namespace(&spec.source, own, namespaced)?;
+        // Every destination is checked before any is acted on (a RemoteCluster registered).
+        for (i, d) in spec.destinations.iter().enumerate() {
+            check_destination(d, selection.is_some(), namespaced, &spec.source.kind)
+                .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
+        }
         let named: Vec<Option<String>> = spec
             .destinations
             .iter()
@@ -357,10 +350,6 @@ impl ObjectSyncController {
         };
         let mut destinations = Vec::new();
         for (i, d) in spec.destinations.iter().enumerate() {
-            if !namespaced {
-                check_cluster_scoped_destination(d, &spec.source.kind)
-                    .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
-            }
             let selector = d
                 .namespace_selector
                 .as_ref()
@@ -376,9 +365,6 @@ impl ObjectSyncController {
                     Some(self.destination_cluster(ctx, c).await?)
                 }
             };
-            check_copy_names(d, selection.is_some())
-                .and_then(|()| check_destination_namespace(d))
-                .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
             destinations.push(Destination {
@@ -485,7 +471,6 @@ impl ObjectSyncController {
             deleting,
         };
         let report = self.fan_out.reconcile(ctx, &decl).await?;
-        let selection_text = selection_text(&os.sync_spec().source);
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
                 self.forget(ctx, key);
@@ -496,6 +481,7 @@ impl ObjectSyncController {
             }
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
+        let selection_text = selection_text(&os.sync_spec().source);
         self.report(
             &os,
             Observation::Reported {
@@ -689,54 +675,35 @@ fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refu
     }
 }
 
-/// A ClusterObjectSync's source namespace: the one given for a namespaced kind (required:
-/// it has no namespace of its own), none (empty) for a cluster-scoped kind.
-fn cluster_source_namespace(
+/// The source namespace (pure) of an ObjectSync in namespace `own` (`Some`) or of a
+/// ClusterObjectSync (`None`), for a `namespaced` kind or not. The fan-out reads an empty
+/// namespace as a cluster-scoped kind, so:
+/// - an ObjectSync copies namespaced kinds only, from the namespace given, else (absent or
+///   empty) its own: never empty;
+/// - a ClusterObjectSync has no namespace of its own: it names the source's for a namespaced
+///   kind, and none for a cluster-scoped one.
+fn source_namespace(
     source: &ObjectSyncSource,
+    own: Option<&str>,
     namespaced: bool,
 ) -> Result<String, Refusal> {
+    let invalid = |m: String| Err(Refusal::new("InvalidSpec", m));
+    let kind = &source.kind;
     let given = source.namespace.clone().filter(|ns| !ns.is_empty());
-    match (namespaced, given) {
-        (true, Some(ns)) => Ok(ns),
-        (true, None) => Err(Refusal::new(
-            "InvalidSpec",
-            format!(
-                "{} is namespaced: a ClusterObjectSync names the source's namespace in spec.source.namespace",
-                source.kind
-            ),
+    match (own, namespaced, given) {
+        (_, true, Some(ns)) => Ok(ns),
+        (Some(own), true, None) => Ok(own.to_string()),
+        (Some(_), false, _) => invalid(format!(
+            "{kind} is cluster-scoped: an ObjectSync copies namespaced kinds only; a ClusterObjectSync (declared by cluster admins) copies cluster-scoped ones"
         )),
-        (false, None) => Ok(String::new()),
-        (false, Some(ns)) => Err(Refusal::new(
-            "InvalidSpec",
-            format!(
-                "{} is cluster-scoped: spec.source.namespace ({ns}) must be absent",
-                source.kind
-            ),
+        (None, true, None) => invalid(format!(
+            "{kind} is namespaced: a ClusterObjectSync names the source's namespace in spec.source.namespace"
+        )),
+        (None, false, None) => Ok(String::new()),
+        (None, false, Some(ns)) => invalid(format!(
+            "{kind} is cluster-scoped: spec.source.namespace ({ns}) must be absent"
         )),
     }
-}
-
-/// A destination of a cluster-scoped kind names no namespaces: each destination cluster gets
-/// one cluster-scoped copy.
-fn check_cluster_scoped_destination(d: &ObjectSyncDestination, kind: &str) -> Result<(), String> {
-    let namespace = d.namespace.as_deref().is_some_and(|ns| !ns.is_empty());
-    if namespace || d.namespace_selector.is_some() || !d.exclude_namespaces.is_empty() {
-        return Err(format!(
-            "{kind} is cluster-scoped: give no namespace, namespaceSelector or excludeNamespaces (each cluster gets one copy)"
-        ));
-    }
-    Ok(())
-}
-
-/// The source namespace: the one given, else (absent or empty) the ObjectSync's own. Never
-/// empty: the fan-out reads an empty namespace as a cluster-scoped kind, whose sources the
-/// namespaced ObjectSync may not copy.
-fn source_namespace(source: &ObjectSyncSource, own: &str) -> String {
-    source
-        .namespace
-        .clone()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| own.to_string())
 }
 
 /// How a status describes a source selection, e.g. `selector app=tls, names a, b`; `None`
@@ -810,15 +777,36 @@ fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String>
     Ok(())
 }
 
-/// A destination's `namespace`: one namespace's name, or `"*"` / `""` for all. Anything else
-/// (a glob such as `team-*`, a typo with capitals) would silently match nothing.
-fn check_destination_namespace(d: &ObjectSyncDestination) -> Result<(), String> {
-    match d.namespace.as_deref() {
-        None | Some("") | Some("*") => Ok(()),
-        Some(ns) if is_namespace_name(ns) => Ok(()),
-        Some(ns) => Err(format!(
-            "namespace {ns:?} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)"
-        )),
+/// A destination (pure): its copy names ([`check_copy_names`], `many` sources or one), and
+/// its namespaces. For a `namespaced` kind, `namespace` is one namespace's name, or `"*"` /
+/// `""` for all: anything else (a glob such as `team-*`, capitals) would silently match
+/// nothing. A destination of a cluster-scoped kind names no namespaces: each destination
+/// cluster gets one copy.
+fn check_destination(
+    d: &ObjectSyncDestination,
+    many: bool,
+    namespaced: bool,
+    kind: &str,
+) -> Result<(), String> {
+    check_copy_names(d, many)?;
+    let namespace = d.namespace.as_deref().unwrap_or_default();
+    if !namespaced {
+        if !namespace.is_empty()
+            || d.namespace_selector.is_some()
+            || !d.exclude_namespaces.is_empty()
+        {
+            return Err(format!(
+                "{kind} is cluster-scoped: give no namespace, namespaceSelector or excludeNamespaces (each cluster gets one copy)"
+            ));
+        }
+        return Ok(());
+    }
+    if namespace.is_empty() || namespace == "*" || is_namespace_name(namespace) {
+        Ok(())
+    } else {
+        Err(format!(
+            "namespace {namespace:?} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)"
+        ))
     }
 }
 
@@ -890,11 +878,20 @@ mod tests {
         let given = |ns: Option<&str>| {
             let mut s = source(serde_json::json!({"kind": "Secret", "name": "ca"}));
             s.namespace = ns.map(String::from);
-            source_namespace(&s, "team-a")
+            source_namespace(&s, Some("team-a"), true).expect("namespaced")
         };
         assert_eq!(given(Some("shared")), "shared");
         assert_eq!(given(None), "team-a");
         assert_eq!(given(Some("")), "team-a", "not every namespace at once");
+        // An ObjectSync of a cluster-scoped kind points to ClusterObjectSync.
+        let s = source(serde_json::json!({"kind": "ClusterRole", "name": "view"}));
+        let refusal = source_namespace(&s, Some("team-a"), false).expect_err("cluster-scoped");
+        assert_eq!(refusal.reason, "InvalidSpec");
+        assert!(
+            refusal.message.contains("a ClusterObjectSync"),
+            "{}",
+            refusal.message
+        );
     }
 
     #[test]
@@ -902,7 +899,7 @@ mod tests {
         let with = |ns: Option<&str>, namespaced| {
             let mut s = source(serde_json::json!({"kind": "Thing", "name": "x"}));
             s.namespace = ns.map(String::from);
-            cluster_source_namespace(&s, namespaced)
+            source_namespace(&s, None, namespaced)
         };
         assert_eq!(
             with(Some("platform"), true).expect("namespaced"),
@@ -923,7 +920,7 @@ mod tests {
 
     #[test]
     fn a_cluster_scoped_destination_names_no_namespace() {
-        let ok = |v| check_cluster_scoped_destination(&destination(v), "ClusterRole");
+        let ok = |v| check_destination(&destination(v), false, false, "ClusterRole");
         assert!(ok(serde_json::json!({"cluster": "eu"})).is_ok());
         assert!(ok(serde_json::json!({"cluster": "eu", "namespace": ""})).is_ok());
         for bad in [
@@ -977,7 +974,7 @@ mod tests {
 
     #[test]
     fn a_destination_namespace_is_a_name_or_all() {
-        let check = |v| check_destination_namespace(&destination(v));
+        let check = |v| check_destination(&destination(v), false, true, "ConfigMap");
         for ok in [
             serde_json::json!({}),
             serde_json::json!({"namespace": ""}),

@@ -154,3 +154,25 @@ pub async fn add_remote_cluster(
         .await
         .expect("RemoteCluster");
 }
+
+/// Waits (at most [`T`]) for an `events.k8s.io` Event in `namespace` of `env` that `matches`.
+pub async fn event_where(
+    env: &kubesync_testenv::TestEnv,
+    namespace: &str,
+    what: &str,
+    matches: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(env.client().expect("client"), namespace);
+    let matches = &matches;
+    kubesync_testenv::eventually(what, T, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(matches)
+    })
+    .await
+}

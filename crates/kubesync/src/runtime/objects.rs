@@ -153,6 +153,16 @@ impl Objects {
             .collect()
     }
 
+    /// The objects held in `namespace` (`""` for cluster-scoped ones).
+    pub(super) fn in_namespace(&self, namespace: &str) -> Vec<Arc<DynamicObject>> {
+        read(&self.inner)
+            .objects
+            .get(namespace)
+            .into_iter()
+            .flat_map(|names| names.values().filter_map(|e| e.held.object()))
+            .collect()
+    }
+
     /// The objects whose label `key` has `value`: from the index if this store keeps one for
     /// `key` (only those objects are read), else by reading every object.
     pub(super) fn labelled(&self, key: &str, value: &str) -> Vec<Arc<DynamicObject>> {
@@ -307,6 +317,26 @@ mod tests {
         meta.data = serde_json::Value::Null;
         w.apply(Event::Apply(meta.clone()));
         assert_eq!(w.objects().get(Some("a"), "m").as_deref(), Some(&meta));
+    }
+
+    #[test]
+    fn one_namespace_is_read_alone() {
+        let mut w = ObjectsWriter::new(false, None);
+        for (ns, name) in [
+            (Some("a"), "x"),
+            (Some("a"), "y"),
+            (Some("b"), "x"),
+            (None, "c"),
+        ] {
+            w.apply(Event::Apply(obj(ns, name, "1")));
+        }
+        let objects = w.objects();
+        assert_eq!(
+            names(&objects.in_namespace("a")),
+            ["a/x".to_string(), "a/y".to_string()].into()
+        );
+        assert_eq!(names(&objects.in_namespace("")), ["/c".to_string()].into());
+        assert!(objects.in_namespace("z").is_empty());
     }
 
     fn labelled(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {

@@ -67,6 +67,22 @@ impl Context {
         self.collect(cluster, resource, |s| !s.metadata_only)
     }
 
+    /// The objects of this type in `namespace` that full watches of this cluster hold (see
+    /// [`Context::list`]); only that namespace's objects are read.
+    pub fn list_in(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        namespace: &str,
+    ) -> Vec<Arc<DynamicObject>> {
+        self.collect_from(
+            cluster,
+            resource,
+            |s| !s.metadata_only,
+            |o| o.in_namespace(namespace),
+        )
+    }
+
     /// Every object of this type that any watch of this cluster holds: full objects where a
     /// full watch holds them, else metadata only (see [`Context::get_metadata`]).
     pub fn list_metadata(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {

@@ -788,9 +788,8 @@ fn objects_in_namespace(
     let Some(ns) = obj.metadata.namespace.as_deref() else {
         return Vec::new();
     };
-    ctx.list(source, resource)
+    ctx.list_in(source, resource, ns)
         .iter()
-        .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
         .map(|o| ObjectName::namespaced(ns, o.metadata.name.clone().unwrap_or_default()))
         .filter(|n| names.to_target(n).is_some())
         .collect()
