@@ -14,6 +14,8 @@ pub struct TestEnvBuilder {
     pub(crate) users: Vec<User>,
     pub(crate) binaries: Option<Binaries>,
     pub(crate) startup_timeout: Duration,
+    pub(crate) apiserver_args: Vec<String>,
+    pub(crate) audit: bool,
 }
 
 impl TestEnvBuilder {
@@ -25,6 +27,8 @@ impl TestEnvBuilder {
             users: Vec::new(),
             binaries: None,
             startup_timeout: Duration::from_secs(60),
+            apiserver_args: Vec::new(),
+            audit: false,
         }
     }
 
@@ -72,6 +76,23 @@ impl TestEnvBuilder {
     /// How long to wait for the apiserver to become ready (default 60 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
+        self
+    }
+
+    /// Starts kube-apiserver with this extra flag as well, after its own (a repeated flag takes
+    /// the last value): e.g. `--max-requests-inflight=2` for an apiserver that answers 429 to
+    /// every client outside `system:masters` as soon as two of its requests are in flight.
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Has kube-apiserver write an audit log: every write request (create, update, patch,
+    /// delete) with its request and response objects, every other request with its metadata,
+    /// Leases and Events not at all. Read it with [`TestEnv::audit`](crate::TestEnv::audit): who
+    /// wrote what, how often, and which requests were refused (e.g. 429).
+    pub fn audit(mut self, enabled: bool) -> Self {
+        self.audit = enabled;
         self
     }
 

@@ -122,16 +122,53 @@ impl TestEnv {
     /// many keys etcd deleted.
     pub async fn delete_from_etcd(&self, key: &str) -> Result<u64, Error> {
         use base64::Engine as _;
+        let answer = self
+            .etcd_post(
+                "/v3/kv/deleterange",
+                serde_json::json!({"key": base64::engine::general_purpose::STANDARD.encode(key)}),
+            )
+            .await?;
+        Ok(etcd_int(&answer["deleted"]))
+    }
+
+    /// Compacts etcd's history up to its current revision and returns that revision. Watches
+    /// that resume from an older resourceVersion then get 410 Gone, and must re-list (together
+    /// with a restart of the apiserver, whose watch cache otherwise still serves them).
+    pub async fn compact_etcd(&self) -> Result<i64, Error> {
+        use base64::Engine as _;
+        let range = self
+            .etcd_post(
+                "/v3/kv/range",
+                serde_json::json!({"key": base64::engine::general_purpose::STANDARD.encode("/"), "limit": 1}),
+            )
+            .await?;
+        let revision = etcd_int(&range["header"]["revision"]) as i64;
+        if revision == 0 {
+            return Err(Error::Process(format!(
+                "etcd answered no revision: {range}"
+            )));
+        }
+        self.etcd_post(
+            "/v3/kv/compaction",
+            serde_json::json!({"revision": revision.to_string(), "physical": true}),
+        )
+        .await?;
+        Ok(revision)
+    }
+
+    /// POSTs `body` to etcd's JSON gateway at `path` and returns its answer.
+    async fn etcd_post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value, Error> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let body = serde_json::json!({
-            "key": base64::engine::general_purpose::STANDARD.encode(key),
-        })
-        .to_string();
+        let body = body.to_string();
         let host = self.etcd_url.trim_start_matches("http://");
         let io = |e| Error::Io(format!("etcd at {host}"), e);
         let mut stream = tokio::net::TcpStream::connect(host).await.map_err(io)?;
         let request = format!(
-            "POST /v3/kv/deleterange HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).await.map_err(io)?;
@@ -139,23 +176,14 @@ impl TestEnv {
         stream.read_to_string(&mut response).await.map_err(io)?;
         let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
         if !head.starts_with("HTTP/1.1 200") {
-            return Err(Error::Process(format!(
-                "etcd deleterange {key}: {response}"
-            )));
+            return Err(Error::Process(format!("etcd {path}: {response}")));
         }
         // Unchunk a chunked body by taking its JSON object.
         let json = body
             .find('{')
             .and_then(|start| body.rfind('}').map(|end| &body[start..=end]))
             .unwrap_or("{}");
-        let answer: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::Process(format!("etcd deleterange {key}: {e}: {body}")))?;
-        // int64 fields come as strings in etcd's JSON gateway; absent means 0.
-        Ok(answer["deleted"]
-            .as_str()
-            .and_then(|n| n.parse().ok())
-            .or_else(|| answer["deleted"].as_u64())
-            .unwrap_or(0))
+        serde_json::from_str(json).map_err(|e| Error::Process(format!("etcd {path}: {e}: {body}")))
     }
 
     /// Stops every process now and removes the directory (also done on drop).
@@ -182,4 +210,12 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// An int64 of etcd's JSON gateway: a string, a number, or absent (0).
+fn etcd_int(v: &serde_json::Value) -> u64 {
+    v.as_str()
+        .and_then(|n| n.parse().ok())
+        .or_else(|| v.as_u64())
+        .unwrap_or(0)
 }

@@ -72,6 +72,16 @@ impl TestEnv {
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        let mut apiserver_args = apiserver_args;
+        if builder.audit {
+            let policy = write("audit-policy.yaml", crate::audit::POLICY)?;
+            apiserver_args.extend([
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", dir.join(crate::audit::LOG).display()),
+                "--audit-log-mode=blocking".into(),
+            ]);
+        }
+        apiserver_args.extend(builder.apiserver_args.iter().cloned());
         let mut env = TestEnv {
             name: builder.name.clone(),
             dir: dir.clone(),

@@ -36,10 +36,14 @@
 //!   [`TestEnv::client`].
 //! - Users and RBAC: [`TestEnvBuilder::user`], [`TestEnv::client_as`], [`TestEnv::grant`].
 //! - Objects: [`TestEnv::create_namespace`], [`TestEnv::apply_yaml`], [`TestEnv::install_crds`].
+//! - Faults and evidence: [`TestEnvBuilder::apiserver_arg`] (e.g. tiny in-flight limits),
+//!   [`TestEnv::compact_etcd`], [`TestEnv::delete_from_etcd`], and the audit log of every
+//!   write ([`TestEnvBuilder::audit`], [`TestEnv::audit`]).
 //! - Waiting in tests: [`eventually`].
 #![deny(unsafe_code)]
 
 mod apply;
+mod audit;
 mod binaries;
 mod builder;
 mod certs;
@@ -52,6 +56,7 @@ mod process;
 mod users;
 mod wait;
 
+pub use audit::AuditEvent;
 pub use binaries::{Binaries, KUBERNETES_VERSION, cache_dir};
 pub use builder::TestEnvBuilder;
 pub use env::TestEnv;

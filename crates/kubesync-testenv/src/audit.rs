@@ -1,0 +1,180 @@
+//! The apiserver's audit log ([`TestEnvBuilder::audit`](crate::TestEnvBuilder::audit)): the
+//! server's own record of every request, for tests that must prove who wrote what, how often,
+//! and what was refused — independent of what the client under test reports about itself.
+
+use serde::Deserialize;
+
+use crate::{Error, TestEnv};
+
+/// The log's file name in the environment's directory.
+pub(crate) const LOG: &str = "audit.log";
+
+/// Writes with their request and response objects, other requests with their metadata,
+/// Leases and Events (renewals and reports, not state) not at all. Only the final stage is
+/// recorded: one line per request.
+pub(crate) const POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  resources:
+  - {group: coordination.k8s.io, resources: [leases]}
+  - {group: \"\", resources: [events]}
+  - {group: events.k8s.io, resources: [events]}
+- level: RequestResponse
+  verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+";
+
+/// One request as the apiserver recorded it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// The request's URI.
+    #[serde(default)]
+    pub request_uri: String,
+    /// Who sent it.
+    pub user: AuditUser,
+    /// What it addressed (absent for non-resource URLs such as `/version`).
+    #[serde(default)]
+    pub object_ref: Option<AuditObjectRef>,
+    /// The answer's status (its `code`: 200, 201, 404, 409, 429, …).
+    #[serde(default)]
+    pub response_status: Option<AuditStatus>,
+    /// The object the apiserver returned (writes only).
+    #[serde(default)]
+    pub response_object: Option<serde_json::Value>,
+    /// When the answer was complete (RFC 3339, microseconds).
+    #[serde(default)]
+    pub stage_timestamp: String,
+}
+
+/// The authenticated user of an [`AuditEvent`].
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct AuditUser {
+    /// The user name.
+    #[serde(default)]
+    pub username: String,
+}
+
+/// The object an [`AuditEvent`] addressed.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditObjectRef {
+    /// Plural resource name, e.g. `configmaps`.
+    #[serde(default)]
+    pub resource: String,
+    /// Its namespace (empty for cluster-scoped objects and cluster-wide requests).
+    #[serde(default)]
+    pub namespace: String,
+    /// Its name (empty for lists and for some creates; see [`AuditEvent::name`]).
+    #[serde(default)]
+    pub name: String,
+    /// The subresource, e.g. `status`.
+    #[serde(default)]
+    pub subresource: String,
+}
+
+/// The answer's status of an [`AuditEvent`].
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct AuditStatus {
+    /// The HTTP status code.
+    #[serde(default)]
+    pub code: u16,
+}
+
+impl AuditEvent {
+    /// The HTTP status code of the answer (0 if none was recorded).
+    pub fn code(&self) -> u16 {
+        self.response_status.as_ref().map_or(0, |s| s.code)
+    }
+
+    /// Whether the request succeeded (2xx).
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.code())
+    }
+
+    /// Whether it was a write: create, update, patch, delete or deletecollection.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
+    /// The resource addressed (`configmaps`, …), or `""` for a non-resource URL.
+    pub fn resource(&self) -> &str {
+        self.object_ref.as_ref().map_or("", |o| o.resource.as_str())
+    }
+
+    /// The subresource addressed (`status`, …), or `""`.
+    pub fn subresource(&self) -> &str {
+        self.object_ref
+            .as_ref()
+            .map_or("", |o| o.subresource.as_str())
+    }
+
+    /// The namespace addressed, or `""`.
+    pub fn namespace(&self) -> &str {
+        self.object_ref
+            .as_ref()
+            .map_or("", |o| o.namespace.as_str())
+    }
+
+    /// The name of the object addressed: the reference's, else the returned object's.
+    pub fn name(&self) -> &str {
+        match self.object_ref.as_ref().map(|o| o.name.as_str()) {
+            Some(name) if !name.is_empty() => name,
+            _ => self
+                .response_object
+                .as_ref()
+                .and_then(|o| o["metadata"]["name"].as_str())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl TestEnv {
+    /// Every request recorded so far, oldest first (the environment must have been built with
+    /// [`TestEnvBuilder::audit`](crate::TestEnvBuilder::audit)). The apiserver writes a line
+    /// before it answers, so a request whose answer the caller has seen is in the log.
+    pub fn audit(&self) -> Result<Vec<AuditEvent>, Error> {
+        let path = self.dir.join(LOG);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Io(format!("read {}", path.display()), e))?;
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| {
+                serde_json::from_str(line)
+                    .map_err(|e| Error::Process(format!("audit log line {line:.200}: {e}")))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_audit_line_parses_and_names_its_object() {
+        let line = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"x","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/a/configmaps?fieldManager=kubesync","verb":"create","user":{"username":"kubesync","groups":["system:authenticated"]},"objectRef":{"resource":"configmaps","namespace":"a","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":201},"responseObject":{"kind":"ConfigMap","metadata":{"name":"settings","namespace":"a"}},"stageTimestamp":"2026-01-01T00:00:00.000001Z"}"#;
+        let e: AuditEvent = serde_json::from_str(line).expect("parse");
+        assert_eq!(e.verb, "create");
+        assert_eq!(e.user.username, "kubesync");
+        assert_eq!(
+            (e.resource(), e.namespace(), e.name()),
+            ("configmaps", "a", "settings")
+        );
+        assert!(e.is_write() && e.succeeded());
+        let refused: AuditEvent = serde_json::from_str(
+            r#"{"verb":"list","user":{"username":"u"},"responseStatus":{"code":429}}"#,
+        )
+        .expect("parse");
+        assert_eq!(refused.code(), 429);
+        assert!(!refused.succeeded() && !refused.is_write());
+        assert_eq!(refused.name(), "");
+    }
+}
