@@ -205,7 +205,7 @@ where
 const READ_BUFFER: usize = 64 * 1024;
 
 /// A [`kube::Client`] for `config`: kube's own request stack (base URI, retries of 429/503/504
-/// when `config.default_retry` is set, authentication and token refresh, extra headers, connect,
+/// when `config.default_retry` is set, as [`retry_policy`] says, authentication and token refresh, extra headers, connect,
 /// read and write timeouts) over connections with `TCP_NODELAY` set.
 ///
 /// kube's default client leaves Nagle's algorithm on. Every new connection then waits for the
@@ -239,7 +239,7 @@ pub fn client(config: Config) -> Result<Client> {
             .build(connector);
     let retry = config
         .default_retry
-        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+        .then(|| tower::retry::RetryLayer::new(retry_policy()));
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(retry)
@@ -248,4 +248,66 @@ pub fn client(config: Config) -> Result<Client> {
         .map_err(tower::BoxError::from)
         .service(transport);
     Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
+}
+
+/// Retries of a request the apiserver answered 429, 503 or 504.
+const RETRIES: u32 = 10;
+/// The first retry's delay when the apiserver gives no `Retry-After`; it doubles each time.
+const RETRY_MIN_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest wait between two tries.
+const RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How a request answered 429 (too many requests), 503 or 504 is retried: after the
+/// apiserver's `Retry-After` (an apiserver over its in-flight limit says 1 s) or an exponential
+/// backoff from 50 ms, whichever is longer, never more than 2 s apart, at most 10 times —
+/// like client-go, which waits `Retry-After` up to 10 times. After that the request fails and
+/// its reconcile is retried with the runtime's backoff.
+///
+/// kube's `RetryPolicy::server_retry` allows 15 retries with a delay that doubles up to
+/// 1000 s: under a sustained overload a request that lost a few times in a row waited minutes.
+/// The fault suite's overload scenario (an apiserver admitting one request at a time) found it:
+/// the last copies of a 900-copy update wave were written 280 s after the first, the 15th
+/// retry's wait alone being 160 s.
+pub fn retry_policy() -> kube::client::retry::RetryPolicy {
+    kube::client::retry::RetryPolicy::new(RETRY_MIN_DELAY, RETRY_MAX_DELAY, RETRIES, true)
+        .expect("valid retry parameters")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tower::retry::Policy;
+
+    fn too_many_requests() -> Result<http::Response<()>, tower::BoxError> {
+        Ok(http::Response::builder()
+            .status(429)
+            .header("Retry-After", "1")
+            .body(())
+            .expect("response"))
+    }
+
+    /// Every wait of a request refused again and again is bounded, and so is their number.
+    #[tokio::test]
+    async fn a_refused_request_is_retried_at_most_ten_times_never_more_than_two_seconds_apart() {
+        let mut policy = retry_policy();
+        let mut request = http::Request::new(kube::client::Body::empty());
+        let mut waits = Vec::new();
+        while let Some(sleep) = policy.retry(&mut request, &mut too_many_requests()) {
+            waits.push(sleep.deadline() - tokio::time::Instant::now());
+            assert!(waits.len() <= 20, "endless retries");
+        }
+        assert_eq!(waits.len(), RETRIES as usize, "{waits:?}");
+        for wait in &waits {
+            // The apiserver's Retry-After at least; the cap at most (the deadline is computed
+            // when the retry is decided; nothing sleeps here).
+            assert!(
+                *wait + Duration::from_millis(10) >= Duration::from_secs(1)
+                    && *wait <= RETRY_MAX_DELAY,
+                "{waits:?}"
+            );
+        }
+        let mut ok = Ok(http::Response::builder().status(200).body(()).expect("ok"));
+        assert!(retry_policy().retry(&mut request, &mut ok).is_none());
+    }
 }
