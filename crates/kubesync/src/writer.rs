@@ -7,9 +7,18 @@
 //! election Lease and its Events are written elsewhere (by their own clients). The writer
 //! makes no decisions: what to write comes from the pure plans, and the object helpers it
 //! needs are in [`crate::object`].
+//!
+//! It remembers its recent writes, though, for one question a plan cannot answer from the
+//! stores alone: [`Writer::already_written`]. A plan reads stores that show a write of this
+//! writer only when its watch event arrives; a reconcile that runs before that (another
+//! event, a re-list after a watch expired) decides the same write again. The fault suite's
+//! watch-expiry scenario found 300 such writes after a thaw, and the flapping-remote one 14
+//! status patches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -40,11 +49,109 @@ impl Drop for WriteTimer {
 }
 
 /// Sends every write and counts them per cluster and resource. Cheap to clone (clones share
-/// the counts).
+/// the counts and the memory of recent writes).
 #[derive(Clone, Debug, Default)]
 pub struct Writer {
     /// By (cluster, resource plural).
     counts: Arc<Mutex<BTreeMap<(String, String), u64>>>,
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// How long the writer remembers a write: far longer than a watch takes to show it, unless
+/// the watch is broken (then the write is decided again once, at worst).
+const REMEMBER: Duration = Duration::from_secs(30);
+
+/// What a write left, as far as a later decision needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Written {
+    /// The resourceVersion the apiserver answered with.
+    resource_version: u64,
+    /// A hash of the body sent.
+    fingerprint: u64,
+    at: Instant,
+}
+
+/// The writer's recent writes, by a hash of (cluster, resource, namespace, name, kind of write,
+/// field manager); forgotten after [`REMEMBER`] or once a decision was made on an object that
+/// shows them. A few dozen bytes per write of the last 30 s.
+#[derive(Debug, Default)]
+struct Recent {
+    written: HashMap<u64, Written>,
+    order: VecDeque<(Instant, u64)>,
+}
+
+impl Recent {
+    fn record(&mut self, key: u64, written: Written) {
+        while let Some(&(at, old)) = self.order.front() {
+            if written.at.duration_since(at) < REMEMBER {
+                break;
+            }
+            self.order.pop_front();
+            if self.written.get(&old).is_some_and(|w| w.at == at) {
+                self.written.remove(&old);
+            }
+        }
+        self.order.push_back((written.at, key));
+        self.written.insert(key, written);
+    }
+}
+
+/// Whether a write whose body hashes to `fingerprint` is done already: the last such write
+/// this writer sent (`recorded`) had the same body, and the apiserver answered it with a newer
+/// resourceVersion than the object the decision was made on (`observed`): that object is
+/// older than the write, which therefore left what is asked for now. Someone else's change
+/// after the write comes with a still newer resourceVersion, and its event leads to a new
+/// decision on it. ResourceVersions are compared as numbers (etcd revisions, as client-go's
+/// mutation cache compares them); one that is not a number never counts as older.
+fn superseded(recorded: Option<&Written>, observed: Option<&str>, fingerprint: u64) -> bool {
+    let (Some(recorded), Some(observed)) =
+        (recorded, observed.and_then(|rv| rv.parse::<u64>().ok()))
+    else {
+        return false;
+    };
+    recorded.fingerprint == fingerprint && observed < recorded.resource_version
+}
+
+/// A [`Hasher`] fed by a serializer, so that a body is hashed without being buffered.
+struct HashWriter(std::hash::DefaultHasher);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn fingerprint(body: &impl serde::Serialize) -> u64 {
+    let mut h = HashWriter(std::hash::DefaultHasher::new());
+    // Serializing a value that was just sent cannot fail; if it did, the hash of what was
+    // written so far only makes a match less likely.
+    let _ = serde_json::to_writer(&mut h, body);
+    h.0.finish()
+}
+
+/// The memory key of a kind of write (`apply`, `merge`, `status`, `json`, `replace`) by
+/// `field_manager` to one object.
+fn write_key(
+    (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
+    kind: &str,
+    field_manager: &str,
+) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (
+        cluster.name(),
+        &ar.group,
+        &ar.plural,
+        namespace,
+        name,
+        kind,
+        field_manager,
+    )
+        .hash(&mut h);
+    h.finish()
 }
 
 fn api(cluster: &Cluster, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -81,6 +188,65 @@ impl Writer {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), u64>> {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `status`, `json` or
+    /// `replace`) by `field_manager` to the object `observed` is done already, decided on a
+    /// store that does not show it yet (see [`superseded`]). Then the caller sends nothing.
+    pub fn already_written(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        observed: &DynamicObject,
+        (kind, field_manager): (&str, &str),
+        body: &impl serde::Serialize,
+    ) -> bool {
+        let name = observed.metadata.name.as_deref().unwrap_or_default();
+        let key = write_key(
+            (cluster, ar, observed.metadata.namespace.as_deref(), name),
+            kind,
+            field_manager,
+        );
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let done = superseded(
+            recent.written.get(&key),
+            observed.metadata.resource_version.as_deref(),
+            fingerprint(body),
+        );
+        if done {
+            tracing::debug!(object = name, kind, "already written; the store is behind");
+        } else {
+            // Decided on an object that shows the write (or after another one): forget it.
+            recent.written.remove(&key);
+        }
+        done
+    }
+
+    /// Remembers a successful write for [`Writer::already_written`].
+    fn remember(
+        &self,
+        target: (&Cluster, &ApiResource, Option<&str>, &str),
+        (kind, field_manager): (&str, &str),
+        body_fingerprint: u64,
+        answer: &DynamicObject,
+    ) {
+        let Some(resource_version) = answer
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse().ok())
+        else {
+            return;
+        };
+        let written = Written {
+            resource_version,
+            fingerprint: body_fingerprint,
+            at: Instant::now(),
+        };
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(write_key(target, kind, field_manager), written);
     }
 
     fn count(&self, cluster: &Cluster, ar: &ApiResource) -> WriteTimer {
@@ -124,9 +290,17 @@ impl Writer {
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
-        Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
+        let namespace = obj.metadata.namespace.as_deref();
+        let answer = api(cluster, ar, namespace)
             .replace(&name, &post_params(field_manager), obj)
-            .await?)
+            .await?;
+        self.remember(
+            (cluster, ar, namespace, &name),
+            ("replace", field_manager),
+            fingerprint(obj),
+            &answer,
+        );
+        Ok(answer)
     }
 
     /// Applies `obj` with server-side apply under `field_manager` (forced).
@@ -139,13 +313,21 @@ impl Writer {
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
-        Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
+        let namespace = obj.metadata.namespace.as_deref();
+        let answer = api(cluster, ar, namespace)
             .patch(
                 &name,
                 &PatchParams::apply(field_manager).force(),
                 &Patch::Apply(obj),
             )
-            .await?)
+            .await?;
+        self.remember(
+            (cluster, ar, namespace, &name),
+            ("apply", field_manager),
+            fingerprint(obj),
+            &answer,
+        );
+        Ok(answer)
     }
 
     /// Sends a JSON merge patch to an object.
@@ -160,8 +342,8 @@ impl Writer {
     ) -> Result<DynamicObject> {
         self.send(
             (cluster, ar, namespace, name),
-            &Patch::Merge(patch),
-            field_manager,
+            (&Patch::Merge(patch), fingerprint(patch)),
+            ("merge", field_manager),
             false,
         )
         .await
@@ -179,8 +361,8 @@ impl Writer {
     ) -> Result<DynamicObject> {
         self.send(
             (cluster, ar, namespace, name),
-            &Patch::Merge(patch),
-            field_manager,
+            (&Patch::Merge(patch), fingerprint(patch)),
+            ("status", field_manager),
             true,
         )
         .await
@@ -201,8 +383,8 @@ impl Writer {
             .map_err(|e| crate::Error::Serialization(format!("not a JSON patch: {e}")))?;
         self.send(
             (cluster, ar, namespace, name),
-            &Patch::<()>::Json(ops),
-            field_manager,
+            (&Patch::<()>::Json(ops), fingerprint(patch)),
+            ("json", field_manager),
             false,
         )
         .await
@@ -211,8 +393,8 @@ impl Writer {
     async fn send<P: serde::Serialize + std::fmt::Debug>(
         &self,
         (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
-        patch: &Patch<P>,
-        field_manager: &str,
+        (patch, body_fingerprint): (&Patch<P>, u64),
+        (kind, field_manager): (&str, &str),
         status: bool,
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster, ar);
@@ -221,11 +403,18 @@ impl Writer {
             ..Default::default()
         };
         let api = api(cluster, ar, namespace);
-        Ok(if status {
+        let answer = if status {
             api.patch_status(name, &pp, patch).await?
         } else {
             api.patch(name, &pp, patch).await?
-        })
+        };
+        self.remember(
+            (cluster, ar, namespace, name),
+            (kind, field_manager),
+            body_fingerprint,
+            &answer,
+        );
+        Ok(answer)
     }
 
     /// Adds (`present = true`) or removes a finalizer, guarded by the object's
@@ -280,5 +469,75 @@ impl Writer {
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Deleted::AlreadyGone),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(resource_version: u64, fingerprint: u64) -> Written {
+        Written {
+            resource_version,
+            fingerprint,
+            at: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_write_decided_on_an_older_object_with_the_same_body_is_done_already() {
+        let w = written(20, 7);
+        assert!(
+            superseded(Some(&w), Some("19"), 7),
+            "the store is behind the write"
+        );
+        assert!(
+            !superseded(Some(&w), Some("20"), 7),
+            "the store shows the write"
+        );
+        assert!(
+            !superseded(Some(&w), Some("21"), 7),
+            "someone wrote after it"
+        );
+        assert!(!superseded(Some(&w), Some("19"), 8), "another body");
+        assert!(!superseded(None, Some("19"), 7), "never written");
+        assert!(!superseded(Some(&w), None, 7), "no resourceVersion");
+        assert!(!superseded(Some(&w), Some("abc"), 7), "not a number");
+    }
+
+    #[test]
+    fn writes_are_forgotten_after_a_while() {
+        let mut recent = Recent::default();
+        let start = Instant::now();
+        let at = |s| Written {
+            at: start + Duration::from_secs(s),
+            ..written(1, 1)
+        };
+        recent.record(1, at(0));
+        recent.record(2, at(10));
+        recent.record(1, at(20));
+        // 30 s after the first: key 1's first entry expires, its newer one stays.
+        recent.record(3, at(30));
+        assert_eq!(recent.written.len(), 3);
+        recent.record(4, at(41));
+        assert_eq!(
+            recent
+                .written
+                .keys()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+            [1, 3, 4].into()
+        );
+        recent.record(5, at(100));
+        assert_eq!(recent.written.keys().copied().collect::<Vec<_>>(), [5]);
+        assert_eq!(recent.order.len(), 1);
+    }
+
+    #[test]
+    fn fingerprints_tell_bodies_apart() {
+        let a = serde_json::json!({"data": {"v": "1"}});
+        let b = serde_json::json!({"data": {"v": "2"}});
+        assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
+        assert_ne!(fingerprint(&a), fingerprint(&b));
     }
 }

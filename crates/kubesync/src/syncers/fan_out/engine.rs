@@ -753,6 +753,21 @@ impl FanOut {
         let cluster = ctx.require_cluster(&at.cluster)?;
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
+                // Conditional on the object decided on: never takes over an object that
+                // replaced it after the store was read.
+                let mut body = desired.clone();
+                body.metadata.uid = rules::apply_precondition(Some(existing));
+                // Decided on a store that does not show this writer's last apply yet, which
+                // sent the same: nothing to do.
+                if self.writer.already_written(
+                    &cluster,
+                    ar,
+                    existing,
+                    ("apply", FIELD_MANAGER),
+                    &body,
+                ) {
+                    return Ok(());
+                }
                 // A copy created by a POST: its fields are owned by an `Update` entry, which an
                 // apply cannot remove; hand them to the `Apply` entry first when this apply
                 // leaves something out.
@@ -768,10 +783,6 @@ impl FanOut {
                         )
                         .await?;
                 }
-                // Conditional on the object decided on: never takes over an object that
-                // replaced it after the store was read.
-                let mut body = desired.clone();
-                body.metadata.uid = rules::apply_precondition(Some(existing));
                 self.writer
                     .apply(&cluster, ar, &body, FIELD_MANAGER)
                     .await?;

@@ -412,8 +412,20 @@ impl SpecStatusSync {
         let remote_ns = cx.source_name.namespace.clone().unwrap_or_default();
 
         // Status up first: the remote must know the current state before the spec changes.
+        // Each patch is sent unless the store shows the remote object from before this
+        // writer's last, identical patch (see `Writer::already_written`).
+        let unsent = |kind: &str, patch: &serde_json::Value| {
+            !cx.writer.already_written(
+                cx.source,
+                &self.config.resource,
+                remote,
+                (kind, FIELD_MANAGER_UP),
+                patch,
+            )
+        };
         if let Some(local) = local
             && let Some(patch) = plan::status_patch(remote, local)
+            && unsent("status", &patch)
         {
             cx.writer
                 .merge_patch_status(
@@ -488,7 +500,9 @@ impl SpecStatusSync {
             tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
             local_generation = written.metadata.generation;
         }
-        if let Some(patch) = plan::generation_patch(remote, local_generation, marks) {
+        if let Some(patch) = plan::generation_patch(remote, local_generation, marks)
+            && unsent("merge", &patch)
+        {
             cx.writer
                 .merge_patch(
                     cx.source,
