@@ -2,7 +2,7 @@
 #   make test           fmt check, clippy -D warnings, every test (integration tests start real
 #                       control planes; the first run builds them, ~6 minutes)
 #   make demo           two local control planes and the copy controller between them, narrated
-#   make chaos          the fault suite (tests/faults.rs), printing each scenario's figures
+#   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
 #   make bench          benchmarks on local control planes (the engine's, then bench-memory)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
@@ -36,7 +36,7 @@ demo: control-plane
 	$(CARGO) run --quiet -p kubesync-cli --example demo
 
 chaos: control-plane
-	$(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
+	KUBESYNC_CHAOS_FULL=1 $(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
 
 bench: control-plane
 	$(CARGO) bench -p kubesync

@@ -1,12 +1,8 @@
-//! The fault suite, on real control planes: each scenario ends with an exact check of the
-//! final state and prints its figures. `make test` runs it; `make chaos` runs it alone and
-//! shows the figures (`--nocapture`).
-
-mod common;
+//! Scenario 6, bad input.
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
