@@ -13,7 +13,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kubesync_testenv::{TestEnv, eventually};
 
 use crate::common::{T, operator_cluster_from};
-use crate::fleet::{OPERATORS, Operator, Random, Writes, size};
+use crate::fleet::{OPERATORS, Operator, Random, Writes, grant_everything, size};
 
 const WIDGET_CRD: &str = include_str!("../../../kubesync-testenv/fixtures/widget-crd.yaml");
 
@@ -34,19 +34,7 @@ async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
     let builder = TestEnv::builder().name(name).audit(true).user(a, &[]);
     let env = operator_cluster_from(builder, namespaces).await;
     env.install_crds(WIDGET_CRD).await.expect("widget crd");
-    env.grant(
-        a,
-        None,
-        "everything",
-        vec![k8s_openapi::api::rbac::v1::PolicyRule {
-            api_groups: Some(vec!["*".into()]),
-            resources: Some(vec!["*".into()]),
-            verbs: vec!["*".into()],
-            ..Default::default()
-        }],
-    )
-    .await
-    .expect("grant");
+    grant_everything(&env, a).await;
     env
 }
 
@@ -105,6 +93,23 @@ async fn behind(
         }
     }
     Some((copies_behind, spec_behind, status_behind))
+}
+
+/// The uid of every Widget of `env`, by `namespace/name`.
+async fn uids(env: &TestEnv) -> BTreeMap<String, String> {
+    widgets(env, None)
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|w| {
+            (
+                format!("{}/{}", w.namespace().unwrap_or_default(), w.name_any()),
+                w.uid().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 async fn set_source(local: &TestEnv, tick: u32) {
@@ -208,19 +213,7 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
         (behind(&local, &remote, &namespaces).await? == (0, 0, 0)).then_some(())
     })
     .await;
-    let uids: BTreeMap<String, String> = widgets(&local, None)
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .map(|w| {
-            (
-                format!("{}/{}", w.namespace().unwrap_or_default(), w.name_any()),
-                w.uid().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let uids = self::uids(&local).await;
 
     // Five flaps: while the remote is down the local side changes (the source, the local
     // statuses); while it is up the remote side changes (the specs).
@@ -252,19 +245,7 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // Nothing local deleted: the same objects (uids), and no delete in the local audit log.
-    let uids_after: BTreeMap<String, String> = widgets(&local, None)
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .map(|w| {
-            (
-                format!("{}/{}", w.namespace().unwrap_or_default(), w.name_any()),
-                w.uid().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let uids_after = self::uids(&local).await;
     let local_deletions = local
         .audit()
         .expect("audit")

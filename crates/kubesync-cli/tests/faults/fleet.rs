@@ -31,6 +31,19 @@ pub const OPERATORS: [&str; 2] = ["kubesync-a", "kubesync-b"];
 /// The label every fleet namespace carries (`fleet: "yes"`); the destinations select it.
 const FLEET_LABEL: &str = "fleet";
 
+/// Grants `user` every verb on every resource, through RBAC.
+pub async fn grant_everything(env: &TestEnv, user: &str) {
+    let everything = PolicyRule {
+        api_groups: Some(vec!["*".into()]),
+        resources: Some(vec!["*".into()]),
+        verbs: vec!["*".into()],
+        ..Default::default()
+    };
+    env.grant(user, None, "everything", vec![everything])
+        .await
+        .expect("grant");
+}
+
 /// `ci` in `make test`, `full` in `make chaos` (`KUBESYNC_CHAOS_FULL=1`).
 pub fn size(ci: usize, full: usize) -> usize {
     if std::env::var_os("KUBESYNC_CHAOS_FULL").is_some() {
@@ -103,19 +116,7 @@ impl Fleet {
         );
         let env = operator_cluster_from(configure(builder), &["apps"]).await;
         for user in OPERATORS {
-            env.grant(
-                user,
-                None,
-                "everything",
-                vec![PolicyRule {
-                    api_groups: Some(vec!["*".into()]),
-                    resources: Some(vec!["*".into()]),
-                    verbs: vec!["*".into()],
-                    ..Default::default()
-                }],
-            )
-            .await
-            .expect("grant");
+            grant_everything(&env, user).await;
         }
         let mut fleet = Fleet {
             env,
