@@ -51,8 +51,8 @@ fn invalid(name: &'static str, spec: &str) -> Bad {
     object_sync(name, spec, ("False", "InvalidSpec"))
 }
 
-/// The API of one kubesync kind.
-fn kubesync_api(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
+/// The API of one kubesync kind (ObjectSyncs: in `apps`).
+pub(crate) fn kubesync_api(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
     let plural = format!("{}s", kind.to_lowercase());
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kubesync.io", "v1alpha1", kind),

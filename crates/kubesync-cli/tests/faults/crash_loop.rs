@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::DeleteParams;
 
+use crate::bad_input::kubesync_api;
 use crate::fleet::{Fleet, OPERATORS, Random, size};
 
 #[tokio::test]
@@ -17,14 +17,7 @@ async fn a_crash_loop_loses_nothing_and_touches_nothing_foreign() {
     fleet.set_source("doomed-src", "doomed", "0").await;
     fleet.declare("fleet", "fleet").await;
     fleet.declare("doomed", "doomed").await;
-    let object_syncs = Api::<DynamicObject>::namespaced_with(
-        fleet.client(),
-        "apps",
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kubesync.io", "v1alpha1", "ObjectSync"),
-            "objectsyncs",
-        ),
-    );
+    let object_syncs = kubesync_api(&fleet.env, "ObjectSync");
     let (mut random, seed) = Random::new();
     let mut lives = Vec::new();
     let mut pending = Vec::new();

@@ -165,21 +165,12 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
     remote.apply_yaml(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: unrelated, namespace: {}}}\ndata: {{owner: someone-else}}\n", namespaces[0])).await.expect("foreign");
     remote.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: x, namespace: other}\nspec: {size: 7}\n").await.expect("foreign");
     let foreign_versions = |remote: &TestEnv| {
-        let remote = remote.client().expect("client");
-        let first = namespaces[0].clone();
+        let configmaps =
+            Api::<ConfigMap>::namespaced(remote.client().expect("client"), &namespaces[0]);
+        let others = widgets(remote, Some("other"));
         async move {
-            let cm = Api::<ConfigMap>::namespaced(remote.clone(), &first)
-                .get("unrelated")
-                .await
-                .expect("cm");
-            let ar = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
-                "widgets",
-            );
-            let w = Api::<DynamicObject>::namespaced_with(remote, "other", &ar)
-                .get("x")
-                .await
-                .expect("widget");
+            let cm = configmaps.get("unrelated").await.expect("cm");
+            let w = others.get("x").await.expect("widget");
             (cm.resource_version(), w.resource_version())
         }
     };
@@ -246,27 +237,25 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
 
     // Nothing local deleted: the same objects (uids), and no delete in the local audit log.
     let uids_after = self::uids(&local).await;
-    let local_deletions = local
-        .audit()
-        .expect("audit")
+    let (remote_audit, local_audit) = (
+        remote.audit().expect("audit"),
+        local.audit().expect("audit"),
+    );
+    let local_deletions = local_audit
         .iter()
         .filter(|e| e.verb.starts_with("delete") && e.succeeded() && e.user.username == a)
         .count();
-    let duplicates: usize = [
-        Writes::of(&remote, "configmaps").duplicates(),
-        Writes::of(&remote, "widgets").duplicates(),
-        Writes::of(&local, "widgets").duplicates(),
-    ]
-    .iter()
-    .sum();
+    let copies = Writes::from_events(&remote_audit, "configmaps");
+    let remote_widgets = Writes::from_events(&remote_audit, "widgets");
+    let local_widgets = Writes::from_events(&local_audit, "widgets");
+    let all = [&copies, &remote_widgets, &local_widgets];
+    let duplicates: usize = all.iter().map(|w| w.duplicates()).sum();
     let foreign_after = foreign_versions(&remote).await;
     let foreign_writes = usize::from(foreign_after.0 != foreign_before.0)
         + usize::from(foreign_after.1 != foreign_before.1)
-        + Writes::of(&remote, "configmaps").to(|_, name| name == "unrelated")
-        + Writes::of(&remote, "widgets").to(|ns, _| ns == "other");
-    let writes = Writes::of(&remote, "configmaps").total()
-        + Writes::of(&remote, "widgets").total()
-        + Writes::of(&local, "widgets").total();
+        + copies.to(|_, name| name == "unrelated")
+        + remote_widgets.to(|ns, _| ns == "other");
+    let writes: usize = all.iter().map(|w| w.total()).sum();
     assert_eq!(operator.exited(), None, "the operator runs on");
     println!(
         "flapping remote: 5 outages of {downtimes:?} ms (seed {seed}); {} Widgets synced spec down and status up, 1 ConfigMap fanned out to {} remote namespaces; {} local deletions, {} local Widgets replaced, {foreign_writes} foreign writes, {duplicates} duplicate writes ({writes} writes); converged {:.1} s after the last return",
