@@ -305,6 +305,7 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
         rules: CopyRules::default(),
         consent: None,
         deletion_policy: Default::default(),
+        mode: Default::default(),
     }
 }
 

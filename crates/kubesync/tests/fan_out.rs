@@ -150,6 +150,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         rules: CopyRules::default(),
         consent: None,
         deletion_policy: Default::default(),
+        mode: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -27,16 +28,20 @@ use kube::core::ApiResource;
 use super::index::{EventOf, Retire, Scope, SharedIndex, WatchKey};
 use super::plan::{self, Delete, Snapshot, Stores, Write};
 use super::rules::{self, Decision, Strategy};
+use super::seen::Seen;
 use super::spec::{
-    Declaration, DestinationRef, DestinationState, DestinationStatus, Report, Selection,
+    Declaration, DestinationRef, DestinationState, DestinationStatus, Mode, Report, Selection,
 };
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::{ClusterStatus, Context, Watch, WatchId};
 use crate::writer::{Deleted, Writer};
 
-/// Field manager of every copy write.
-pub const FIELD_MANAGER: &str = "kubesync";
+pub use super::rules::FIELD_MANAGER;
+
+/// How long the first sight of a version is kept after its object is gone (a deleted copy's
+/// recreation counts its lag from the deletion).
+const SEEN_FOR: Duration = Duration::from_secs(600);
 
 /// The fan-out engine. Cheap to share (`Arc`); one per process serves every declaration.
 pub struct FanOut {
@@ -45,6 +50,8 @@ pub struct FanOut {
     concurrency: usize,
     index: SharedIndex,
     namespace_type: ApiResource,
+    /// First sightings of the versions copies depend on.
+    seen: Arc<Seen>,
 }
 
 /// The watches one declaration uses in one cluster.
@@ -131,6 +138,7 @@ impl FanOut {
             writer: Writer::new(),
             concurrency: 16,
             index: SharedIndex::default(),
+            seen: Arc::default(),
             namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
                 "",
                 "v1",
@@ -149,6 +157,12 @@ impl FanOut {
     /// The writer whose counts this engine updates.
     pub fn write_counter(&self) -> Writer {
         self.writer.clone()
+    }
+
+    /// When the latest version of `key` (a source) was first seen by this engine's watches,
+    /// and which version that is.
+    pub fn source_seen(&self, key: &ObjectKey) -> Option<(String, std::time::Instant)> {
+        self.seen.latest(key)
     }
 
     /// Watches in use (type and namespace watches, all clusters).
@@ -173,8 +187,15 @@ impl FanOut {
                 // Built only when the watch starts: most calls find it running.
                 let index = self.index.clone();
                 let local = self.local.clone();
+                let seen = self.seen.clone();
                 let mapper: crate::runtime::Mapper =
                     Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
+                        // Not unrelated objects: memory must not grow with them.
+                        if event != EventOf::Other
+                            && let Some(rv) = &obj.metadata.resource_version
+                        {
+                            seen.saw(k, rv);
+                        }
                         index.with(|idx| idx.declarations_for(event, &this_watch, &local, k, obj))
                     });
                 ctx.start_watch(&cluster, watch(), Some(mapper))
@@ -486,9 +507,35 @@ impl FanOut {
             "fan-out planned"
         );
         report.destinations = plan.statuses;
-        let (written, deleted) = self.execute(ctx, decl, plan.writes, plan.deletes).await;
-        report.destinations.extend(written);
-        report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+        report.source_versions = sources
+            .iter()
+            .map(|s| {
+                let rv = s.metadata.resource_version.clone().unwrap_or_default();
+                (s.name_any(), rv)
+            })
+            .collect();
+        if spec.mode == Mode::Report {
+            let since: Vec<Option<Instant>> = plan
+                .writes
+                .iter()
+                .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
+                .collect();
+            let mut statuses = plan::reported(plan.writes, plan.deletes);
+            for (st, since) in statuses.iter_mut().zip(since) {
+                st.behind_since = since;
+            }
+            report.destinations.extend(statuses);
+        } else {
+            let (written, deleted, propagated) =
+                self.execute(ctx, decl, plan.writes, plan.deletes).await;
+            report.destinations.extend(written);
+            report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+            report.propagated = propagated;
+        }
+        if self.seen.needs_prune() {
+            self.seen
+                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
+        }
         report.destinations.sort_by(|a, b| {
             (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
         });
@@ -506,15 +553,73 @@ impl FanOut {
         Ok(report)
     }
 
+    /// Since when the copy `w` writes has been behind, as first seen by the watches (see
+    /// [`Seen`]), and whether the write propagates a change: a new copy (since the latest
+    /// sight of its source's version, of its namespace's, or of the copy's deletion), or a
+    /// newer source version (since that version's first sight). Other updates (a copy someone
+    /// else changed; a changed declaration) are behind since the copy's last change, and
+    /// propagate nothing.
+    fn behind_since(&self, decl: &Declaration, w: &Write) -> Option<(Instant, bool)> {
+        let spec = &decl.spec;
+        let ar = &spec.source.resource;
+        let source = ObjectKey::new(
+            self.local.clone(),
+            ar,
+            spec.source.namespace().map(String::from),
+            &w.source,
+        );
+        let copy = w.at.key(ar);
+        match w.decision {
+            Decision::Create => {
+                let namespace = w.at.namespace().and_then(|ns| {
+                    self.seen.changed(&ObjectKey::new(
+                        &w.at.cluster,
+                        &self.namespace_type,
+                        None,
+                        ns,
+                    ))
+                });
+                [
+                    self.seen.changed(&source),
+                    namespace,
+                    self.seen.changed(&copy),
+                ]
+                .into_iter()
+                .flatten()
+                .max()
+                .map(|t| (t, true))
+            }
+            Decision::Update => {
+                let carried = w
+                    .existing
+                    .as_ref()
+                    .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned());
+                if carried.as_deref() == Some(w.source_resource_version.as_str()) {
+                    self.seen.changed(&copy).map(|t| (t, false))
+                } else {
+                    self.seen
+                        .since(&source, &w.source_resource_version)
+                        .map(|t| (t, true))
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// Carries out a plan's writes and deletes, at most `concurrency` at once; returns the
-    /// written destinations' states and how many copies were deleted.
+    /// written destinations' states, how many copies were deleted, and the propagation lags
+    /// of the writes that carried a change (see [`FanOut::behind_since`]).
     async fn execute(
         &self,
         ctx: &Context,
         decl: &Declaration,
         writes: Vec<Write>,
         deletes: Vec<Delete>,
-    ) -> (Vec<DestinationStatus>, usize) {
+    ) -> (
+        Vec<DestinationStatus>,
+        usize,
+        Vec<(String, std::time::Duration)>,
+    ) {
         let ar = &decl.spec.source.resource;
         enum Op {
             Write(Box<Write>),
@@ -524,7 +629,8 @@ impl FanOut {
             .into_iter()
             .map(|w| Op::Write(Box::new(w)))
             .chain(deletes.into_iter().map(Op::Delete));
-        let results: Vec<(Option<DestinationStatus>, bool)> = futures::stream::iter(ops)
+        type Done = (Option<DestinationStatus>, bool, Option<std::time::Duration>);
+        let results: Vec<Done> = futures::stream::iter(ops)
             .map(|op| async move {
                 match op {
                     Op::Delete(Delete { at, uid, orphan }) => {
@@ -536,9 +642,10 @@ impl FanOut {
                         if let Err(e) = &gone {
                             tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
                         }
-                        (None, gone.is_ok())
+                        (None, gone.is_ok(), None)
                     }
                     Op::Write(w) => {
+                        let started = self.behind_since(decl, &w);
                         let Write {
                             at,
                             desired,
@@ -547,46 +654,70 @@ impl FanOut {
                             decision,
                             source,
                             source_resource_version,
+                            drift,
+                            changed: _,
                         } = *w;
-                        let st = self
+                        let update = decision == Decision::Update;
+                        let mut sent = false;
+                        let mut st = self
                             .settle(
                                 ctx,
                                 decl,
                                 (&at, &desired),
-                                existing,
+                                (existing, decision),
                                 strategy,
-                                decision,
                                 &source_resource_version,
+                                &mut sent,
                             )
                             .await;
-                        (Some(st.of_source(&source)), false)
+                        // The reconcile that reverts someone else's change reports it.
+                        if sent && update {
+                            st.drift = drift;
+                        }
+                        let synced = st.state == DestinationState::Synced;
+                        let lag = match started {
+                            Some((t, true)) if sent && synced => Some(t.elapsed()),
+                            _ => None,
+                        };
+                        if !synced {
+                            st.behind_since = started.map(|(t, _)| t);
+                        }
+                        (Some(st.of_source(&source)), false, lag)
                     }
                 }
             })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        let deleted = results.iter().filter(|(_, d)| *d).count();
-        (
-            results.into_iter().filter_map(|(st, _)| st).collect(),
-            deleted,
-        )
+        let deleted = results.iter().filter(|(_, d, _)| *d).count();
+        let mut statuses = Vec::with_capacity(results.len());
+        let mut propagated = Vec::new();
+        for (st, _, lag) in results {
+            if let Some(st) = st {
+                if let Some(lag) = lag {
+                    propagated.push((st.cluster.clone(), lag));
+                }
+                statuses.push(st);
+            }
+        }
+        (statuses, deleted, propagated)
     }
 
     /// Carries out `decision` at one destination and says how it ended. A create that finds
     /// the name taken (the store did not show the object yet: this engine's own copy from a
     /// moment ago, or someone else's new object) reads the object and decides once more; so
     /// does an adoption (the stores hold objects kubesync did not create as metadata only).
+    /// `sent` is set when a write was sent that the copy now shows.
     #[allow(clippy::too_many_arguments)]
     async fn settle(
         &self,
         ctx: &Context,
         decl: &Declaration,
         (at, desired): (&DestinationRef, &DynamicObject),
-        mut existing: Option<Arc<DynamicObject>>,
+        (mut existing, mut decision): (Option<Arc<DynamicObject>>, Decision),
         strategy: Strategy,
-        mut decision: Decision,
         source_rv: &str,
+        sent: &mut bool,
     ) -> DestinationStatus {
         let ar = &decl.spec.source.resource;
         // Whether `existing` comes from a live read rather than the stores.
@@ -622,7 +753,8 @@ impl FanOut {
                 .write_copy(ctx, ar, at, desired, existing.as_deref(), strategy)
                 .await;
             let e = match written {
-                Ok(()) => {
+                Ok(wrote) => {
+                    *sent = wrote;
                     return DestinationStatus::new(
                         at,
                         DestinationState::Synced,
@@ -749,7 +881,7 @@ impl FanOut {
         desired: &DynamicObject,
         existing: Option<&DynamicObject>,
         strategy: Strategy,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let cluster = ctx.require_cluster(&at.cluster)?;
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
@@ -766,7 +898,7 @@ impl FanOut {
                     ("apply", FIELD_MANAGER),
                     &body,
                 ) {
-                    return Ok(());
+                    return Ok(false);
                 }
                 // A copy created by a POST: its fields are owned by an `Update` entry, which an
                 // apply cannot remove; hand them to the `Apply` entry first when this apply
@@ -818,7 +950,7 @@ impl FanOut {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
@@ -961,6 +1093,7 @@ mod tests {
                 rules: CopyRules::default(),
                 consent: None,
                 deletion_policy: Default::default(),
+                mode: Default::default(),
             },
             deleting: false,
         }
@@ -982,10 +1115,10 @@ mod tests {
             ctx,
             &decl,
             (&at, &desired),
-            None,
+            (None, Decision::Create),
             Strategy::Apply,
-            Decision::Create,
             "7",
+            &mut false,
         )
         .await
     }

@@ -18,10 +18,11 @@ pub mod engine;
 pub mod index;
 pub mod plan;
 pub mod rules;
+pub mod seen;
 pub mod spec;
 
 pub use engine::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
 pub use spec::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOutSpec,
-    Report, Selection, SourceRef,
+    Mode, Planned, Report, Selection, SourceRef,
 };

@@ -13,7 +13,7 @@ use kube::api::DynamicObject;
 
 use super::rules::{self, Decision, Strategy};
 use super::spec::{
-    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus,
+    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Planned,
 };
 
 /// What the plan reads from the engine's stores.
@@ -64,6 +64,10 @@ pub struct Write {
     pub source: String,
     /// That source's resourceVersion.
     pub source_resource_version: String,
+    /// An update of a copy someone else changed: who changed what.
+    pub drift: Option<rules::Drift>,
+    /// An update: the fields that change (paths, never values).
+    pub changed: Vec<String>,
 }
 
 /// A copy of this declaration to delete, or to release.
@@ -209,6 +213,18 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     .push(status(DestinationState::Conflict, message, ""));
             }
             Decision::Create | Decision::Update | Decision::Adopt => {
+                // A copy (held in full) that is updated: what changes, and whether someone
+                // else changed it. Objects to adopt are held as metadata only.
+                let (changed, drift) = match (&decision, &existing) {
+                    (Decision::Update, Some(copy)) => (
+                        rules::changed_fields(copy, &desired, dest.strategy)
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect(),
+                        rules::drift(copy, &desired, dest.strategy, rules::FIELD_MANAGER),
+                    ),
+                    _ => (Vec::new(), None),
+                };
                 plan.writes.push(Write {
                     at: at.clone(),
                     desired,
@@ -217,6 +233,8 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     decision,
                     source: source_name.to_string(),
                     source_resource_version: source_rv,
+                    drift,
+                    changed,
                 });
             }
         }
@@ -244,6 +262,43 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         });
     }
     plan
+}
+
+/// [`Mode::Report`](super::spec::Mode::Report): the statuses of the destinations a plan
+/// would write to or delete, instead of writing (each [`DestinationState::OutOfSync`], with
+/// what would be done, the fields an update would change, and who changed the copy).
+pub fn reported(writes: Vec<Write>, deletes: Vec<Delete>) -> Vec<DestinationStatus> {
+    let writes = writes.into_iter().map(|w| {
+        let (planned, message) = match w.decision {
+            Decision::Create => (Planned::Create, "would create the copy".to_string()),
+            Decision::Adopt => (
+                Planned::Update,
+                "would adopt the object there (onConflict: adopt)".to_string(),
+            ),
+            _ if w.changed.is_empty() => (Planned::Update, "would update the copy".to_string()),
+            _ => (
+                Planned::Update,
+                format!("would update {}", w.changed.join(", ")),
+            ),
+        };
+        let mut st = DestinationStatus::new(&w.at, DestinationState::OutOfSync, message, "")
+            .of_source(&w.source);
+        st.planned = Some(planned);
+        st.changed_fields = w.changed;
+        st.drift = w.drift;
+        st
+    });
+    let deletes = deletes.into_iter().map(|d| {
+        let message = if d.orphan {
+            "would release the copy (keep it, kubesync's marks removed)"
+        } else {
+            "would delete the copy"
+        };
+        let mut st = DestinationStatus::new(&d.at, DestinationState::OutOfSync, message.into(), "");
+        st.planned = Some(Planned::Delete);
+        st
+    });
+    writes.chain(deletes).collect()
 }
 
 /// Whether the owners of `at`'s namespace consent to the copy of `source` there.
@@ -500,6 +555,7 @@ mod tests {
                 rules: CopyRules::default(),
                 consent: None,
                 deletion_policy: Default::default(),
+                mode: Default::default(),
             },
             deleting: false,
         }

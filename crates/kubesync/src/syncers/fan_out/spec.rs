@@ -2,13 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
 use super::rules::{
-    CopyPatch, CopyRules, DeletionPolicy, NamespaceRule, OnConflict, Owner, Strategy,
+    CopyPatch, CopyRules, DeletionPolicy, Drift, NamespaceRule, OnConflict, Owner, Strategy,
 };
 use crate::key::ObjectKey;
 
@@ -203,6 +204,32 @@ pub struct FanOutSpec {
     pub consent: Option<Consent>,
     /// What becomes of the copies when the declaration or its source is deleted.
     pub deletion_policy: DeletionPolicy,
+    /// Whether copies are written ([`Mode::Enforce`]) or only reported ([`Mode::Report`]).
+    pub mode: Mode,
+}
+
+/// Whether a declaration's copies are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Copies are created, updated and deleted as the plan says.
+    #[default]
+    Enforce,
+    /// Nothing is written to any destination (nor deleted there, also when the declaration
+    /// goes): each destination the plan would write to is reported
+    /// [`DestinationState::OutOfSync`] with what would be done ([`Planned`]) and, for an
+    /// update, the fields that would change.
+    Report,
+}
+
+/// What [`Mode::Enforce`] would do at a destination that [`Mode::Report`] leaves alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Planned {
+    /// Create the copy.
+    Create,
+    /// Update the copy (or adopt the object there).
+    Update,
+    /// Delete the copy (or release it: keep it, marks removed).
+    Delete,
 }
 
 /// Whether a consent object admits a copy: `(consent object, source, destination)`.
@@ -287,6 +314,9 @@ pub enum DestinationState {
     Error,
     /// The destination's owners do not consent (see [`Consent`]): nothing is written there.
     Refused,
+    /// [`Mode::Report`]: the copy differs from what kubesync would write (or is missing, or
+    /// would be deleted); nothing was written.
+    OutOfSync,
 }
 
 /// What a reconcile found at one destination.
@@ -308,6 +338,21 @@ pub struct DestinationStatus {
     /// The source's name (empty where no one source is concerned, e.g. an unknown cluster).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// [`Mode::Report`]: what would be done here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Planned>,
+    /// [`Mode::Report`], an update: the fields that would change (paths, never values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_fields: Vec<String>,
+    /// The copy was found changed by someone else: which fields, and by which field managers
+    /// (in [`Mode::Enforce`], reported once, by the reconcile that reverted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+    /// Not current: since when this process knows the copy is behind (the first sight of the
+    /// source's version, of the destination namespace's, or of the copy's deletion, whichever
+    /// is latest); `None` where unknown.
+    #[serde(skip)]
+    pub behind_since: Option<Instant>,
 }
 
 /// The outcome of one reconcile.
@@ -328,6 +373,12 @@ pub struct Report {
     pub unreachable: Vec<String>,
     /// Failing watches of this declaration: (cluster, the API's message).
     pub watch_errors: Vec<(String, String)>,
+    /// Copies written by this reconcile that carry a change (a newer source version, or a
+    /// new copy), each with its destination cluster and how long after the change was first
+    /// seen it was written.
+    pub propagated: Vec<(String, std::time::Duration)>,
+    /// Each source's name and resourceVersion as this reconcile copied it.
+    pub source_versions: Vec<(String, String)>,
 }
 
 impl DestinationStatus {
@@ -346,6 +397,10 @@ impl DestinationStatus {
             message,
             source_resource_version: source_rv.to_string(),
             source: String::new(),
+            planned: None,
+            changed_fields: Vec::new(),
+            drift: None,
+            behind_since: None,
         }
     }
 

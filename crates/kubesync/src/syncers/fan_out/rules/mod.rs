@@ -1,10 +1,12 @@
 //! The pure rules of the fan-out, each in its own module: which namespaces are destinations
 //! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
+//! which fields of a copy changed and who changed them ([`drift`]),
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), and the
 //! per-destination overrides ([`patch`]). No IO.
 
 pub mod copy;
 pub mod decide;
+pub mod drift;
 pub mod ownership;
 pub mod patch;
 pub mod select;
@@ -14,10 +16,13 @@ pub use decide::{
     Decision, DeletionPolicy, OnConflict, Strategy, apply_precondition, decide, in_sync, orphans,
     release_patch,
 };
+pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, drift};
 pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
 pub use select::{NamespaceRule, glob, selector};
 
+/// Field manager of every copy write.
+pub const FIELD_MANAGER: &str = "kubesync";
 /// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
 pub const MANAGED_BY: &str = "kubesync.io/managed-by";
 /// Annotation: `<cluster>/<namespace>/<name>` of the declaration that made the copy.
