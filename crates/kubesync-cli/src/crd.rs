@@ -394,6 +394,95 @@ pub enum ObjectSyncDeletionPolicy {
     Orphan,
 }
 
+/// Whether an ObjectSync writes its copies.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Copies are created, updated and deleted (default).
+    #[default]
+    Enforce,
+    /// Nothing is written to any destination, nor deleted there (also when the ObjectSync is
+    /// deleted): the status lists per destination what would be created, updated (with the
+    /// changed field paths) or deleted, and who changed a copy.
+    Report,
+}
+
+/// What [`SyncMode::Report`] would do at a destination.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum PlannedAction {
+    /// Create the copy.
+    Create,
+    /// Update the copy (or adopt the object there).
+    Update,
+    /// Delete the copy (or release it, with `deletionPolicy: Orphan`).
+    Delete,
+}
+
+impl From<kubesync::syncers::fan_out::Planned> for PlannedAction {
+    fn from(p: kubesync::syncers::fan_out::Planned) -> Self {
+        use kubesync::syncers::fan_out::Planned as P;
+        match p {
+            P::Create => Self::Create,
+            P::Update => Self::Update,
+            P::Delete => Self::Delete,
+        }
+    }
+}
+
+/// A copy found changed by someone other than kubesync: which fields (paths, never values),
+/// and the field managers owning them in the copy's managedFields.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftRecord {
+    /// When kubesync found it (RFC 3339).
+    pub detected_time: String,
+    /// Every field that differed from what kubesync wrote.
+    pub fields: Vec<String>,
+    /// Who changed them, newest first; a removed field is owned by no one and listed in
+    /// `fields` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managers: Vec<FieldManagerChange>,
+}
+
+/// One field manager that changed a copy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldManagerChange {
+    /// The field manager (e.g. `kubectl-edit`, `helm`).
+    pub manager: String,
+    /// `Update` or `Apply`.
+    pub operation: String,
+    /// When it last wrote (RFC 3339, from its managedFields entry).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub time: String,
+    /// The changed fields it owns.
+    pub fields: Vec<String>,
+}
+
+impl DriftRecord {
+    /// The record of `drift`, found at `now`.
+    pub fn of(drift: &kubesync::syncers::fan_out::rules::Drift, now: jiff::Timestamp) -> Self {
+        Self {
+            detected_time: now.to_string(),
+            fields: drift.fields.clone(),
+            managers: drift
+                .managers
+                .iter()
+                .map(|m| FieldManagerChange {
+                    manager: m.manager.clone(),
+                    operation: m.operation.clone(),
+                    time: m.time.clone(),
+                    fields: m.fields.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether `other` records the same change (found at another time).
+    pub fn same_change(&self, other: &Self) -> bool {
+        self.fields == other.fields && self.managers == other.managers
+    }
+}
+
 /// Include and exclude lists of keys (exact keys, or prefixes ending in `/` or `*`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct KeyFilterSpec {
@@ -503,6 +592,10 @@ pub struct ObjectSyncSpec {
     /// `kubesync.io/orphan-on-delete: "true"` is always kept.
     #[serde(default)]
     pub deletion_policy: ObjectSyncDeletionPolicy,
+    /// `Enforce` (default): copies are written. `Report`: nothing is written to any
+    /// destination; the status says per destination what would be done.
+    #[serde(default)]
+    pub mode: SyncMode,
 }
 
 /// Cluster-scoped objects (ClusterRole, StorageClass, PriorityClass, cluster-scoped custom
@@ -556,17 +649,27 @@ pub enum CopyState {
     Error,
     /// The destination namespace's owners do not consent (no SyncGrant admits the copy).
     Refused,
+    /// `mode: Report`: the copy is missing, differs, or would be deleted; nothing is written.
+    OutOfSync,
 }
 
 impl CopyState {
     /// Every state, in the order metrics list them.
-    pub const ALL: [CopyState; 5] = [
+    pub const ALL: [CopyState; 6] = [
         Self::Synced,
         Self::Pending,
+        Self::OutOfSync,
         Self::Conflict,
         Self::Error,
         Self::Refused,
     ];
+
+    /// Whether a copy in this state is behind its source: not current, and kubesync means to
+    /// write it (`Pending`, `Error`, `OutOfSync`). `Conflict` and `Refused` copies are never
+    /// written, and counted apart.
+    pub fn is_behind(self) -> bool {
+        matches!(self, Self::Pending | Self::Error | Self::OutOfSync)
+    }
 
     /// The name, as serialized.
     pub fn as_str(self) -> &'static str {
@@ -576,6 +679,7 @@ impl CopyState {
             Self::Conflict => "Conflict",
             Self::Error => "Error",
             Self::Refused => "Refused",
+            Self::OutOfSync => "OutOfSync",
         }
     }
 }
@@ -589,6 +693,7 @@ impl From<kubesync::syncers::fan_out::DestinationState> for CopyState {
             S::Conflict => Self::Conflict,
             S::Error => Self::Error,
             S::Refused => Self::Refused,
+            S::OutOfSync => Self::OutOfSync,
         }
     }
 }
@@ -637,6 +742,16 @@ pub struct DestinationStatusEntry {
     /// The source resourceVersion the copy carries.
     #[serde(default)]
     pub source_resource_version: String,
+    /// `mode: Report`: what would be done here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_action: Option<PlannedAction>,
+    /// `mode: Report`, an update: the fields that would change (paths, never values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_fields: Vec<String>,
+    /// The last time the copy was found changed by someone else (one source): which fields
+    /// and who. In `Enforce` mode the change was reverted, and a Warning Event names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift: Option<DriftRecord>,
 }
 
 /// Observed state of an [`ObjectSync`]. Never contains Secret data.
@@ -683,4 +798,13 @@ pub struct CopyFailure {
     pub state: CopyState,
     /// Why.
     pub message: String,
+    /// `mode: Report`: what would be done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_action: Option<PlannedAction>,
+    /// `mode: Report`, an update: the fields that would change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_fields: Vec<String>,
+    /// The copy was found changed by someone else: which fields and who.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftRecord>,
 }

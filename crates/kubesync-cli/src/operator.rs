@@ -16,6 +16,7 @@ use kubesync::runtime::{Action, Context, Controller, Reconciler, Watch};
 use kubesync::{Cluster, ObjectKey};
 
 use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, ResourceSync};
+use crate::freshness::Lags;
 pub use crate::object_sync::ObjectSyncGauge;
 use crate::object_sync::{ObjectSyncController, ObjectSyncPolicy};
 pub use crate::remote::LOCAL;
@@ -67,6 +68,8 @@ pub struct Operator {
     writes: OwnWrites,
     object_syncs: ObjectSyncController,
     resource_syncs: ResourceSyncController,
+    /// The propagation lags of the copies written.
+    lags: Lags,
     /// The running controller's context (set when [`run`](Self::run) starts).
     ctx: OnceLock<Context>,
     /// With leader election: whether this replica leads.
@@ -112,6 +115,7 @@ impl Operator {
         let local = Cluster::new(LOCAL, local.client().clone());
         let writes = OwnWrites::new(local.clone(), Writer::new());
         let remotes = Arc::new(RemoteClusters::new(local.clone()));
+        let lags = Lags::default();
         Arc::new(Self {
             object_syncs: ObjectSyncController::new(
                 local.clone(),
@@ -119,6 +123,7 @@ impl Operator {
                 remotes.clone(),
                 options.policy,
                 options.fan_out_concurrency,
+                lags.clone(),
             ),
             resource_syncs: ResourceSyncController::new(
                 local.clone(),
@@ -128,6 +133,7 @@ impl Operator {
             ),
             local,
             writes,
+            lags,
             ctx: OnceLock::new(),
             leader: Mutex::new(None),
             stuck_after: options.stuck_after,
@@ -176,6 +182,11 @@ impl Operator {
     /// was in flight when one was deleted may have recorded it after it was forgotten).
     pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
         self.object_syncs.gauges(self.ctx.get())
+    }
+
+    /// The propagation lags of the copies written, by sync kind and cluster.
+    pub fn lags(&self) -> &Lags {
+        &self.lags
     }
 
     /// Write requests sent so far, by component: the operator's own (statuses, finalizers),

@@ -293,13 +293,22 @@ async fn registry(operator: &Operator) -> Registry {
     );
     let ready = Family::<ObjectSyncLabels, Gauge>::default();
     let destinations = Family::<DestinationLabels, Gauge>::default();
+    let stale = Family::<ObjectSyncLabels, Gauge>::default();
+    let oldest = Family::<ObjectSyncLabels, Gauge<f64, AtomicU64>>::default();
+    let drifts = Family::<ObjectSyncLabels, ScrapedCounter>::default();
     for ((namespace, objectsync), g) in operator.object_sync_gauges() {
+        let labels = ObjectSyncLabels {
+            namespace: namespace.clone(),
+            objectsync: objectsync.clone(),
+        };
         ready
-            .get_or_create(&ObjectSyncLabels {
-                namespace: namespace.clone(),
-                objectsync: objectsync.clone(),
-            })
+            .get_or_create(&labels)
             .set(i64::from(u8::from(g.ready)));
+        stale.get_or_create(&labels).set(i64::from(g.stale));
+        oldest
+            .get_or_create(&labels)
+            .set(g.oldest_stale.as_secs_f64());
+        drifts.get_or_create(&labels).set(g.drifts);
         for (state, count) in &g.destinations {
             destinations
                 .get_or_create(&DestinationLabels {
@@ -317,8 +326,28 @@ async fn registry(operator: &Operator) -> Registry {
     );
     r.register(
         "kubesync_objectsync_destinations",
-        "Destinations of an ObjectSync, by state (Synced, Pending, Conflict, Error, Refused)",
+        "Destinations of an ObjectSync, by state (Synced, Pending, OutOfSync, Conflict, Error, Refused)",
         destinations,
+    );
+    r.register(
+        "kubesync_objectsync_stale_copies",
+        "Copies of an ObjectSync behind their source now (Pending, Error or OutOfSync, or of a source whose change is not copied yet)",
+        stale,
+    );
+    r.register(
+        "kubesync_objectsync_oldest_stale_seconds",
+        "How long the oldest copy of an ObjectSync that is behind its source has been behind (0 when none is)",
+        oldest,
+    );
+    r.register(
+        "kubesync_objectsync_drifts_total",
+        "Copies of an ObjectSync found changed by someone else (reverted in Enforce mode)",
+        drifts,
+    );
+    r.register(
+        "kubesync_propagation_lag_seconds",
+        "Seconds from a change first seen by a watch (a source's new version, a new or relabelled namespace, a deleted copy) to the copy written with it, by sync kind and destination cluster",
+        operator.lags().family(),
     );
     r
 }

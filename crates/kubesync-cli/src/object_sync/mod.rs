@@ -14,11 +14,11 @@
 pub mod policy;
 pub mod status;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::api::Api;
 use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
@@ -31,8 +31,8 @@ use kubesync::syncers::fan_out::rules::{
 };
 use kubesync::syncers::fan_out::spec::{Admits, Consent};
 use kubesync::syncers::fan_out::{
-    Declaration, Destination, DestinationRef, DestinationState, FanOut, FanOutSpec, Report,
-    Selection, SourceRef,
+    Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
+    FanOutSpec, Mode, Report, Selection, SourceRef,
 };
 
 pub use self::policy::ObjectSyncPolicy;
@@ -42,8 +42,9 @@ use self::status::{Observation, object_sync_status};
 use crate::crd::{
     ClusterObjectSync, ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
     ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
-    ObjectSyncStatus, SyncGrant,
+    ObjectSyncStatus, SyncGrant, SyncMode,
 };
+use crate::freshness::{DestinationKey, Lags, behind};
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
 
@@ -55,8 +56,15 @@ pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
 pub struct ObjectSyncGauge {
     /// Its Ready condition is True.
     pub ready: bool,
-    /// Destinations by state (all four present).
+    /// Destinations by state (every state present).
     pub destinations: BTreeMap<CopyState, u32>,
+    /// Copies behind their source now (see [`CopyState::is_behind`], and copies of a source
+    /// whose change the fan-out has seen and not yet copied).
+    pub stale: u32,
+    /// How long the oldest of them has been behind (zero when none is).
+    pub oldest_stale: Duration,
+    /// Copies found changed by someone else, since the operator started.
+    pub drifts: u64,
 }
 
 impl ObjectSyncGauge {
@@ -73,6 +81,7 @@ impl ObjectSyncGauge {
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True"),
             destinations,
+            ..Default::default()
         }
     }
 }
@@ -114,7 +123,18 @@ struct Record {
     /// Per condition type, the (status, reason) last published as an Event: a reconcile that
     /// reads a status older than its own last patch does not publish that transition again.
     published: BTreeMap<String, (String, String)>,
+    /// Its destinations behind their source, each since when.
+    behind: HashMap<DestinationKey, Instant>,
+    /// Its sources as the last reconcile copied them: key, resourceVersion, and how many
+    /// copies then carried that version.
+    sources: Vec<(ObjectKey, String, u32)>,
+    /// The drift last found at each copy (counted and announced once).
+    drifts_seen: HashMap<DestinationKey, String>,
 }
+
+/// At most this many Events about reverted copies are published per reconcile; one more
+/// says how many others there were.
+pub const MAX_DRIFT_EVENTS: usize = 5;
 
 /// The ObjectSync controller.
 pub struct ObjectSyncController {
@@ -130,6 +150,8 @@ pub struct ObjectSyncController {
     recorder: kube::runtime::events::Recorder,
     /// Who publishes them (for the Events about ClusterObjectSyncs, published without it).
     reporter: kube::runtime::events::Reporter,
+    /// The propagation lags of the copies written.
+    lags: Lags,
 }
 
 impl ObjectSyncController {
@@ -140,6 +162,7 @@ impl ObjectSyncController {
         remotes: Arc<RemoteClusters>,
         policy: ObjectSyncPolicy,
         concurrency: usize,
+        lags: Lags,
     ) -> Self {
         let reporter = kube::runtime::events::Reporter {
             controller: "kubesync".into(),
@@ -156,6 +179,7 @@ impl ObjectSyncController {
             records: Mutex::new(BTreeMap::new()),
             recorder,
             reporter,
+            lags,
         }
     }
 
@@ -182,10 +206,32 @@ impl ObjectSyncController {
                 ctx.get(&key).is_some()
             });
         }
+        let now = Instant::now();
         records
             .iter()
-            .map(|(k, r)| (k.clone(), r.gauge.clone()))
+            .map(|(k, r)| (k.clone(), self.fresh_gauge(r, now)))
             .collect()
+    }
+
+    /// A record's gauge with its staleness as of `now`: the copies the last reconcile found
+    /// behind, and the copies of each source whose newer version the fan-out has seen since.
+    fn fresh_gauge(&self, r: &Record, now: Instant) -> ObjectSyncGauge {
+        let mut stale = u32::try_from(r.behind.len()).unwrap_or(u32::MAX);
+        let mut oldest = r.behind.values().min().copied();
+        for (key, copied, copies) in &r.sources {
+            if let Some((rv, seen)) = self.fan_out.source_seen(key)
+                && rv != *copied
+                && *copies > 0
+            {
+                stale = stale.saturating_add(*copies);
+                oldest = Some(oldest.map_or(seen, |o| o.min(seen)));
+            }
+        }
+        ObjectSyncGauge {
+            stale,
+            oldest_stale: oldest.map_or(Duration::ZERO, |o| now.saturating_duration_since(o)),
+            ..r.gauge.clone()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Record>> {
@@ -415,6 +461,10 @@ impl ObjectSyncController {
                 ObjectSyncDeletionPolicy::Delete => DeletionPolicy::Delete,
                 ObjectSyncDeletionPolicy::Orphan => DeletionPolicy::Orphan,
             },
+            mode: match spec.mode {
+                SyncMode::Enforce => Mode::Enforce,
+                SyncMode::Report => Mode::Report,
+            },
         })
     }
 
@@ -460,7 +510,8 @@ impl ObjectSyncController {
                     return Ok(Action::done());
                 }
                 tracing::warn!(objectsync = %key, reason = refusal.reason, message = %refusal.message, "ObjectSync refused");
-                self.report(&os, Observation::Refused(&refusal)).await?;
+                self.report(&os, Observation::Refused(&refusal), Vec::new())
+                    .await?;
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         };
@@ -470,7 +521,19 @@ impl ObjectSyncController {
             spec,
             deleting,
         };
+        if deleting && decl.spec.mode == Mode::Report {
+            // Report mode writes nothing to destinations, also not when it goes: any copies
+            // stay as they are.
+            self.forget(ctx, key);
+            self.writes
+                .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
+                .await?;
+            return Ok(Action::done());
+        }
         let report = self.fan_out.reconcile(ctx, &decl).await?;
+        for (cluster, lag) in &report.propagated {
+            self.lags.observe("ObjectSync", cluster, *lag);
+        }
         if deleting {
             if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
                 self.forget(ctx, key);
@@ -482,6 +545,7 @@ impl ObjectSyncController {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         let selection_text = selection_text(&os.sync_spec().source);
+        let events = self.track(&os, &decl, &report);
         self.report(
             &os,
             Observation::Reported {
@@ -489,7 +553,9 @@ impl ObjectSyncController {
                 source_namespace: &decl.spec.source.namespace,
                 source_name: &decl.spec.source.name,
                 selection: selection_text.as_deref(),
+                report_only: decl.spec.mode == Mode::Report,
             },
+            events,
         )
         .await?;
         Ok(requeue_after(&report))
@@ -501,6 +567,7 @@ impl ObjectSyncController {
         &self,
         os: &K,
         observed: Observation<'_>,
+        drifts: Vec<(String, ObjectReference)>,
     ) -> kubesync::Result<()> {
         let old = os.sync_status().cloned().unwrap_or_default();
         let status = object_sync_status(&old, os.meta().generation, observed, crate::status::now());
@@ -516,14 +583,24 @@ impl ObjectSyncController {
             let published = if reference.namespace.is_some() {
                 self.recorder.publish(&event, &reference).await
             } else {
-                let event =
-                    cluster_scoped_event(&event, &reference, &self.reporter, crate::status::now());
-                Api::namespaced(self.local.client().clone(), CLUSTER_EVENTS_NAMESPACE)
-                    .create(&Default::default(), &event)
-                    .await
-                    .map(drop)
+                self.create_event(&event, &reference).await
             };
             if let Err(e) = published {
+                tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
+            }
+        }
+        // Each reverted change is an Event of its own, related to the copy (kube's recorder
+        // would fold a second change of the same copy into the first one's series, and keep
+        // the first note).
+        for (note, copy) in drifts {
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: "CopyChanged".into(),
+                note: Some(note),
+                action: "Revert".into(),
+                secondary: Some(copy),
+            };
+            if let Err(e) = self.create_event(&event, &os.object_ref(&())).await {
                 tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
             }
         }
@@ -531,6 +608,26 @@ impl ObjectSyncController {
             self.writes.patch_status(os, &status).await?;
         }
         Ok(())
+    }
+
+    /// Creates `event` about `regarding` as a new Event: in its namespace, or in
+    /// [`CLUSTER_EVENTS_NAMESPACE`] for a cluster-scoped object.
+    async fn create_event(
+        &self,
+        event: &kube::runtime::events::Event,
+        regarding: &ObjectReference,
+    ) -> kube::Result<()> {
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| CLUSTER_EVENTS_NAMESPACE.into());
+        // Not rounded to the second: the Event's name is made of it, and must be new.
+        let now = jiff::Timestamp::now();
+        let event = direct_event(event, regarding, &namespace, &self.reporter, now);
+        Api::namespaced(self.local.client().clone(), &namespace)
+            .create(&Default::default(), &event)
+            .await
+            .map(drop)
     }
 
     /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
@@ -545,7 +642,10 @@ impl ObjectSyncController {
         let record = records
             .entry((os.namespace().unwrap_or_default(), os.name_any()))
             .or_default();
-        record.gauge = ObjectSyncGauge::of(new);
+        record.gauge = ObjectSyncGauge {
+            drifts: record.gauge.drifts,
+            ..ObjectSyncGauge::of(new)
+        };
         let mut events = Vec::new();
         for (event_type, condition, reason, note) in
             condition_events(&old.conditions, &new.conditions)
@@ -565,6 +665,91 @@ impl ObjectSyncController {
         events
     }
 
+    /// Remembers which of an ObjectSync's copies are behind their source and since when, the
+    /// versions of its sources, and the copies found changed by someone else: each change is
+    /// counted once and, in Enforce mode (which reverted it), announced by a Warning Event
+    /// (returned; at most [`MAX_DRIFT_EVENTS`], then one that counts the others).
+    fn track<K: SyncObject>(
+        &self,
+        os: &K,
+        decl: &Declaration,
+        report: &Report,
+    ) -> Vec<(String, ObjectReference)> {
+        let mut records = self.lock();
+        let record = records
+            .entry((os.namespace().unwrap_or_default(), os.name_any()))
+            .or_default();
+        record.behind = behind(&record.behind, report, Instant::now());
+        let mut current: HashMap<(&str, &str), u32> = HashMap::new();
+        for d in &report.destinations {
+            if d.state == DestinationState::Synced {
+                *current
+                    .entry((d.source.as_str(), d.source_resource_version.as_str()))
+                    .or_default() += 1;
+            }
+        }
+        let source = &decl.spec.source;
+        record.sources = report
+            .source_versions
+            .iter()
+            .map(|(name, rv)| {
+                let key = ObjectKey::new(
+                    LOCAL,
+                    &source.resource,
+                    source.namespace().map(String::from),
+                    name,
+                );
+                let copies = current.get(&(name.as_str(), rv.as_str())).copied();
+                (key, rv.clone(), copies.unwrap_or_default())
+            })
+            .collect();
+        // Report mode finds the same change at every reconcile until it is undone; Enforce
+        // reports it once, when it reverts it (also a change Report mode found before).
+        let mut found = HashMap::new();
+        let mut reverted = Vec::new();
+        for d in &report.destinations {
+            if let Some(drift) = &d.drift {
+                let key = (d.cluster.clone(), d.namespace.clone(), d.name.clone());
+                let text = drift.to_string();
+                if record.drifts_seen.get(&key) != Some(&text) {
+                    record.gauge.drifts += 1;
+                }
+                reverted.push((d, text.clone()));
+                found.insert(key, text);
+            }
+        }
+        record.drifts_seen = found;
+        if decl.spec.mode == Mode::Report {
+            return Vec::new();
+        }
+        let ar = &source.resource;
+        let reference = |d: &DestinationStatus| ObjectReference {
+            api_version: Some(ar.api_version.clone()),
+            kind: Some(ar.kind.clone()),
+            namespace: (!d.namespace.is_empty()).then(|| d.namespace.clone()),
+            name: Some(d.name.clone()),
+            ..Default::default()
+        };
+        let mut events: Vec<_> = reverted
+            .iter()
+            .take(MAX_DRIFT_EVENTS)
+            .map(|(d, text)| {
+                let at = DestinationRef::new(display_name(&d.cluster), &d.namespace, &d.name);
+                let note =
+                    format!("the copy {at} was changed by someone else and reverted: {text}");
+                (status::truncate_note(note), reference(d))
+            })
+            .collect();
+        if let Some((last, _)) = reverted.get(MAX_DRIFT_EVENTS) {
+            let note = format!(
+                "{} more copies were changed by someone else and reverted",
+                reverted.len() - MAX_DRIFT_EVENTS
+            );
+            events.push((note, reference(last)));
+        }
+        events
+    }
+
     /// Forgets an ObjectSync that is gone: its engine state and its metrics.
     fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.fan_out.forget(ctx, key);
@@ -578,11 +763,12 @@ impl ObjectSyncController {
 /// refuses one in `default`, where kube's Recorder would put it.
 pub const CLUSTER_EVENTS_NAMESPACE: &str = "kube-system";
 
-/// An Event about the cluster-scoped object `regarding`, in [`CLUSTER_EVENTS_NAMESPACE`]
-/// (pure; what kube's Recorder writes, in that namespace).
-fn cluster_scoped_event(
+/// An Event about `regarding` in `namespace` (pure; what kube's Recorder writes, but always a
+/// new Event, and in that namespace).
+fn direct_event(
     event: &kube::runtime::events::Event,
-    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    regarding: &ObjectReference,
+    namespace: &str,
     reporter: &kube::runtime::events::Reporter,
     now: jiff::Timestamp,
 ) -> k8s_openapi::api::events::v1::Event {
@@ -609,7 +795,7 @@ fn cluster_scoped_event(
             .into(),
         ),
         metadata: ObjectMeta {
-            namespace: Some(CLUSTER_EVENTS_NAMESPACE.into()),
+            namespace: Some(namespace.into()),
             name: Some(format!(
                 "{}.{:x}",
                 regarding.name.as_deref().unwrap_or(&reporter.controller),
@@ -955,7 +1141,7 @@ mod tests {
             instance: None,
         };
         let now: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
-        let e = cluster_scoped_event(&event, &regarding, &reporter, now);
+        let e = direct_event(&event, &regarding, CLUSTER_EVENTS_NAMESPACE, &reporter, now);
         assert_eq!(e.metadata.namespace.as_deref(), Some("kube-system"));
         assert!(
             e.metadata

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Report};
+use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Planned, Report};
 
-use crate::crd::{Condition, CopyFailure, CopyState, DestinationStatusEntry, ObjectSyncStatus};
+use crate::crd::{
+    Condition, CopyFailure, CopyState, DestinationStatusEntry, DriftRecord, ObjectSyncStatus,
+};
 use crate::remote::display_name;
 use crate::status::{self, Refusal, with_transition};
 
@@ -24,6 +26,8 @@ pub enum Observation<'a> {
         source_name: &'a str,
         /// Many sources: what selects them (e.g. `selector app=tls`); `None` for one source.
         selection: Option<&'a str>,
+        /// `mode: Report`: nothing was written.
+        report_only: bool,
     },
 }
 
@@ -77,8 +81,9 @@ pub fn object_sync_status(
             source_namespace,
             source_name,
             selection,
+            report_only,
         } => {
-            let (entries, ready) = match selection {
+            let (entries, mut ready) = match selection {
                 None => {
                     let entries = destination_entries(old, report, now);
                     let ready = ready_condition(report, &entries, source_namespace, source_name);
@@ -87,13 +92,26 @@ pub fn object_sync_status(
                 Some(selection) => {
                     many = (
                         Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
-                        failures(report),
+                        failures(old, report, now),
                     );
                     let entries = namespace_entries(old, report, now);
                     let ready = selection_ready(report, &entries, source_namespace, selection);
                     (entries, ready)
                 }
             };
+            if report_only && ready.reason == "SourceNotFound" {
+                ready.message = ready.message.replace(
+                    "its copies were removed",
+                    "its copies would be removed (mode Report: nothing is deleted)",
+                );
+            }
+            if report_only && ready.status == "True" {
+                ready.reason = "Reporting".into();
+                ready.message = format!(
+                    "{} (mode Report: nothing is written to destinations)",
+                    ready.message.replacen("copying", "comparing", 1)
+                );
+            }
             let conditions = vec![ready, synced_condition(report, &entries)];
             (conditions, entries)
         }
@@ -116,8 +134,22 @@ pub fn object_sync_status(
 /// At most this many failing copies are listed in a status (many sources).
 pub const MAX_FAILURES: usize = 10;
 
+/// The record of a copy's drift found now, or, when it records the same change, the one
+/// already in the status (found earlier).
+fn drift_record(
+    found: Option<&kubesync::syncers::fan_out::rules::Drift>,
+    before: Option<&DriftRecord>,
+    now: jiff::Timestamp,
+) -> Option<DriftRecord> {
+    let found = DriftRecord::of(found?, now);
+    match before {
+        Some(b) if b.same_change(&found) => Some(b.clone()),
+        _ => Some(found),
+    }
+}
+
 /// The first [`MAX_FAILURES`] copies that are not current, refusals first.
-fn failures(report: &Report) -> Vec<CopyFailure> {
+fn failures(old: &ObjectSyncStatus, report: &Report, now: jiff::Timestamp) -> Vec<CopyFailure> {
     let failing = |d: &&DestinationStatus| d.state != DestinationState::Synced;
     let refused = |d: &&DestinationStatus| d.state == DestinationState::Refused;
     report
@@ -133,13 +165,24 @@ fn failures(report: &Report) -> Vec<CopyFailure> {
                 .filter(|d| !refused(d)),
         )
         .take(MAX_FAILURES)
-        .map(|d| CopyFailure {
-            source: d.source.clone(),
-            cluster: display_name(&d.cluster).to_string(),
-            namespace: d.namespace.clone(),
-            name: d.name.clone(),
-            state: d.state.into(),
-            message: d.message.clone(),
+        .map(|d| {
+            let cluster = display_name(&d.cluster).to_string();
+            let before = old
+                .failures
+                .iter()
+                .find(|f| f.cluster == cluster && f.namespace == d.namespace && f.name == d.name)
+                .and_then(|f| f.drift.as_ref());
+            CopyFailure {
+                source: d.source.clone(),
+                cluster,
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                state: d.state.into(),
+                message: d.message.clone(),
+                planned_action: d.planned.map(Into::into),
+                changed_fields: d.changed_fields.clone(),
+                drift: drift_record(d.drift.as_ref(), before, now),
+            }
         })
         .collect()
 }
@@ -204,6 +247,7 @@ fn namespace_entries(
                 sources_total: Some(count(copies.iter())),
                 last_sync_time,
                 source_resource_version: newest,
+                ..Default::default()
             }
         })
         .collect()
@@ -269,6 +313,7 @@ fn destination_entries(
             } else {
                 previous.and_then(|p| p.last_sync_time.clone())
             };
+            let before = previous.and_then(|p| p.last_drift.as_ref());
             DestinationStatusEntry {
                 cluster,
                 namespace: d.namespace.clone(),
@@ -277,6 +322,9 @@ fn destination_entries(
                 message: d.message.clone(),
                 last_sync_time,
                 source_resource_version: d.source_resource_version.clone(),
+                planned_action: d.planned.map(Into::into),
+                changed_fields: d.changed_fields.clone(),
+                last_drift: drift_record(d.drift.as_ref(), before, now).or_else(|| before.cloned()),
                 ..Default::default()
             }
         })
@@ -320,6 +368,13 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
         .take(3)
         .map(|e| format!("{}/{}: {} {}", e.cluster, e.namespace, e.state, e.message))
         .collect();
+    let planned = |p: Planned| {
+        report
+            .destinations
+            .iter()
+            .filter(|d| d.planned == Some(p))
+            .count()
+    };
     if problems.is_empty() {
         let in_sync = entries.iter().filter(|e| e.state == synced).count();
         status::condition(
@@ -330,6 +385,21 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
         )
     } else if entries.iter().any(|e| e.state == CopyState::Refused) {
         status::condition("Synced", false, "DestinationRefused", problems.join("; "))
+    } else if entries.iter().any(|e| e.state == CopyState::OutOfSync) {
+        let (create, update, delete) = (
+            planned(Planned::Create),
+            planned(Planned::Update),
+            planned(Planned::Delete),
+        );
+        status::condition(
+            "Synced",
+            false,
+            "OutOfSync",
+            format!(
+                "mode Report: would create {create}, update {update} and delete {delete} copies; {}",
+                problems.join("; ")
+            ),
+        )
     } else {
         status::condition("Synced", false, "NotAllSynced", problems.join("; "))
     }
@@ -337,6 +407,19 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
 
 /// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
 pub const MAX_NOTE: usize = 1024;
+
+/// `note` cut to [`MAX_NOTE`] bytes (ending in `...` when cut).
+pub fn truncate_note(mut note: String) -> String {
+    if note.len() > MAX_NOTE {
+        let mut end = MAX_NOTE - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
 
 /// The Events to publish when conditions change (pure): one per condition whose status or
 /// reason changed, except the transient `Starting` and a `Ready=True` that `Synced` already
@@ -359,16 +442,12 @@ pub fn condition_events(
             } else {
                 EventType::Warning
             };
-            let mut note = c.message.clone();
-            if note.len() > MAX_NOTE {
-                let mut end = MAX_NOTE - 3;
-                while !note.is_char_boundary(end) {
-                    end -= 1;
-                }
-                note.truncate(end);
-                note.push_str("...");
-            }
-            (type_, c.type_.clone(), c.reason.clone(), note)
+            (
+                type_,
+                c.type_.clone(),
+                c.reason.clone(),
+                truncate_note(c.message.clone()),
+            )
         })
         .collect()
 }
@@ -386,15 +465,8 @@ mod tests {
     }
 
     fn dest(cluster: &str, ns: &str, state: DestinationState, message: &str) -> DestinationStatus {
-        DestinationStatus {
-            cluster: cluster.into(),
-            namespace: ns.into(),
-            name: "settings".into(),
-            state,
-            message: message.into(),
-            source_resource_version: "42".into(),
-            source: String::new(),
-        }
+        let at = kubesync::syncers::fan_out::DestinationRef::new(cluster, ns, "settings");
+        DestinationStatus::new(&at, state, message.into(), "42")
     }
 
     fn report(destinations: Vec<DestinationStatus>) -> Report {
@@ -417,6 +489,7 @@ mod tests {
             source_namespace: "apps",
             source_name: "settings",
             selection: None,
+            report_only: false,
         }
     }
 
@@ -435,6 +508,7 @@ mod tests {
                 source_namespace: "apps",
                 source_name: "settings",
                 selection,
+                report_only: false,
             },
             t(now),
         )
@@ -445,6 +519,84 @@ mod tests {
             .iter()
             .find(|c| c.type_ == type_)
             .expect("condition")
+    }
+
+    #[test]
+    fn report_mode_lists_planned_actions_and_keeps_a_drift_found_earlier() {
+        use kubesync::syncers::fan_out::rules::{Drift, ManagerChange};
+        let drift = Drift {
+            fields: vec!["data.a".into()],
+            managers: vec![ManagerChange {
+                manager: "alice".into(),
+                operation: "Update".into(),
+                time: "2024-01-01T00:00:00Z".into(),
+                fields: vec!["data.a".into()],
+            }],
+        };
+        let mut update = dest(
+            "local",
+            "team-a",
+            DestinationState::OutOfSync,
+            "would update data.a",
+        );
+        update.planned = Some(Planned::Update);
+        update.changed_fields = vec!["data.a".into()];
+        update.drift = Some(drift);
+        let mut create = dest(
+            "local",
+            "team-b",
+            DestinationState::OutOfSync,
+            "would create",
+        );
+        create.planned = Some(Planned::Create);
+        let r = report(vec![update, create]);
+        let status = |old: &ObjectSyncStatus, now: &str| {
+            object_sync_status(
+                old,
+                Some(2),
+                Observation::Reported {
+                    report: &r,
+                    source_namespace: "apps",
+                    source_name: "settings",
+                    selection: None,
+                    report_only: true,
+                },
+                t(now),
+            )
+        };
+        let first = status(&ObjectSyncStatus::default(), "2024-01-01T00:00:05Z");
+        let ready = find(&first, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Reporting")
+        );
+        assert!(
+            ready.message.contains("nothing is written"),
+            "{}",
+            ready.message
+        );
+        let synced = find(&first, "Synced");
+        assert_eq!(synced.reason, "OutOfSync");
+        assert!(
+            synced
+                .message
+                .contains("would create 1, update 1 and delete 0"),
+            "{}",
+            synced.message
+        );
+        let a = &first.destinations[0];
+        assert_eq!(a.planned_action, Some(crate::crd::PlannedAction::Update));
+        assert_eq!(a.changed_fields, ["data.a"]);
+        let found = a.last_drift.clone().expect("drift");
+        assert_eq!(found.detected_time, "2024-01-01T00:00:05Z");
+        assert_eq!(found.managers[0].manager, "alice");
+        assert_eq!(
+            first.destinations[1].planned_action,
+            Some(crate::crd::PlannedAction::Create)
+        );
+        // The same change found again later keeps the time it was first found.
+        let again = status(&first, "2024-01-01T00:01:00Z");
+        assert_eq!(again.destinations[0].last_drift, Some(found));
     }
 
     #[test]
@@ -625,6 +777,7 @@ mod tests {
                 source_namespace: "",
                 source_name,
                 selection,
+                report_only: false,
             };
             let s = object_sync_status(
                 &ObjectSyncStatus::default(),
@@ -811,6 +964,7 @@ mod tests {
                 source_namespace: "t1",
                 source_name: "s",
                 selection: None,
+                report_only: false,
             },
             jiff::Timestamp::UNIX_EPOCH,
         );

@@ -1,0 +1,324 @@
+//! Report mode and drift attribution through the operator, on a real control plane: what
+//! kubesync would write and who changed a copy, named from the copy's managedFields.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams};
+use kubesync::Cluster;
+use kubesync_cli::crd::{CopyState, DestinationStatusEntry, ObjectSync, PlannedAction};
+use kubesync_cli::object_sync::ObjectSyncPolicy;
+use kubesync_cli::operator::OperatorOptions;
+use kubesync_testenv::eventually;
+
+/// Values that must never appear in a status or an Event (base64 too).
+const ALICE: &str = "hunter2-alice";
+const BOB: &str = "root-bob";
+
+fn b64(s: &str) -> String {
+    let bytes = k8s_openapi::ByteString(s.as_bytes().to_vec());
+    serde_json::to_value(bytes)
+        .expect("base64")
+        .as_str()
+        .expect("a string")
+        .to_string()
+}
+
+fn entry<'a>(os: &'a ObjectSync, ns: &str) -> Option<&'a DestinationStatusEntry> {
+    os.status
+        .as_ref()?
+        .destinations
+        .iter()
+        .find(|d| d.namespace == ns)
+}
+
+/// The decoded data of a Secret.
+fn data(s: &Secret) -> BTreeMap<String, String> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).expect("utf-8")))
+        .collect()
+}
+
+/// An ObjectSync in Report mode writes nothing and lists, per destination, what it would
+/// create, update (with the changed field paths) and delete, and who changed a copy: two
+/// field managers (one by update, one by apply) edit a copy while its source also changes;
+/// only their fields are attributed to them, each with its time. Back in Enforce mode the
+/// copies are written, the edits reverted, and a Warning Event names both managers and their
+/// fields. A later edit by a third manager is reverted and named too. Never a value.
+#[tokio::test]
+async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers() {
+    let env = operator_cluster("drift", false, &["apps", "team-a", "team-b", "team-c"]).await;
+    let client = env.client().expect("client");
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: apps}\ntype: Opaque\nstringData: {user: admin, password: s3cr3t, host: db1}\n").await.expect("secret");
+    let sync = |mode: &str, destinations: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: db, namespace: apps}}\nspec:\n  mode: {mode}\n  source: {{kind: Secret, name: db}}\n  destinations: {destinations}\n"
+        )
+    };
+    env.apply_yaml(&sync(
+        "Enforce",
+        "[{namespace: team-a}, {namespace: team-b}]",
+    ))
+    .await
+    .expect("objectsync");
+    let running = start_operator(
+        Cluster::new("local", client.clone()),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["*".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    eventually("both copies synced", T, || async {
+        let s = syncs.get("db").await.ok()?.status?;
+        (s.total == 2 && s.in_sync == 2).then_some(())
+    })
+    .await;
+
+    // Report mode, team-b dropped and team-c added: nothing is written.
+    env.apply_yaml(&sync(
+        "Report",
+        "[{namespace: team-a}, {namespace: team-c}]",
+    ))
+    .await
+    .expect("report mode");
+    let os = eventually("team-b would be deleted, team-c created", T, || async {
+        let os = syncs.get("db").await.ok()?;
+        let s = os.status.as_ref()?;
+        (s.destinations.len() == 3
+            && entry(&os, "team-b")?.planned_action == Some(PlannedAction::Delete)
+            && entry(&os, "team-c")?.planned_action == Some(PlannedAction::Create))
+        .then_some(os)
+    })
+    .await;
+    assert_eq!(entry(&os, "team-b").expect("b").state, CopyState::OutOfSync);
+    assert_eq!(entry(&os, "team-a").expect("a").state, CopyState::Synced);
+    let synced = os
+        .status
+        .as_ref()
+        .expect("status")
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Synced")
+        .expect("Synced")
+        .clone();
+    assert_eq!(synced.reason, "OutOfSync", "{}", synced.message);
+    assert!(
+        synced
+            .message
+            .contains("would create 1, update 0 and delete 1"),
+        "{}",
+        synced.message
+    );
+    assert!(
+        secrets("team-b")
+            .get_opt("db")
+            .await
+            .expect("get")
+            .is_some(),
+        "Report mode deleted a copy"
+    );
+    assert!(
+        secrets("team-c")
+            .get_opt("db")
+            .await
+            .expect("get")
+            .is_none(),
+        "Report mode created a copy"
+    );
+
+    // Two managers edit team-a's copy (alice by update, bob by a forced apply); the source's
+    // host changes too.
+    secrets("team-a")
+        .patch(
+            "db",
+            &PatchParams {
+                field_manager: Some("alice".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({"data": {"password": b64(ALICE)}})),
+        )
+        .await
+        .expect("alice");
+    secrets("team-a")
+        .patch(
+            "db",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "db", "namespace": "team-a"},
+                "data": {"user": b64(BOB)}})),
+        )
+        .await
+        .expect("bob");
+    secrets("apps")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"host": "db2"}})),
+        )
+        .await
+        .expect("source");
+    let os = eventually(
+        "team-a would be updated, its drift attributed",
+        T,
+        || async {
+            let os = syncs.get("db").await.ok()?;
+            let a = entry(&os, "team-a")?;
+            let drift = a.last_drift.as_ref()?;
+            (a.planned_action == Some(PlannedAction::Update) && drift.managers.len() == 2)
+                .then_some(os)
+        },
+    )
+    .await;
+    let a = entry(&os, "team-a").expect("team-a");
+    assert_eq!(a.state, CopyState::OutOfSync);
+    assert_eq!(
+        a.changed_fields,
+        ["data.host", "data.password", "data.user"]
+    );
+    let drift = a.last_drift.as_ref().expect("drift");
+    assert_eq!(
+        drift.fields,
+        ["data.password", "data.user"],
+        "the source's own change is not drift"
+    );
+    let mut who: Vec<(&str, &str, Vec<String>)> = drift
+        .managers
+        .iter()
+        .map(|m| (m.manager.as_str(), m.operation.as_str(), m.fields.clone()))
+        .collect();
+    who.sort();
+    assert_eq!(
+        who,
+        [
+            ("alice", "Update", vec!["data.password".to_string()]),
+            ("bob", "Apply", vec!["data.user".to_string()]),
+        ]
+    );
+    assert!(
+        drift
+            .managers
+            .iter()
+            .all(|m| m.time.parse::<jiff::Timestamp>().is_ok()),
+        "{drift:?}"
+    );
+    let copy = data(&secrets("team-a").get("db").await.expect("copy"));
+    assert_eq!(
+        (
+            copy["password"].as_str(),
+            copy["user"].as_str(),
+            copy["host"].as_str()
+        ),
+        (ALICE, BOB, "db1"),
+        "Report mode wrote"
+    );
+    let status_text = serde_json::to_string(&os.status).expect("json");
+
+    // Enforce again: written, reverted, announced.
+    env.apply_yaml(&sync(
+        "Enforce",
+        "[{namespace: team-a}, {namespace: team-c}]",
+    ))
+    .await
+    .expect("enforce");
+    eventually("copies as the source, team-b gone", T, || async {
+        let a = data(&secrets("team-a").get("db").await.ok()?);
+        let c = secrets("team-c").get_opt("db").await.ok()??;
+        let gone = secrets("team-b").get_opt("db").await.ok()?.is_none();
+        (gone
+            && a["password"] == "s3cr3t"
+            && a["user"] == "admin"
+            && a["host"] == "db2"
+            && data(&c)["host"] == "db2")
+            .then_some(())
+    })
+    .await;
+    let reverted = event_where(&env, "apps", "a Warning Event naming alice and bob", |e| {
+        e.reason.as_deref() == Some("CopyChanged")
+            && e.type_.as_deref() == Some("Warning")
+            && e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("alice") && n.contains("bob"))
+    })
+    .await;
+    let note = reverted.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("local/team-a/db")
+            && note.contains("data.password by alice")
+            && note.contains("data.user by bob"),
+        "{note}"
+    );
+    let os = syncs.get("db").await.expect("os");
+    assert_eq!(
+        entry(&os, "team-a")
+            .expect("a")
+            .last_drift
+            .as_ref()
+            .map(|d| d.managers.len()),
+        Some(2),
+        "the last drift stays in the status"
+    );
+
+    // A third manager's edit in Enforce mode: reverted and named.
+    secrets("team-a")
+        .patch(
+            "db",
+            &PatchParams {
+                field_manager: Some("carol".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({"data": {"host": b64("elsewhere")}})),
+        )
+        .await
+        .expect("carol");
+    event_where(&env, "apps", "a Warning Event naming carol", |e| {
+        e.reason.as_deref() == Some("CopyChanged")
+            && e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("data.host by carol (Update"))
+    })
+    .await;
+    eventually("carol's edit reverted and recorded", T, || async {
+        let a = data(&secrets("team-a").get("db").await.ok()?);
+        let os = syncs.get("db").await.ok()?;
+        let drift = entry(&os, "team-a")?.last_drift.clone()?;
+        (a["host"] == "db2" && drift.managers.first()?.manager == "carol").then_some(())
+    })
+    .await;
+    let gauges = running.operator.object_sync_gauges();
+    assert!(gauges[0].1.drifts >= 2, "{gauges:?}");
+
+    // Paths only: no value edited by anyone reached a status or an Event.
+    let notes: Vec<String> = Api::<Event>::namespaced(client.clone(), "apps")
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    let reported = format!(
+        "{status_text}\n{}\n{}",
+        serde_json::to_string(&syncs.get("db").await.expect("os").status).expect("json"),
+        notes.join("\n")
+    );
+    for value in [ALICE, BOB, "elsewhere", "s3cr3t"] {
+        assert!(
+            !reported.contains(value) && !reported.contains(&b64(value)),
+            "{value} in {reported}"
+        );
+    }
+    running.stop().await;
+}
