@@ -79,6 +79,28 @@ impl Error {
     }
 }
 
+/// Every failure category a reconcile can be counted under: those of [`Error::category`],
+/// `Error` (a plain message, see [`ErrorCategory`](crate::runtime::ErrorCategory)) and
+/// `Panic`. Exporters list each from the start (at zero), so that a rate over them exists
+/// before the first failure.
+pub const CATEGORIES: [&str; 15] = [
+    "UnknownCluster",
+    "Kubeconfig",
+    "InClusterConfig",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "ApiError",
+    "Unreachable",
+    "Convert",
+    "InvalidConfig",
+    "Serialization",
+    "NamespaceTerminating",
+    "NotRunning",
+    "Error",
+    "Panic",
+];
+
 /// An error's message followed by its causes (`a: b: c`), leaving out a cause whose text the
 /// message already holds. `client error (Connect)` alone does not say whether the port was
 /// closed or the server's certificate untrusted; its causes do.

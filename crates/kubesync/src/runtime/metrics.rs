@@ -1,9 +1,9 @@
 //! The controller's counters, read by health endpoints and metrics exporters.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Counters of a running controller.
 #[derive(Debug, Default)]
@@ -17,6 +17,43 @@ pub struct Metrics {
     /// When the controller's loop last turned, in milliseconds since [`epoch`] plus one
     /// (0: never).
     last_turn: AtomicU64,
+    /// Per cluster: watch restarts and last contact (bounded: one entry per cluster).
+    clusters: Mutex<BTreeMap<String, Arc<ClusterContact>>>,
+}
+
+/// How one cluster answers the runtime's watches: restarts and the last successful contact.
+/// Updated by the watch tasks without locks.
+#[derive(Debug, Default)]
+pub struct ClusterContact {
+    restarts: AtomicU64,
+    /// Milliseconds since the Unix epoch of the last successful contact, plus one (0: never).
+    last_contact: AtomicU64,
+}
+
+impl ClusterContact {
+    /// A watch of the cluster failed or expired, and starts again.
+    pub fn restarted(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cluster answered now (a list, a watch event, a probe).
+    pub fn contacted(&self) {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1));
+        self.last_contact.store(ms + 1, Ordering::Relaxed);
+    }
+
+    /// Watches of the cluster that failed or expired and started again.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// When the cluster last answered; `None` if never.
+    pub fn last_contact(&self) -> Option<SystemTime> {
+        let ms = self.last_contact.load(Ordering::Relaxed).checked_sub(1)?;
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+    }
 }
 
 /// A process-wide reference instant for [`Metrics::idle_for`].
@@ -59,6 +96,20 @@ impl Metrics {
     pub fn failing(&self) -> u64 {
         self.failing.load(Ordering::Relaxed)
     }
+    /// The contact record of `cluster` (created on first use).
+    pub fn cluster(&self, cluster: &str) -> Arc<ClusterContact> {
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        clusters.entry(cluster.to_string()).or_default().clone()
+    }
+
+    /// Every cluster's contact record, by name.
+    pub fn clusters(&self) -> BTreeMap<String, Arc<ClusterContact>> {
+        self.clusters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// How long ago the controller's loop last turned; `None` before it started. The loop
     /// turns on every event, and at least every [`HEARTBEAT`] while idle, so a value well
     /// above that means the loop is stuck (a liveness probe's question).

@@ -28,6 +28,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     } = spec;
     let client = cluster.client().clone();
     let namespace = watch.namespace.as_deref();
+    let contact = ctx.shared.metrics.cluster(cluster.name());
     let emit = |objs: &[&DynamicObject]| {
         let mut keys = Vec::with_capacity(objs.len());
         for obj in objs {
@@ -93,6 +94,9 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         })
     };
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            contact.contacted();
+        }
         match event.map(typed) {
             Ok(Event::InitDone) => {
                 // Level-based: after a (re)list, queue what is new or changed, and what
@@ -127,9 +131,11 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                 // The resourceVersion expired (common right after a CRD is installed, or
                 // after a long disconnect): the watcher re-lists. Normal, not an outage.
                 tracing::debug!(reason = %status.reason, "watch expired; re-listing");
+                contact.restarted();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "watch failed; retrying with backoff");
+                contact.restarted();
                 set_state(Some(describe(&e)), false);
             }
         }
