@@ -62,6 +62,19 @@ impl Managed {
     }
 }
 
+/// A RemoteCluster's health, as `/metrics` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteHealth {
+    /// The RemoteCluster's name.
+    pub name: String,
+    /// Its last probe answered, and no watch of it fails.
+    pub reachable: bool,
+    /// When it last answered a probe or a watch.
+    pub last_contact: Option<std::time::SystemTime>,
+    /// Its watches that failed or expired and started again.
+    pub watch_restarts: u64,
+}
+
 /// The operator's shared state.
 pub struct Operator {
     local: Cluster,
@@ -187,6 +200,50 @@ impl Operator {
     /// The propagation lags of the copies written, by sync kind and cluster.
     pub fn lags(&self) -> &Lags {
         &self.lags
+    }
+
+    /// The counts of every running ResourceSync, by name.
+    pub async fn resource_sync_counts(&self) -> Vec<(String, crate::resource_sync::Counts)> {
+        self.resource_syncs.all_counts().await
+    }
+
+    /// Each RemoteCluster's health, by name: whether it is reachable (its last probe answered
+    /// and no watch of it fails), when it last answered a probe or a watch, and how many of
+    /// its watches failed or expired and started again (the operator's and every engine's).
+    pub async fn remote_cluster_health(&self) -> Vec<RemoteHealth> {
+        let Some(ctx) = self.context() else {
+            return Vec::new();
+        };
+        let mut contexts = vec![ctx.clone()];
+        contexts.extend(self.resource_syncs.engine_contexts().await);
+        let rc_type = kube::core::ApiResource::erase::<RemoteCluster>(&());
+        let mut health = Vec::new();
+        for rc in ctx.list(LOCAL, &rc_type) {
+            let name = rc.metadata.name.clone().unwrap_or_default();
+            let runtime = crate::remote::runtime_name(&name);
+            let answered = rc.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let failing = contexts.iter().any(|c| {
+                matches!(
+                    c.cluster_status(&runtime),
+                    kubesync::runtime::ClusterStatus::Unreachable(_)
+                )
+            });
+            let contacts: Vec<_> = contexts
+                .iter()
+                .filter_map(|c| c.metrics().clusters().remove(&runtime))
+                .collect();
+            health.push(RemoteHealth {
+                name,
+                reachable: answered && !failing,
+                last_contact: contacts.iter().filter_map(|c| c.last_contact()).max(),
+                watch_restarts: contacts.iter().map(|c| c.restarts()).sum(),
+            });
+        }
+        health
     }
 
     /// Write requests sent so far, by component: the operator's own (statuses, finalizers),

@@ -207,6 +207,27 @@ impl ResourceSyncController {
             .sum()
     }
 
+    /// The counts of every running sync, by ResourceSync name.
+    pub async fn all_counts(&self) -> Vec<(String, Counts)> {
+        let names: Vec<String> = self.engines.lock().await.keys().cloned().collect();
+        let mut all = Vec::with_capacity(names.len());
+        for name in names {
+            let counts = self.counts(&name).await;
+            all.push((name, counts));
+        }
+        all
+    }
+
+    /// The runtime contexts of the running engines (their watches of remote clusters).
+    pub async fn engine_contexts(&self) -> Vec<Context> {
+        self.engines
+            .lock()
+            .await
+            .values()
+            .map(|e| e.ctx.clone())
+            .collect()
+    }
+
     /// Stops every engine.
     pub async fn shutdown(&self) {
         let engines: Vec<Engine> = self.engines.lock().await.drain().map(|(_, e)| e).collect();
@@ -230,10 +251,13 @@ impl ResourceSyncController {
                 match tokio::time::timeout(Duration::from_secs(10), conn.cluster.server_version())
                     .await
                 {
-                    Ok(Ok(v)) => (
-                        status::ready(true, "Connected", format!("apiserver {v} answered")),
-                        Some(v),
-                    ),
+                    Ok(Ok(v)) => {
+                        ctx.metrics().cluster(conn.cluster.name()).contacted();
+                        (
+                            status::ready(true, "Connected", format!("apiserver {v} answered")),
+                            Some(v),
+                        )
+                    }
                     Ok(Err(e)) => (
                         status::ready(false, "Unreachable", kubesync::error::chain(&e)),
                         None,

@@ -215,6 +215,16 @@ struct ObjectSyncLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceSyncLabels {
+    resourcesync: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemoteLabels {
+    remotecluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DestinationLabels {
     namespace: String,
     objectsync: String,
@@ -233,6 +243,13 @@ async fn registry(operator: &Operator) -> Registry {
             counter(m.reconciles()),
         );
         let failures = Family::<CategoryLabels, ScrapedCounter>::default();
+        for category in kubesync::error::CATEGORIES {
+            failures
+                .get_or_create(&CategoryLabels {
+                    category: category.into(),
+                })
+                .set(0);
+        }
         for (category, value) in m.failures_by_category() {
             failures
                 .get_or_create(&CategoryLabels {
@@ -343,6 +360,59 @@ async fn registry(operator: &Operator) -> Registry {
         "kubesync_objectsync_drifts_total",
         "Copies of an ObjectSync found changed by someone else (reverted in Enforce mode)",
         drifts,
+    );
+    let objects = Family::<ResourceSyncLabels, Gauge>::default();
+    let stale_objects = Family::<ResourceSyncLabels, Gauge>::default();
+    for (name, counts) in operator.resource_sync_counts().await {
+        let labels = ResourceSyncLabels { resourcesync: name };
+        objects
+            .get_or_create(&labels)
+            .set(i64::from(counts.objects));
+        stale_objects
+            .get_or_create(&labels)
+            .set(i64::from(counts.objects.saturating_sub(counts.in_sync)));
+    }
+    r.register(
+        "kubesync_resourcesync_objects",
+        "Remote objects in a running ResourceSync's shard",
+        objects,
+    );
+    r.register(
+        "kubesync_resourcesync_stale_objects",
+        "Remote objects of a running ResourceSync whose current generation is not applied locally",
+        stale_objects,
+    );
+    let reachable = Family::<RemoteLabels, Gauge>::default();
+    let contact = Family::<RemoteLabels, Gauge<f64, AtomicU64>>::default();
+    let restarts = Family::<RemoteLabels, ScrapedCounter>::default();
+    for h in operator.remote_cluster_health().await {
+        let labels = RemoteLabels {
+            remotecluster: h.name,
+        };
+        reachable
+            .get_or_create(&labels)
+            .set(i64::from(u8::from(h.reachable)));
+        let at = h
+            .last_contact
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        contact.get_or_create(&labels).set(at);
+        restarts.get_or_create(&labels).set(h.watch_restarts);
+    }
+    r.register(
+        "kubesync_remotecluster_reachable",
+        "1 when the RemoteCluster's last probe answered and none of its watches fails",
+        reachable,
+    );
+    r.register(
+        "kubesync_remotecluster_last_contact_timestamp_seconds",
+        "When the RemoteCluster last answered a probe or a watch (Unix time; 0: never)",
+        contact,
+    );
+    r.register(
+        "kubesync_remotecluster_watch_restarts_total",
+        "Watches of the RemoteCluster that failed or expired and started again",
+        restarts,
     );
     r.register(
         "kubesync_propagation_lag_seconds",

@@ -77,7 +77,17 @@ fn every_overlay_builds() {
             "{want} missing from {kinds:?}"
         );
     }
-    assert_eq!(kustomize("prometheus").len(), 2);
+    let kinds = |overlay: &str| -> Vec<String> {
+        kustomize(overlay)
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(
+        kinds("prometheus"),
+        ["Service", "PrometheusRule", "ServiceMonitor"]
+    );
+    assert_eq!(kinds("monitoring"), ["ConfigMap"]);
 }
 
 #[test]
