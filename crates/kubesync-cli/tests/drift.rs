@@ -177,8 +177,10 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
             let os = syncs.get("db").await.ok()?;
             let a = entry(&os, "team-a")?;
             let drift = a.last_drift.as_ref()?;
-            (a.planned_action == Some(PlannedAction::Update) && drift.managers.len() == 2)
-                .then_some(os)
+            (a.planned_action == Some(PlannedAction::Update)
+                && drift.managers.len() == 2
+                && a.changed_fields.iter().any(|f| f == "data.host"))
+            .then_some(os)
         },
     )
     .await;
@@ -214,6 +216,10 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
             .all(|m| m.time.parse::<jiff::Timestamp>().is_ok()),
         "{drift:?}"
     );
+    // Three copies are behind (one to update, one to create, one to delete), for a while.
+    let gauge = running.operator.object_sync_gauges()[0].1.clone();
+    assert_eq!(gauge.stale, 3, "{gauge:?}");
+    assert!(gauge.oldest_stale > std::time::Duration::ZERO, "{gauge:?}");
     let copy = data(&secrets("team-a").get("db").await.expect("copy"));
     assert_eq!(
         (
@@ -299,6 +305,11 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     .await;
     let gauges = running.operator.object_sync_gauges();
     assert!(gauges[0].1.drifts >= 2, "{gauges:?}");
+    assert_eq!(
+        (gauges[0].1.stale, gauges[0].1.oldest_stale),
+        (0, std::time::Duration::ZERO),
+        "{gauges:?}"
+    );
 
     // Paths only: no value edited by anyone reached a status or an Event.
     let notes: Vec<String> = Api::<Event>::namespaced(client.clone(), "apps")
