@@ -7,31 +7,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
-use common::{RunningBinary, T, add_remote_cluster, free_port, operator_cluster, request, sample};
+use common::{
+    RunningBinary, T, add_remote_cluster, free_port, kustomize, operator_cluster, request, sample,
+};
 use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
 use serde_json::Value;
-
-/// `kubectl kustomize config/<overlay>`: the objects as they are installed.
-fn kustomize(overlay: &str) -> Vec<Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config")
-        .join(overlay);
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .expect("kubectl (with kustomize built in) is installed");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize config/{overlay}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_saphyr::from_multiple::<Value>(&String::from_utf8(out.stdout).expect("utf-8"))
-        .expect("YAML documents")
-}
 
 /// Every PromQL expression of the dashboard: panel targets' `expr`, and template variables'
 /// `query` (a string, or an object with a `query`).

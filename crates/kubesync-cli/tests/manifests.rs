@@ -4,28 +4,15 @@
 //! in `install.rs`.)
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
+use common::kustomize;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `kubectl kustomize config/<overlay>`, as JSON values (one per object).
-fn kustomize(overlay: &str) -> Vec<Value> {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(repo().join("config").join(overlay))
-        .output()
-        .expect("kubectl (with kustomize built in) is installed");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize config/{overlay}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    serde_saphyr::from_multiple::<Value>(&text).expect("YAML documents")
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {

@@ -176,3 +176,23 @@ pub async fn event_where(
     })
     .await
 }
+
+/// `kubectl kustomize config/<overlay>` of this repository: the objects as they are installed,
+/// as JSON values (one per object).
+pub fn kustomize(overlay: &str) -> Vec<serde_json::Value> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config")
+        .join(overlay);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl (with kustomize built in) is installed");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize config/{overlay}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    serde_saphyr::from_multiple::<serde_json::Value>(&text).expect("YAML documents")
+}
