@@ -134,7 +134,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
     assert!(used.len() >= 15, "{used:?}");
 
     let local = operator_cluster("dash-local", false, &["apps", "team-a"]).await;
-    let remote = TestEnv::builder()
+    let mut remote = TestEnv::builder()
         .name("dash-remote")
         .start()
         .await
@@ -191,4 +191,37 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
+
+    // The RemoteCluster goes down: not reachable, its watches restart; back up, it is
+    // contacted again.
+    let scrape = || async {
+        request(port, "GET", "/metrics")
+            .await
+            .map(|r| r.1)
+            .unwrap_or_default()
+    };
+    let remote_series = |m: &str, name: &str| {
+        sample(
+            m,
+            &format!("kubesync_remotecluster_{name}{{remotecluster=\"edge\"}}"),
+        )
+    };
+    let before = remote_series(&scrape().await, "last_contact_timestamp_seconds").expect("contact");
+    assert!(before > 0.0, "contacted: {before}");
+    remote.stop_apiserver();
+    let down =
+        kubesync_testenv::eventually("edge unreachable, its watches restarting", T, || async {
+            let m = scrape().await;
+            (remote_series(&m, "reachable") == Some(0.0)
+                && remote_series(&m, "watch_restarts_total").is_some_and(|n| n > 0.0))
+            .then_some(m)
+        })
+        .await;
+    let silent_since = remote_series(&down, "last_contact_timestamp_seconds").expect("contact");
+    remote.restart_apiserver().await.expect("restart");
+    kubesync_testenv::eventually("edge contacted again", T, || async {
+        let m = scrape().await;
+        (remote_series(&m, "last_contact_timestamp_seconds")? > silent_since).then_some(())
+    })
+    .await;
 }

@@ -331,5 +331,37 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
             "{value} in {reported}"
         );
     }
+
+    // Deleting an ObjectSync in Report mode deletes nothing: it goes, its copies stay.
+    env.apply_yaml(&sync(
+        "Report",
+        "[{namespace: team-a}, {namespace: team-c}]",
+    ))
+    .await
+    .expect("report mode");
+    eventually("reporting", T, || async {
+        let os = syncs.get("db").await.ok()?;
+        let ready = os
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        (ready.reason == "Reporting").then_some(())
+    })
+    .await;
+    syncs
+        .delete("db", &Default::default())
+        .await
+        .expect("delete");
+    eventually("the ObjectSync is gone", T, || async {
+        syncs.get_opt("db").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    for ns in ["team-a", "team-c"] {
+        assert!(
+            secrets(ns).get_opt("db").await.expect("get").is_some(),
+            "Report mode deleted the copy in {ns}"
+        );
+    }
     running.stop().await;
 }
