@@ -13,7 +13,8 @@ use kube::api::DynamicObject;
 
 use super::rules::{self, Decision, Strategy};
 use super::spec::{
-    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Planned,
+    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Mode,
+    Planned,
 };
 
 /// What the plan reads from the engine's stores.
@@ -66,7 +67,7 @@ pub struct Write {
     pub source_resource_version: String,
     /// An update of a copy someone else changed: who changed what.
     pub drift: Option<rules::Drift>,
-    /// An update: the fields that change (paths, never values).
+    /// An update in [`Mode::Report`]: the fields that change (paths, never values).
     pub changed: Vec<String>,
 }
 
@@ -215,14 +216,17 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             Decision::Create | Decision::Update | Decision::Adopt => {
                 // A copy (held in full) that is updated: what changes, and whether someone
                 // else changed it. Objects to adopt are held as metadata only.
+                // The paths are kept for Report mode only (Enforce writes at once).
                 let (changed, drift) = match (&decision, &existing) {
-                    (Decision::Update, Some(copy)) => (
-                        rules::changed_fields(copy, &desired, dest.strategy)
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect(),
-                        rules::drift(copy, &desired, dest.strategy, rules::FIELD_MANAGER),
-                    ),
+                    (Decision::Update, Some(copy)) => {
+                        let changed = rules::changed_fields(copy, &desired, dest.strategy);
+                        let drift = rules::drift(copy, &desired, &changed, rules::FIELD_MANAGER);
+                        let changed = match spec.mode {
+                            Mode::Report => changed.iter().map(ToString::to_string).collect(),
+                            Mode::Enforce => Vec::new(),
+                        };
+                        (changed, drift)
+                    }
                     _ => (Vec::new(), None),
                 };
                 plan.writes.push(Write {
@@ -625,6 +629,70 @@ mod tests {
             .iter()
             .map(|s| (format!("{}/{}", s.cluster, s.namespace), s.state))
             .collect()
+    }
+
+    #[test]
+    fn report_mode_turns_writes_and_deletes_into_what_would_be_done() {
+        let write = |decision: Decision, changed: &[&str]| Write {
+            at: at("local", "a"),
+            desired: source(),
+            existing: None,
+            strategy: Strategy::Apply,
+            decision,
+            source: "ca".into(),
+            source_resource_version: "42".into(),
+            drift: None,
+            changed: changed.iter().map(|c| c.to_string()).collect(),
+        };
+        let statuses = reported(
+            vec![
+                write(Decision::Create, &[]),
+                write(Decision::Update, &["data.x", "data[\"tls.crt\"]"]),
+                write(Decision::Adopt, &[]),
+            ],
+            vec![
+                Delete {
+                    at: at("local", "b"),
+                    uid: None,
+                    orphan: false,
+                },
+                Delete {
+                    at: at("local", "c"),
+                    uid: None,
+                    orphan: true,
+                },
+            ],
+        );
+        let got: Vec<(Option<Planned>, &str)> = statuses
+            .iter()
+            .map(|s| (s.planned, s.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(Planned::Create), "would create the copy"),
+                (
+                    Some(Planned::Update),
+                    "would update data.x, data[\"tls.crt\"]"
+                ),
+                (
+                    Some(Planned::Update),
+                    "would adopt the object there (onConflict: adopt)"
+                ),
+                (Some(Planned::Delete), "would delete the copy"),
+                (
+                    Some(Planned::Delete),
+                    "would release the copy (keep it, kubesync's marks removed)"
+                ),
+            ]
+        );
+        assert!(
+            statuses
+                .iter()
+                .all(|s| s.state == DestinationState::OutOfSync)
+        );
+        assert_eq!(statuses[1].changed_fields, ["data.x", "data[\"tls.crt\"]"]);
+        assert_eq!(statuses[0].source, "ca");
     }
 
     #[test]

@@ -197,7 +197,7 @@ impl fmt::Display for Drift {
 
 /// How `existing`, one of kubesync's copies written by field manager `own`, was changed by
 /// someone else; `None` when it was not (its differences from `desired` are the source's or
-/// the declaration's changes).
+/// the declaration's changes). `changed` is [`changed_fields`] of the two.
 ///
 /// A differing field owned by another manager was changed by that manager. A field `desired`
 /// sets that is missing from `existing` was removed by someone, when the copy carries the
@@ -206,10 +206,9 @@ impl fmt::Display for Drift {
 pub fn drift(
     existing: &DynamicObject,
     desired: &DynamicObject,
-    strategy: Strategy,
+    changed: &[FieldPath],
     own: &str,
 ) -> Option<Drift> {
-    let changed = changed_fields(existing, desired, strategy);
     if changed.is_empty() {
         return None;
     }
@@ -312,6 +311,12 @@ mod tests {
             "time": time, "fieldsType": "FieldsV1", "fieldsV1": fields})
     }
 
+    /// The drift of `existing` from [`desired`], applied by `kubesync`.
+    fn drift_of(existing: &DynamicObject) -> Option<Drift> {
+        let changed = changed_fields(existing, &desired(), Strategy::Apply);
+        drift(existing, &desired(), &changed, "kubesync")
+    }
+
     fn desired() -> DynamicObject {
         copy(json!({"a": "1", "b": "2", "tls.crt": "x"}), json!([]), "7")
     }
@@ -381,7 +386,7 @@ mod tests {
             "7",
         );
         existing.metadata.labels = Some([("team".to_string(), "b".to_string())].into());
-        let d = drift(&existing, &desired(), Strategy::Apply, "kubesync").expect("drift");
+        let d = drift_of(&existing).expect("drift");
         assert_eq!(d.fields, ["data.a", "metadata.labels.team"]);
         let who: Vec<(&str, &str, &[String])> = d
             .managers
@@ -418,7 +423,7 @@ mod tests {
             json!({"f:data": {"f:a": {}, "f:tls.crt": {}}})
         )]);
         let existing = copy(json!({"a": "1", "tls.crt": "x"}), managed.clone(), "7");
-        let d = drift(&existing, &desired(), Strategy::Apply, "kubesync").expect("drift");
+        let d = drift_of(&existing).expect("drift");
         assert_eq!(d.fields, ["data.b"]);
         assert!(d.managers.is_empty());
         assert_eq!(
@@ -427,10 +432,7 @@ mod tests {
         );
         // The copy carries an older source version: the source gained the key.
         let behind = copy(json!({"a": "1", "tls.crt": "x"}), managed, "6");
-        assert_eq!(
-            drift(&behind, &desired(), Strategy::Apply, "kubesync"),
-            None
-        );
+        assert_eq!(drift_of(&behind), None);
     }
 
     #[test]
@@ -442,10 +444,7 @@ mod tests {
             own_fields()
         )]);
         let existing = copy(json!({"a": "old", "b": "2", "tls.crt": "x"}), managed, "6");
-        assert_eq!(
-            drift(&existing, &desired(), Strategy::Apply, "kubesync"),
-            None
-        );
+        assert_eq!(drift_of(&existing), None);
         // Compacted entries (as the copies' store holds them) are read the same way.
         let mut compact = copy(
             json!({"a": "edited", "b": "2", "tls.crt": "x"}),
@@ -458,7 +457,7 @@ mod tests {
             "7",
         );
         crate::object::compact_managed_fields(&mut compact);
-        let d = drift(&compact, &desired(), Strategy::Apply, "kubesync").expect("drift");
+        let d = drift_of(&compact).expect("drift");
         assert_eq!(d.managers[0].manager, "kubectl-edit");
     }
 
