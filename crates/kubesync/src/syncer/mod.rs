@@ -135,8 +135,8 @@ impl SyncContext<'_> {
 /// docs](self) for when each entry point runs.
 ///
 /// Hooks ([`init`](Syncer::init), [`extra_watches`](Syncer::extra_watches),
-/// [`reconcile_start`](Syncer::reconcile_start), [`reconcile_end`](Syncer::reconcile_end))
-/// have no-op defaults. Lifecycle: `init` → watches start → stores list → reconciles.
+/// [`reconcile_start`](Syncer::reconcile_start), [`reconcile_end`](Syncer::reconcile_end),
+/// [`source_seen`](Syncer::source_seen)) have no-op defaults. Lifecycle: `init` → watches start → stores list → reconciles.
 pub trait Syncer: Send + Sync + 'static {
     /// The resource type on the source side.
     fn source_resource(&self) -> &ApiResource;
@@ -242,6 +242,12 @@ pub trait Syncer: Send + Sync + 'static {
 
     /// Called after the entry point with its result.
     fn reconcile_end(&self, _cx: &SyncContext<'_>, _result: &Result<Action>) {}
+
+    /// Called with every event of the source watch (of the translator's names only), as it
+    /// arrives and before its reconcile is queued: the place to note when a change was first
+    /// seen. A deletion passes the object's last state. It runs on the watch's task: keep it
+    /// cheap, and never block. Default: nothing.
+    fn source_seen(&self, _key: &ObjectKey, _source: &DynamicObject) {}
 }
 
 /// Runs a [`Syncer`] between two clusters on the multi-cluster runtime.
@@ -323,13 +329,16 @@ impl<S: Syncer> SyncEngine<S> {
             // never reach the queue.
             .watch_mapped(&s, syncer.source_watch(), {
                 let syncer = syncer.clone();
-                move |key, _obj| {
+                move |key, obj| {
                     let source = ObjectName {
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),
                     };
                     match syncer.translator().to_target(&source) {
-                        Some(_) => vec![key.clone()],
+                        Some(_) => {
+                            syncer.source_seen(key, obj);
+                            vec![key.clone()]
+                        }
                         None => Vec::new(),
                     }
                 }

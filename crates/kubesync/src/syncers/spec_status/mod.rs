@@ -26,9 +26,11 @@
 //! With `domain = "cloud.teleport.dev"` every annotation and the finalizer are
 //! sync-controller's, so a sync-controller deployment can be replaced in place.
 
+pub mod freshness;
 pub mod plan;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Resource;
@@ -37,9 +39,11 @@ use kube::core::ApiResource;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::key::ObjectKey;
 use crate::runtime::{Action, Watch};
 use crate::syncer::{ExtraWatch, Side, SyncContext, SyncEngine, Syncer};
 use crate::translate::{ObjectName, SuffixTranslator, Translator};
+use freshness::Freshness;
 use plan::{Marks, Phase, SecretUpload, Teardown};
 
 /// Field manager of writes to the local cluster.
@@ -100,6 +104,28 @@ pub struct SpecStatusSync {
     namespace_creation: tokio::sync::Mutex<NamespacesCreated>,
     /// Set by [`Syncer::init`] when Secrets are uploaded.
     secret_watching: std::sync::OnceLock<SecretWatching>,
+    /// Remote generations seen and not yet applied locally.
+    freshness: Arc<Freshness>,
+    /// Told each propagation lag.
+    on_propagated: Option<LagObserver>,
+}
+
+/// Told the propagation lag of each remote generation applied locally (see
+/// [`SpecStatusSyncBuilder::on_propagated`]).
+#[derive(Clone)]
+pub struct LagObserver(Arc<dyn Fn(Duration) + Send + Sync>);
+
+impl LagObserver {
+    /// An observer calling `f` with each lag.
+    pub fn new(f: impl Fn(Duration) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for LagObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LagObserver")
+    }
 }
 
 /// Local namespaces this sync created, until the Namespace watch shows them (an entry is
@@ -123,6 +149,7 @@ pub struct SpecStatusSyncBuilder {
     config: SpecStatusConfig,
     concurrency: usize,
     resync: Option<Duration>,
+    on_propagated: Option<LagObserver>,
 }
 
 impl SpecStatusSync {
@@ -139,6 +166,7 @@ impl SpecStatusSync {
             },
             concurrency: 16,
             resync: Some(Duration::from_secs(600)),
+            on_propagated: None,
         }
     }
 
@@ -155,6 +183,8 @@ impl SpecStatusSync {
             secret_resource: ApiResource::erase::<Secret>(&()),
             namespace_creation: Default::default(),
             secret_watching: std::sync::OnceLock::new(),
+            freshness: Arc::default(),
+            on_propagated: None,
         }
     }
 
@@ -167,6 +197,23 @@ impl SpecStatusSync {
     /// Secrets are uploaded.
     pub fn secret_repair(&self) -> Option<SecretRepair> {
         self.secret_watching.get().map(|w| w.repair)
+    }
+
+    /// Which remote objects carry a generation not yet applied locally, and since when this
+    /// sync has seen it (shared: read it while the engine runs).
+    pub fn freshness(&self) -> Arc<Freshness> {
+        self.freshness.clone()
+    }
+
+    /// A remote generation was applied locally with this write: tell its lag.
+    fn propagated(&self, key: &ObjectKey, generation: Option<i64>) {
+        if let Some(lag) = self
+            .freshness
+            .applied(key, generation.unwrap_or(0), Instant::now())
+            && let Some(observe) = &self.on_propagated
+        {
+            (observe.0)(lag);
+        }
     }
 }
 
@@ -222,9 +269,19 @@ impl SpecStatusSyncBuilder {
         self.resync = every;
         self
     }
+    /// Calls `observer` with the propagation lag of each remote generation applied locally:
+    /// from the generation's first sight by the remote watch to the local write (a local
+    /// copy rewritten for any other reason — a revert of someone else's edit, labels — is no
+    /// propagation, and not observed).
+    pub fn on_propagated(mut self, observer: LagObserver) -> Self {
+        self.on_propagated = Some(observer);
+        self
+    }
     /// The engine syncing from `remote` to `local`.
     pub fn build(self, remote: Cluster, local: Cluster) -> SyncEngine<SpecStatusSync> {
-        SyncEngine::new(SpecStatusSync::new(self.config), remote, local)
+        let mut syncer = SpecStatusSync::new(self.config);
+        syncer.on_propagated = self.on_propagated;
+        SyncEngine::new(syncer, remote, local)
             .concurrency(self.concurrency)
             .resync(self.resync)
     }
@@ -498,6 +555,7 @@ impl SpecStatusSync {
                     .await?
             };
             tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
+            self.propagated(cx.key, remote.metadata.generation);
             local_generation = written.metadata.generation;
         }
         if let Some(patch) = plan::generation_patch(remote, local_generation, marks)
@@ -670,6 +728,18 @@ impl Syncer for SpecStatusSync {
     async fn cleanup(&self, cx: &SyncContext<'_>) -> Result<Action> {
         // Neither object exists, but a namespace created for it may remain.
         self.pass(cx, None, None).await
+    }
+
+    fn source_seen(&self, key: &ObjectKey, remote: &DynamicObject) {
+        // A remote being deleted is no change to propagate.
+        let applied = plan::generation_applied(remote, &self.config.marks)
+            || remote.metadata.deletion_timestamp.is_some();
+        self.freshness.saw(
+            key,
+            remote.metadata.generation.unwrap_or(0),
+            applied,
+            Instant::now(),
+        );
     }
 
     async fn init(&self, source: &Cluster, _target: &Cluster) -> Result<()> {

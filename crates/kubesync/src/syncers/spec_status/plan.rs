@@ -275,6 +275,23 @@ pub fn desired_local(
     Some(obj)
 }
 
+/// Whether the remote's generation marks say its current generation is applied locally.
+pub fn generation_applied(remote: &DynamicObject, marks: &Marks) -> bool {
+    remote.annotations().get(&marks.remote_generation())
+        == Some(&remote.metadata.generation.unwrap_or(0).to_string())
+}
+
+/// Whether the local copy of `remote` is current: for a remote being deleted, once the local
+/// copy is gone (the deletion reached it); for any other, once its generation is applied and
+/// the local copy exists.
+pub fn local_current(remote: &DynamicObject, local_exists: bool, marks: &Marks) -> bool {
+    if remote.metadata.deletion_timestamp.is_some() {
+        !local_exists
+    } else {
+        local_exists && generation_applied(remote, marks)
+    }
+}
+
 /// The merge patch of the remote's generation marks after the local object reached
 /// `local_generation`, or `None` if they already say so.
 pub fn generation_patch(
@@ -284,9 +301,8 @@ pub fn generation_patch(
 ) -> Option<Value> {
     let remote_gen = remote.metadata.generation.unwrap_or(0).to_string();
     let local_gen = local_generation.unwrap_or(0).to_string();
-    let a = remote.annotations();
-    if a.get(&marks.remote_generation()) == Some(&remote_gen)
-        && a.get(&marks.local_generation()) == Some(&local_gen)
+    if generation_applied(remote, marks)
+        && remote.annotations().get(&marks.local_generation()) == Some(&local_gen)
     {
         return None;
     }
@@ -630,6 +646,42 @@ mod tests {
             Some("l-uid"),
             "an update of the existing object"
         );
+    }
+
+    #[test]
+    fn a_local_copy_is_current_when_its_generation_is_applied_or_its_deletion_reached_it() {
+        let m = Marks::default();
+        let mut remote: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "demo.kubesync.io/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "ns", "generation": 3,
+                "annotations": {"kubesync.io/sync-remote-generation": "2"}},
+        }))
+        .expect("widget");
+        assert!(
+            !local_current(&remote, true, &m),
+            "generation 3 not applied"
+        );
+        remote
+            .annotations_mut()
+            .insert(m.remote_generation(), "3".into());
+        assert!(generation_applied(&remote, &m));
+        assert!(local_current(&remote, true, &m));
+        assert!(
+            !local_current(&remote, false, &m),
+            "the local copy is missing"
+        );
+        // Deletion bumps a custom resource's generation: it is not applied, and yet the copy
+        // is current once it is gone.
+        remote.metadata.generation = Some(4);
+        remote.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-25T10:00:00Z".parse().expect("time"),
+            ));
+        assert!(
+            !local_current(&remote, true, &m),
+            "the deletion has not reached it"
+        );
+        assert!(local_current(&remote, false, &m));
     }
 
     #[test]
