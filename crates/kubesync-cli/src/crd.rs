@@ -157,7 +157,8 @@ pub struct ResourceSyncStatus {
     /// Remote objects in this shard.
     #[serde(default)]
     pub objects: u32,
-    /// Remote objects whose current generation is applied locally.
+    /// Remote objects whose local copy is current: their generation applied, or for a remote
+    /// being deleted, its local copy gone.
     #[serde(default)]
     pub in_sync: u32,
     /// Objects paused on either side.

@@ -143,6 +143,7 @@ impl Operator {
                 writes.clone(),
                 remotes,
                 options.status_refresh,
+                lags.clone(),
             ),
             local,
             writes,

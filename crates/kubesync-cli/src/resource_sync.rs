@@ -9,17 +9,20 @@
 //! Never touches ObjectSyncs, and never writes but through [`OwnWrites`] (its engines write
 //! through their own library writers).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::Writer;
 use kubesync::runtime::{Action, ClusterStatus, Context};
-use kubesync::syncers::spec_status::plan::{Marks, is_paused};
-use kubesync::syncers::spec_status::{SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync};
+use kubesync::syncers::spec_status::freshness::Freshness;
+use kubesync::syncers::spec_status::plan::{Marks, is_paused, local_current};
+use kubesync::syncers::spec_status::{
+    LagObserver, SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync,
+};
 use kubesync::translate::{ObjectName, SuffixTranslator, Translator};
 use kubesync::{Cluster, ObjectKey};
 use tokio::sync::oneshot;
@@ -28,6 +31,7 @@ use crate::crd::{
     Condition, PropagationPolicy, RemoteCluster, RemoteClusterStatus, ResourceSync,
     ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
 };
+use crate::freshness::Lags;
 use crate::remote::{LOCAL, RemoteClusters};
 use crate::status::{self, OwnWrites, Refusal, with_transition};
 
@@ -35,13 +39,17 @@ use crate::status::{self, OwnWrites, Refusal, with_transition};
 /// released first, so they can be deleted later without kubesync.
 pub const RESOURCE_SYNC_FINALIZER: &str = "kubesync.io/resourcesync-cleanup";
 
-/// Counts of a running sync, as its status shows them.
+/// Counts of a running sync, as its status (and `/metrics`) shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Remote objects in this shard.
     pub objects: u32,
     /// Remote objects whose current generation is applied locally.
     pub in_sync: u32,
+    /// How long the remote object that has been behind longest has been behind (zero when
+    /// none is): since its unapplied generation was first seen, or else (a local copy missing,
+    /// a deletion not yet carried out locally) since a count first found it behind.
+    pub oldest_stale: Duration,
     /// Objects paused on either side.
     pub paused: u32,
     /// Objects whose last reconcile failed.
@@ -127,6 +135,11 @@ struct Engine {
     writer: Writer,
     /// How its remote Secrets are repaired (with secret names).
     secret_repair: Option<SecretRepair>,
+    /// Remote generations seen and not yet applied locally.
+    freshness: Arc<Freshness>,
+    /// Remote objects a count found behind without a first sight of their generation (a
+    /// local copy missing, a deletion not carried out locally), since then.
+    noticed: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
 }
 
 impl Engine {
@@ -145,6 +158,8 @@ pub struct ResourceSyncController {
     remotes: Arc<RemoteClusters>,
     engines: tokio::sync::Mutex<HashMap<String, Engine>>,
     status_refresh: Duration,
+    /// The propagation lags of the generations applied.
+    lags: Lags,
 }
 
 /// The annotation domain of a spec (default `kubesync.io`).
@@ -164,12 +179,14 @@ fn names(spec: &ResourceSyncSpec) -> SuffixTranslator {
 }
 
 impl ResourceSyncController {
-    /// A controller syncing into `local`, refreshing statuses every `status_refresh`.
+    /// A controller syncing into `local`, refreshing statuses every `status_refresh`, and
+    /// recording each remote generation's propagation lag in `lags`.
     pub fn new(
         local: Cluster,
         writes: OwnWrites,
         remotes: Arc<RemoteClusters>,
         status_refresh: Duration,
+        lags: Lags,
     ) -> Self {
         Self {
             local,
@@ -177,6 +194,7 @@ impl ResourceSyncController {
             remotes,
             engines: tokio::sync::Mutex::new(HashMap::new()),
             status_refresh,
+            lags,
         }
     }
 
@@ -443,12 +461,17 @@ impl ResourceSyncController {
             .secret_repair_interval(repair_interval)
             .propagation_policy(policy)
             .domain(&domain)
-            .concurrency(spec.concurrency.unwrap_or(16) as usize);
+            .concurrency(spec.concurrency.unwrap_or(16) as usize)
+            .on_propagated({
+                let lags = self.lags.clone();
+                LagObserver::new(move |lag| lags.observe("ResourceSync", LOCAL, lag))
+            });
         let remote_name = remote.name().to_string();
         let engine = builder.build(remote, self.local.clone());
         let writer = engine.write_counter();
         let (controller, reconciler) = engine.into_parts().await?;
         let secret_repair = reconciler.syncer().secret_repair();
+        let freshness = reconciler.syncer().freshness();
         let ctx = controller.context();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(controller.run(reconciler, async {
@@ -468,6 +491,8 @@ impl ResourceSyncController {
                 ctx,
                 writer,
                 secret_repair,
+                freshness,
+                noticed: Default::default(),
             },
         );
         Ok(())
@@ -505,6 +530,11 @@ impl ResourceSyncController {
             secret_repair: e.secret_repair,
             ..Counts::default()
         };
+        let now = Instant::now();
+        let mut oldest = now;
+        let mut present = HashSet::new();
+        let mut noticed = e.noticed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut still_noticed = HashMap::new();
         for remote in e.ctx.list(&e.remote, &e.resource) {
             let source = ObjectName {
                 namespace: remote.metadata.namespace.clone(),
@@ -514,6 +544,7 @@ impl ResourceSyncController {
                 continue;
             };
             counts.objects += 1;
+            let key = ObjectKey::for_object(&e.remote, &e.resource, &remote);
             let local = e.ctx.get(&ObjectKey::new(
                 LOCAL,
                 &e.resource,
@@ -525,12 +556,26 @@ impl ResourceSyncController {
             {
                 counts.paused += 1;
             }
-            let applied = remote.annotations().get(&e.marks.remote_generation())
-                == remote.metadata.generation.map(|g| g.to_string()).as_ref();
-            if applied && local.is_some() {
+            if local_current(&remote, local.is_some(), &e.marks) {
                 counts.in_sync += 1;
+            } else {
+                let generation = remote.metadata.generation.unwrap_or(0);
+                let since = match e.freshness.since(&key, generation) {
+                    Some(seen) => seen,
+                    None => {
+                        let since = noticed.get(&key).copied().unwrap_or(now);
+                        still_noticed.insert(key.clone(), since);
+                        since
+                    }
+                };
+                oldest = oldest.min(since);
             }
+            present.insert(key);
         }
+        *noticed = still_noticed;
+        drop(noticed);
+        e.freshness.retain(|k| present.contains(k));
+        counts.oldest_stale = now.saturating_duration_since(oldest);
         counts.failing = u32::try_from(e.ctx.metrics().failing()).unwrap_or(u32::MAX);
         counts
     }
@@ -646,6 +691,7 @@ mod tests {
             paused: 1,
             failing: 0,
             secret_repair: Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
+            oldest_stale: Duration::from_secs(7),
         };
         let first = resource_sync_status(
             &ResourceSyncStatus::default(),

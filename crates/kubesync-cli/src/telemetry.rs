@@ -363,6 +363,7 @@ async fn registry(operator: &Operator) -> Registry {
     );
     let objects = Family::<ResourceSyncLabels, Gauge>::default();
     let stale_objects = Family::<ResourceSyncLabels, Gauge>::default();
+    let oldest_stale_object = Family::<ResourceSyncLabels, Gauge<f64, AtomicU64>>::default();
     for (name, counts) in operator.resource_sync_counts().await {
         let labels = ResourceSyncLabels { resourcesync: name };
         objects
@@ -371,6 +372,9 @@ async fn registry(operator: &Operator) -> Registry {
         stale_objects
             .get_or_create(&labels)
             .set(i64::from(counts.objects.saturating_sub(counts.in_sync)));
+        oldest_stale_object
+            .get_or_create(&labels)
+            .set(counts.oldest_stale.as_secs_f64());
     }
     r.register(
         "kubesync_resourcesync_objects",
@@ -379,8 +383,13 @@ async fn registry(operator: &Operator) -> Registry {
     );
     r.register(
         "kubesync_resourcesync_stale_objects",
-        "Remote objects of a running ResourceSync whose current generation is not applied locally",
+        "Remote objects of a running ResourceSync whose current generation is not applied locally (or whose local copy is missing)",
         stale_objects,
+    );
+    r.register(
+        "kubesync_resourcesync_oldest_stale_seconds",
+        "How long the remote object of a running ResourceSync that is behind longest has been behind (0 when none is)",
+        oldest_stale_object,
     );
     let reachable = Family::<RemoteLabels, Gauge>::default();
     let contact = Family::<RemoteLabels, Gauge<f64, AtomicU64>>::default();

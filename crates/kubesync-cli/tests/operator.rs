@@ -31,6 +31,14 @@ async fn apply_widget(env: &TestEnv, ns: &str, name: &str) {
     apply(env, &format!("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: 1}}\n")).await;
 }
 
+/// Merge-patches the Widget `ns/name` of `env`.
+async fn patch_widget(env: &TestEnv, ns: &str, name: &str, patch: serde_json::Value) {
+    widgets(env, ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("patch the Widget");
+}
+
 fn ready(conditions: &[kubesync_cli::crd::Condition]) -> Option<(String, String)> {
     ready_condition(conditions)
 }
@@ -296,4 +304,127 @@ async fn kubesync_crds_output_installs_on_the_apiserver() {
     env.install_crds(&yaml)
         .await
         .expect("the printed CRDs install and become Established");
+}
+
+/// Per-ResourceSync staleness and the ResourceSync propagation lag, as `/metrics` shows them:
+/// a Widget created on the remote is applied locally with a lag observed; a new generation held
+/// back by a paused local copy is counted stale, its age since its first sight growing; once
+/// unpaused it is applied, nothing is stale, and the histogram observes one more lag, at least
+/// as long as the generation was held back.
+#[tokio::test]
+async fn resource_sync_staleness_and_propagation_lag_are_on_metrics() {
+    let (local, remote) = tokio::join!(
+        operator_cluster("fresh-local", false, &["kubesync"]),
+        TestEnv::builder().name("fresh-remote").start()
+    );
+    let remote = remote.expect("remote");
+    local.install_crds(WIDGET_CRD).await.expect("widget crd");
+    remote.install_crds(WIDGET_CRD).await.expect("widget crd");
+    add_remote_cluster(&local, &remote, "mgmt", "kubesync").await;
+    let running = start_operator(
+        Cluster::new("local", local.client().expect("client")),
+        OperatorOptions::default(),
+    );
+    let operator = running.operator.clone();
+    let metrics = || async {
+        kubesync_cli::telemetry::metrics(&operator)
+            .await
+            .expect("metrics")
+    };
+    const COUNT: &str =
+        r#"kubesync_propagation_lag_seconds_count{sync="ResourceSync",cluster="local"}"#;
+    const SUM: &str =
+        r#"kubesync_propagation_lag_seconds_sum{sync="ResourceSync",cluster="local"}"#;
+    const STALE: &str = r#"kubesync_resourcesync_stale_objects{resourcesync="widgets"}"#;
+    const OLDEST: &str = r#"kubesync_resourcesync_oldest_stale_seconds{resourcesync="widgets"}"#;
+
+    apply_widget(&remote, "ops-a", "w1").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
+    let (count0, sum0) = eventually("w1 applied, its lag observed, nothing stale", T, || async {
+        let m = metrics().await;
+        let count = sample(&m, COUNT)?;
+        (count >= 1.0 && sample(&m, STALE)? == 0.0 && sample(&m, OLDEST)? == 0.0)
+            .then_some((count, sample(&m, SUM)?))
+    })
+    .await;
+    assert!(
+        widgets(&local, "ops-a")
+            .get_opt("w1")
+            .await
+            .expect("get")
+            .is_some(),
+        "w1 is applied locally"
+    );
+
+    // Pause the local copy, and wait until the sync counts it paused (its store shows it).
+    patch_widget(
+        &local,
+        "ops-a",
+        "w1",
+        serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": "true"}}}),
+    )
+    .await;
+    let rss: Api<ResourceSync> = Api::all(local.client().expect("client"));
+    eventually("w1 counted paused", T, || async {
+        let st = rss.get("widgets").await.ok()?.status?;
+        (st.paused == 1).then_some(())
+    })
+    .await;
+
+    // A new generation on the remote: held back, stale, and growing older.
+    patch_widget(
+        &remote,
+        "ops-a",
+        "w1",
+        serde_json::json!({"spec": {"size": 2}}),
+    )
+    .await;
+    let first = eventually("w1 counted stale", T, || async {
+        let m = metrics().await;
+        let oldest = sample(&m, OLDEST)?;
+        (sample(&m, STALE)? == 1.0 && oldest > 0.0).then_some(oldest)
+    })
+    .await;
+    let held = eventually("w1 stale for a second", T, || async {
+        let oldest = sample(&metrics().await, OLDEST)?;
+        (oldest >= first.max(1.0)).then_some(oldest)
+    })
+    .await;
+    let size = |w: Option<DynamicObject>| w.and_then(|w| w.data["spec"]["size"].as_i64());
+    assert_eq!(
+        size(widgets(&local, "ops-a").get_opt("w1").await.expect("get")),
+        Some(1),
+        "paused: not written"
+    );
+    assert_eq!(
+        sample(&metrics().await, COUNT),
+        Some(count0),
+        "nothing propagated while paused"
+    );
+
+    // Unpaused: applied; nothing stale; one more lag, at least as long as it was held back.
+    patch_widget(
+        &local,
+        "ops-a",
+        "w1",
+        serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": null}}}),
+    )
+    .await;
+    eventually("w1 applied after the pause", T, || async {
+        (size(widgets(&local, "ops-a").get_opt("w1").await.ok()?) == Some(2)).then_some(())
+    })
+    .await;
+    let (count, sum) = eventually("the held-back generation's lag observed", T, || async {
+        let m = metrics().await;
+        (sample(&m, STALE)? == 0.0 && sample(&m, OLDEST)? == 0.0)
+            .then_some((sample(&m, COUNT)?, sample(&m, SUM)?))
+    })
+    .await;
+    assert_eq!(count, count0 + 1.0, "one propagation observed");
+    assert!(
+        sum - sum0 >= held,
+        "the lag ({} s) spans the time it was held back ({held} s)",
+        sum - sum0
+    );
+    running.stop().await;
 }
