@@ -2,6 +2,8 @@
 #   make test           fmt check, clippy -D warnings, every test (integration tests start real
 #                       control planes; the first run builds them, ~6 minutes)
 #   make demo           two local control planes and the copy controller between them, narrated
+#   make dashboard      the demo, with the operator's /metrics sampled, charted as docs/demo-dashboard.png
+#                       (matplotlib from PyPI, in a virtualenv under ~/.cache/kubesync)
 #   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
 #   make bench          benchmarks on local control planes (the engine's, then bench-memory)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
@@ -16,7 +18,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: all test fmt-check clippy unit demo chaos bench bench-memory control-plane crds image image-test clean clean-cache
+.PHONY: all test fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
 
 all: test
 
@@ -34,6 +36,12 @@ test: fmt-check clippy control-plane
 
 demo: control-plane
 	$(CARGO) run --quiet -p kubesync-cli --example demo
+
+DASHBOARD_PNG ?= docs/demo-dashboard.png
+dashboard: control-plane
+	mkdir -p target
+	KUBESYNC_DEMO_METRICS=$(CURDIR)/target/demo-metrics.jsonl $(CARGO) run --quiet -p kubesync-cli --example demo
+	bash scripts/dashboard.sh target/demo-metrics.jsonl $(DASHBOARD_PNG)
 
 chaos: control-plane
 	KUBESYNC_CHAOS_FULL=1 $(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1

@@ -7,12 +7,19 @@
 //! written in west goes up, deletion on east cleans up west. Part 3 has the same operator keep a
 //! Secret in sync in every team namespace with an `ObjectSync`, and copies ClusterRoles from
 //! west to east with a `ClusterObjectSync`. Everything is stopped and removed at the end.
+//!
+//! With `KUBESYNC_DEMO_METRICS=<file>` (as `make dashboard` runs it), the operator's `/metrics`
+//! are sampled every 50 ms while it runs and written to that file, one JSON object a line
+//! (`t`: seconds since the operator started, `step` and `title`: the step being narrated,
+//! `metrics`: the Prometheus text); `scripts/dashboard.py` charts them.
 
 #[allow(dead_code)]
 #[path = "../../kubesync/examples/copy.rs"]
 mod copy;
 
 use std::future::Future;
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -28,8 +35,51 @@ use kubesync_testenv::{TestEnv, merged_kubeconfig};
 
 const NS: &str = "demo";
 
+/// The step being narrated, for the metrics samples.
+static NARRATED: Mutex<(u32, String)> = Mutex::new((0, String::new()));
+
 fn step(n: u32, text: &str) {
+    *NARRATED.lock().unwrap_or_else(|e| e.into_inner()) = (n, text.to_string());
     println!("\n\x1b[1m{n}. {text}\x1b[0m");
+}
+
+/// Samples the operator's `/metrics` every 50 ms into `KUBESYNC_DEMO_METRICS` (when set)
+/// until `stop` fires; returns the number of samples written.
+fn sample_metrics(
+    operator: Arc<Operator>,
+) -> Option<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<usize>>,
+)> {
+    let path = std::env::var_os("KUBESYNC_DEMO_METRICS")?;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let file = std::fs::File::create(&path)
+            .with_context(|| format!("create {}", path.to_string_lossy()))?;
+        let mut out = std::io::BufWriter::new(file);
+        let start = Instant::now();
+        let mut every = tokio::time::interval(Duration::from_millis(50));
+        let mut written = 0;
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = &mut stopped => break,
+            }
+            let metrics = kubesync_cli::telemetry::metrics(&operator).await?;
+            let (step, title) = NARRATED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let line = serde_json::json!({
+                "t": start.elapsed().as_secs_f64(),
+                "step": step,
+                "title": title,
+                "metrics": metrics,
+            });
+            writeln!(out, "{line}")?;
+            written += 1;
+        }
+        out.flush()?;
+        Ok(written)
+    });
+    Some((stop, task))
 }
 
 fn cm(name: &str, copy: bool, data: &[(&str, &str)]) -> serde_json::Value {
@@ -226,7 +276,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(28, "Stopping the control planes");
+    step(29, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -374,6 +424,129 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     step(
         22,
+        "Report mode: registry only reports; alice edits team-a's copy, and the source changes",
+    );
+    let merge = |v: serde_json::Value| Patch::Merge(v);
+    let set_mode = |mode: &'static str| {
+        let syncs = syncs.clone();
+        async move {
+            syncs
+                .patch(
+                    "registry",
+                    &PatchParams::default(),
+                    &merge(serde_json::json!({"spec": {"mode": mode}})),
+                )
+                .await
+        }
+    };
+    set_mode("Report").await?;
+    let reporting = |s: &kubesync_cli::crd::ObjectSyncStatus| {
+        s.conditions.iter().any(|c| c.reason == "Reporting")
+    };
+    wait("registry is Reporting", || async {
+        Ok(syncs
+            .get("registry")
+            .await?
+            .status
+            .is_some_and(|s| reporting(&s)))
+    })
+    .await?;
+    let as_alice = PatchParams {
+        field_manager: Some("alice".into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(west.client()?, "team-a")
+        .patch(
+            "registry",
+            &as_alice,
+            &merge(serde_json::json!({"data": {"token": "YWxpY2U="}})),
+        )
+        .await?;
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: platform, labels: {app: registry}}\ntype: Opaque\nstringData: {token: third}\n").await?;
+    wait(
+        "the status lists what Enforce would do, and who changed team-a's copy",
+        || async {
+            let st = syncs.get("registry").await?.status.unwrap_or_default();
+            let team_a = st.destinations.iter().find(|d| d.namespace == "team-a");
+            Ok(team_a
+                .and_then(|d| d.last_drift.as_ref())
+                .is_some_and(|d| d.managers.iter().any(|m| m.manager == "alice"))
+                && st
+                    .destinations
+                    .iter()
+                    .filter(|d| d.namespace != "team-e")
+                    .all(|d| d.state.as_str() == "OutOfSync" && d.changed_fields == ["data.token"]))
+        },
+    )
+    .await?;
+    for d in syncs
+        .get("registry")
+        .await?
+        .status
+        .unwrap_or_default()
+        .destinations
+    {
+        let drift = d.last_drift.map(|r| {
+            let who: Vec<String> = r
+                .managers
+                .iter()
+                .map(|m| format!("{} ({})", m.manager, m.fields.join(", ")))
+                .collect();
+            format!("; changed by {}", who.join(", "))
+        });
+        println!(
+            "   {:<7} {:<9} {:<9} {:?} {:?}{}",
+            d.namespace,
+            d.state,
+            d.planned_action
+                .map(|a| format!("{a:?}"))
+                .unwrap_or_default(),
+            d.changed_fields,
+            d.message,
+            drift.unwrap_or_default()
+        );
+    }
+    let token = |ns: &'static str| async move {
+        Ok::<_, anyhow::Error>(
+            Api::<Secret>::namespaced(west.client()?, ns)
+                .get_opt("registry")
+                .await?
+                .and_then(|s| s.data)
+                .and_then(|d| {
+                    d.get("token")
+                        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                }),
+        )
+    };
+    println!(
+        "   nothing was written: team-a's token is {:?}, team-b's {:?}",
+        token("team-a").await?,
+        token("team-b").await?
+    );
+    println!("   back to mode Enforce");
+    set_mode("Enforce").await?;
+    wait(
+        "every copy has token=third, alice's edit reverted",
+        || async {
+            for ns in ["team-a", "team-b", "team-c", "team-d", "team-f"] {
+                if token(ns).await?.as_deref() != Some("third") {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )
+    .await?;
+    let found = wait_for_event(&events, "CopyChanged").await?;
+    println!(
+        "   event: {} {}: {}",
+        found.type_.unwrap_or_default(),
+        found.reason.unwrap_or_default(),
+        found.note.unwrap_or_default()
+    );
+
+    step(
+        23,
         "Defaults for team-c and team-d, team-c with its own override; kept when the ObjectSync goes",
     );
     west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: defaults, namespace: platform}\ndata: {cpu: \"1\", memory: 1Gi}\n").await?;
@@ -413,7 +586,7 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     .await?;
 
     step(
-        23,
+        24,
         "Every Secret of platform labelled share=tls, into team-c and team-d as platform-<name>",
     );
     for (name, labels) in [
@@ -488,7 +661,7 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     })
     .await?;
 
-    step(24, "Deleting the ObjectSync registry");
+    step(25, "Deleting the ObjectSync registry");
     syncs.delete("registry", &DeleteParams::default()).await?;
     wait(
         "every copy it made is gone; team-e's own Secret stays",
@@ -503,7 +676,7 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     .await?;
 
     step(
-        25,
+        26,
         "A tenant in team-a copies its ConfigMap to team-b: refused until team-b consents",
     );
     west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {cpu: \"2\"}\n").await?;
@@ -533,7 +706,7 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     .await?;
 
     step(
-        26,
+        27,
         "A cluster admin's ClusterObjectSync: every ClusterRole labelled share=fleet, from west to east",
     );
     for (name, labels) in [
@@ -641,6 +814,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     let task = tokio::spawn(operator.clone().run(async {
         let _ = stopped.await;
     }));
+    let sampler = sample_metrics(operator.clone());
 
     step(
         11,
@@ -789,7 +963,12 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(east, west).await?;
 
-    step(27, "Stopping the operator");
+    step(28, "Stopping the operator");
+    if let Some((stop, sampler)) = sampler {
+        let _ = stop.send(());
+        let written = sampler.await??;
+        println!("   {written} samples of /metrics written to $KUBESYNC_DEMO_METRICS");
+    }
     let _ = stop.send(());
     task.await??;
     Ok(())
