@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod crd;
+pub mod events;
 pub mod freshness;
 pub mod leader;
 pub mod object_sync;

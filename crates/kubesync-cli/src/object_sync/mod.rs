@@ -9,7 +9,7 @@
 //!
 //! Never touches ResourceSyncs or their engines, and never writes but through [`OwnWrites`]
 //! (copies are written by the fan-out's own writer; Events by kube's recorder, or, about a
-//! ClusterObjectSync, by one create in [`CLUSTER_EVENTS_NAMESPACE`]).
+//! ClusterObjectSync, by one create in [`events::CLUSTER_EVENTS_NAMESPACE`]).
 
 pub mod policy;
 pub mod status;
@@ -44,6 +44,7 @@ use crate::crd::{
     ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
     ObjectSyncStatus, SyncGrant, SyncMode,
 };
+use crate::events;
 use crate::freshness::{DestinationKey, Lags, behind};
 use crate::remote::{LOCAL, RemoteClusters, display_name};
 use crate::status::{OwnWrites, Refusal};
@@ -164,10 +165,7 @@ impl ObjectSyncController {
         concurrency: usize,
         lags: Lags,
     ) -> Self {
-        let reporter = kube::runtime::events::Reporter {
-            controller: "kubesync".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+        let reporter = events::reporter();
         let recorder =
             kube::runtime::events::Recorder::new(local.client().clone(), reporter.clone());
         Self {
@@ -610,24 +608,13 @@ impl ObjectSyncController {
         Ok(())
     }
 
-    /// Creates `event` about `regarding` as a new Event: in its namespace, or in
-    /// [`CLUSTER_EVENTS_NAMESPACE`] for a cluster-scoped object.
+    /// Creates `event` about `regarding` as a new Event (see [`events::create`]).
     async fn create_event(
         &self,
         event: &kube::runtime::events::Event,
         regarding: &ObjectReference,
     ) -> kube::Result<()> {
-        let namespace = regarding
-            .namespace
-            .clone()
-            .unwrap_or_else(|| CLUSTER_EVENTS_NAMESPACE.into());
-        // Not rounded to the second: the Event's name is made of it, and must be new.
-        let now = jiff::Timestamp::now();
-        let event = direct_event(event, regarding, &namespace, &self.reporter, now);
-        Api::namespaced(self.local.client().clone(), &namespace)
-            .create(&Default::default(), &event)
-            .await
-            .map(drop)
+        events::create(self.local.client(), &self.reporter, event, regarding).await
     }
 
     /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
@@ -755,55 +742,6 @@ impl ObjectSyncController {
         self.fan_out.forget(ctx, key);
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
-    }
-}
-
-/// The namespace of Events about cluster-scoped objects (ClusterObjectSyncs). Every
-/// apiserver accepts an `events.k8s.io` Event about a cluster-scoped object there; v1.20
-/// refuses one in `default`, where kube's Recorder would put it.
-pub const CLUSTER_EVENTS_NAMESPACE: &str = "kube-system";
-
-/// An Event about `regarding` in `namespace` (pure; what kube's Recorder writes, but always a
-/// new Event, and in that namespace).
-fn direct_event(
-    event: &kube::runtime::events::Event,
-    regarding: &ObjectReference,
-    namespace: &str,
-    reporter: &kube::runtime::events::Reporter,
-    now: jiff::Timestamp,
-) -> k8s_openapi::api::events::v1::Event {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-    k8s_openapi::api::events::v1::Event {
-        action: Some(event.action.clone()),
-        reason: Some(event.reason.clone()),
-        note: event.note.clone(),
-        event_time: Some(MicroTime(now)),
-        regarding: Some(regarding.clone()),
-        related: event.secondary.clone(),
-        reporting_controller: Some(reporter.controller.clone()),
-        reporting_instance: Some(
-            reporter
-                .instance
-                .clone()
-                .unwrap_or_else(|| reporter.controller.clone()),
-        ),
-        type_: Some(
-            match event.type_ {
-                kube::runtime::events::EventType::Normal => "Normal",
-                kube::runtime::events::EventType::Warning => "Warning",
-            }
-            .into(),
-        ),
-        metadata: ObjectMeta {
-            namespace: Some(namespace.into()),
-            name: Some(format!(
-                "{}.{:x}",
-                regarding.name.as_deref().unwrap_or(&reporter.controller),
-                now.as_nanosecond()
-            )),
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 
@@ -1120,42 +1058,6 @@ mod tests {
                 "{message}"
             );
         }
-    }
-
-    #[test]
-    fn events_about_cluster_scoped_objects_go_to_kube_system() {
-        let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: "NotAllSynced".into(),
-            note: Some("1 conflict".into()),
-            action: "Sync".into(),
-            secondary: None,
-        };
-        let regarding = k8s_openapi::api::core::v1::ObjectReference {
-            kind: Some("ClusterObjectSync".into()),
-            name: Some("fleet".into()),
-            ..Default::default()
-        };
-        let reporter = kube::runtime::events::Reporter {
-            controller: "kubesync".into(),
-            instance: None,
-        };
-        let now: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
-        let e = direct_event(&event, &regarding, CLUSTER_EVENTS_NAMESPACE, &reporter, now);
-        assert_eq!(e.metadata.namespace.as_deref(), Some("kube-system"));
-        assert!(
-            e.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("fleet."))
-        );
-        assert_eq!(
-            e.regarding.as_ref().and_then(|r| r.namespace.as_deref()),
-            None
-        );
-        assert_eq!(e.type_.as_deref(), Some("Warning"));
-        assert_eq!(e.reporting_instance.as_deref(), Some("kubesync"));
-        assert_eq!(e.note.as_deref(), Some("1 conflict"));
     }
 
     #[test]
