@@ -172,6 +172,46 @@ pub struct ResourceSyncStatus {
     /// every `spec.secretRepairInterval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_repair: Option<SecretRepairMode>,
+    /// The last local copy found changed by someone else and reverted: which object, which
+    /// fields, and who (never values). A Warning Event `CopyChanged` names each one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift: Option<LocalDriftRecord>,
+}
+
+/// A local copy of a ResourceSync found changed by someone else, and reverted.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalDriftRecord {
+    /// The local object, `<namespace>/<name>`.
+    pub object: String,
+    /// When kubesync found it (RFC 3339).
+    pub detected_time: String,
+    /// The fields other field managers changed.
+    pub fields: Vec<String>,
+    /// Who changed them, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managers: Vec<FieldManagerChange>,
+}
+
+impl LocalDriftRecord {
+    /// The record of `drift` of the local object `object`, found at `now`.
+    pub fn of(
+        object: String,
+        drift: &kubesync::syncers::fan_out::rules::Drift,
+        now: jiff::Timestamp,
+    ) -> Self {
+        let DriftRecord {
+            detected_time,
+            fields,
+            managers,
+        } = DriftRecord::of(drift, now);
+        Self {
+            object,
+            detected_time,
+            fields,
+            managers,
+        }
+    }
 }
 
 /// How remote Secrets are repaired; see [`ResourceSyncStatus::secret_repair`].

@@ -21,16 +21,17 @@ use kubesync::runtime::{Action, ClusterStatus, Context};
 use kubesync::syncers::spec_status::freshness::Freshness;
 use kubesync::syncers::spec_status::plan::{Marks, is_paused, local_current};
 use kubesync::syncers::spec_status::{
-    LagObserver, SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync,
+    LocalDrift, Observer, SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync,
 };
 use kubesync::translate::{ObjectName, SuffixTranslator, Translator};
 use kubesync::{Cluster, ObjectKey};
 use tokio::sync::oneshot;
 
 use crate::crd::{
-    Condition, PropagationPolicy, RemoteCluster, RemoteClusterStatus, ResourceSync,
-    ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
+    Condition, LocalDriftRecord, PropagationPolicy, RemoteCluster, RemoteClusterStatus,
+    ResourceSync, ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
 };
+use crate::events;
 use crate::freshness::Lags;
 use crate::remote::{LOCAL, RemoteClusters};
 use crate::status::{self, OwnWrites, Refusal, with_transition};
@@ -50,6 +51,8 @@ pub struct Counts {
     /// none is): since its unapplied generation was first seen, or else (a local copy missing,
     /// a deletion not yet carried out locally) since a count first found it behind.
     pub oldest_stale: Duration,
+    /// Local copies found changed by someone else and reverted, since the sync started.
+    pub drifts: u64,
     /// Objects paused on either side.
     pub paused: u32,
     /// Objects whose last reconcile failed.
@@ -59,15 +62,18 @@ pub struct Counts {
 }
 
 /// The status of a ResourceSync (pure): its `Ready` condition (transition time kept while
-/// its status does not change) and the counts of its sync.
+/// its status does not change), the counts of its sync, and the last local copy found changed
+/// by someone else (the old record while the running sync found none).
 pub fn resource_sync_status(
     old: &ResourceSyncStatus,
     generation: Option<i64>,
     ready: Condition,
     counts: Counts,
+    last_drift: Option<LocalDriftRecord>,
     now: jiff::Timestamp,
 ) -> ResourceSyncStatus {
     ResourceSyncStatus {
+        last_drift: last_drift.or_else(|| old.last_drift.clone()),
         observed_generation: generation,
         conditions: vec![with_transition(ready, &old.conditions, generation, now)],
         objects: counts.objects,
@@ -140,6 +146,60 @@ struct Engine {
     /// Remote objects a count found behind without a first sight of their generation (a
     /// local copy missing, a deletion not carried out locally), since then.
     noticed: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
+    /// Local copies found changed by someone else.
+    drifts: Arc<Drifts>,
+}
+
+/// At most this many `CopyChanged` Events per ResourceSync and minute: a controller fighting
+/// kubesync over a copy must not flood the Events (the count and `lastDrift` still see all).
+pub const MAX_DRIFT_EVENTS_PER_MINUTE: u32 = 10;
+
+/// The local copies of one running sync found changed by someone else (shared with its
+/// engine's drift observer).
+#[derive(Debug, Default)]
+struct Drifts(std::sync::Mutex<DriftLog>);
+
+/// What [`Drifts`] holds.
+#[derive(Debug, Default)]
+pub struct DriftLog {
+    /// How many were found.
+    pub count: u64,
+    /// The last one.
+    pub last: Option<LocalDriftRecord>,
+    /// Events published in the current minute, and when it started.
+    window: Option<(Instant, u32)>,
+}
+
+impl DriftLog {
+    /// Records a drift found at `now` (pure); whether its Event may be published (at most
+    /// [`MAX_DRIFT_EVENTS_PER_MINUTE`] in a minute).
+    pub fn record(&mut self, drift: LocalDriftRecord, now: Instant) -> bool {
+        self.count += 1;
+        self.last = Some(drift);
+        match &mut self.window {
+            Some((start, _))
+                if now.saturating_duration_since(*start) >= Duration::from_secs(60) =>
+            {
+                self.window = Some((now, 1));
+                true
+            }
+            Some((_, published)) if *published >= MAX_DRIFT_EVENTS_PER_MINUTE => false,
+            Some((_, published)) => {
+                *published += 1;
+                true
+            }
+            None => {
+                self.window = Some((now, 1));
+                true
+            }
+        }
+    }
+}
+
+impl Drifts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DriftLog> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Engine {
@@ -160,6 +220,8 @@ pub struct ResourceSyncController {
     status_refresh: Duration,
     /// The propagation lags of the generations applied.
     lags: Lags,
+    /// Who publishes the `CopyChanged` Events.
+    reporter: kube::runtime::events::Reporter,
 }
 
 /// The annotation domain of a spec (default `kubesync.io`).
@@ -195,6 +257,7 @@ impl ResourceSyncController {
             engines: tokio::sync::Mutex::new(HashMap::new()),
             status_refresh,
             lags,
+            reporter: events::reporter(),
         }
     }
 
@@ -406,12 +469,14 @@ impl ResourceSyncController {
             }
         };
         let counts = self.counts(&name).await;
+        let last_drift = self.last_drift(&name).await;
         let old = rs.status.clone().unwrap_or_default();
         let status = resource_sync_status(
             &old,
             rs.metadata.generation,
             condition,
             counts,
+            last_drift,
             status::now(),
         );
         if status != old {
@@ -443,6 +508,7 @@ impl ResourceSyncController {
         {
             return Ok(());
         }
+        let drifts = Arc::new(Drifts::default());
         if let Some(old) = engines.remove(&name) {
             tracing::info!(resourcesync = %name, "ResourceSync changed; restarting its sync");
             old.shutdown().await;
@@ -464,8 +530,9 @@ impl ResourceSyncController {
             .concurrency(spec.concurrency.unwrap_or(16) as usize)
             .on_propagated({
                 let lags = self.lags.clone();
-                LagObserver::new(move |lag| lags.observe("ResourceSync", LOCAL, lag))
-            });
+                Observer::new(move |lag: &Duration| lags.observe("ResourceSync", LOCAL, *lag))
+            })
+            .on_drift(self.drift_observer(rs, &ar, drifts.clone()));
         let remote_name = remote.name().to_string();
         let engine = builder.build(remote, self.local.clone());
         let writer = engine.write_counter();
@@ -493,6 +560,7 @@ impl ResourceSyncController {
                 secret_repair,
                 freshness,
                 noticed: Default::default(),
+                drifts,
             },
         );
         Ok(())
@@ -577,7 +645,60 @@ impl ResourceSyncController {
         e.freshness.retain(|k| present.contains(k));
         counts.oldest_stale = now.saturating_duration_since(oldest);
         counts.failing = u32::try_from(e.ctx.metrics().failing()).unwrap_or(u32::MAX);
+        counts.drifts = e.drifts.lock().count;
         counts
+    }
+
+    /// The last local copy the running sync found changed by someone else.
+    async fn last_drift(&self, name: &str) -> Option<LocalDriftRecord> {
+        let engines = self.engines.lock().await;
+        engines.get(name)?.drifts.lock().last.clone()
+    }
+
+    /// Told by the engine of `rs` of each local copy it found changed by someone else and
+    /// reverted: recorded in `drifts`, and a Warning Event `CopyChanged` on the ResourceSync
+    /// (in [`events::CLUSTER_EVENTS_NAMESPACE`]), related to the copy, names the fields and
+    /// their field managers.
+    fn drift_observer(
+        &self,
+        rs: &ResourceSync,
+        ar: &ApiResource,
+        drifts: Arc<Drifts>,
+    ) -> Observer<LocalDrift> {
+        let client = self.local.client().clone();
+        let reporter = self.reporter.clone();
+        let regarding = rs.object_ref(&());
+        let (api_version, kind) = (ar.api_version.clone(), ar.kind.clone());
+        Observer::new(move |d: &LocalDrift| {
+            let object = d.local.to_string();
+            let record = LocalDriftRecord::of(object.clone(), &d.drift, status::now());
+            if !drifts.lock().record(record, Instant::now()) {
+                return;
+            }
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: "CopyChanged".into(),
+                note: Some(crate::object_sync::status::truncate_note(format!(
+                    "the local copy {object} was changed by someone else and reverted: {}",
+                    d.drift
+                ))),
+                action: "Revert".into(),
+                secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some(api_version.clone()),
+                    kind: Some(kind.clone()),
+                    namespace: d.local.namespace.clone(),
+                    name: Some(d.local.name.clone()),
+                    ..Default::default()
+                }),
+            };
+            let (client, reporter, regarding) =
+                (client.clone(), reporter.clone(), regarding.clone());
+            tokio::spawn(async move {
+                if let Err(e) = events::create(&client, &reporter, &event, &regarding).await {
+                    tracing::warn!(resourcesync = ?regarding.name, error = %e, "could not publish an event");
+                }
+            });
+        })
     }
 
     /// A ResourceSync is being deleted: stop its engine, release the remote objects' sync
@@ -623,6 +744,7 @@ impl ResourceSyncController {
                 rs.metadata.generation,
                 status::ready(false, failure.reason, message),
                 Counts::default(),
+                None,
                 status::now(),
             );
             if status != old {
@@ -692,15 +814,24 @@ mod tests {
             failing: 0,
             secret_repair: Some(SecretRepair::Poll(SECRET_REPAIR_INTERVAL)),
             oldest_stale: Duration::from_secs(7),
+            drifts: 1,
+        };
+        let drift = LocalDriftRecord {
+            object: "ops-a/w1".into(),
+            detected_time: "2024-01-01T00:00:00Z".into(),
+            fields: vec!["spec.size".into()],
+            managers: Vec::new(),
         };
         let first = resource_sync_status(
             &ResourceSyncStatus::default(),
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
+            Some(drift.clone()),
             t("2024-01-01T00:00:00Z"),
         );
         assert_eq!(first.observed_generation, Some(4));
+        assert_eq!(first.last_drift.as_ref(), Some(&drift));
         assert_eq!(
             (first.objects, first.in_sync, first.paused, first.failing),
             (3, 2, 1, 0)
@@ -710,21 +841,46 @@ mod tests {
             Some(4),
             status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
             counts,
+            None,
             t("2024-01-01T00:05:00Z"),
         );
-        assert_eq!(again, first, "nothing changed: nothing to write");
+        assert_eq!(
+            again, first,
+            "nothing changed (the last drift kept while a restarted sync found none): nothing to write"
+        );
         assert_eq!(first.secret_repair, Some(SecretRepairMode::Poll));
         let refused = resource_sync_status(
             &first,
             Some(5),
             status::refused(&Refusal::new("InvalidSpec", "spec.remoteCluster is empty")),
             Counts::default(),
+            None,
             t("2024-01-01T00:05:00Z"),
         );
         assert_eq!(refused.conditions[0].reason, "InvalidSpec");
         assert_ne!(
             refused.conditions[0].last_transition_time,
             first.conditions[0].last_transition_time
+        );
+    }
+
+    #[test]
+    fn drift_events_are_limited_per_minute_but_every_drift_is_counted() {
+        let mut log = DriftLog::default();
+        let t0 = Instant::now();
+        let record = |n: u64| LocalDriftRecord {
+            object: format!("ns/w{n}"),
+            ..Default::default()
+        };
+        let allowed = (0..15)
+            .filter(|n| log.record(record(*n), t0 + Duration::from_secs(*n)))
+            .count();
+        assert_eq!(allowed, MAX_DRIFT_EVENTS_PER_MINUTE as usize);
+        assert_eq!(log.count, 15);
+        assert_eq!(log.last.as_ref().map(|r| r.object.as_str()), Some("ns/w14"));
+        assert!(
+            log.record(record(99), t0 + Duration::from_secs(60)),
+            "a new minute"
         );
     }
 

@@ -364,6 +364,7 @@ async fn registry(operator: &Operator) -> Registry {
     let objects = Family::<ResourceSyncLabels, Gauge>::default();
     let stale_objects = Family::<ResourceSyncLabels, Gauge>::default();
     let oldest_stale_object = Family::<ResourceSyncLabels, Gauge<f64, AtomicU64>>::default();
+    let local_drifts = Family::<ResourceSyncLabels, ScrapedCounter>::default();
     for (name, counts) in operator.resource_sync_counts().await {
         let labels = ResourceSyncLabels { resourcesync: name };
         objects
@@ -375,6 +376,7 @@ async fn registry(operator: &Operator) -> Registry {
         oldest_stale_object
             .get_or_create(&labels)
             .set(counts.oldest_stale.as_secs_f64());
+        local_drifts.get_or_create(&labels).set(counts.drifts);
     }
     r.register(
         "kubesync_resourcesync_objects",
@@ -390,6 +392,11 @@ async fn registry(operator: &Operator) -> Registry {
         "kubesync_resourcesync_oldest_stale_seconds",
         "How long the remote object of a running ResourceSync that is behind longest has been behind (0 when none is)",
         oldest_stale_object,
+    );
+    r.register(
+        "kubesync_resourcesync_drifts_total",
+        "Local copies of a running ResourceSync found changed by someone else and reverted",
+        local_drifts,
     );
     let reachable = Family::<RemoteLabels, Gauge>::default();
     let contact = Family::<RemoteLabels, Gauge<f64, AtomicU64>>::default();

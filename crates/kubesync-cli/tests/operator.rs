@@ -306,13 +306,16 @@ async fn kubesync_crds_output_installs_on_the_apiserver() {
         .expect("the printed CRDs install and become Established");
 }
 
-/// Per-ResourceSync staleness and the ResourceSync propagation lag, as `/metrics` shows them:
-/// a Widget created on the remote is applied locally with a lag observed; a new generation held
-/// back by a paused local copy is counted stale, its age since its first sight growing; once
-/// unpaused it is applied, nothing is stale, and the histogram observes one more lag, at least
-/// as long as the generation was held back.
+/// Per-ResourceSync staleness, the ResourceSync propagation lag and drift attribution: a
+/// Widget created on the remote is applied locally with a lag observed; a new generation held
+/// back by a paused local copy is counted stale, its age since its first sight growing. Two
+/// field managers edit the paused copy meanwhile (alice by update, bob by server-side apply).
+/// Once unpaused, the generation is applied, nothing is stale, and the histogram observes one
+/// more lag, at least as long as the generation was held back; both edits are reverted, and
+/// the status's `lastDrift`, a Warning Event and the drift counter name both managers and
+/// their fields — never a value.
 #[tokio::test]
-async fn resource_sync_staleness_and_propagation_lag_are_on_metrics() {
+async fn resource_sync_staleness_lag_and_drift_are_reported() {
     let (local, remote) = tokio::join!(
         operator_cluster("fresh-local", false, &["kubesync"]),
         TestEnv::builder().name("fresh-remote").start()
@@ -337,6 +340,7 @@ async fn resource_sync_staleness_and_propagation_lag_are_on_metrics() {
         r#"kubesync_propagation_lag_seconds_sum{sync="ResourceSync",cluster="local"}"#;
     const STALE: &str = r#"kubesync_resourcesync_stale_objects{resourcesync="widgets"}"#;
     const OLDEST: &str = r#"kubesync_resourcesync_oldest_stale_seconds{resourcesync="widgets"}"#;
+    const DRIFTS: &str = r#"kubesync_resourcesync_drifts_total{resourcesync="widgets"}"#;
 
     apply_widget(&remote, "ops-a", "w1").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: mgmt\n  namespacePrefix: ops-\n").await;
@@ -401,6 +405,32 @@ async fn resource_sync_staleness_and_propagation_lag_are_on_metrics() {
         Some(count0),
         "nothing propagated while paused"
     );
+    assert_eq!(sample(&metrics().await, DRIFTS), Some(0.0));
+
+    // Two field managers edit the paused copy.
+    const SECRET: &str = "crimson-do-not-show";
+    widgets(&local, "ops-a")
+        .patch(
+            "w1",
+            &PatchParams {
+                field_manager: Some("alice".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({"spec": {"color": SECRET}})),
+        )
+        .await
+        .expect("alice's edit");
+    widgets(&local, "ops-a")
+        .patch(
+            "w1",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "demo.kubesync.io/v1", "kind": "Widget",
+                "metadata": {"name": "w1", "namespace": "ops-a", "labels": {"owner": SECRET}},
+            })),
+        )
+        .await
+        .expect("bob's edit");
 
     // Unpaused: applied; nothing stale; one more lag, at least as long as it was held back.
     patch_widget(
@@ -426,5 +456,62 @@ async fn resource_sync_staleness_and_propagation_lag_are_on_metrics() {
         "the lag ({} s) spans the time it was held back ({held} s)",
         sum - sum0
     );
+
+    // Both edits reverted, and attributed.
+    let w1 = widgets(&local, "ops-a").get("w1").await.expect("w1");
+    assert_eq!(w1.data["spec"].get("color"), None, "alice's edit reverted");
+    assert_eq!(w1.labels().get("owner"), None, "bob's edit reverted");
+    let drift = eventually("the ResourceSync's lastDrift", T, || async {
+        rss.get("widgets").await.ok()?.status?.last_drift
+    })
+    .await;
+    assert_eq!(drift.object, "ops-a/w1");
+    assert_eq!(drift.fields, ["metadata.labels.owner", "spec.color"]);
+    // Newest first (unit-tested); managedFields times are whole seconds, so both edits may
+    // share one, and the order is then by name.
+    let mut managers: Vec<(&str, &str, &[String])> = drift
+        .managers
+        .iter()
+        .map(|m| {
+            (
+                m.manager.as_str(),
+                m.operation.as_str(),
+                m.fields.as_slice(),
+            )
+        })
+        .collect();
+    managers.sort();
+    assert_eq!(
+        managers,
+        [
+            ("alice", "Update", &["spec.color".to_string()][..]),
+            ("bob", "Apply", &["metadata.labels.owner".to_string()][..]),
+        ]
+    );
+    assert!(drift.managers.iter().all(|m| !m.time.is_empty()));
+    let event = event_where(&local, "kube-system", "a CopyChanged Event", |e| {
+        e.reason.as_deref() == Some("CopyChanged")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("widgets")
+    })
+    .await;
+    let note = event.note.clone().unwrap_or_default();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        note.starts_with("the local copy ops-a/w1 was changed by someone else and reverted: ")
+            && note.contains("metadata.labels.owner by bob (Apply, ")
+            && note.contains("spec.color by alice (Update, "),
+        "{note}"
+    );
+    assert_eq!(
+        event.related.as_ref().and_then(|r| r.name.as_deref()),
+        Some("w1")
+    );
+    let status =
+        serde_json::to_string(&rss.get("widgets").await.expect("rs").status).expect("json");
+    assert!(
+        !note.contains(SECRET) && !status.contains(SECRET),
+        "never a value: {note} {status}"
+    );
+    assert_eq!(sample(&metrics().await, DRIFTS), Some(1.0));
     running.stop().await;
 }

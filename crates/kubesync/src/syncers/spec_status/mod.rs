@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::{Action, Watch};
 use crate::syncer::{ExtraWatch, Side, SyncContext, SyncEngine, Syncer};
+use crate::syncers::fan_out::rules::{Drift, Strategy, changed_fields, changes_by_others};
 use crate::translate::{ObjectName, SuffixTranslator, Translator};
 use freshness::Freshness;
 use plan::{Marks, Phase, SecretUpload, Teardown};
@@ -107,25 +108,42 @@ pub struct SpecStatusSync {
     /// Remote generations seen and not yet applied locally.
     freshness: Arc<Freshness>,
     /// Told each propagation lag.
-    on_propagated: Option<LagObserver>,
+    on_propagated: Option<Observer<Duration>>,
+    /// Told each local copy found changed by someone else and reverted.
+    on_drift: Option<Observer<LocalDrift>>,
 }
 
-/// Told the propagation lag of each remote generation applied locally (see
-/// [`SpecStatusSyncBuilder::on_propagated`]).
-#[derive(Clone)]
-pub struct LagObserver(Arc<dyn Fn(Duration) + Send + Sync>);
+/// A callback the sync tells what it did (see [`SpecStatusSyncBuilder::on_propagated`] and
+/// [`SpecStatusSyncBuilder::on_drift`]). It runs in the reconcile: keep it cheap, never block.
+pub struct Observer<T: ?Sized>(Arc<dyn Fn(&T) + Send + Sync>);
 
-impl LagObserver {
-    /// An observer calling `f` with each lag.
-    pub fn new(f: impl Fn(Duration) + Send + Sync + 'static) -> Self {
+impl<T: ?Sized> Observer<T> {
+    /// An observer calling `f`.
+    pub fn new(f: impl Fn(&T) + Send + Sync + 'static) -> Self {
         Self(Arc::new(f))
     }
 }
 
-impl std::fmt::Debug for LagObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LagObserver")
+impl<T: ?Sized> Clone for Observer<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
     }
+}
+
+impl<T: ?Sized> std::fmt::Debug for Observer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+/// A local copy found changed by someone else, and reverted: which fields, and the field
+/// managers owning them in its managedFields (paths only, never values).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalDrift {
+    /// The local object.
+    pub local: ObjectName,
+    /// What changed, and who changed it.
+    pub drift: Drift,
 }
 
 /// Local namespaces this sync created, until the Namespace watch shows them (an entry is
@@ -149,7 +167,8 @@ pub struct SpecStatusSyncBuilder {
     config: SpecStatusConfig,
     concurrency: usize,
     resync: Option<Duration>,
-    on_propagated: Option<LagObserver>,
+    on_propagated: Option<Observer<Duration>>,
+    on_drift: Option<Observer<LocalDrift>>,
 }
 
 impl SpecStatusSync {
@@ -167,6 +186,7 @@ impl SpecStatusSync {
             concurrency: 16,
             resync: Some(Duration::from_secs(600)),
             on_propagated: None,
+            on_drift: None,
         }
     }
 
@@ -185,6 +205,7 @@ impl SpecStatusSync {
             secret_watching: std::sync::OnceLock::new(),
             freshness: Arc::default(),
             on_propagated: None,
+            on_drift: None,
         }
     }
 
@@ -212,7 +233,7 @@ impl SpecStatusSync {
             .applied(key, generation.unwrap_or(0), Instant::now())
             && let Some(observe) = &self.on_propagated
         {
-            (observe.0)(lag);
+            (observe.0)(&lag);
         }
     }
 }
@@ -273,14 +294,22 @@ impl SpecStatusSyncBuilder {
     /// from the generation's first sight by the remote watch to the local write (a local
     /// copy rewritten for any other reason — a revert of someone else's edit, labels — is no
     /// propagation, and not observed).
-    pub fn on_propagated(mut self, observer: LagObserver) -> Self {
+    pub fn on_propagated(mut self, observer: Observer<Duration>) -> Self {
         self.on_propagated = Some(observer);
+        self
+    }
+    /// Calls `observer` with each local copy found changed by someone else and reverted: the
+    /// fields at which it differed from what kubesync writes that other field managers own
+    /// (no removal is inferred: a field missing locally may be new on the remote).
+    pub fn on_drift(mut self, observer: Observer<LocalDrift>) -> Self {
+        self.on_drift = Some(observer);
         self
     }
     /// The engine syncing from `remote` to `local`.
     pub fn build(self, remote: Cluster, local: Cluster) -> SyncEngine<SpecStatusSync> {
         let mut syncer = SpecStatusSync::new(self.config);
         syncer.on_propagated = self.on_propagated;
+        syncer.on_drift = self.on_drift;
         SyncEngine::new(syncer, remote, local)
             .concurrency(self.concurrency)
             .resync(self.resync)
@@ -535,6 +564,14 @@ impl SpecStatusSync {
             &origin(cx),
             marks,
         ) {
+            // Someone else's changes to the copy, reverted by this write.
+            let drift = match (local, &self.on_drift) {
+                (Some(local), Some(_)) => {
+                    let changed = changed_fields(local, &desired, Strategy::Replace);
+                    changes_by_others(local, &changed, FIELD_MANAGER_DOWN)
+                }
+                _ => None,
+            };
             let written = if local.is_some() {
                 cx.writer
                     .replace(
@@ -556,6 +593,13 @@ impl SpecStatusSync {
             };
             tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
             self.propagated(cx.key, remote.metadata.generation);
+            if let (Some(drift), Some(observe)) = (drift, &self.on_drift) {
+                tracing::info!(local = %cx.target_name, %drift, "(local) reverted a change by someone else");
+                (observe.0)(&LocalDrift {
+                    local: cx.target_name.clone(),
+                    drift,
+                });
+            }
             local_generation = written.metadata.generation;
         }
         if let Some(patch) = plan::generation_patch(remote, local_generation, marks)

@@ -209,9 +209,6 @@ pub fn drift(
     changed: &[FieldPath],
     own: &str,
 ) -> Option<Drift> {
-    if changed.is_empty() {
-        return None;
-    }
     let version = |o: &DynamicObject| {
         o.metadata
             .annotations
@@ -219,6 +216,34 @@ pub fn drift(
             .and_then(|a| a.get(SOURCE_VERSION).cloned())
     };
     let same_source = version(existing) == version(desired);
+    attribute(existing, changed, own, |p| {
+        same_source && absent(existing, p)
+    })
+}
+
+/// The changes among `changed` (fields at which `existing`, written by field manager `own`,
+/// differs from what it should be) that other field managers made: the fields they own in
+/// `existing`'s managedFields. No removal is inferred — for a copy without a source-version
+/// mark, a field missing from it may be new at the source.
+pub fn changes_by_others(
+    existing: &DynamicObject,
+    changed: &[FieldPath],
+    own: &str,
+) -> Option<Drift> {
+    attribute(existing, changed, own, |_| false)
+}
+
+/// The [`Drift`] of `existing`: the fields of `changed` owned by managers other than `own`
+/// (by manager, newest first), and those `removed` says someone removed.
+fn attribute(
+    existing: &DynamicObject,
+    changed: &[FieldPath],
+    own: &str,
+    removed: impl Fn(&FieldPath) -> bool,
+) -> Option<Drift> {
+    if changed.is_empty() {
+        return None;
+    }
     let mut managers: Vec<ManagerChange> = Vec::new();
     for entry in existing.metadata.managed_fields.iter().flatten() {
         let manager = entry.manager.clone().unwrap_or_default();
@@ -246,7 +271,6 @@ pub fn drift(
             });
         }
     }
-    let removed = |p: &FieldPath| same_source && absent(existing, p);
     let mut fields: Vec<String> = changed
         .iter()
         .filter(|p| {
@@ -433,6 +457,49 @@ mod tests {
         // The copy carries an older source version: the source gained the key.
         let behind = copy(json!({"a": "1", "tls.crt": "x"}), managed, "6");
         assert_eq!(drift_of(&behind), None);
+    }
+
+    #[test]
+    fn changes_by_others_infers_no_removal() {
+        // b is missing (maybe new at the source), a was changed by alice.
+        let managed = json!([
+            entry(
+                "kubesync",
+                "Update",
+                "2026-11-25T10:00:00Z",
+                json!({"f:data": {"f:tls.crt": {}}})
+            ),
+            entry(
+                "alice",
+                "Update",
+                "2026-11-25T10:05:00Z",
+                json!({"f:data": {"f:a": {}}})
+            ),
+        ]);
+        let existing = copy(json!({"a": "9", "tls.crt": "x"}), managed, "7");
+        let changed = changed_fields(&existing, &desired(), Strategy::Apply);
+        assert_eq!(
+            drift_of(&existing).expect("drift").fields,
+            ["data.a", "data.b"]
+        );
+        let d = changes_by_others(&existing, &changed, "kubesync").expect("alice's change");
+        assert_eq!(d.fields, ["data.a"], "no removal inferred");
+        assert_eq!(
+            d.to_string(),
+            "data.a by alice (Update, 2026-11-25T10:05:00Z)"
+        );
+        let only_missing = copy(
+            json!({"a": "1", "tls.crt": "x"}),
+            json!([entry(
+                "kubesync",
+                "Update",
+                "2026-11-25T10:00:00Z",
+                own_fields()
+            )]),
+            "7",
+        );
+        let changed = changed_fields(&only_missing, &desired(), Strategy::Apply);
+        assert_eq!(changes_by_others(&only_missing, &changed, "kubesync"), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub use decide::{
     Decision, DeletionPolicy, OnConflict, Strategy, apply_precondition, decide, in_sync, orphans,
     release_patch,
 };
-pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, drift};
+pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, changes_by_others, drift};
 pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
 pub use select::{NamespaceRule, glob, selector};
