@@ -45,7 +45,7 @@ pub const RESOURCE_SYNC_FINALIZER: &str = "kubesync.io/resourcesync-cleanup";
 pub struct Counts {
     /// Remote objects in this shard.
     pub objects: u32,
-    /// Remote objects whose current generation is applied locally.
+    /// Remote objects whose local copy is current (see `plan::local_current`).
     pub in_sync: u32,
     /// How long the remote object that has been behind longest has been behind (zero when
     /// none is): since its unapplied generation was first seen, or else (a local copy missing,
