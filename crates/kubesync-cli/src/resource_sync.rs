@@ -9,7 +9,7 @@
 //! Never touches ObjectSyncs, and never writes but through [`OwnWrites`] (its engines write
 //! through their own library writers).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -600,7 +600,6 @@ impl ResourceSyncController {
         };
         let now = Instant::now();
         let mut oldest = now;
-        let mut present = HashSet::new();
         let mut noticed = e.noticed.lock().unwrap_or_else(|p| p.into_inner());
         let mut still_noticed = HashMap::new();
         for remote in e.ctx.list(&e.remote, &e.resource) {
@@ -612,7 +611,6 @@ impl ResourceSyncController {
                 continue;
             };
             counts.objects += 1;
-            let key = ObjectKey::for_object(&e.remote, &e.resource, &remote);
             let local = e.ctx.get(&ObjectKey::new(
                 LOCAL,
                 &e.resource,
@@ -627,22 +625,26 @@ impl ResourceSyncController {
             if local_current(&remote, local.is_some(), &e.marks) {
                 counts.in_sync += 1;
             } else {
+                // Keys are built for the objects behind only: this runs at every scrape.
+                let key = ObjectKey::for_object(&e.remote, &e.resource, &remote);
                 let generation = remote.metadata.generation.unwrap_or(0);
                 let since = match e.freshness.since(&key, generation) {
                     Some(seen) => seen,
                     None => {
                         let since = noticed.get(&key).copied().unwrap_or(now);
-                        still_noticed.insert(key.clone(), since);
+                        still_noticed.insert(key, since);
                         since
                     }
                 };
                 oldest = oldest.min(since);
             }
-            present.insert(key);
         }
         *noticed = still_noticed;
         drop(noticed);
-        e.freshness.retain(|k| present.contains(k));
+        // Deleted remote objects' entries go (their last event does not say they are gone).
+        if !e.freshness.is_empty() {
+            e.freshness.retain(|k| e.ctx.get(k).is_some());
+        }
         counts.oldest_stale = now.saturating_duration_since(oldest);
         counts.failing = u32::try_from(e.ctx.metrics().failing()).unwrap_or(u32::MAX);
         counts.drifts = e.drifts.lock().count;
