@@ -1,6 +1,10 @@
 # kubesync — developer entry points.
 #   make test           fmt check, clippy -D warnings, every test (integration tests start real
-#                       control planes; the first run builds them, ~6 minutes)
+#                       control planes of the newest supported Kubernetes; the first run builds
+#                       them from Go modules, 10-20 minutes)
+#   make test-oldest    the unit and real-cluster suites on the oldest supported Kubernetes
+#   make test-k8s K8S_VERSION=v1.35.4
+#                       the same on any release (one the project does not pin is pinned on the fly)
 #   make demo           two local control planes and the copy controller between them, narrated
 #   make dashboard      the demo, with the operator's /metrics sampled, charted as docs/demo-dashboard.png
 #                       (matplotlib from PyPI, in a virtualenv under ~/.cache/kubesync)
@@ -9,7 +13,9 @@
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
-#   make control-plane  prepare the control-plane binaries (cached under ~/.cache/kubesync)
+#   make control-plane  build etcd, kube-apiserver, kube-controller-manager and kubectl of
+#                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
+#                       under ~/.cache/kubesync/control-plane/<version>
 #   make crds           regenerate config/crd/bases/kubesync.io.yaml from the Rust types
 #   make image          build the container image as an OCI archive (buildah; no daemon, no registry)
 #   make image-test     unpack that image and run kubesync inside it with chroot
@@ -18,7 +24,13 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: all test fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
+.PHONY: all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
+
+# The Kubernetes release of the test ground: unset means the newest the project pins.
+ifdef K8S_VERSION
+export K8S_VERSION
+endif
+OLDEST_K8S := $(word 2,$(shell bash scripts/control-plane.sh --versions))
 
 all: test
 
@@ -33,6 +45,13 @@ clippy:
 
 test: fmt-check clippy control-plane
 	$(CARGO) test --workspace
+
+# Unit and integration tests (every real-cluster suite) on $(K8S_VERSION); no lints, no doctests.
+test-k8s: control-plane
+	$(CARGO) test --workspace --tests
+
+test-oldest:
+	$(MAKE) test-k8s K8S_VERSION=$(OLDEST_K8S)
 
 demo: control-plane
 	$(CARGO) run --quiet -p kubesync-cli --example demo

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{RunningBinary, T, free_port, request, sample};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kubesync_testenv::eventually;
 use kubesync_testenv::{KubeconfigEntry, TestEnv, kubeconfig_yaml};
@@ -25,56 +26,56 @@ async fn grant_from_apps(env: &TestEnv, namespace: &str) {
 const WIDGET_CRD: &str = include_str!("../../kubesync-testenv/fixtures/widget-crd.yaml");
 const NS: &str = "kubesync-system";
 
-/// `kubectl kustomize config/<overlay>`: (the CRDs, everything else), as YAML.
-fn kustomize(overlay: &str) -> (String, String) {
+/// Runs the test ground's kubectl as the cluster's admin; panics with its output on failure.
+fn kubectl(env: &TestEnv, args: &[&str]) -> String {
+    let admin = env.kubeconfig_path().expect("admin kubeconfig");
+    let out = Command::new(kubesync_testenv::kubectl().expect("kubectl"))
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {}: {text}", args.join(" "));
+    text
+}
+
+/// Installs an overlay as a user would, with the test ground's kubectl (`kubectl apply
+/// --server-side -k config/<overlay>`), waits for its CRDs, and returns a kubeconfig file
+/// authenticating as its ServiceAccount with a token from the TokenRequest API (current
+/// Kubernetes creates no token Secrets).
+async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../config")
         .join(overlay);
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .expect("kubectl (with kustomize built in) is installed");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let dir = dir.to_str().expect("utf-8 path");
+    kubectl(env, &["apply", "--server-side", "-k", dir]);
+    kubectl(
+        env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
     );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let (mut crds, mut rest) = (String::new(), String::new());
-    for doc in text.split("\n---\n") {
-        let target = if doc.contains("kind: CustomResourceDefinition") {
-            &mut crds
-        } else {
-            &mut rest
-        };
-        target.push_str(doc.trim_end());
-        target.push_str("\n---\n");
-    }
-    (crds, rest)
-}
-
-/// Installs an overlay and returns a kubeconfig file authenticating as its ServiceAccount
-/// (the token the controller-manager issued it).
-async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
-    let (crds, rest) = kustomize(overlay);
-    env.install_crds(&crds).await.expect("crds");
-    env.apply_yaml(&rest).await.expect("manifests");
     let client = env.client().expect("client");
-    let token = eventually("the ServiceAccount's token", T, || {
-        let client = client.clone();
+    let token = eventually("a token of the ServiceAccount", T, || {
+        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NS);
         async move {
-            let sa = Api::<ServiceAccount>::namespaced(client.clone(), NS)
-                .get_opt("kubesync")
+            let request = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let answer = accounts
+                .create_token_request("kubesync", &PostParams::default(), &request)
                 .await
-                .ok()??;
-            let secret_name = sa.secrets?.first()?.name.clone()?;
-            let secret = Api::<Secret>::namespaced(client, NS)
-                .get_opt(&secret_name)
-                .await
-                .ok()??;
-            let token = secret.data?.get("token")?.0.clone();
-            String::from_utf8(token).ok()
+                .ok()?;
+            answer.status?.token
         }
     })
     .await;

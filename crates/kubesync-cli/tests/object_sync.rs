@@ -111,9 +111,9 @@ async fn object_syncs_fan_out_report_and_clean_up_with_security_rules() {
         "no Secret data in status"
     );
 
-    // Example 3: a CronJob to named namespaces; the version comes from discovery
-    // (batch/v1beta1 on this v1.20 apiserver).
-    env.apply_yaml("apiVersion: batch/v1beta1\nkind: CronJob\nmetadata: {name: nightly, namespace: apps}\nspec:\n  schedule: \"0 3 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n").await.expect("cronjob");
+    // Example 3: a CronJob to named namespaces; the version comes from discovery (batch/v1,
+    // the only one current apiservers serve).
+    env.apply_yaml("apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: apps}\nspec:\n  schedule: \"0 3 * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n").await.expect("cronjob");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nightly, namespace: apps}\nspec:\n  source: {group: batch, kind: CronJob, name: nightly}\n  destinations: [{namespace: team-a}, {namespace: team-b}]\n").await.expect("objectsync");
     eventually("cronjob copies", T, || async {
         syncs.get("nightly").await.ok().filter(|o| {

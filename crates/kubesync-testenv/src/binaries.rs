@@ -6,8 +6,23 @@ use std::sync::Mutex;
 
 use crate::Error;
 
-/// The Kubernetes version the project script builds.
-pub const KUBERNETES_VERSION: &str = "v1.20.2";
+/// The newest Kubernetes release the project pins and tests: the default test ground, and the
+/// newest release the client crates (k8s-openapi's `latest`) describe.
+pub const NEWEST_KUBERNETES: &str = "v1.37.2";
+
+/// The oldest Kubernetes release the project supports and tests (`make test-oldest`): the
+/// release line of k8s-openapi's `earliest`.
+pub const OLDEST_KUBERNETES: &str = "v1.33.13";
+
+/// The Kubernetes release whose binaries this process uses: `$K8S_VERSION` when set, else
+/// [`NEWEST_KUBERNETES`]. (With `KUBEBUILDER_ASSETS`, what the apiserver reports is what those
+/// assets are; [`TestEnv::server_version`](crate::TestEnv::server_version) asks it.)
+pub fn kubernetes_version() -> String {
+    std::env::var("K8S_VERSION")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| NEWEST_KUBERNETES.to_string())
+}
 
 /// Paths of the control-plane executables used by a [`TestEnv`](crate::TestEnv).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +33,9 @@ pub struct Binaries {
     pub kube_apiserver: PathBuf,
     /// `kube-controller-manager`, when one was found.
     pub kube_controller_manager: Option<PathBuf>,
+    /// `kubectl` of the same release, when one was found (tests use it rather than whatever
+    /// kubectl a machine may have on its PATH).
+    pub kubectl: Option<PathBuf>,
 }
 
 impl Binaries {
@@ -29,50 +47,76 @@ impl Binaries {
         if !is_executable(&etcd) || !is_executable(&kube_apiserver) {
             return None;
         }
-        let cm = dir.join("kube-controller-manager");
+        let found = |name: &str| Some(dir.join(name)).filter(|p| is_executable(p));
         Some(Self {
             etcd,
             kube_apiserver,
-            kube_controller_manager: is_executable(&cm).then_some(cm),
+            kube_controller_manager: found("kube-controller-manager"),
+            kubectl: found("kubectl"),
         })
+    }
+
+    /// Whether every program is there (envtest assets lack kube-controller-manager).
+    fn complete(&self) -> bool {
+        self.kube_controller_manager.is_some() && self.kubectl.is_some()
+    }
+
+    /// Fills what `self` lacks from `other`.
+    fn or(mut self, other: Option<Self>) -> Self {
+        if let Some(other) = other {
+            self.kube_controller_manager = self
+                .kube_controller_manager
+                .or(other.kube_controller_manager);
+            self.kubectl = self.kubectl.or(other.kubectl);
+        }
+        self
     }
 
     /// Finds the binaries, building them with `scripts/control-plane.sh` if they are missing.
     ///
-    /// Looks in `KUBEBUILDER_ASSETS` first, then in the cache
-    /// (`$KUBESYNC_CACHE_DIR` or `~/.cache/kubesync`, under `control-plane/v1.20.2`). When
-    /// `KUBEBUILDER_ASSETS` has no `kube-controller-manager` (envtest assets do not ship one),
-    /// the cached one is used if present.
+    /// Looks in `KUBEBUILDER_ASSETS` first, then in the cache ([`cache_dir`]: the release
+    /// [`kubernetes_version`] under `$KUBESYNC_CACHE_DIR` or `~/.cache/kubesync`). What
+    /// `KUBEBUILDER_ASSETS` lacks (envtest assets ship no kube-controller-manager) comes from the
+    /// cache, which the script fills when it is empty.
     pub fn locate() -> Result<Self, Error> {
         static BUILD: Mutex<()> = Mutex::new(());
         let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = Self::find() {
+        if let Some(found) = Self::find().filter(Self::complete) {
             return Ok(found);
         }
         let dir = run_script()?;
-        Self::in_dir(&dir).ok_or_else(|| {
+        let built = Self::in_dir(&dir).ok_or_else(|| {
             Error::Binaries(format!(
                 "the control-plane script reported {} but etcd/kube-apiserver are not there",
                 dir.display()
             ))
+        })?;
+        Ok(match Self::find() {
+            Some(found) => found.or(Some(built)),
+            None => built,
         })
     }
 
     fn find() -> Option<Self> {
         let cached = Self::in_dir(&cache_dir());
         if let Some(assets) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|v| !v.is_empty())
-            && let Some(mut found) = Self::in_dir(Path::new(&assets))
+            && let Some(found) = Self::in_dir(Path::new(&assets))
         {
-            if found.kube_controller_manager.is_none() {
-                found.kube_controller_manager = cached.and_then(|c| c.kube_controller_manager);
-            }
-            return Some(found);
+            return Some(found.or(cached));
         }
-        cached.filter(|c| c.kube_controller_manager.is_some())
+        cached
     }
 }
 
-/// The directory where the project script caches the binaries it builds.
+/// The path of `kubectl` for tests and tools: the one of the test ground's release (built with
+/// the control plane), never one that happens to be on the machine's PATH.
+pub fn kubectl() -> Result<PathBuf, Error> {
+    Binaries::locate()?
+        .kubectl
+        .ok_or_else(|| Error::Binaries("no kubectl among the control-plane binaries".into()))
+}
+
+/// The directory where the project script caches the binaries of [`kubernetes_version`].
 pub fn cache_dir() -> PathBuf {
     let root = std::env::var_os("KUBESYNC_CACHE_DIR")
         .filter(|v| !v.is_empty())
@@ -81,7 +125,7 @@ pub fn cache_dir() -> PathBuf {
             let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
             PathBuf::from(home).join(".cache").join("kubesync")
         });
-    root.join("control-plane").join(KUBERNETES_VERSION)
+    root.join("control-plane").join(kubernetes_version())
 }
 
 fn script_path() -> PathBuf {
@@ -102,11 +146,14 @@ fn run_script() -> Result<PathBuf, Error> {
         )));
     }
     eprintln!(
-        "kubesync-testenv: control-plane binaries missing; running {} (the first build takes ~6 minutes)",
+        "kubesync-testenv: control-plane binaries of Kubernetes {} missing; running {} \
+         (the first build takes 10-20 minutes)",
+        kubernetes_version(),
         script.display()
     );
     let output = Command::new("bash")
         .arg(&script)
+        .env("K8S_VERSION", kubernetes_version())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -155,6 +202,35 @@ mod tests {
         }
         let found = Binaries::in_dir(&dir).expect("found");
         assert_eq!(found.kube_controller_manager, None);
+        assert_eq!(found.kubectl, None);
+        assert!(!found.complete());
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// The versions here and the ones the build script pins are the same.
+    #[test]
+    fn versions_match_the_build_script() {
+        let out = Command::new("bash")
+            .arg(script_path())
+            .arg("--versions")
+            .output()
+            .expect("run the control-plane script");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.split_whitespace().collect::<Vec<_>>(),
+            [NEWEST_KUBERNETES, OLDEST_KUBERNETES]
+        );
+        for v in [NEWEST_KUBERNETES, OLDEST_KUBERNETES] {
+            let go_mod = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../hack/control-plane")
+                .join(v)
+                .join("go.mod");
+            let text = std::fs::read_to_string(&go_mod).expect("the pinned go.mod");
+            assert!(
+                text.contains(&format!("k8s.io/kubernetes {v}")),
+                "{} does not require k8s.io/kubernetes {v}",
+                go_mod.display()
+            );
+        }
     }
 }

@@ -66,6 +66,11 @@ impl TestEnv {
         Ok(env)
     }
 
+    /// The apiserver's version as it reports it (`gitVersion` of `/version`, e.g. `v1.37.2`).
+    pub async fn server_version(&self) -> Result<String, Error> {
+        Ok(self.client()?.apiserver_version().await?.git_version)
+    }
+
     /// The cluster's name (its kubeconfig context name).
     pub fn name(&self) -> &str {
         &self.name

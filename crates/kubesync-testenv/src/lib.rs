@@ -8,8 +8,10 @@
 //! and no process outlives the test binary (see [`process`](crate::process) for how).
 //!
 //! The binaries come from `KUBEBUILDER_ASSETS` when set, otherwise from the project's cache
-//! (`~/.cache/kubesync/control-plane/v1.20.2`), which `scripts/control-plane.sh` fills on first
-//! use by building Kubernetes v1.20.2 from Debian's source package.
+//! (`~/.cache/kubesync/control-plane/<release>`), which `scripts/control-plane.sh` fills on
+//! first use by building that Kubernetes release from Go modules. The release is
+//! `$K8S_VERSION`, by default [`NEWEST_KUBERNETES`]; [`OLDEST_KUBERNETES`] is the oldest one
+//! supported and tested.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kubesync_testenv::Error> {
@@ -57,7 +59,9 @@ mod users;
 mod wait;
 
 pub use audit::AuditEvent;
-pub use binaries::{Binaries, KUBERNETES_VERSION, cache_dir};
+pub use binaries::{
+    Binaries, NEWEST_KUBERNETES, OLDEST_KUBERNETES, cache_dir, kubectl, kubernetes_version,
+};
 pub use builder::TestEnvBuilder;
 pub use env::TestEnv;
 pub use error::Error;

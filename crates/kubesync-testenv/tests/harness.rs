@@ -348,25 +348,37 @@ spec:
     assert_eq!(applied[0].data["spec"]["size"], 3);
 }
 
-/// The kubeconfigs are read by kubectl (client-go), not only by kube. Skipped without kubectl.
+/// The kubeconfigs are read by kubectl (client-go), not only by kube: the kubectl built with the
+/// control plane, of the same release.
 #[tokio::test]
 async fn kubectl_reads_the_kubeconfigs() {
-    let Ok(kubectl) = std::process::Command::new("kubectl")
-        .args(["version", "--client"])
+    let kubectl_path = kubesync_testenv::kubectl().expect("kubectl of the test ground");
+    let version = std::process::Command::new(&kubectl_path)
+        .args(["version", "--client", "-o", "json"])
         .output()
-    else {
-        eprintln!("kubectl is not on PATH: skipped");
-        return;
-    };
-    assert!(kubectl.status.success());
+        .expect("run kubectl");
+    assert!(version.status.success());
+    let text = String::from_utf8_lossy(&version.stdout);
     let env = TestEnv::builder()
         .name("kubectl")
         .user("bob", &[])
         .start()
         .await
         .expect("start");
+    let server = env.server_version().await.expect("server version");
+    if std::env::var_os("KUBEBUILDER_ASSETS").is_none() {
+        assert_eq!(
+            server,
+            kubesync_testenv::kubernetes_version(),
+            "the test ground runs the release it was asked for (stamped by the module build)"
+        );
+    }
+    assert!(
+        text.contains(&format!("\"gitVersion\": \"{server}\"")),
+        "kubectl and the apiserver are one release ({server}): {text}"
+    );
     let kubectl = |kubeconfig: &Path, args: &[&str]| {
-        let out = std::process::Command::new("kubectl")
+        let out = std::process::Command::new(&kubectl_path)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .args(args)
             .output()

@@ -263,8 +263,9 @@ impl ObjectSyncController {
             .await
             .map_err(|e| not_found(e.to_string()))?,
             None => {
-                // The preferred version first, then the group's other versions in order (on
-                // v1.20, batch prefers v1 but CronJob is only in v1beta1).
+                // The preferred version first, then the group's other versions in order (a
+                // kind may be served only in a version the group does not prefer, e.g. a
+                // beta kind beside a GA group version).
                 let g = kube::discovery::group(self.local.client(), group)
                     .await
                     .map_err(|e| not_found(e.to_string()))?;

@@ -183,11 +183,11 @@ pub fn kustomize(overlay: &str) -> Vec<serde_json::Value> {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../config")
         .join(overlay);
-    let out = std::process::Command::new("kubectl")
+    let out = std::process::Command::new(kubesync_testenv::kubectl().expect("kubectl"))
         .arg("kustomize")
         .arg(&dir)
         .output()
-        .expect("kubectl (with kustomize built in) is installed");
+        .expect("run kubectl kustomize");
     assert!(
         out.status.success(),
         "kubectl kustomize config/{overlay}: {}",
