@@ -2,7 +2,8 @@
 //!
 //! - `kubesync run`: the operator;
 //! - `kubesync crds`: print the CRDs;
-//! - `kubesync check`: reachability and version of clusters.
+//! - `kubesync check`: reachability and version of clusters, with a warning for a version
+//!   outside the supported range.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +41,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,
-    /// Connects to clusters and reports each one's reachability and version.
+    /// Connects to clusters and reports each one's reachability and version, warning about a
+    /// version outside the supported range (v1.33 to v1.37). Fails when a cluster does not
+    /// answer; a warning alone does not fail it.
     Check {
         /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
         #[arg(long)]
@@ -104,6 +107,16 @@ struct RunArgs {
     /// Name of the leader Lease.
     #[arg(long, default_value = "kubesync")]
     leader_election_name: String,
+    /// How watches fetch their initial state, in the local cluster and every RemoteCluster:
+    /// `auto` (streaming lists where the apiserver serves them, else list+watch),
+    /// `list-watch` or `streaming-list`.
+    #[arg(long, default_value = "auto", env = "KUBESYNC_LIST_STRATEGY", value_parser = parse_list_strategy)]
+    list_strategy: kubesync::cluster::ListStrategy,
+}
+
+fn parse_list_strategy(text: &str) -> Result<kubesync::cluster::ListStrategy, String> {
+    kubesync::cluster::ListStrategy::parse(text)
+        .ok_or_else(|| format!("{text:?} is not auto, list-watch or streaming-list"))
 }
 
 /// Parses the command line and runs the command.
@@ -125,6 +138,7 @@ pub async fn main() -> ExitCode {
                 leader_elect,
                 leader_election_namespace,
                 leader_election_name,
+                list_strategy,
             } = *args;
             if let Ok(own) = std::env::var("POD_NAMESPACE")
                 && !own.is_empty()
@@ -155,7 +169,15 @@ pub async fn main() -> ExitCode {
                     .unwrap_or_else(|| "default".into()),
                 name: leader_election_name,
             });
-            run(kubeconfig, context, policy, telemetry, election).await
+            run(
+                kubeconfig,
+                context,
+                policy,
+                telemetry,
+                election,
+                list_strategy,
+            )
+            .await
         }
         Command::Crds => match crate::crd::crds_yaml() {
             Ok(yaml) => {
@@ -228,6 +250,7 @@ async fn run(
     policy: crate::object_sync::ObjectSyncPolicy,
     telemetry: Option<std::net::SocketAddr>,
     election: Option<Election>,
+    list_strategy: kubesync::cluster::ListStrategy,
 ) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
@@ -238,7 +261,7 @@ async fn run(
         load(&kubeconfig, context.as_deref()).await
     };
     let local = match local {
-        Ok(c) => c,
+        Ok(c) => c.with_list_strategy(list_strategy),
         Err(e) => {
             eprintln!("kubesync: cannot connect to the local cluster: {e}");
             return ExitCode::FAILURE;
@@ -368,7 +391,10 @@ async fn check(kubeconfig: Option<PathBuf>, contexts: Vec<String>, timeout: Dura
             Err(e) => Err(format!("{}: {e}", e.category())),
         };
         match result {
-            Ok((name, version)) => println!("{name}\tready\t{version}"),
+            Ok((name, version)) => match kubesync::version::support(&version).warning() {
+                None => println!("{name}\tready\t{version}"),
+                Some(warning) => println!("{name}\tready\t{version}\twarning: {warning}"),
+            },
             Err(msg) => {
                 failed = true;
                 println!("{label}\terror\t{msg}");

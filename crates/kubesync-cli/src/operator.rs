@@ -125,7 +125,7 @@ impl Operator {
 
     /// An operator with options.
     pub fn with_options(local: Cluster, options: OperatorOptions) -> Arc<Self> {
-        let local = Cluster::new(LOCAL, local.client().clone());
+        let local = local.named(LOCAL);
         let writes = OwnWrites::new(local.clone(), Writer::new());
         let remotes = Arc::new(RemoteClusters::new(local.clone()));
         let lags = Lags::default();

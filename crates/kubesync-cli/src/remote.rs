@@ -122,7 +122,8 @@ impl RemoteClusters {
             Some(&runtime_name(&rc_name)),
         )
         .await
-        .map_err(|e| Refusal::new("KubeconfigInvalid", e.to_string()))?;
+        .map_err(|e| Refusal::new("KubeconfigInvalid", e.to_string()))?
+        .with_list_strategy(self.local.list_strategy());
         self.lock()
             .insert(rc_name, (fingerprint.clone(), cluster.clone()));
         Ok(Connection {

@@ -108,9 +108,11 @@ pub fn secret_repair_interval(spec: &ResourceSyncSpec) -> Result<Duration, Refus
     }
 }
 
-/// The status of a RemoteCluster (pure): its `Ready` condition and the server version it
-/// answered with. A cluster that does not answer keeps the version it last reported while it
-/// was not ready, and drops it when it goes from ready to not ready.
+/// The status of a RemoteCluster (pure): its `Ready` condition, the server version it
+/// answered with, and whether that version is within the supported range (condition
+/// `VersionSupported`, with a warning for a person when it is not). A cluster that does not
+/// answer keeps the version it last reported while it was not ready, and drops it (and the
+/// version condition) when it goes from ready to not ready.
 pub fn remote_cluster_status(
     old: &RemoteClusterStatus,
     generation: Option<i64>,
@@ -118,14 +120,29 @@ pub fn remote_cluster_status(
     version: Option<String>,
     now: jiff::Timestamp,
 ) -> RemoteClusterStatus {
-    let was_ready = old.conditions.iter().any(|c| c.status == "True");
+    let was_ready = old
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let server_version = version.or(if was_ready {
+        None
+    } else {
+        old.server_version.clone()
+    });
+    let mut conditions = vec![with_transition(ready, &old.conditions, generation, now)];
+    if let Some(v) = &server_version {
+        let support = kubesync::version::support(v);
+        let c = status::condition(
+            "VersionSupported",
+            support.is_supported(),
+            support.reason(),
+            format!("Kubernetes {v}: {}", support.message()),
+        );
+        conditions.push(with_transition(c, &old.conditions, generation, now));
+    }
     RemoteClusterStatus {
-        conditions: vec![with_transition(ready, &old.conditions, generation, now)],
-        server_version: version.or(if was_ready {
-            None
-        } else {
-            old.server_version.clone()
-        }),
+        conditions,
+        server_version,
     }
 }
 
@@ -930,11 +947,16 @@ mod tests {
         let up = remote_cluster_status(
             &RemoteClusterStatus::default(),
             None,
-            status::ready(true, "Connected", "apiserver v1.20.2 answered"),
-            Some("v1.20.2".into()),
+            status::ready(true, "Connected", "apiserver v1.37.2 answered"),
+            Some("v1.37.2".into()),
             now,
         );
-        assert_eq!(up.server_version.as_deref(), Some("v1.20.2"));
+        assert_eq!(up.server_version.as_deref(), Some("v1.37.2"));
+        let supported = &up.conditions[1];
+        assert_eq!(
+            (supported.type_.as_str(), supported.status.as_str()),
+            ("VersionSupported", "True")
+        );
         let down = remote_cluster_status(
             &up,
             None,
@@ -943,5 +965,42 @@ mod tests {
             now,
         );
         assert_eq!(down.server_version, None);
+        assert_eq!(down.conditions.len(), 1, "{:?}", down.conditions);
+    }
+
+    #[test]
+    fn remote_cluster_outside_the_supported_range_is_warned_about() {
+        let (t0, t1) = (t("2024-01-01T00:00:00Z"), t("2024-01-01T00:10:00Z"));
+        let ready = || status::ready(true, "Connected", "answered");
+        let old = remote_cluster_status(
+            &RemoteClusterStatus::default(),
+            Some(1),
+            ready(),
+            Some("v1.29.4-gke.100".into()),
+            t0,
+        );
+        let c = &old.conditions[1];
+        assert_eq!(c.type_, "VersionSupported");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "OlderThanSupported")
+        );
+        assert!(
+            c.message.contains("v1.29.4-gke.100") && c.message.contains("v1.33"),
+            "{}",
+            c.message
+        );
+        // Ready stays True: an old cluster is still served.
+        assert_eq!(old.conditions[0].status, "True");
+        // Upgraded: the condition turns True at the new time.
+        let upgraded = remote_cluster_status(&old, Some(1), ready(), Some("v1.35.0".into()), t1);
+        assert_eq!(upgraded.conditions[1].status, "True");
+        assert_eq!(upgraded.conditions[1].last_transition_time.0, t1);
+        let newer = remote_cluster_status(&old, Some(1), ready(), Some("v1.40.1".into()), t1);
+        assert_eq!(newer.conditions[1].reason, "NewerThanTested");
+        assert_eq!(
+            newer.conditions[1].last_transition_time.0, t0,
+            "still False"
+        );
     }
 }

@@ -1,11 +1,13 @@
 //! Cluster connections: a name plus a [`kube::Client`], and [`client`], which builds that
-//! client with `TCP_NODELAY`.
+//! client with `TCP_NODELAY`; how the cluster's watches fetch their initial state
+//! ([`ListStrategy`]: streaming lists where the apiserver serves them).
 
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ApiResource;
 use kube::{Client, Config};
 
 use crate::error::{Error, Result};
@@ -18,7 +20,53 @@ use crate::error::{Error, Result};
 pub struct Cluster {
     name: Arc<str>,
     client: Client,
+    lists: Arc<Lists>,
 }
+
+/// How the watches of a cluster fetch their initial state (and each re-list after a watch
+/// expired).
+///
+/// A **streaming list** (`sendInitialEvents=true`, Kubernetes' WatchList) sends the initial
+/// objects as watch events, one at a time, ending with a bookmark; a plain list sends them as
+/// one response that the client holds whole while it decodes it. For a watch of thousands of
+/// objects that response is the client's largest allocation: `make bench-memory` compares the
+/// two.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ListStrategy {
+    /// Streaming lists where the apiserver serves them, else list+watch. Whether it serves them
+    /// is asked once per cluster, by a streaming watch that matches no object: an apiserver
+    /// whose `WatchList` feature is off refuses it, and then every watch lists.
+    #[default]
+    Auto,
+    /// List (from the watch cache, one page), then watch.
+    ListWatch,
+    /// Streaming lists always; a watch on an apiserver that does not serve them fails and
+    /// retries with backoff.
+    StreamingList,
+}
+
+impl ListStrategy {
+    /// Reads `auto`, `list-watch` or `streaming-list`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "auto" => Some(Self::Auto),
+            "list-watch" => Some(Self::ListWatch),
+            "streaming-list" => Some(Self::StreamingList),
+            _ => None,
+        }
+    }
+}
+
+/// A cluster's [`ListStrategy`] and, once probed, whether its apiserver serves streaming
+/// lists.
+#[derive(Debug, Default)]
+struct Lists {
+    strategy: ListStrategy,
+    served: tokio::sync::OnceCell<bool>,
+}
+
+/// The annotation of the bookmark that ends a streaming list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -34,6 +82,52 @@ impl Cluster {
         Self {
             name: name.into().into(),
             client,
+            lists: Arc::default(),
+        }
+    }
+
+    /// The same cluster (client, list strategy) under another name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into().into();
+        self
+    }
+
+    /// The same cluster whose watches fetch their initial state with `strategy` (default
+    /// [`ListStrategy::Auto`]).
+    pub fn with_list_strategy(mut self, strategy: ListStrategy) -> Self {
+        self.lists = Arc::new(Lists {
+            strategy,
+            served: tokio::sync::OnceCell::new(),
+        });
+        self
+    }
+
+    /// The cluster's [`ListStrategy`].
+    pub fn list_strategy(&self) -> ListStrategy {
+        self.lists.strategy
+    }
+
+    /// Whether watches of `resource` (in `namespace`, or all) should use streaming lists: by
+    /// the strategy, and for [`ListStrategy::Auto`] by the apiserver's answer to one probe per
+    /// cluster. A probe that says nothing either way (no right to watch `resource`, no answer)
+    /// is not remembered, and that watch lists.
+    pub async fn streaming_lists(&self, resource: &ApiResource, namespace: Option<&str>) -> bool {
+        match self.lists.strategy {
+            ListStrategy::ListWatch => false,
+            ListStrategy::StreamingList => true,
+            ListStrategy::Auto => {
+                if let Some(served) = self.lists.served.get() {
+                    return *served;
+                }
+                match probe_streaming_lists(&self.client, resource, namespace).await {
+                    Some(served) => {
+                        let _ = self.lists.served.set(served);
+                        tracing::debug!(cluster = %self.name, served, "streaming lists probed");
+                        served
+                    }
+                    None => false,
+                }
+            }
         }
     }
 
@@ -130,7 +224,8 @@ impl Cluster {
         &self.client
     }
 
-    /// The apiserver's version (`gitVersion`), e.g. `v1.20.2`.
+    /// The apiserver's version (`gitVersion`), e.g. `v1.37.2`; [`crate::version::support`]
+    /// says whether it is within the supported range.
     pub async fn server_version(&self) -> Result<String> {
         Ok(self.client.apiserver_version().await?.git_version)
     }
@@ -248,6 +343,45 @@ pub fn client(config: Config) -> Result<Client> {
         .map_err(tower::BoxError::from)
         .service(transport);
     Ok(kube::client::ClientBuilder::new(service, config.default_namespace).build())
+}
+
+/// Asks the apiserver whether it serves streaming lists: a watch of `resource` with
+/// `sendInitialEvents=true` and a field selector that matches no object. `Some(true)` when the
+/// initial events end with their bookmark, `Some(false)` when it refuses the request (400 or
+/// 422: the `WatchList` feature is off) or sends no such bookmark, `None` when the answer says
+/// nothing about the feature (forbidden, unreachable).
+async fn probe_streaming_lists(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+) -> Option<bool> {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+
+    let refused = |code: u16| code == 400 || code == 422;
+    let api = api(client.clone(), namespace, resource);
+    let params = WatchParams::streaming_lists()
+        .fields("metadata.name=kubesync.io-streaming-list-probe")
+        .timeout(5);
+    let stream = match api.watch(&params, "0").await {
+        Ok(stream) => stream,
+        Err(kube::Error::Api(status)) if refused(status.code) => return Some(false),
+        Err(_) => return None,
+    };
+    let mut stream = std::pin::pin!(stream);
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
+    match first {
+        Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => Some(
+            bookmark
+                .metadata
+                .annotations
+                .contains_key(INITIAL_EVENTS_END),
+        ),
+        Ok(Some(Ok(WatchEvent::Error(status)))) if refused(status.code) => Some(false),
+        // The watch ended, or sent something else first: the request's parameter was ignored.
+        Ok(None) | Ok(Some(Ok(_))) => Some(false),
+        Ok(Some(Err(_))) | Err(_) => None,
+    }
 }
 
 /// Retries of a request the apiserver answered 429, 503 or 504.

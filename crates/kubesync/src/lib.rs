@@ -5,8 +5,8 @@
 //! reconcile them from one work queue whose [`ObjectKey`]s carry the cluster.
 //!
 //! The crate enables no `k8s-openapi` version feature: the application that embeds it chooses
-//! one (the `kubesync` binary uses `latest`). Everything works against apiservers from
-//! Kubernetes v1.20 on: watches use list+watch, and any kind can be handled as a
+//! one (the `kubesync` binary uses `latest`). It supports and is tested on Kubernetes v1.33 to
+//! v1.37 ([`version`]), and any kind can be handled as a
 //! [`DynamicObject`](kube::api::DynamicObject).
 #![forbid(unsafe_code)]
 
@@ -18,6 +18,7 @@ pub mod runtime;
 pub mod syncer;
 pub mod syncers;
 pub mod translate;
+pub mod version;
 pub mod writer;
 
 pub use cluster::Cluster;

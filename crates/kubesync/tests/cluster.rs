@@ -7,6 +7,15 @@ use common::*;
 use kubesync::Cluster;
 use kubesync_testenv::merged_kubeconfig;
 
+/// The range kubesync claims is the range its test ground builds and tests.
+#[test]
+fn the_supported_range_is_the_tested_range() {
+    use kubesync::version::{NEWEST, OLDEST, Release};
+    use kubesync_testenv::{NEWEST_KUBERNETES, OLDEST_KUBERNETES};
+    assert_eq!(Release::parse(NEWEST_KUBERNETES), Some(NEWEST));
+    assert_eq!(Release::parse(OLDEST_KUBERNETES), Some(OLDEST));
+}
+
 #[tokio::test]
 async fn clusters_from_kubeconfig_file_bytes_and_context() {
     let (east, west) = (shared("k-east"), shared("k-west"));
@@ -21,7 +30,12 @@ async fn clusters_from_kubeconfig_file_bytes_and_context() {
         .await
         .expect("file");
     assert_eq!(c.name(), "k-west");
-    assert_eq!(c.server_version().await.expect("version"), "v1.20.2");
+    assert_eq!(
+        c.server_version().await.expect("version"),
+        west.server_version()
+            .await
+            .expect("the test ground's version")
+    );
     // File, current context.
     let c = Cluster::from_kubeconfig_file(&path, None)
         .await

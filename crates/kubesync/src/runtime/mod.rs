@@ -14,7 +14,8 @@
 //!   visible through [`Context::cluster_status`].
 //! - Per key: deduplication, at most one reconcile at a time, exponential [`Backoff`] after
 //!   errors, [`Action::requeue`], and a periodic resync of every primary object.
-//! - Watches use list+watch (no streaming lists), so any apiserver from v1.20 on works.
+//! - Watches fetch their initial state with a streaming list where the cluster's apiserver
+//!   serves one, else with a list from the watch cache ([`ListStrategy`](crate::cluster::ListStrategy)).
 //! - [`Controller::run`] returns after its shutdown future resolves and the reconciles in flight
 //!   have finished; see [`shutdown_signal`].
 

@@ -1,5 +1,5 @@
-//! One watch task: list+watch a resource type in one cluster, keep its store, turn events into
-//! keys.
+//! One watch task: list+watch (or a streaming list, then watch) a resource type in one
+//! cluster, keep its store, turn events into keys.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -61,16 +61,22 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         }
     };
 
+    // Streaming lists where the cluster serves them (asked once per cluster): the initial
+    // objects arrive one at a time instead of as one response held whole while it is decoded.
+    let mut config = watch.config.clone();
+    if cluster.streaming_lists(&watch.resource, namespace).await {
+        config = config.streaming_lists();
+    }
     let stream = if watch.metadata_only {
         let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
         let resource = watch.resource.clone();
-        watcher::watcher(api, watch.config.clone())
+        watcher::watcher(api, config)
             .backoff(watch_backoff())
             .map(move |event| event.map(|e| metadata_event(e, &resource)))
             .boxed()
     } else {
         let api = crate::cluster::api(client, namespace, &watch.resource);
-        watcher::watcher(api, watch.config.clone())
+        watcher::watcher(api, config)
             .backoff(watch_backoff())
             .boxed()
     };

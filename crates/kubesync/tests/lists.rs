@@ -1,0 +1,149 @@
+//! How watches fetch their initial state: a streaming list where the apiserver serves one, a
+//! list from the watch cache where it does not, on real control planes. The witness is the
+//! apiserver's own request counter (`apiserver_request_total`), not what kubesync says.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kubesync::cluster::ListStrategy;
+use kubesync::{Action, Controller, Watch, reconciler_fn};
+use kubesync_testenv::{TestEnv, eventually};
+
+const OBJECTS: usize = 30;
+
+/// The apiserver's count of `verb` requests (`LIST`, `WATCH`) for configmaps.
+async fn requests(env: &TestEnv, verb: &str) -> f64 {
+    let mut req = http::Request::new(Vec::new());
+    *req.uri_mut() = "/metrics".parse().expect("uri");
+    let text = env
+        .client()
+        .expect("client")
+        .request_text(req)
+        .await
+        .expect("GET /metrics");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains(&format!("verb=\"{verb}\""))
+                && l.contains("resource=\"configmaps\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Creates `OBJECTS` ConfigMaps in a new namespace and returns its name.
+async fn objects(env: &TestEnv) -> String {
+    let ns = unique_ns("lists");
+    env.create_namespace(&ns).await.expect("ns");
+    let api = Api::<ConfigMap>::namespaced(env.client().expect("client"), &ns);
+    for i in 0..OBJECTS {
+        api.create(
+            &PostParams::default(),
+            &configmap(&ns, &format!("cm-{i}"), &[], &[("i", &i.to_string())]),
+        )
+        .await
+        .expect("create");
+    }
+    ns
+}
+
+/// Watches the namespace's ConfigMaps through `cluster` until every one was reconciled, and
+/// returns how many LIST requests for configmaps the apiserver answered meanwhile.
+async fn lists_to_reconcile_all(env: &TestEnv, cluster: kubesync::Cluster, ns: &str) -> f64 {
+    let before = requests(env, "LIST").await;
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let controller = Controller::new()
+        .cluster(cluster)
+        .watch(env.name(), Watch::of::<ConfigMap>().namespace(ns))
+        .expect("watch");
+    let seen_by = seen.clone();
+    let reconciler = reconciler_fn(move |key, ctx| {
+        let seen = seen_by.clone();
+        async move {
+            // The store holds the object the key names.
+            if ctx.get(&key).is_some() {
+                seen.lock().expect("lock").insert(key.name.clone());
+            }
+            Ok::<_, kubesync::Error>(Action::done())
+        }
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconciler, async {
+        let _ = stopped.await;
+    }));
+    eventually(
+        "every object reconciled from the store",
+        Duration::from_secs(30),
+        || async { (seen.lock().expect("lock").len() == OBJECTS).then_some(()) },
+    )
+    .await;
+    let after = requests(env, "LIST").await;
+    let _ = stop.send(());
+    running.await.expect("join").expect("run");
+    after - before
+}
+
+/// Whether this release serves streaming lists without being asked: Kubernetes turned its
+/// `WatchList` feature on by default in v1.34.
+fn served_by_default(version: &str) -> bool {
+    kubesync::version::Release::parse(version).is_some_and(|r| (r.major, r.minor) >= (1, 34))
+}
+
+#[tokio::test]
+async fn watches_stream_their_initial_list_where_the_apiserver_serves_it() {
+    init_tracing();
+    let env = own_cluster("lists-auto").await;
+    let version = env.server_version().await.expect("version");
+    let ns = objects(&env).await;
+
+    let auto = cluster(&env);
+    assert_eq!(auto.list_strategy(), ListStrategy::Auto);
+    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
+    let streaming = auto
+        .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
+        .await;
+    assert_eq!(
+        streaming,
+        served_by_default(&version),
+        "Kubernetes {version} serves streaming lists by default from v1.34"
+    );
+    if streaming {
+        assert_eq!(lists, 0.0, "a streaming list, no LIST request");
+    } else {
+        assert!(lists >= 1.0, "a LIST request where streaming is not served");
+    }
+
+    // Asked to list: it lists, whatever the apiserver serves.
+    let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
+    let lists = lists_to_reconcile_all(&env, listing, &ns).await;
+    assert!(lists >= 1.0, "list+watch sends a LIST ({lists})");
+}
+
+/// An apiserver whose `WatchList` feature is off refuses streaming lists: the probe notices,
+/// and every watch lists instead.
+#[tokio::test]
+async fn watches_list_where_the_apiserver_refuses_streaming() {
+    init_tracing();
+    let env = TestEnv::builder()
+        .name("lists-off")
+        .apiserver_arg("--feature-gates=WatchList=false")
+        .start()
+        .await
+        .expect("start");
+    let ns = objects(&env).await;
+    let auto = cluster(&env);
+    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
+    assert!(lists >= 1.0, "fell back to a LIST ({lists})");
+    assert!(
+        !auto
+            .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
+            .await,
+        "the probe found streaming lists refused"
+    );
+}
