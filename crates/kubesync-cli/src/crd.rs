@@ -64,7 +64,8 @@ pub struct RemoteClusterStatus {
     /// `Ready`: whether the cluster answered, and why not.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// The apiserver's version, e.g. `v1.20.2`.
+    /// The apiserver's version, e.g. `v1.37.2` (condition `VersionSupported` says whether it
+    /// is within the range kubesync supports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_version: Option<String>,
 }
@@ -124,8 +125,9 @@ pub struct ResourceSyncSpec {
     #[serde(default)]
     pub namespace_prefix: String,
     /// Local Secrets (controlled by the local object) uploaded onto pre-existing remote
-    /// Secrets `<name><remoteNameSuffix>`.
+    /// Secrets `<name><remoteNameSuffix>`. At most 100.
     #[serde(default)]
+    #[schemars(length(max = 100), inner(length(max = 253)))]
     pub secret_names: Vec<String>,
     /// How often an object's remote Secrets are re-read for repair when the remote identity
     /// may not watch them (see `status.secretRepair`), e.g. `30s`, `2m`, `1m30s` (default
@@ -314,17 +316,25 @@ mod tests {
 /// The source of an [`ObjectSync`].
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.name) && self.name != '') != (has(self.selector) || (has(self.names) && size(self.names) > 0))",
+    "message": "give one object's name, or a selector and/or names (not both, not neither)",
+}]))]
 pub struct ObjectSyncSource {
     /// API group (empty for the core group).
     #[serde(default)]
+    #[schemars(length(max = 253))]
     pub group: String,
     /// API version (default: the group's preferred version, by discovery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
     pub version: Option<String>,
     /// Kind, e.g. `Secret`.
+    #[schemars(length(max = 63))]
     pub kind: String,
     /// Name of the source object. Give either a name, or a `selector` and/or `names`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
     pub name: String,
     /// Many sources: every object of this kind in the source namespace whose labels match
     /// (and, if `names` is given too, that is named there). Each is copied under its own
@@ -332,12 +342,14 @@ pub struct ObjectSyncSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// Many sources: the objects of this kind in the source namespace with these names (and,
-    /// if `selector` is given too, whose labels match).
+    /// if `selector` is given too, whose labels match). At most 1000.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000), inner(length(max = 253)))]
     pub names: Vec<String>,
     /// Namespace of the source. In an ObjectSync: default its own namespace. In a
     /// ClusterObjectSync: required for a namespaced kind, absent for a cluster-scoped one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
     pub namespace: Option<String>,
 }
 
@@ -355,40 +367,55 @@ pub enum CopyStrategy {
 /// Where copies go.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.name) || ((!has(self.namePrefix) || self.namePrefix == '') && (!has(self.nameSuffix) || self.nameSuffix == ''))",
+    "message": "give a name, or a namePrefix and/or nameSuffix, not both",
+}]))]
 pub struct ObjectSyncDestination {
     /// A namespace name, or `"*"` / `""` / absent for all namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
     pub namespace: Option<String>,
     /// Namespaces whose labels match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    /// Namespace names or globs to leave out.
+    /// Namespace names or globs to leave out (at most 100).
     #[serde(default)]
+    #[schemars(length(max = 100), inner(length(max = 63)))]
     pub exclude_namespaces: Vec<String>,
     /// A RemoteCluster name (default: this cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub cluster: Option<String>,
     /// Name at the destination (default: the source's name). For a single source only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub name: Option<String>,
     /// Prepended to each source's name at this destination (instead of `name`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
     pub name_prefix: String,
     /// Appended to each source's name at this destination (instead of `name`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
     pub name_suffix: String,
     /// How copies are written (default `apply`).
     #[serde(default)]
     pub strategy: CopyStrategy,
     /// Overrides of the copies at this destination, applied in order after the filters: each
     /// entry is a JSON merge patch (`merge`) or a JSON patch (`json`, RFC 6902). They may not
-    /// change the copy's apiVersion, kind, namespace or name, nor kubesync's marks.
+    /// change the copy's apiVersion, kind, namespace or name, nor kubesync's marks. At most 20.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
     pub patches: Vec<DestinationPatch>,
 }
 
 /// One override of a destination's copies: exactly one of `merge` and `json`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.merge) != has(self.json)",
+    "message": "a patch gives exactly one of merge and json",
+}]))]
 pub struct DestinationPatch {
     /// A JSON merge patch (RFC 7386), e.g. `{spec: {replicas: 3}}`; `null` removes a field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -409,6 +436,7 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 fn json_patch_operations(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
+        "maxItems": 100,
         "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
     })
 }
@@ -527,22 +555,26 @@ impl DriftRecord {
 /// Include and exclude lists of keys (exact keys, or prefixes ending in `/` or `*`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct KeyFilterSpec {
-    /// Keys to copy (empty: all).
+    /// Keys to copy (empty: all). At most 100.
     #[serde(default)]
+    #[schemars(length(max = 100), inner(length(max = 317)))]
     pub include: Vec<String>,
-    /// Keys never to copy.
+    /// Keys never to copy. At most 100.
     #[serde(default)]
+    #[schemars(length(max = 100), inner(length(max = 317)))]
     pub exclude: Vec<String>,
 }
 
 /// Key-level control of Secret and ConfigMap data.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct DataFilterSpec {
-    /// Keys to copy (empty: all).
+    /// Keys to copy (empty: all). At most 1000.
     #[serde(default)]
+    #[schemars(length(max = 1000), inner(length(max = 253)))]
     pub include: Vec<String>,
-    /// Source key → destination key.
+    /// Source key → destination key. At most 1000 entries.
     #[serde(default)]
+    #[schemars(length(max = 1000))]
     pub rename: std::collections::BTreeMap<String, String>,
 }
 
@@ -562,12 +594,15 @@ pub struct DataFilterSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SyncGrantSpec {
-    /// Whose ObjectSyncs may write here: any entry admits.
+    /// Whose ObjectSyncs may write here: any entry admits. At most 100.
+    #[schemars(length(max = 100))]
     pub from: Vec<GrantSource>,
     /// The kinds admitted; empty: every kind but the privilege-bearing ones (Role,
     /// RoleBinding, ServiceAccount, service-account-token Secrets, and those the operator's
-    /// `--privileged-resource` flags add), which are admitted only when named here.
+    /// `--privileged-resource` flags add), which are admitted only when named here. At most
+    /// 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
     pub kinds: Vec<GrantKind>,
 }
 
@@ -576,6 +611,7 @@ pub struct SyncGrantSpec {
 #[serde(rename_all = "camelCase")]
 pub struct GrantSource {
     /// The namespace of the ObjectSync (a name or a glob, e.g. `team-*`).
+    #[schemars(length(max = 63))]
     pub namespace: String,
     /// For copies written from another cluster: the name of the RemoteCluster through which
     /// that cluster's kubesync reaches this one. Absent: writes from this cluster only.
@@ -614,7 +650,8 @@ pub struct GrantKind {
 pub struct ObjectSyncSpec {
     /// The object (or objects) to copy.
     pub source: ObjectSyncSource,
-    /// Where to copy it.
+    /// Where to copy it. At most 100 entries (each may select many namespaces).
+    #[schemars(length(max = 100))]
     pub destinations: Vec<ObjectSyncDestination>,
     /// What to do with objects kubesync did not create (default `skip`).
     #[serde(default)]
