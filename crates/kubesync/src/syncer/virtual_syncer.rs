@@ -63,10 +63,10 @@ pub trait VirtualSyncer: Send + Sync + 'static {
     fn is_owned(&self, target: &DynamicObject) -> bool;
 
     /// Whether the existing object already is as desired (default: same labels, annotations,
-    /// and top-level fields of `desired` other than metadata).
+    /// and top-level fields of `desired` other than metadata). Labels the apiserver sets
+    /// itself ([`APISERVER_LABELS`]) are no difference.
     fn in_sync(&self, desired: &DynamicObject, actual: &DynamicObject) -> bool {
-        desired.metadata.labels.clone().unwrap_or_default()
-            == actual.metadata.labels.clone().unwrap_or_default()
+        own_labels(desired) == own_labels(actual)
             && desired.metadata.annotations.clone().unwrap_or_default()
                 == actual.metadata.annotations.clone().unwrap_or_default()
             && desired
@@ -74,6 +74,23 @@ pub trait VirtualSyncer: Send + Sync + 'static {
                 .as_object()
                 .is_none_or(|m| m.iter().all(|(k, v)| actual.data.get(k) == Some(v)))
     }
+}
+
+/// Labels the apiserver sets on objects of a kind itself: `(kind, key)`. Every Namespace
+/// carries `kubernetes.io/metadata.name` (its name; from Kubernetes v1.21 on), whatever the
+/// writer sent, so a syncer that compared it would write on every reconcile and never settle.
+pub const APISERVER_LABELS: &[(&str, &str)] = &[("Namespace", "kubernetes.io/metadata.name")];
+
+/// An object's labels without those the apiserver sets itself (pure).
+pub fn own_labels(obj: &DynamicObject) -> std::collections::BTreeMap<String, String> {
+    let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("");
+    let mut labels = obj.metadata.labels.clone().unwrap_or_default();
+    for (k, key) in APISERVER_LABELS {
+        if *k == kind {
+            labels.remove(*key);
+        }
+    }
+    labels
 }
 
 /// Runs a [`VirtualSyncer`].
@@ -212,5 +229,37 @@ impl<V: VirtualSyncer> Reconciler for VirtualReconciler<V> {
             _ => {}
         }
         Ok(Action::done())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(kind: &str, labels: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": kind,
+            "metadata": {"name": "team-a", "labels": labels},
+        }))
+        .expect("object")
+    }
+
+    #[test]
+    fn labels_the_apiserver_sets_are_no_difference() {
+        let desired = object("Namespace", serde_json::json!({"team": "a"}));
+        let actual = object(
+            "Namespace",
+            serde_json::json!({"team": "a", "kubernetes.io/metadata.name": "team-a"}),
+        );
+        assert_eq!(own_labels(&desired), own_labels(&actual));
+        // Only for the kind the apiserver sets it on.
+        let cm = object(
+            "ConfigMap",
+            serde_json::json!({"kubernetes.io/metadata.name": "team-a"}),
+        );
+        assert_eq!(own_labels(&cm).len(), 1);
+        // Any other label still counts.
+        let other = object("Namespace", serde_json::json!({"team": "b"}));
+        assert_ne!(own_labels(&desired), own_labels(&other));
     }
 }
