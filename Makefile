@@ -16,7 +16,10 @@
 #   make control-plane  build etcd, kube-apiserver, kube-controller-manager and kubectl of
 #                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
 #                       under ~/.cache/kubesync/control-plane/<version>
-#   make crds           regenerate config/crd/bases/kubesync.io.yaml from the Rust types
+#   make crds           regenerate config/crd/bases/kubesync.io.yaml (and the Helm chart's copy)
+#                       from the Rust types
+#   make helm           the pinned helm (hack/helm/go.mod) built from Go modules, cached
+#   make helm-lint      helm lint --strict of charts/kubesync, with its defaults and every option
 #   make image          build the container image as an OCI archive (buildah; no daemon, no registry)
 #   make image-test     unpack that image and run kubesync inside it with chroot
 #   make clean          remove build outputs (keeps the cached control-plane binaries)
@@ -24,7 +27,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -74,6 +77,14 @@ bench-memory: control-plane
 
 crds:
 	$(CARGO) run --quiet -p kubesync-cli -- crds > config/crd/bases/kubesync.io.yaml
+	cp config/crd/bases/kubesync.io.yaml charts/kubesync/crds/kubesync.io.yaml
+
+helm:
+	@bash scripts/helm.sh >/dev/null
+
+helm-lint:
+	HELM=$$(bash scripts/helm.sh) && $$HELM lint --strict charts/kubesync && \
+	$$HELM lint --strict charts/kubesync --set restricted.enabled=true,metrics.service.enabled=true,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,monitoring.dashboard.enabled=true
 
 image:
 	bash scripts/image.sh target/kubesync-image.tar

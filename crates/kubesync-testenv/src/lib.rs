@@ -52,6 +52,7 @@ mod certs;
 mod env;
 mod error;
 pub mod fixtures;
+mod helm;
 mod kubeconfig;
 mod launch;
 mod process;
@@ -65,5 +66,6 @@ pub use binaries::{
 pub use builder::TestEnvBuilder;
 pub use env::TestEnv;
 pub use error::Error;
+pub use helm::helm;
 pub use kubeconfig::{KubeconfigEntry, kubeconfig_yaml, merged_kubeconfig};
 pub use wait::{POLL_INTERVAL, eventually};

@@ -1,0 +1,90 @@
+{{/*
+Labels of every object: the name label config/ puts on everything, and Helm's own.
+*/}}
+{{- define "kubesync.labels" -}}
+app.kubernetes.io/name: kubesync
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/*
+The labels that select the operator's pods (Deployment selector, metrics Service).
+*/}}
+{{- define "kubesync.selectorLabels" -}}
+app.kubernetes.io/name: kubesync
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The verbs the engine uses on the kinds it syncs (config/rbac/sync_role.yaml): never `*`.
+*/}}
+{{- define "kubesync.syncVerbs" -}}
+[get, list, watch, create, update, patch, delete]
+{{- end }}
+
+{{/*
+The kinds the operator may sync, as a JSON list of {kind, group, resource}: allowedResources,
+or restricted.enabled's preset (ConfigMaps and Secrets, as config/restricted), or [] for every
+kind. Fails on entries it cannot turn into both a flag and an RBAC rule.
+*/}}
+{{- define "kubesync.allowedResources" -}}
+{{- $given := .Values.allowedResources | default (list) -}}
+{{- if not (kindIs "slice" $given) -}}
+{{- fail (printf "allowedResources must be a list of {kind, group, resource}, not %s" (kindOf $given)) -}}
+{{- end -}}
+{{- $list := list -}}
+{{- if .Values.restricted.enabled -}}
+{{- if $given -}}
+{{- fail "restricted.enabled is the preset allowedResources [ConfigMap, Secret]: set one of restricted.enabled and allowedResources, not both" -}}
+{{- end -}}
+{{- $list = list (dict "kind" "ConfigMap" "group" "" "resource" "configmaps") (dict "kind" "Secret" "group" "" "resource" "secrets") -}}
+{{- end -}}
+{{- range $given -}}
+{{- if not (kindIs "map" .) -}}
+{{- fail (printf "allowedResources: %v is not a map {kind: Kind, group: group, resource: plural}" .) -}}
+{{- end -}}
+{{- $kind := .kind | default "" | toString -}}
+{{- $group := .group | default "" | toString -}}
+{{- $resource := .resource | default "" | toString -}}
+{{- if not (regexMatch "^[A-Z][A-Za-z0-9]*$" $kind) -}}
+{{- fail (printf "allowedResources: %v needs kind, a Kind such as ConfigMap or CronJob" .) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9-]*$" $resource) -}}
+{{- fail (printf "allowedResources: %v needs resource, the plural the RBAC rule names (e.g. cronjobs)" .) -}}
+{{- end -}}
+{{- if and $group (not (regexMatch "^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$" $group)) -}}
+{{- fail (printf "allowedResources: %v has an invalid group (empty for the core group, else e.g. batch)" .) -}}
+{{- end -}}
+{{- $list = append $list (dict "kind" $kind "group" $group "resource" $resource) -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end }}
+
+{{/*
+The port of telemetryAddress (host:port), which the container port, the probes and the
+metrics Service use.
+*/}}
+{{- define "kubesync.telemetryPort" -}}
+{{- $address := .Values.telemetryAddress | toString -}}
+{{- if not (regexMatch "^.+:[0-9]+$" $address) -}}
+{{- fail (printf "telemetryAddress %q is not host:port (the probes and metrics need it, so `none` is not supported by this chart)" $address) -}}
+{{- end -}}
+{{- regexFind "[0-9]+$" $address -}}
+{{- end }}
+
+{{/*
+Checks of values that would give a broken install.
+*/}}
+{{- define "kubesync.validate" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElect) -}}
+{{- fail (printf "replicas: %v needs leaderElect: true (without it every replica would work at once)" .Values.replicas) -}}
+{{- end -}}
+{{- if not (has (toString .Values.logFormat) (list "json" "text")) -}}
+{{- fail (printf "logFormat %q is neither json nor text" (toString .Values.logFormat)) -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the Service kubesync-metrics" -}}
+{{- end -}}
+{{- end }}

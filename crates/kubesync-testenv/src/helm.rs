@@ -1,0 +1,74 @@
+//! Locating (and, when needed, building) the `helm` binary the chart tests use.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use crate::Error;
+
+/// The path of `helm`, as `scripts/helm.sh` prepares it: the release pinned in
+/// `hack/helm/go.mod`, built from Go modules into the cache
+/// (`$KUBESYNC_CACHE_DIR/helm/<version>/helm`, by default under `~/.cache/kubesync`) on first
+/// use, never one that happens to be on the machine's PATH.
+///
+/// The first call of a process runs the script (which prints the cached path at once, or
+/// builds helm in a few minutes); later calls return the same path.
+pub fn helm() -> Result<PathBuf, Error> {
+    static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = found.as_ref().filter(|p| is_executable(p)) {
+        return Ok(path.clone());
+    }
+    let path = run_script(&script_path())?;
+    if !is_executable(&path) {
+        return Err(Error::Binaries(format!(
+            "helm: scripts/helm.sh reported {} but there is no executable there",
+            path.display()
+        )));
+    }
+    *found = Some(path.clone());
+    Ok(path)
+}
+
+/// `scripts/helm.sh` of this repository.
+fn script_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/helm.sh")
+}
+
+/// Runs the script (its progress and errors go to this process's stderr) and returns the last
+/// non-empty line of its stdout: the binary's path.
+fn run_script(script: &Path) -> Result<PathBuf, Error> {
+    if !script.exists() {
+        return Err(Error::Binaries(format!(
+            "helm: the build script {} does not exist",
+            script.display()
+        )));
+    }
+    let output = Command::new("bash")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::Binaries(format!("helm: could not run {}: {e}", script.display())))?;
+    if !output.status.success() {
+        return Err(Error::Binaries(format!(
+            "helm: {} failed ({}); see its output above",
+            script.display(),
+            output.status
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .ok_or_else(|| Error::Binaries(format!("helm: {} printed no path", script.display())))?;
+    Ok(PathBuf::from(path.trim()))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
