@@ -887,8 +887,20 @@ async fn per_destination_patches() {
             .expect("get")
             .is_none()
     );
-    // An entry with neither merge nor json: the spec is refused with a reason.
-    env.apply_yaml(&with(merge, "[{}]"))
+    // An entry with neither merge nor json: the CRD schema refuses it at admission.
+    let refused = env
+        .apply_yaml(&with(merge, "[{}]"))
+        .await
+        .expect_err("refused by the schema");
+    assert!(
+        refused
+            .to_string()
+            .contains("a patch gives exactly one of merge and json"),
+        "{refused}"
+    );
+    // A json entry that is no RFC 6902 operation passes the schema: the operator refuses the
+    // spec with a reason.
+    env.apply_yaml(&with(merge, "[{json: [{op: explode, path: /data/x}]}]"))
         .await
         .expect("objectsync");
     eventually("InvalidPatch", T, || async {
