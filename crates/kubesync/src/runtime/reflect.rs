@@ -8,7 +8,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, Event};
 
@@ -61,26 +60,6 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         }
     };
 
-    // Streaming lists where the cluster serves them (asked once per cluster): the initial
-    // objects arrive one at a time instead of as one response held whole while it is decoded.
-    let mut config = watch.config.clone();
-    if cluster.streaming_lists(&watch.resource, namespace).await {
-        config = config.streaming_lists();
-    }
-    let stream = if watch.metadata_only {
-        let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
-        let resource = watch.resource.clone();
-        watcher::watcher(api, config)
-            .backoff(watch_backoff())
-            .map(move |event| event.map(|e| metadata_event(e, &resource)))
-            .boxed()
-    } else {
-        let api = crate::cluster::api(client, namespace, &watch.resource);
-        watcher::watcher(api, config)
-            .backoff(watch_backoff())
-            .boxed()
-    };
-    let mut stream = std::pin::pin!(stream);
     let mut listed_once = false;
     // List items of built-in kinds carry no apiVersion/kind; give every stored object its
     // type, so reconcilers never have to patch it in.
@@ -99,52 +78,82 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
             }
         })
     };
-    while let Some(event) = stream.next().await {
-        if event.is_ok() {
-            contact.contacted();
+    let mut backoff = watch_backoff();
+    // Each pass lists (or streams a list) and then watches, until the watch fails. A failed
+    // watch is started again from a new list, never resumed from its resourceVersion: a
+    // resumed watch that sees no event would never say it works again, and its cluster
+    // would read as unreachable for as long as nothing changes there.
+    loop {
+        // Streaming lists where the cluster serves them (asked once per cluster): the initial
+        // objects arrive one at a time instead of as one response held whole while it is
+        // decoded.
+        let mut config = watch.config.clone();
+        if cluster.streaming_lists(&watch.resource, namespace).await {
+            config = config.streaming_lists();
         }
-        match event.map(typed) {
-            Ok(Event::InitDone) => {
-                // Level-based: after a (re)list, queue what is new or changed, and what
-                // vanished while we were not watching (no Delete event arrives for it). Both
-                // sides are the store's shared objects: nothing is copied.
-                let objects = writer.objects();
-                let before = objects.state();
-                writer.apply(Event::InitDone);
-                let after = objects.state();
-                let (changed, vanished) = relist_changes(&before, &after);
-                let present = after.len();
-                set_state(None, true);
-                let mut all: Vec<&DynamicObject> =
-                    changed.into_iter().map(|o| o.as_ref()).collect();
-                all.extend(vanished.iter().map(|o| o.as_ref()));
-                emit(&all);
-                if !listed_once {
-                    listed_once = true;
-                    tracing::debug!(objects = present, "listed");
+        let stream = if watch.metadata_only {
+            let api =
+                crate::cluster::api_of::<MetadataOnly>(client.clone(), namespace, &watch.resource);
+            let resource = watch.resource.clone();
+            watcher::watcher(api, config)
+                .map(move |event| event.map(|e| metadata_event(e, &resource)))
+                .boxed()
+        } else {
+            let api = crate::cluster::api(client.clone(), namespace, &watch.resource);
+            watcher::watcher(api, config).boxed()
+        };
+        let mut stream = std::pin::pin!(stream);
+        let failure = loop {
+            let Some(event) = stream.next().await else {
+                return;
+            };
+            if event.is_ok() {
+                contact.contacted();
+            }
+            match event.map(typed) {
+                Ok(Event::InitDone) => {
+                    // Level-based: after a (re)list, queue what is new or changed, and what
+                    // vanished while we were not watching (no Delete event arrives for it).
+                    // Both sides are the store's shared objects: nothing is copied.
+                    let objects = writer.objects();
+                    let before = objects.state();
+                    writer.apply(Event::InitDone);
+                    let after = objects.state();
+                    let (changed, vanished) = relist_changes(&before, &after);
+                    let present = after.len();
+                    set_state(None, true);
+                    let mut all: Vec<&DynamicObject> =
+                        changed.into_iter().map(|o| o.as_ref()).collect();
+                    all.extend(vanished.iter().map(|o| o.as_ref()));
+                    emit(&all);
+                    if !listed_once {
+                        listed_once = true;
+                        tracing::debug!(objects = present, "listed");
+                    }
+                    let _ = ctx.shared.trigger.send(Msg::Listed(id));
                 }
-                let _ = ctx.shared.trigger.send(Msg::Listed(id));
+                Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
+                    set_state(None, false);
+                    store_then_emit(&mut writer, event, |obj| emit(&[obj]));
+                }
+                // The store buffers a (re)list until it is complete.
+                Ok(event @ (Event::Init | Event::InitApply(_))) => {
+                    writer.apply(event);
+                }
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    // The resourceVersion expired (common right after a CRD is installed, or
+                    // after a long disconnect): the watcher re-lists. Normal, not an outage.
+                    tracing::debug!(reason = %status.reason, "watch expired; re-listing");
+                    contact.restarted();
+                }
+                Err(e) => break e,
             }
-            Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
-                set_state(None, false);
-                store_then_emit(&mut writer, event, |obj| emit(&[obj]));
-            }
-            // The store buffers a (re)list until it is complete.
-            Ok(event @ (Event::Init | Event::InitApply(_))) => {
-                writer.apply(event);
-            }
-            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                // The resourceVersion expired (common right after a CRD is installed, or
-                // after a long disconnect): the watcher re-lists. Normal, not an outage.
-                tracing::debug!(reason = %status.reason, "watch expired; re-listing");
-                contact.restarted();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "watch failed; retrying with backoff");
-                contact.restarted();
-                set_state(Some(describe(&e)), false);
-            }
-        }
+        };
+        tracing::warn!(error = %failure, "watch failed; retrying with backoff");
+        contact.restarted();
+        set_state(Some(describe(&failure)), false);
+        let delay = backoff.next().unwrap_or(WATCH_RETRY_MAX);
+        tokio::time::sleep(delay).await;
     }
 }
 
