@@ -65,6 +65,10 @@ struct Lists {
     served: tokio::sync::OnceCell<bool>,
 }
 
+/// How long the streaming-list probe may take before the watch lists instead (and the probe
+/// is asked again at the watch's next start).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The annotation of the bookmark that ends a streaming list's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
@@ -119,7 +123,14 @@ impl Cluster {
                 if let Some(served) = self.lists.served.get() {
                     return *served;
                 }
-                match probe_streaming_lists(&self.client, resource, namespace).await {
+                // An apiserver that is starting may accept the request and answer it only
+                // once it is ready: the probe never holds a watch back for longer than this.
+                let probe = probe_streaming_lists(&self.client, resource, namespace);
+                match tokio::time::timeout(PROBE_TIMEOUT, probe)
+                    .await
+                    .ok()
+                    .flatten()
+                {
                     Some(served) => {
                         let _ = self.lists.served.set(served);
                         tracing::debug!(cluster = %self.name, served, "streaming lists probed");
@@ -362,25 +373,24 @@ async fn probe_streaming_lists(
     let api = api(client.clone(), namespace, resource);
     let params = WatchParams::streaming_lists()
         .fields("metadata.name=kubesync.io-streaming-list-probe")
-        .timeout(5);
+        .timeout(2);
     let stream = match api.watch(&params, "0").await {
         Ok(stream) => stream,
         Err(kube::Error::Api(status)) if refused(status.code) => return Some(false),
         Err(_) => return None,
     };
     let mut stream = std::pin::pin!(stream);
-    let first = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await;
-    match first {
-        Ok(Some(Ok(WatchEvent::Bookmark(bookmark)))) => Some(
+    match stream.next().await {
+        Some(Ok(WatchEvent::Bookmark(bookmark))) => Some(
             bookmark
                 .metadata
                 .annotations
                 .contains_key(INITIAL_EVENTS_END),
         ),
-        Ok(Some(Ok(WatchEvent::Error(status)))) if refused(status.code) => Some(false),
+        Some(Ok(WatchEvent::Error(status))) if refused(status.code) => Some(false),
         // The watch ended, or sent something else first: the request's parameter was ignored.
-        Ok(None) | Ok(Some(Ok(_))) => Some(false),
-        Ok(Some(Err(_))) | Err(_) => None,
+        None | Some(Ok(_)) => Some(false),
+        Some(Err(_)) => None,
     }
 }
 
