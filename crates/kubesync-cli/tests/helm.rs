@@ -11,16 +11,17 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
-use common::{RunningBinary, T, free_port, kustomize, request, sample};
+use common::{
+    RunningBinary, T, free_port, kubectl, kustomize, request, sample, service_account_kubeconfig,
+};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::Role;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
-use kubesync_testenv::{KubeconfigEntry, TestEnv, eventually, kubeconfig_yaml};
+use kubesync_testenv::{TestEnv, eventually};
 use serde_json::{Map, Value, json};
 
 /// The release namespace, as the README installs it.
@@ -545,54 +546,6 @@ fn values_that_would_break_the_install_are_refused() {
 
 // ---- on a real control plane ----------------------------------------------------------
 
-/// Runs the test ground's kubectl as `env`'s admin; panics with its output on failure.
-fn kubectl(env: &TestEnv, args: &[&str]) -> String {
-    let admin = env.kubeconfig_path().expect("admin kubeconfig");
-    let out = Command::new(kubesync_testenv::kubectl().expect("kubectl"))
-        .arg(format!("--kubeconfig={}", admin.display()))
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl {}: {text}", args.join(" "));
-    text
-}
-
-/// A kubeconfig file authenticating as the chart's ServiceAccount, with a token from the
-/// TokenRequest API (as `install.rs` gets one).
-async fn service_account_kubeconfig(env: &TestEnv) -> PathBuf {
-    let client = env.client().expect("client");
-    let token = eventually("a token of the ServiceAccount", T, || {
-        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-        async move {
-            let request = TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let answer = accounts
-                .create_token_request("kubesync", &PostParams::default(), &request)
-                .await
-                .ok()?;
-            answer.status?.token
-        }
-    })
-    .await;
-    let yaml = kubeconfig_yaml(&[KubeconfigEntry {
-        context: env.name(),
-        server: env.server(),
-        ca_pem: env.ca_pem(),
-        user: "system:serviceaccount:kubesync-system:kubesync",
-        token: &token,
-    }]);
-    let path = env.dir().join("helm-serviceaccount.kubeconfig");
-    std::fs::write(&path, yaml).expect("write kubeconfig");
-    path
-}
-
 /// The real binary, run as the pod of the installed Deployment would run: its container's
 /// args and env as they are in the cluster (the downward API's POD_NAMESPACE and POD_NAME
 /// filled in), with the ServiceAccount's kubeconfig, and its telemetry on a free loopback port
@@ -810,7 +763,7 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
     );
 
     // The operator, as the installed Deployment runs it, as the installed ServiceAccount.
-    let kubeconfig = service_account_kubeconfig(&env).await;
+    let kubeconfig = service_account_kubeconfig(&env, "helm-serviceaccount.kubeconfig").await;
     let service_account = kubesync::Cluster::from_kubeconfig_file(&kubeconfig, None)
         .await
         .expect("the ServiceAccount's kubeconfig")

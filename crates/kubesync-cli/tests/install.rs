@@ -8,13 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{RunningBinary, T, free_port, request, sample};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use common::{RunningBinary, T, free_port, kubectl, request, sample, service_account_kubeconfig};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kubesync_testenv::TestEnv;
 use kubesync_testenv::eventually;
-use kubesync_testenv::{KubeconfigEntry, TestEnv, kubeconfig_yaml};
 use serde_json::json;
 
 /// The consent of `namespace`'s owners to copies from ObjectSyncs in `apps` (which is not a
@@ -25,20 +24,6 @@ async fn grant_from_apps(env: &TestEnv, namespace: &str) {
 
 const WIDGET_CRD: &str = include_str!("../../kubesync-testenv/fixtures/widget-crd.yaml");
 const NS: &str = "kubesync-system";
-
-/// Runs the test ground's kubectl as the cluster's admin; panics with its output on failure.
-fn kubectl(env: &TestEnv, args: &[&str]) -> String {
-    let admin = env.kubeconfig_path().expect("admin kubeconfig");
-    let out = Command::new(kubesync_testenv::kubectl().expect("kubectl"))
-        .arg(format!("--kubeconfig={}", admin.display()))
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl {}: {text}", args.join(" "));
-    text
-}
 
 /// Installs an overlay as a user would, with the test ground's kubectl (`kubectl apply
 /// --server-side -k config/<overlay>`), waits for its CRDs, and returns a kubeconfig file
@@ -60,37 +45,7 @@ async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
             "--all",
         ],
     );
-    let client = env.client().expect("client");
-    let token = eventually("a token of the ServiceAccount", T, || {
-        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-        async move {
-            let request = TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let answer = accounts
-                .create_token_request("kubesync", &PostParams::default(), &request)
-                .await
-                .ok()?;
-            answer.status?.token
-        }
-    })
-    .await;
-    let yaml = kubeconfig_yaml(&[KubeconfigEntry {
-        context: env.name(),
-        server: env.server(),
-        ca_pem: env.ca_pem(),
-        user: "system:serviceaccount:kubesync-system:kubesync",
-        token: &token,
-    }]);
-    let path = env
-        .dir()
-        .join(format!("{overlay}-serviceaccount.kubeconfig"));
-    std::fs::write(&path, yaml).expect("write kubeconfig");
-    path
+    service_account_kubeconfig(env, &format!("{overlay}-serviceaccount.kubeconfig")).await
 }
 
 /// A replica of the real binary as the ServiceAccount, logging to `log`.

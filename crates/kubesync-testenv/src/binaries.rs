@@ -151,9 +151,15 @@ fn run_script() -> Result<PathBuf, Error> {
         kubernetes_version(),
         script.display()
     );
+    last_line_of(&script, &[("K8S_VERSION", kubernetes_version())])
+}
+
+/// Runs a project script with `bash` (its progress and errors go to this process's stderr) and
+/// returns the last non-empty line of its stdout: the path it prepared.
+pub(crate) fn last_line_of(script: &Path, env: &[(&str, String)]) -> Result<PathBuf, Error> {
     let output = Command::new("bash")
-        .arg(&script)
-        .env("K8S_VERSION", kubernetes_version())
+        .arg(script)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -166,15 +172,15 @@ fn run_script() -> Result<PathBuf, Error> {
         )));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
+    let line = stdout
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
-        .ok_or_else(|| Error::Binaries(format!("{} printed no directory", script.display())))?;
-    Ok(PathBuf::from(dir.trim()))
+        .ok_or_else(|| Error::Binaries(format!("{} printed no path", script.display())))?;
+    Ok(PathBuf::from(line.trim()))
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

@@ -1,10 +1,10 @@
 //! Locating (and, when needed, building) the `helm` binary the chart tests use.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use crate::Error;
+use crate::binaries::is_executable;
 
 /// The path of `helm`, as `scripts/helm.sh` prepares it: the release pinned in
 /// `hack/helm/go.mod`, built from Go modules into the cache
@@ -35,8 +35,7 @@ fn script_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/helm.sh")
 }
 
-/// Runs the script (its progress and errors go to this process's stderr) and returns the last
-/// non-empty line of its stdout: the binary's path.
+/// Runs the script and returns the path it printed.
 fn run_script(script: &Path) -> Result<PathBuf, Error> {
     if !script.exists() {
         return Err(Error::Binaries(format!(
@@ -44,31 +43,5 @@ fn run_script(script: &Path) -> Result<PathBuf, Error> {
             script.display()
         )));
     }
-    let output = Command::new("bash")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| Error::Binaries(format!("helm: could not run {}: {e}", script.display())))?;
-    if !output.status.success() {
-        return Err(Error::Binaries(format!(
-            "helm: {} failed ({}); see its output above",
-            script.display(),
-            output.status
-        )));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .ok_or_else(|| Error::Binaries(format!("helm: {} printed no path", script.display())))?;
-    Ok(PathBuf::from(path.trim()))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    crate::binaries::last_line_of(script, &[])
 }

@@ -196,3 +196,58 @@ pub fn kustomize(overlay: &str) -> Vec<serde_json::Value> {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     serde_saphyr::from_multiple::<serde_json::Value>(&text).expect("YAML documents")
 }
+
+/// Runs the test ground's kubectl as `env`'s admin; panics with its output on failure.
+pub fn kubectl(env: &kubesync_testenv::TestEnv, args: &[&str]) -> String {
+    let admin = env.kubeconfig_path().expect("admin kubeconfig");
+    let out = std::process::Command::new(kubesync_testenv::kubectl().expect("kubectl"))
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {}: {text}", args.join(" "));
+    text
+}
+
+/// A kubeconfig file (`file` in `env`'s directory) authenticating as the installed operator's
+/// ServiceAccount, `kubesync-system/kubesync`, with a token from the TokenRequest API (current
+/// Kubernetes creates no token Secrets).
+pub async fn service_account_kubeconfig(
+    env: &kubesync_testenv::TestEnv,
+    file: &str,
+) -> std::path::PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    let client = env.client().expect("client");
+    let token = kubesync_testenv::eventually("a token of the ServiceAccount", T, || {
+        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), "kubesync-system");
+        async move {
+            let request = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let answer = accounts
+                .create_token_request("kubesync", &PostParams::default(), &request)
+                .await
+                .ok()?;
+            answer.status?.token
+        }
+    })
+    .await;
+    let yaml = kubesync_testenv::kubeconfig_yaml(&[kubesync_testenv::KubeconfigEntry {
+        context: env.name(),
+        server: env.server(),
+        ca_pem: env.ca_pem(),
+        user: "system:serviceaccount:kubesync-system:kubesync",
+        token: &token,
+    }]);
+    let path = env.dir().join(file);
+    std::fs::write(&path, yaml).expect("write kubeconfig");
+    path
+}
