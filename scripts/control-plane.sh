@@ -77,25 +77,9 @@ if complete "${BIN_DIR}"; then
   exit 0
 fi
 
-# Serialise concurrent runs (several test binaries may ask at once).
-mkdir -p "${CACHE_ROOT}"
-exec 9>"${CACHE_ROOT}/control-plane.lock"
-if ! flock -n 9; then
-  say "another build is running; waiting for it"
-  flock 9
-  if complete "${BIN_DIR}"; then
-    echo "${BIN_DIR}"
-    exit 0
-  fi
-fi
-
-START=$(date +%s)
-step() { say "[$(($(date +%s) - START))s] $*"; }
-
-command -v go >/dev/null 2>&1 || die "the go command is not installed"
-export GOMODCACHE="${CACHE_ROOT}/go/mod" GOCACHE="${CACHE_ROOT}/go/build"
-export GOFLAGS=-modcacherw GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0 GOWORK=off
-step "$(go version)"
+# shellcheck source=scripts/go-module-build.sh
+source "${ROOT}/scripts/go-module-build.sh"
+serialise control-plane.lock "${BIN_DIR}" complete "${BIN_DIR}"
 
 MODULE="${ROOT}/hack/control-plane/${K8S_VERSION}"
 if [[ ! -f "${MODULE}/go.mod" ]]; then
@@ -106,17 +90,7 @@ if [[ ! -f "${MODULE}/go.mod" ]]; then
   HACK_DIR="$(dirname "${MODULE}")" bash "${ROOT}/hack/control-plane/pin.sh" "${K8S_VERSION}" \
     || die "could not pin k8s.io/kubernetes ${K8S_VERSION} (see above)"
 fi
-cd "${MODULE}"
-
-need_go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)"
-have_go="$(go env GOVERSION | sed 's/^go//')"
-if [[ "$(printf '%s\n%s\n' "${need_go}" "${have_go}" | sort -V | head -n1)" != "${need_go}" ]]; then
-  die "Kubernetes ${K8S_VERSION} needs Go ${need_go}; this machine has ${have_go}" \
-    "(GOTOOLCHAIN=go${need_go} lets the go command fetch that toolchain)"
-fi
-
-step "downloading the modules of Kubernetes ${K8S_VERSION} (several hundred MB, cached)"
-go mod download >/dev/null || die "go mod download failed in ${MODULE}"
+enter_module "${MODULE}" "Kubernetes ${K8S_VERSION}"
 
 # The version the programs report: Kubernetes' own build stamps these variables.
 released="$(go list -m -json k8s.io/kubernetes | sed -n 's/^\s*"Time": "\(.*\)",\?$/\1/p')"

@@ -52,36 +52,10 @@ if [[ -x "${BIN}" ]]; then
   exit 0
 fi
 
-# Serialise concurrent runs (several test binaries may ask at once).
-mkdir -p "${CACHE_ROOT}"
-exec 9>"${CACHE_ROOT}/helm.lock"
-if ! flock -n 9; then
-  say "another build is running; waiting for it"
-  flock 9
-  if [[ -x "${BIN}" ]]; then
-    echo "${BIN}"
-    exit 0
-  fi
-fi
-
-START=$(date +%s)
-step() { say "[$(($(date +%s) - START))s] $*"; }
-
-command -v go >/dev/null 2>&1 || die "the go command is not installed (or not on PATH)"
-export GOMODCACHE="${CACHE_ROOT}/go/mod" GOCACHE="${CACHE_ROOT}/go/build"
-export GOFLAGS=-modcacherw GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0 GOWORK=off
-step "$(go version)"
-cd "${MODULE}"
-
-need_go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)"
-have_go="$(go env GOVERSION | sed 's/^go//')"
-if [[ "$(printf '%s\n%s\n' "${need_go}" "${have_go}" | sort -V | head -n1)" != "${need_go}" ]]; then
-  die "helm ${HELM_VERSION} needs Go ${need_go}; this machine has ${have_go}" \
-    "(GOTOOLCHAIN=go${need_go} lets the go command fetch that toolchain)"
-fi
-
-step "downloading the modules of helm ${HELM_VERSION} (cached)"
-go mod download >/dev/null || die "go mod download failed in ${MODULE}"
+# shellcheck source=scripts/go-module-build.sh
+source "${ROOT}/scripts/go-module-build.sh"
+serialise helm.lock "${BIN}" test -x "${BIN}"
+enter_module "${MODULE}" "helm ${HELM_VERSION}"
 
 # What helm's Makefile stamps for a release: its version (no "unreleased" metadata), and the
 # Kubernetes version of its client-go (major + 1, minor), which `helm template` and `helm lint`
