@@ -41,14 +41,18 @@ pub fn now() -> jiff::Timestamp {
     now.round(jiff::Unit::Second).unwrap_or(now)
 }
 
+/// Longest message of a condition kubesync writes, in bytes (longer ones end in `...`).
+pub const MAX_CONDITION_MESSAGE: usize = 1024;
+
 /// A condition of type `type_`, `True` when `ok`. Its transition time is a placeholder (the
-/// epoch) until [`with_transition`] sets it; every status is assembled through it.
+/// epoch) until [`with_transition`] sets it; every status is assembled through it. The
+/// message is cut to [`MAX_CONDITION_MESSAGE`] bytes.
 pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
         reason: reason.into(),
-        message: message.into(),
+        message: kubesync::error::truncated(message.into(), MAX_CONDITION_MESSAGE),
         last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
         observed_generation: None,
     }

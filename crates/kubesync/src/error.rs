@@ -17,7 +17,7 @@ pub enum Error {
     #[error("in-cluster configuration: {0}")]
     InCluster(String),
     /// A Kubernetes API request failed.
-    #[error("kubernetes API: {0}")]
+    #[error("kubernetes API: {}", describe_kube(.0))]
     Kube(#[from] kube::Error),
     /// An object could not be converted to the requested Rust type.
     #[error("cannot read {key} as {target}: {message}")]
@@ -101,13 +101,73 @@ pub const CATEGORIES: [&str; 15] = [
     "Panic",
 ];
 
+/// Longest text of an error kubesync puts in a condition, an Event or a log line.
+pub const MAX_MESSAGE: usize = 512;
+
+/// What the apiserver said, for people: its message and HTTP code, e.g. `found '(', expected:
+/// ',' or 'end of string' (400)`; its reason where it sent no message. Never a `Debug` dump;
+/// at most [`MAX_MESSAGE`] bytes.
+pub fn api_message(status: &kube::core::Status) -> String {
+    let text = match (status.message.trim(), status.reason.as_str()) {
+        ("", "") => "no message".to_string(),
+        ("", reason) => reason.to_string(),
+        (message, _) => message.to_string(),
+    };
+    let text = if status.code == 0 {
+        text
+    } else {
+        format!("{text} ({})", status.code)
+    };
+    bounded(text)
+}
+
+/// A kube client error, for people: the apiserver's message and code ([`api_message`]), or
+/// the error with its causes ([`chain`]).
+pub fn describe_kube(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => api_message(status),
+        other => chain(other),
+    }
+}
+
+/// `text` cut to [`MAX_MESSAGE`] bytes (ending in `...` when cut).
+pub fn bounded(text: String) -> String {
+    truncated(text, MAX_MESSAGE)
+}
+
+/// `text` cut to `max` bytes (at least 3), at a character boundary, ending in `...` when cut.
+pub fn truncated(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.max(3) - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}
+
 /// An error's message followed by its causes (`a: b: c`), leaving out a cause whose text the
 /// message already holds. `client error (Connect)` alone does not say whether the port was
-/// closed or the server's certificate untrusted; its causes do.
+/// closed or the server's certificate untrusted; its causes do. An apiserver's refusal in
+/// the chain ends it, said as [`api_message`] says it. At most [`MAX_MESSAGE`] bytes.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(kube::Error::Api(status)) = e.downcast_ref::<kube::Error>() {
+        return api_message(status);
+    }
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
+        if let Some(kube::Error::Api(status)) = c.downcast_ref::<kube::Error>() {
+            // The message above it repeats the Debug dump of kube's Display: replace it.
+            text = match text.find("ApiError: ") {
+                Some(at) => text[..at].to_string(),
+                None => format!("{text}: "),
+            };
+            text.push_str(&api_message(status));
+            return bounded(text);
+        }
         let part = c.to_string();
         if !text.contains(&part) {
             text.push_str(": ");
@@ -115,7 +175,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         }
         cause = c.source();
     }
-    text
+    bounded(text)
 }
 
 /// Result with [`Error`].
@@ -128,6 +188,53 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("{0}")]
     struct Layer(&'static str, #[source] Option<Box<Layer>>);
+
+    fn status(message: &str, reason: &str, code: u16) -> kube::core::Status {
+        kube::core::Status {
+            message: message.into(),
+            reason: reason.into(),
+            code,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_apiservers_refusal_is_said_once_without_debug_formatting() {
+        let refused = status(
+            "found '(', expected: ',' or 'end of string'",
+            "BadRequest",
+            400,
+        );
+        let e = kube::Error::Api(Box::new(refused.clone()));
+        assert_eq!(
+            describe_kube(&e),
+            "found '(', expected: ',' or 'end of string' (400)"
+        );
+        assert_eq!(chain(&e), describe_kube(&e));
+        let text = Error::Kube(e).to_string();
+        assert_eq!(
+            text,
+            "kubernetes API: found '(', expected: ',' or 'end of string' (400)"
+        );
+        // Wrapped (as a watcher wraps it): the wrapper's words, then the refusal once.
+        let wrapped =
+            kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(Box::new(refused)));
+        let text = chain(&wrapped);
+        assert_eq!(
+            text,
+            "failed to perform initial object list: found '(', expected: ',' or 'end of string' (400)"
+        );
+        assert!(!text.contains("Status {") && !text.contains("Some("), "{text}");
+        assert_eq!(api_message(&status("", "Forbidden", 403)), "Forbidden (403)");
+        assert_eq!(api_message(&status("", "", 0)), "no message");
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let long = api_message(&status(&"é".repeat(2000), "BadRequest", 400));
+        assert!(long.len() <= MAX_MESSAGE && long.ends_with("..."), "{}", long.len());
+        assert_eq!(bounded("short".into()), "short");
+    }
 
     #[test]
     fn a_chain_names_every_cause_once() {

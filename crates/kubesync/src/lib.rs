@@ -18,6 +18,7 @@ pub mod runtime;
 pub mod syncer;
 pub mod syncers;
 pub mod translate;
+pub mod validate;
 pub mod version;
 pub mod writer;
 

@@ -23,6 +23,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
+use kubesync::validate;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
@@ -350,19 +351,20 @@ impl ObjectSyncController {
 
     /// The fan-out declaration of an ObjectSync in namespace `own` (`Some`), or of a
     /// ClusterObjectSync (`None`: an admin's, trusted, with sources anywhere).
+    ///
+    /// Every field is checked before any request ([`check_spec`]); then the kind is resolved
+    /// (discovery), the kind-dependent rules and the operator's policy are applied, and only
+    /// then are RemoteClusters registered.
     async fn fan_out_spec(
         &self,
         own: Option<&str>,
         spec: &ObjectSyncSpec,
         ctx: &Context,
     ) -> Result<FanOutSpec, Refusal> {
-        let selection = source_selection(&spec.source)?;
-        if spec.source.kind.is_empty() {
-            return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
-        }
-        if spec.destinations.is_empty() {
-            return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
-        }
+        let Checked {
+            selection,
+            destinations: checked,
+        } = check_spec(spec)?;
         let (resource, namespaced) = self
             .resolve_kind(
                 &spec.source.group,
@@ -371,10 +373,10 @@ impl ObjectSyncController {
             )
             .await?;
         let source_ns = source_namespace(&spec.source, own, namespaced)?;
-        // Every destination is checked before any is acted on (a RemoteCluster registered).
         for (i, d) in spec.destinations.iter().enumerate() {
-            check_destination(d, selection.is_some(), namespaced, &spec.source.kind)
-                .map_err(|m| Refusal::new("InvalidSpec", format!("destinations[{i}]: {m}")))?;
+            check_destination(d, namespaced, &spec.source.kind).map_err(|m| {
+                Refusal::new("InvalidSpec", format!("spec.destinations[{i}]: {m}"))
+            })?;
         }
         let named: Vec<Option<String>> = spec
             .destinations
@@ -393,22 +395,16 @@ impl ObjectSyncController {
             Some(ns) if !trusted => Some(self.consent(ns, &resource)),
             _ => None,
         };
+        if let Some(ns) = own.filter(|_| !trusted) {
+            for c in spec.destinations.iter().filter_map(|d| d.cluster.as_deref()) {
+                self.check_remote_allowed(ctx, ns, c).await?;
+            }
+        }
         let mut destinations = Vec::new();
-        for (i, d) in spec.destinations.iter().enumerate() {
-            let selector = d
-                .namespace_selector
-                .as_ref()
-                .map(selector)
-                .transpose()
-                .map_err(|m| Refusal::new("InvalidSpec", format!("namespaceSelector: {m}")))?;
+        for (d, (selector, patches)) in spec.destinations.iter().zip(checked) {
             let cluster = match &d.cluster {
                 None => None,
-                Some(c) => {
-                    if let Some(ns) = own.filter(|_| !trusted) {
-                        self.check_remote_allowed(ctx, ns, c).await?;
-                    }
-                    Some(self.destination_cluster(ctx, c).await?)
-                }
+                Some(c) => Some(self.destination_cluster(ctx, c).await?),
             };
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
@@ -427,8 +423,7 @@ impl ObjectSyncController {
                     CopyStrategy::Apply => Strategy::Apply,
                     CopyStrategy::Replace => Strategy::Replace,
                 },
-                patches: copy_patches(&d.patches)
-                    .map_err(|m| Refusal::new("InvalidPatch", format!("destinations[{i}]: {m}")))?,
+                patches,
             });
         }
         Ok(FanOutSpec {
@@ -456,14 +451,55 @@ impl ObjectSyncController {
                     rename: d.rename.clone(),
                 }),
             },
-            deletion_policy: match spec.deletion_policy {
-                ObjectSyncDeletionPolicy::Delete => DeletionPolicy::Delete,
-                ObjectSyncDeletionPolicy::Orphan => DeletionPolicy::Orphan,
-            },
-            mode: match spec.mode {
-                SyncMode::Enforce => Mode::Enforce,
-                SyncMode::Report => Mode::Report,
-            },
+            deletion_policy: deletion_policy(spec),
+            mode: mode(spec),
+        })
+    }
+
+    /// What a going declaration whose spec is refused needs to remove its copies: the kind
+    /// it names (resolved), and the clusters its destinations name that can be connected.
+    /// Nothing else matters when it goes: copies are found by their marks, and every one is
+    /// removed (or released, under `deletionPolicy: Orphan`). `None` when the kind is not
+    /// served: no object of it, hence no copy, can exist.
+    async fn clean_up_spec(
+        &self,
+        own: Option<&str>,
+        spec: &ObjectSyncSpec,
+        ctx: &Context,
+    ) -> Option<FanOutSpec> {
+        let (resource, namespaced) = self
+            .resolve_kind(
+                &spec.source.group,
+                spec.source.version.as_deref(),
+                &spec.source.kind,
+            )
+            .await
+            .ok()?;
+        let namespace = match (namespaced, own, spec.source.namespace.as_deref()) {
+            (false, ..) => String::new(),
+            (true, _, Some(ns)) if !ns.is_empty() => ns.to_string(),
+            (true, own, _) => own.unwrap_or_default().to_string(),
+        };
+        let mut destinations = vec![Destination::default()];
+        for c in spec.destinations.iter().filter_map(|d| d.cluster.as_deref()) {
+            match self.destination_cluster(ctx, c).await {
+                Ok(cluster) => destinations.push(Destination {
+                    cluster: Some(cluster),
+                    ..Destination::default()
+                }),
+                Err(r) => {
+                    tracing::warn!(remote = c, reason = r.reason, message = %r.message, "copies through this RemoteCluster cannot be removed")
+                }
+            }
+        }
+        Some(FanOutSpec {
+            source: SourceRef::one(resource, namespace, spec.source.name.clone()),
+            destinations,
+            consent: None,
+            on_conflict: OnConflict::Skip,
+            rules: CopyRules::default(),
+            deletion_policy: deletion_policy(spec),
+            mode: mode(spec),
         })
     }
 
@@ -498,16 +534,22 @@ impl ObjectSyncController {
         };
         let spec = match self.fan_out_spec(own.as_deref(), os.sync_spec(), ctx).await {
             Ok(spec) => spec,
-            Err(refusal) => {
-                if deleting {
-                    // Nothing valid to clean up with; copies are still found by their marks
-                    // below only when the spec resolves. Release the ObjectSync.
-                    self.forget(ctx, key);
-                    self.writes
-                        .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
-                        .await?;
-                    return Ok(Action::done());
+            Err(refusal) if deleting => {
+                // Going with a spec that is refused now: its copies (made under an earlier,
+                // valid spec) are still found by their marks, for the kind it names.
+                match self.clean_up_spec(own.as_deref(), os.sync_spec(), ctx).await {
+                    Some(spec) => spec,
+                    None => {
+                        tracing::info!(objectsync = %key, reason = refusal.reason, "released: its kind is not served, so no copy of it can exist");
+                        self.forget(ctx, key);
+                        self.writes
+                            .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
+                            .await?;
+                        return Ok(Action::done());
+                    }
                 }
+            }
+            Err(refusal) => {
                 tracing::warn!(objectsync = %key, reason = refusal.reason, message = %refusal.message, "ObjectSync refused");
                 self.report(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
@@ -751,6 +793,22 @@ fn via(at: &DestinationRef) -> Option<&str> {
     (at.cluster != LOCAL).then(|| display_name(&at.cluster))
 }
 
+/// The fan-out's deletion policy of a spec.
+fn deletion_policy(spec: &ObjectSyncSpec) -> DeletionPolicy {
+    match spec.deletion_policy {
+        ObjectSyncDeletionPolicy::Delete => DeletionPolicy::Delete,
+        ObjectSyncDeletionPolicy::Orphan => DeletionPolicy::Orphan,
+    }
+}
+
+/// The fan-out's mode of a spec.
+fn mode(spec: &ObjectSyncSpec) -> Mode {
+    match spec.mode {
+        SyncMode::Enforce => Mode::Enforce,
+        SyncMode::Report => Mode::Report,
+    }
+}
+
 /// When to look again (pure): soon while the watches have not listed, in a few seconds while a
 /// destination is in error, else on the next event.
 fn requeue_after(report: &Report) -> Action {
@@ -786,10 +844,11 @@ fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refu
                 .as_ref()
                 .map(selector)
                 .transpose()
-                .map_err(|m| invalid(format!("spec.source.selector: {m}")))?;
-            if let Some(bad) = source.names.iter().find(|n| !is_object_name(n)) {
+                .map_err(|e| invalid(e.under("spec.source.selector").to_string()))?;
+            if let Some((i, bad)) = source.names.iter().enumerate().find(|(_, n)| !is_object_name(n)) {
                 return Err(invalid(format!(
-                    "spec.source.names: {bad:?} is not a valid object name"
+                    "spec.source.names[{i}]: {} is not a valid object name",
+                    validate::quoted(bad)
                 )));
             }
             Ok(Some(Selection {
@@ -836,7 +895,7 @@ fn source_namespace(
 fn selection_text(source: &ObjectSyncSource) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(s) = &source.selector {
-        let text = selector(s).map_or_else(|e| e, |s| s.to_string());
+        let text = selector(s).map_or_else(|e| e.to_string(), |s| s.to_string());
         parts.push(format!("selector {text}"));
     }
     if !source.names.is_empty() {
@@ -873,6 +932,128 @@ fn is_namespace_name(name: &str) -> bool {
         && name.ends_with(alnum)
 }
 
+/// What [`check_spec`] found valid, parsed: the source selection (`None`: one object by
+/// name), and per destination its namespace selector and patches.
+struct Checked {
+    selection: Option<Selection>,
+    destinations: Vec<(Option<kube::core::Selector>, Vec<CopyPatch>)>,
+}
+
+/// Every field of an ObjectSync's spec that can be judged without a request, judged the way
+/// the apiserver would (pure): the source (kind, group, version, name, names, namespace,
+/// selector), each destination (namespace, namespaceSelector, excludeNamespaces, cluster,
+/// copy names, patches) and the filters. The refusal names the field's path and the value.
+/// What depends on the kind (namespaced or not) or on the cluster is judged after discovery.
+fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
+    let invalid = |path: String, m: String| Refusal::new("InvalidSpec", format!("{path}: {m}"));
+    let source = &spec.source;
+    if source.kind.is_empty() {
+        return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
+    }
+    if !source.kind.chars().all(|c| c.is_ascii_alphanumeric())
+        || !source.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+    {
+        return Err(invalid(
+            "spec.source.kind".into(),
+            format!(
+                "{} is not a kind: give a name such as ConfigMap (letters and digits)",
+                validate::quoted(&source.kind)
+            ),
+        ));
+    }
+    if !source.group.is_empty() && !validate::is_dns_subdomain(&source.group) {
+        return Err(invalid(
+            "spec.source.group".into(),
+            format!(
+                "{} is not an API group: give a DNS subdomain such as apps or example.com, or nothing for the core group",
+                validate::quoted(&source.group)
+            ),
+        ));
+    }
+    if let Some(v) = source.version.as_deref().filter(|v| !validate::is_dns_label(v)) {
+        return Err(invalid(
+            "spec.source.version".into(),
+            format!("{} is not an API version such as v1 or v1beta1", validate::quoted(v)),
+        ));
+    }
+    let selection = source_selection(source)?;
+    if !source.name.is_empty() && !is_object_name(&source.name) {
+        return Err(invalid(
+            "spec.source.name".into(),
+            format!("{} is not a valid object name", validate::quoted(&source.name)),
+        ));
+    }
+    if let Some(ns) = source.namespace.as_deref().filter(|ns| !ns.is_empty())
+        && !validate::is_dns_label(ns)
+    {
+        return Err(invalid(
+            "spec.source.namespace".into(),
+            format!("{} is not a namespace name", validate::quoted(ns)),
+        ));
+    }
+    if spec.destinations.is_empty() {
+        return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
+    }
+    let mut destinations = Vec::new();
+    for (i, d) in spec.destinations.iter().enumerate() {
+        let at = |field: &str| format!("spec.destinations[{i}]{field}");
+        check_copy_names(d, selection.is_some()).map_err(|m| invalid(at(""), m))?;
+        let namespace = d.namespace.as_deref().unwrap_or_default();
+        if !(namespace.is_empty() || namespace == "*" || is_namespace_name(namespace)) {
+            return Err(invalid(
+                at(".namespace"),
+                format!(
+                    "{} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)",
+                    validate::quoted(namespace)
+                ),
+            ));
+        }
+        let selector = d
+            .namespace_selector
+            .as_ref()
+            .map(selector)
+            .transpose()
+            .map_err(|e| Refusal::new("InvalidSpec", e.under(&at(".namespaceSelector")).to_string()))?;
+        for (j, glob) in d.exclude_namespaces.iter().enumerate() {
+            validate::namespace_glob(glob)
+                .map_err(|m| invalid(at(&format!(".excludeNamespaces[{j}]")), m))?;
+        }
+        if let Some(c) = d.cluster.as_deref()
+            && !validate::is_dns_subdomain(c)
+        {
+            return Err(invalid(
+                at(".cluster"),
+                format!("{} is not a RemoteCluster's name", validate::quoted(c)),
+            ));
+        }
+        let patches = copy_patches(&d.patches)
+            .map_err(|m| Refusal::new("InvalidPatch", format!("{}: {m}", at(""))))?;
+        destinations.push((selector, patches));
+    }
+    for (field, filter) in [("labels", &spec.labels), ("annotations", &spec.annotations)] {
+        for (list, entries) in [("include", &filter.include), ("exclude", &filter.exclude)] {
+            for (j, e) in entries.iter().enumerate() {
+                validate::key_filter_entry(e)
+                    .map_err(|m| invalid(format!("spec.{field}.{list}[{j}]"), m))?;
+            }
+        }
+    }
+    if let Some(data) = &spec.data {
+        for (j, k) in data.include.iter().enumerate() {
+            validate::data_key(k).map_err(|m| invalid(format!("spec.data.include[{j}]"), m))?;
+        }
+        for (from, to) in &data.rename {
+            let at = format!("spec.data.rename[{}]", validate::quoted(from));
+            validate::data_key(from).map_err(|m| invalid(at.clone(), m))?;
+            validate::data_key(to).map_err(|m| invalid(at.clone(), m))?;
+        }
+    }
+    Ok(Checked {
+        selection,
+        destinations,
+    })
+}
+
 /// A destination's copy names: `name` only for a single source and not with a prefix or
 /// suffix; a prefix or suffix of the characters an object name may hold.
 fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String> {
@@ -902,37 +1083,21 @@ fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String>
     Ok(())
 }
 
-/// A destination (pure): its copy names ([`check_copy_names`], `many` sources or one), and
-/// its namespaces. For a `namespaced` kind, `namespace` is one namespace's name, or `"*"` /
-/// `""` for all: anything else (a glob such as `team-*`, capitals) would silently match
-/// nothing. A destination of a cluster-scoped kind names no namespaces: each destination
-/// cluster gets one copy.
-fn check_destination(
-    d: &ObjectSyncDestination,
-    many: bool,
-    namespaced: bool,
-    kind: &str,
-) -> Result<(), String> {
-    check_copy_names(d, many)?;
+/// A destination's namespaces, once the kind is known (pure): a destination of a
+/// cluster-scoped kind names none (each destination cluster gets one copy). The namespace
+/// fields themselves are checked by [`check_spec`].
+fn check_destination(d: &ObjectSyncDestination, namespaced: bool, kind: &str) -> Result<(), String> {
     let namespace = d.namespace.as_deref().unwrap_or_default();
-    if !namespaced {
-        if !namespace.is_empty()
+    if !namespaced
+        && (!namespace.is_empty()
             || d.namespace_selector.is_some()
-            || !d.exclude_namespaces.is_empty()
-        {
-            return Err(format!(
-                "{kind} is cluster-scoped: give no namespace, namespaceSelector or excludeNamespaces (each cluster gets one copy)"
-            ));
-        }
-        return Ok(());
+            || !d.exclude_namespaces.is_empty())
+    {
+        return Err(format!(
+            "{kind} is cluster-scoped: give no namespace, namespaceSelector or excludeNamespaces (each cluster gets one copy)"
+        ));
     }
-    if namespace.is_empty() || namespace == "*" || is_namespace_name(namespace) {
-        Ok(())
-    } else {
-        Err(format!(
-            "namespace {namespace:?} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)"
-        ))
-    }
+    Ok(())
 }
 
 /// A destination's patches as the fan-out applies them; why not, for an entry that gives
@@ -1045,7 +1210,7 @@ mod tests {
 
     #[test]
     fn a_cluster_scoped_destination_names_no_namespace() {
-        let ok = |v| check_destination(&destination(v), false, false, "ClusterRole");
+        let ok = |v| check_destination(&destination(v), false, "ClusterRole");
         assert!(ok(serde_json::json!({"cluster": "eu"})).is_ok());
         assert!(ok(serde_json::json!({"cluster": "eu", "namespace": ""})).is_ok());
         for bad in [
@@ -1061,21 +1226,133 @@ mod tests {
         }
     }
 
+    fn spec(v: serde_json::Value) -> ObjectSyncSpec {
+        serde_json::from_value(v).expect("spec")
+    }
+
+    /// The refusal of a spec whose first destination is `d` (a ConfigMap by name).
+    fn refusal_of(d: serde_json::Value) -> Refusal {
+        let s = spec(serde_json::json!({
+            "source": {"kind": "ConfigMap", "name": "cm"},
+            "destinations": [d],
+        }));
+        check_spec(&s).err().unwrap_or_else(|| panic!("accepted"))
+    }
+
     #[test]
     fn a_destination_namespace_is_a_name_or_all() {
-        let check = |v| check_destination(&destination(v), false, true, "ConfigMap");
         for ok in [
             serde_json::json!({}),
             serde_json::json!({"namespace": ""}),
             serde_json::json!({"namespace": "*"}),
             serde_json::json!({"namespace": "team-a"}),
         ] {
-            assert!(check(ok.clone()).is_ok(), "{ok}");
+            let s = spec(serde_json::json!({
+                "source": {"kind": "ConfigMap", "name": "cm"}, "destinations": [ok]}));
+            assert!(check_spec(&s).is_ok(), "{:?}", s.destinations);
         }
         for bad in ["team-*", "Team-A", "team_a", "-a", &"a".repeat(64)] {
-            let message = check(serde_json::json!({"namespace": bad})).expect_err(bad);
-            assert!(message.contains("is not a namespace name"), "{message}");
+            let message = refusal_of(serde_json::json!({"namespace": bad})).message;
+            assert!(
+                message.starts_with("spec.destinations[0].namespace: ")
+                    && message.contains("is not a namespace name"),
+                "{message}"
+            );
         }
+    }
+
+    #[test]
+    fn every_field_is_checked_before_any_request_and_named_by_its_path() {
+        let source = |src: serde_json::Value| {
+            let s = spec(serde_json::json!({"source": src, "destinations": [{"namespace": "a"}]}));
+            check_spec(&s).err().map(|r| r.message)
+        };
+        let says = |got: Option<String>, path: &str, what: &str| {
+            let got = got.unwrap_or_else(|| panic!("{path}: accepted"));
+            assert!(got.starts_with(path) && got.contains(what), "{got}");
+            assert!(!got.contains("Some(") && !got.contains('{'), "{got}");
+        };
+        says(
+            source(serde_json::json!({"kind": "ConfigMap",
+                "selector": {"matchLabels": {"app": "a(b"}}})),
+            "spec.source.selector.matchLabels[\"app\"]: ",
+            "\"a(b\" is not a label value",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap",
+                "selector": {"matchExpressions": [{"key": "a b", "operator": "Exists"}]}})),
+            "spec.source.selector.matchExpressions[0].key: ",
+            "is not a label key",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap", "selector": {"matchExpressions":
+                [{"key": "app", "operator": "DoesNotExist", "values": ["x"]}]}})),
+            "spec.source.selector.matchExpressions[0].values: ",
+            "takes no values",
+        );
+        says(
+            source(serde_json::json!({"kind": "Config Map", "name": "x"})),
+            "spec.source.kind: ",
+            "is not a kind",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap", "group": "Apps", "name": "x"})),
+            "spec.source.group: ",
+            "is not an API group",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap", "version": "v 1", "name": "x"})),
+            "spec.source.version: ",
+            "is not an API version",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap", "name": "a/b"})),
+            "spec.source.name: ",
+            "not a valid object name",
+        );
+        says(
+            source(serde_json::json!({"kind": "ConfigMap", "name": "x", "namespace": "A"})),
+            "spec.source.namespace: ",
+            "not a namespace name",
+        );
+        let dest = |d| Some(refusal_of(d).message);
+        says(
+            dest(serde_json::json!({"namespaceSelector": {"matchExpressions":
+                [{"key": "team", "operator": "In", "values": ["a", "b c"]}]}})),
+            "spec.destinations[0].namespaceSelector.matchExpressions[0].values[1]: ",
+            "is not a label value",
+        );
+        says(
+            dest(serde_json::json!({"excludeNamespaces": ["Kube-*"]})),
+            "spec.destinations[0].excludeNamespaces[0]: ",
+            "which no namespace's name holds",
+        );
+        says(
+            dest(serde_json::json!({"cluster": "EU West"})),
+            "spec.destinations[0].cluster: ",
+            "is not a RemoteCluster's name",
+        );
+        let patch = refusal_of(serde_json::json!({"patches": [{"json": [{"op": "jump"}]}]}));
+        assert_eq!(patch.reason, "InvalidPatch");
+        assert!(patch.message.starts_with("spec.destinations[0]: patches[0].json"), "{}", patch.message);
+        let filters = |extra: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "source": {"kind": "ConfigMap", "name": "cm"},
+                "destinations": [{"namespace": "a"}]});
+            v.as_object_mut().expect("object").extend(extra.as_object().cloned().expect("object"));
+            check_spec(&spec(v)).err().map(|r| r.message)
+        };
+        says(
+            filters(serde_json::json!({"labels": {"exclude": ["ok", "not ok"]}})),
+            "spec.labels.exclude[1]: ",
+            "is not a label key",
+        );
+        says(
+            filters(serde_json::json!({"data": {"rename": {"a": "b/c"}}})),
+            "spec.data.rename[\"a\"]: ",
+            "is not a data key",
+        );
+        assert_eq!(filters(serde_json::json!({"labels": {"include": ["example.com/", "app*"]}})), None);
     }
 
     #[test]

@@ -375,11 +375,19 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
             .filter(|d| d.planned == Some(p))
             .count()
     };
-    if problems.is_empty() {
+    if problems.is_empty() && !report.source_found {
+        // Nothing out of sync, and nothing to copy either: not "all synced".
+        status::condition(
+            "Synced",
+            false,
+            "SourceNotFound",
+            "no source to copy, so no destination holds a copy",
+        )
+    } else if problems.is_empty() {
         let in_sync = entries.iter().filter(|e| e.state == synced).count();
         status::condition(
             "Synced",
-            report.source_found,
+            true,
             "AllSynced",
             format!("{in_sync} of {} destinations in sync", entries.len()),
         )
@@ -409,32 +417,33 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
 pub const MAX_NOTE: usize = 1024;
 
 /// `note` cut to [`MAX_NOTE`] bytes (ending in `...` when cut).
-pub fn truncate_note(mut note: String) -> String {
-    if note.len() > MAX_NOTE {
-        let mut end = MAX_NOTE - 3;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
-    note
+pub fn truncate_note(note: String) -> String {
+    kubesync::error::truncated(note, MAX_NOTE)
 }
 
 /// The Events to publish when conditions change (pure): one per condition whose status or
 /// reason changed, except the transient `Starting` and a `Ready=True` that `Synced` already
-/// reports. Warnings for conditions that are not `True`. Each: (event type, condition type,
+/// reports, or a `Synced` with the reason `Ready` already gives (a missing source is said
+/// once). Warnings for conditions that are not `True`. Each: (event type, condition type,
 /// reason, note).
 pub fn condition_events(
     old: &[Condition],
     new: &[Condition],
 ) -> Vec<(kube::runtime::events::EventType, String, String, String)> {
     use kube::runtime::events::EventType;
+    let ready_reason = new
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str());
     new.iter()
         .filter(|c| {
             let before = old.iter().find(|o| o.type_ == c.type_);
             let changed = before.is_none_or(|o| o.status != c.status || o.reason != c.reason);
-            changed && c.reason != "Starting" && !(c.type_ == "Ready" && c.status == "True")
+            let said = c.type_ == "Synced" && ready_reason == Some(c.reason.as_str());
+            changed
+                && !said
+                && c.reason != "Starting"
+                && !(c.type_ == "Ready" && c.status == "True")
         })
         .map(|c| {
             let type_ = if c.status == "True" {
@@ -458,6 +467,17 @@ mod tests {
 
     fn synced(ok: bool, reason: &str, message: &str) -> Condition {
         status::condition("Synced", ok, reason, message)
+    }
+
+    #[test]
+    fn a_missing_source_is_one_event_not_two() {
+        let new = [
+            status::ready(false, "SourceNotFound", "source apps/x does not exist"),
+            synced(false, "SourceNotFound", "no source to copy"),
+        ];
+        let events = condition_events(&[], &new);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!((events[0].1.as_str(), events[0].2.as_str()), ("Ready", "SourceNotFound"));
     }
 
     fn t(s: &str) -> jiff::Timestamp {
@@ -759,10 +779,11 @@ mod tests {
             ready.message,
             "source apps/settings does not exist; its copies were removed"
         );
+        // Its reason agrees with its status: nothing is "all synced" without a source.
         let synced = find(&s, "Synced");
         assert_eq!(
             (synced.status.as_str(), synced.reason.as_str()),
-            ("False", "AllSynced")
+            ("False", "SourceNotFound")
         );
         assert_eq!((s.in_sync, s.total), (0, 0));
     }

@@ -236,13 +236,18 @@ fn relist_changes<'a>(
     (changed, vanished)
 }
 
+/// A watch's failure, for people: what failed, then the apiserver's message and code (or the
+/// client's error with its causes), said once.
 fn describe(e: &watcher::Error) -> String {
+    let kube = crate::error::describe_kube;
     match e {
-        watcher::Error::InitialListFailed(k)
-        | watcher::Error::WatchStartFailed(k)
-        | watcher::Error::WatchFailed(k) => {
-            format!("{e}: {}", crate::error::chain(k))
-        }
+        watcher::Error::InitialListFailed(k) => format!("the list failed: {}", kube(k)),
+        watcher::Error::WatchStartFailed(k) => format!("the watch could not start: {}", kube(k)),
+        watcher::Error::WatchFailed(k) => format!("the watch failed: {}", kube(k)),
+        watcher::Error::WatchError(status) => format!(
+            "the apiserver ended the watch: {}",
+            crate::error::api_message(status)
+        ),
         other => crate::error::chain(other),
     }
 }

@@ -269,7 +269,10 @@ impl FanOut {
             )?,
         ];
         let mut source_watch = None;
-        if cluster == self.local {
+        // A declaration that goes needs no source and no consent: its copies are found by
+        // their marks, so a source watch that cannot start (a selector the apiserver refuses,
+        // a kind no longer served) never holds its deletion up.
+        if cluster == self.local && !decl.deleting {
             // The source namespace (a cluster-scoped kind has none).
             let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
                 Some(ns) => w.namespace(ns),
@@ -295,7 +298,7 @@ impl FanOut {
             ids.push(id);
             source_watch = Some(id);
         }
-        if let Some(consent) = &decl.spec.consent {
+        if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
             let ct = &consent.resource;
             ids.push(self.ensure_watch(
                 ctx,
@@ -387,9 +390,15 @@ impl FanOut {
         let clusters = self
             .index
             .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
+        // Going: the source watch is released (it may be the one that fails).
+        let keep_source = if decl.deleting {
+            Scope::Copies
+        } else {
+            source_scope.clone()
+        };
         for id in self
             .index
-            .with(|idx| idx.retain_source(&decl.key, &source_scope))
+            .with(|idx| idx.retain_source(&decl.key, &keep_source))
         {
             ctx.stop_watch(id);
         }
@@ -417,11 +426,13 @@ impl FanOut {
                 }
             }
             // Health is judged from this declaration's own watches, not the whole cluster's.
-            if let Some(e) = ids
-                .iter()
-                .chain([&others])
-                .find_map(|id| ctx.watch_error(*id))
-            {
+            if let Some(e) = ids.iter().chain([&others]).find_map(|id| {
+                let e = ctx.watch_error(*id)?;
+                Some(match source {
+                    Some(s) if s == *id => format!("reading the source: {e}"),
+                    _ => e,
+                })
+            }) {
                 watch_errors.push((c.clone(), e));
             }
         }

@@ -5,29 +5,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-/// A Kubernetes label selector, checked as the apiserver checks one (`In` and `NotIn` need
-/// values; the operator must be one of `In`, `NotIn`, `Exists`, `DoesNotExist`), ready to
-/// match. The error message names the offending expression.
-pub fn selector(s: &LabelSelector) -> Result<Selector, String> {
-    for e in s.match_expressions.iter().flatten() {
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(format!(
-                    "matchExpressions[{}]: {} needs values",
-                    e.key, e.operator
-                ));
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(format!(
-                    "matchExpressions[{}]: unknown operator {other:?}",
-                    e.key
-                ));
-            }
-        }
-    }
-    Selector::try_from(s.clone()).map_err(|e| e.to_string())
+use crate::validate::{self, FieldError};
+
+/// A Kubernetes label selector, checked as the apiserver checks one
+/// ([`validate::label_selector`]: keys, values, operators and their values), ready to match.
+/// The error names the offending field relative to the selector.
+pub fn selector(s: &LabelSelector) -> Result<Selector, FieldError> {
+    validate::label_selector(s)?;
+    Selector::try_from(s.clone()).map_err(|e| FieldError::new("", e.to_string()))
 }
 
 /// Glob match with `*` (any run) and `?` (one character).
@@ -165,7 +150,7 @@ mod tests {
             ..Default::default()
         };
         let bad = selector(&expression("Near", None));
-        assert!(bad.expect_err("invalid").contains("Near"));
+        assert!(bad.expect_err("invalid").message.contains("Near"));
         assert!(selector(&expression("In", Some(vec![]))).is_err());
         assert!(selector(&expression("In", None)).is_err());
         assert!(selector(&expression("Exists", None)).is_ok());
