@@ -1508,3 +1508,73 @@ async fn cluster_scoped_objects_selected_by_label_to_a_second_cluster() {
     assert_eq!(still.resource_version(), foreign.resource_version());
     running.stop().await;
 }
+
+/// A declaration goes while its source watch fails (a selector the apiserver refuses, as a
+/// library user may build one): its copies are found by their marks and removed, and the
+/// deletion finishes, though the source was never read. Before, a going declaration waited
+/// for every watch, the failing source watch too, for ever.
+#[tokio::test]
+async fn a_declaration_goes_though_its_source_cannot_be_read() {
+    init_tracing();
+    let env = shared("fan");
+    let (_, [control, src, dst]) = namespaces(env, "unread", ["control", "src", "dst"]).await;
+    put_secret(env, &src, "s", &[("token", "x")], "Opaque", &[]).await;
+    let specs: Specs = Arc::new(Mutex::new(
+        [("d".to_string(), spec(&src, "s", vec![into_namespace(&dst)]))].into(),
+    ));
+    let reports: Reports = Arc::default();
+    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "d", &[], &[])).await;
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
+    let copy = eventually("the copy", T, || async {
+        secrets.get_opt("s").await.expect("get")
+    })
+    .await;
+
+    // Now it selects its sources with a selector the apiserver refuses.
+    let mut bad = spec(&src, "", vec![into_namespace(&dst)]);
+    bad.source = SourceRef::selected(
+        secret_type(),
+        src.clone(),
+        kubesync::syncers::fan_out::Selection {
+            selector: Some(kube::core::Selector::from_iter([(
+                "app".to_string(),
+                "a(b".to_string(),
+            )])),
+            names: vec![],
+        },
+    );
+    specs.lock().expect("lock").insert("d".into(), bad);
+    apply_cm(env, &configmap(&control, "d", &[("touch", "1")], &[])).await;
+    let error = eventually("the source watch fails", T, || async {
+        let reports = reports.lock().expect("lock");
+        let r = reports.get("d")?;
+        r.watch_errors
+            .iter()
+            .find(|(_, e)| e.starts_with("reading the source"))
+            .map(|(_, e)| e.clone())
+    })
+    .await;
+    // Said for people: the apiserver's message and code, once, no Debug dump.
+    assert!(error.contains("(400)"), "{error}");
+    assert!(
+        !error.contains("Status {") && !error.contains("Some(") && error.matches("(400)").count() == 1,
+        "{error}"
+    );
+    // Nothing is deleted on a source that cannot be read.
+    let still = secrets.get_opt("s").await.expect("get").expect("the copy stays");
+    assert_eq!(still.uid(), copy.uid());
+
+    // It goes: the copy is removed by its marks, and the deletion finishes.
+    let mut going = configmap(&control, "d", &[("touch", "1")], &[]);
+    going.metadata.annotations = Some([("test/deleting".to_string(), "yes".to_string())].into());
+    apply_cm(env, &going).await;
+    eventually("the copy is gone and the deletion is done", T, || async {
+        let gone = secrets.get_opt("s").await.expect("get").is_none();
+        let reports = reports.lock().expect("lock");
+        let r = reports.get("d")?;
+        (gone && r.ready && r.remaining_copies == 0).then_some(())
+    })
+    .await;
+    running.stop().await;
+}
