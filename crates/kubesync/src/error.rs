@@ -224,15 +224,25 @@ mod tests {
             text,
             "failed to perform initial object list: found '(', expected: ',' or 'end of string' (400)"
         );
-        assert!(!text.contains("Status {") && !text.contains("Some("), "{text}");
-        assert_eq!(api_message(&status("", "Forbidden", 403)), "Forbidden (403)");
+        assert!(
+            !text.contains("Status {") && !text.contains("Some("),
+            "{text}"
+        );
+        assert_eq!(
+            api_message(&status("", "Forbidden", 403)),
+            "Forbidden (403)"
+        );
         assert_eq!(api_message(&status("", "", 0)), "no message");
     }
 
     #[test]
     fn messages_are_bounded() {
         let long = api_message(&status(&"é".repeat(2000), "BadRequest", 400));
-        assert!(long.len() <= MAX_MESSAGE && long.ends_with("..."), "{}", long.len());
+        assert!(
+            long.len() <= MAX_MESSAGE && long.ends_with("..."),
+            "{}",
+            long.len()
+        );
         assert_eq!(bounded("short".into()), "short");
     }
 

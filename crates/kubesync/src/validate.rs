@@ -254,7 +254,12 @@ pub fn key_filter_entry(entry: &str) -> Result<(), String> {
 /// A key of a ConfigMap's or Secret's data: 1 to 253 letters, digits, `-`, `_` and `.`.
 pub fn data_key(key: &str) -> Result<(), String> {
     let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    if key.is_empty() || key.len() > MAX_SUBDOMAIN || !key.chars().all(ok) || key == "." || key.starts_with("..") {
+    if key.is_empty()
+        || key.len() > MAX_SUBDOMAIN
+        || !key.chars().all(ok)
+        || key == "."
+        || key.starts_with("..")
+    {
         Err(format!(
             "{} is not a data key: 1 to 253 letters, digits, '-', '_' and '.'",
             quoted(key)
@@ -333,7 +338,10 @@ mod tests {
     fn selectors_name_the_offending_field() {
         let err = label_selector(&labels("app", "a(b")).expect_err("value");
         assert_eq!(err.path, "matchLabels[\"app\"]");
-        assert!(err.message.contains("\"a(b\" is not a label value"), "{err}");
+        assert!(
+            err.message.contains("\"a(b\" is not a label value"),
+            "{err}"
+        );
         let err = label_selector(&expr("a b", "Exists", &[])).expect_err("key");
         assert_eq!(err.path, "matchExpressions[0].key");
         let err = label_selector(&expr("app", "DoesNotExist", &["x"])).expect_err("values");

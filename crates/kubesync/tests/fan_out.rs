@@ -1558,11 +1558,17 @@ async fn a_declaration_goes_though_its_source_cannot_be_read() {
     // Said for people: the apiserver's message and code, once, no Debug dump.
     assert!(error.contains("(400)"), "{error}");
     assert!(
-        !error.contains("Status {") && !error.contains("Some(") && error.matches("(400)").count() == 1,
+        !error.contains("Status {")
+            && !error.contains("Some(")
+            && error.matches("(400)").count() == 1,
         "{error}"
     );
     // Nothing is deleted on a source that cannot be read.
-    let still = secrets.get_opt("s").await.expect("get").expect("the copy stays");
+    let still = secrets
+        .get_opt("s")
+        .await
+        .expect("get")
+        .expect("the copy stays");
     assert_eq!(still.uid(), copy.uid());
 
     // It goes: the copy is removed by its marks, and the deletion finishes.

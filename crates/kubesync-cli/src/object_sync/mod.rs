@@ -23,7 +23,6 @@ use kube::api::Api;
 use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
-use kubesync::validate;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
@@ -35,6 +34,7 @@ use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
     FanOutSpec, Mode, Report, Selection, SourceRef,
 };
+use kubesync::validate;
 
 pub use self::policy::ObjectSyncPolicy;
 use self::policy::refusal_message;
@@ -374,9 +374,8 @@ impl ObjectSyncController {
             .await?;
         let source_ns = source_namespace(&spec.source, own, namespaced)?;
         for (i, d) in spec.destinations.iter().enumerate() {
-            check_destination(d, namespaced, &spec.source.kind).map_err(|m| {
-                Refusal::new("InvalidSpec", format!("spec.destinations[{i}]: {m}"))
-            })?;
+            check_destination(d, namespaced, &spec.source.kind)
+                .map_err(|m| Refusal::new("InvalidSpec", format!("spec.destinations[{i}]: {m}")))?;
         }
         let named: Vec<Option<String>> = spec
             .destinations
@@ -396,7 +395,11 @@ impl ObjectSyncController {
             _ => None,
         };
         if let Some(ns) = own.filter(|_| !trusted) {
-            for c in spec.destinations.iter().filter_map(|d| d.cluster.as_deref()) {
+            for c in spec
+                .destinations
+                .iter()
+                .filter_map(|d| d.cluster.as_deref())
+            {
                 self.check_remote_allowed(ctx, ns, c).await?;
             }
         }
@@ -481,7 +484,11 @@ impl ObjectSyncController {
             (true, own, _) => own.unwrap_or_default().to_string(),
         };
         let mut destinations = vec![Destination::default()];
-        for c in spec.destinations.iter().filter_map(|d| d.cluster.as_deref()) {
+        for c in spec
+            .destinations
+            .iter()
+            .filter_map(|d| d.cluster.as_deref())
+        {
             match self.destination_cluster(ctx, c).await {
                 Ok(cluster) => destinations.push(Destination {
                     cluster: Some(cluster),
@@ -537,7 +544,10 @@ impl ObjectSyncController {
             Err(refusal) if deleting => {
                 // Going with a spec that is refused now: its copies (made under an earlier,
                 // valid spec) are still found by their marks, for the kind it names.
-                match self.clean_up_spec(own.as_deref(), os.sync_spec(), ctx).await {
+                match self
+                    .clean_up_spec(own.as_deref(), os.sync_spec(), ctx)
+                    .await
+                {
                     Some(spec) => spec,
                     None => {
                         tracing::info!(objectsync = %key, reason = refusal.reason, "released: its kind is not served, so no copy of it can exist");
@@ -970,17 +980,27 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
             ),
         ));
     }
-    if let Some(v) = source.version.as_deref().filter(|v| !validate::is_dns_label(v)) {
+    if let Some(v) = source
+        .version
+        .as_deref()
+        .filter(|v| !validate::is_dns_label(v))
+    {
         return Err(invalid(
             "spec.source.version".into(),
-            format!("{} is not an API version such as v1 or v1beta1", validate::quoted(v)),
+            format!(
+                "{} is not an API version such as v1 or v1beta1",
+                validate::quoted(v)
+            ),
         ));
     }
     let selection = source_selection(source)?;
     if !source.name.is_empty() && !is_object_name(&source.name) {
         return Err(invalid(
             "spec.source.name".into(),
-            format!("{} is not a valid object name", validate::quoted(&source.name)),
+            format!(
+                "{} is not a valid object name",
+                validate::quoted(&source.name)
+            ),
         ));
     }
     if let Some(ns) = source.namespace.as_deref().filter(|ns| !ns.is_empty())
@@ -1013,7 +1033,12 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
             .as_ref()
             .map(selector)
             .transpose()
-            .map_err(|e| Refusal::new("InvalidSpec", e.under(&at(".namespaceSelector")).to_string()))?;
+            .map_err(|e| {
+                Refusal::new(
+                    "InvalidSpec",
+                    e.under(&at(".namespaceSelector")).to_string(),
+                )
+            })?;
         for (j, glob) in d.exclude_namespaces.iter().enumerate() {
             validate::namespace_glob(glob)
                 .map_err(|m| invalid(at(&format!(".excludeNamespaces[{j}]")), m))?;
@@ -1086,7 +1111,11 @@ fn check_copy_names(d: &ObjectSyncDestination, many: bool) -> Result<(), String>
 /// A destination's namespaces, once the kind is known (pure): a destination of a
 /// cluster-scoped kind names none (each destination cluster gets one copy). The namespace
 /// fields themselves are checked by [`check_spec`].
-fn check_destination(d: &ObjectSyncDestination, namespaced: bool, kind: &str) -> Result<(), String> {
+fn check_destination(
+    d: &ObjectSyncDestination,
+    namespaced: bool,
+    kind: &str,
+) -> Result<(), String> {
     let namespace = d.namespace.as_deref().unwrap_or_default();
     if !namespaced
         && (!namespace.is_empty()
@@ -1285,8 +1314,10 @@ mod tests {
             "is not a label key",
         );
         says(
-            source(serde_json::json!({"kind": "ConfigMap", "selector": {"matchExpressions":
-                [{"key": "app", "operator": "DoesNotExist", "values": ["x"]}]}})),
+            source(
+                serde_json::json!({"kind": "ConfigMap", "selector": {"matchExpressions":
+                [{"key": "app", "operator": "DoesNotExist", "values": ["x"]}]}}),
+            ),
             "spec.source.selector.matchExpressions[0].values: ",
             "takes no values",
         );
@@ -1334,12 +1365,20 @@ mod tests {
         );
         let patch = refusal_of(serde_json::json!({"patches": [{"json": [{"op": "jump"}]}]}));
         assert_eq!(patch.reason, "InvalidPatch");
-        assert!(patch.message.starts_with("spec.destinations[0]: patches[0].json"), "{}", patch.message);
+        assert!(
+            patch
+                .message
+                .starts_with("spec.destinations[0]: patches[0].json"),
+            "{}",
+            patch.message
+        );
         let filters = |extra: serde_json::Value| {
             let mut v = serde_json::json!({
                 "source": {"kind": "ConfigMap", "name": "cm"},
                 "destinations": [{"namespace": "a"}]});
-            v.as_object_mut().expect("object").extend(extra.as_object().cloned().expect("object"));
+            v.as_object_mut()
+                .expect("object")
+                .extend(extra.as_object().cloned().expect("object"));
             check_spec(&spec(v)).err().map(|r| r.message)
         };
         says(
@@ -1352,7 +1391,10 @@ mod tests {
             "spec.data.rename[\"a\"]: ",
             "is not a data key",
         );
-        assert_eq!(filters(serde_json::json!({"labels": {"include": ["example.com/", "app*"]}})), None);
+        assert_eq!(
+            filters(serde_json::json!({"labels": {"include": ["example.com/", "app*"]}})),
+            None
+        );
     }
 
     #[test]

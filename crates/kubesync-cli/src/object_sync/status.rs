@@ -477,7 +477,10 @@ mod tests {
         ];
         let events = condition_events(&[], &new);
         assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!((events[0].1.as_str(), events[0].2.as_str()), ("Ready", "SourceNotFound"));
+        assert_eq!(
+            (events[0].1.as_str(), events[0].2.as_str()),
+            ("Ready", "SourceNotFound")
+        );
     }
 
     fn t(s: &str) -> jiff::Timestamp {
