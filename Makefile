@@ -9,6 +9,7 @@
 #   make dashboard      the demo, with the operator's /metrics sampled, charted as docs/demo-dashboard.png
 #                       (matplotlib from PyPI, in a virtualenv under ~/.cache/kubesync)
 #   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
+#                       (SEED=<n> replays the campaign's seed n; SEEDS=<k> runs k seeds from it)
 #   make bench          benchmarks on local control planes (the engine's, then bench-memory)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
@@ -66,7 +67,7 @@ dashboard: control-plane
 	bash scripts/dashboard.sh target/demo-metrics.jsonl $(DASHBOARD_PNG)
 
 chaos: control-plane
-	KUBESYNC_CHAOS_FULL=1 $(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
+	KUBESYNC_CHAOS_FULL=1 $(if $(SEED),KUBESYNC_SEED=$(SEED)) $(if $(SEEDS),KUBESYNC_CAMPAIGN_SEEDS=$(SEEDS)) $(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
 
 bench: control-plane
 	$(CARGO) bench -p kubesync

@@ -9,6 +9,7 @@
 //! 4. flapping remote ([`flapping_remote`])
 //! 5. leader failover ([`failover`])
 //! 6. bad input ([`bad_input`])
+//! 7. a seeded campaign of hostile declarations ([`campaign`]; `make chaos SEED=<n>`)
 //!
 //! [`fleet`] is the harness of 1, 2, 3 and 5.
 
@@ -16,6 +17,7 @@
 mod common;
 
 mod bad_input;
+mod campaign;
 mod crash_loop;
 mod failover;
 mod flapping_remote;
