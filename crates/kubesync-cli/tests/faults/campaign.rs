@@ -196,6 +196,8 @@ fn destination(rng: &mut StdRng, many: bool) -> String {
                 "{merge: {metadata: {annotations: {kubesync.io/orphan-on-delete: \"true\"}}}}",
                 "{json: [{op: jump, path: /x}]}",
                 "{json: [{op: remove, path: /nothing/here}]}",
+                // Once made the JSON-patch library panic (it could not undo the first move).
+                "{json: [{op: move, from: /data/a, path: /data}, {op: move, from: /data/a, path: /metadata/name}]}",
                 "{merge: {type: kubernetes.io/service-account-token}}",
             ],
         );
@@ -295,7 +297,11 @@ async fn census(env: &TestEnv) -> Census {
             .expect("list");
         for o in list.items {
             out.insert(
-                (ar.kind.clone(), o.namespace().unwrap_or_default(), o.name_any()),
+                (
+                    ar.kind.clone(),
+                    o.namespace().unwrap_or_default(),
+                    o.name_any(),
+                ),
                 (
                     o.uid().unwrap_or_default(),
                     o.resource_version().unwrap_or_default(),
@@ -328,7 +334,10 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    println!("campaign: seeds {first}..{} (replay one: make chaos SEED=<seed>)", first + seeds - 1);
+    println!(
+        "campaign: seeds {first}..{} (replay one: make chaos SEED=<seed>)",
+        first + seeds - 1
+    );
     let env = operator_cluster("campaign", false, &NAMESPACES).await;
     for ns in ["team-0", "team-1"] {
         env.apply_yaml(&format!(
@@ -397,16 +406,23 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
                     .clone();
                 let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
                 // A first "Starting" is not yet a verdict.
-                (text("reason") != "Starting").then(|| (o.uid().unwrap_or_default(), text("reason"), text("message")))
+                (text("reason") != "Starting")
+                    .then(|| (o.uid().unwrap_or_default(), text("reason"), text("message")))
             })
             .await;
             assert!(
-                !message.contains("Some(") && !message.contains("Status {") && message.len() <= 1024,
+                !message.contains("Some(")
+                    && !message.contains("Status {")
+                    && message.len() <= 1024,
                 "seed {seed}, {}: {message}\n{}",
                 d.name,
                 d.yaml
             );
-            assert_ne!(reason, "WatchFailed", "seed {seed}, {}: {message}\n{}", d.name, d.yaml);
+            assert_ne!(
+                reason, "WatchFailed",
+                "seed {seed}, {}: {message}\n{}",
+                d.name, d.yaml
+            );
             if std::env::var_os("KUBESYNC_CAMPAIGN_VERBOSE").is_some() {
                 println!("  seed {seed} {} {reason}: {message}", d.name);
             }
@@ -415,7 +431,9 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
         }
         // The tenant's copies are only where consent exists.
         for ((kind, ns, name), (_, _, managed, owner)) in census(&env).await {
-            let Some(owner) = owner.filter(|_| managed.is_some()) else { continue };
+            let Some(owner) = owner.filter(|_| managed.is_some()) else {
+                continue;
+            };
             if owner.starts_with("local/tenant/") {
                 assert!(
                     ns == "tenant" || (ns == "victim" && kind == "ConfigMap"),
@@ -454,9 +472,14 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
         let left: Vec<_> = census(&env)
             .await
             .into_iter()
-            .filter(|(_, (_, _, managed, _))| managed.as_ref().is_some_and(|m| uids.contains_key(m)))
+            .filter(|(_, (_, _, managed, _))| {
+                managed.as_ref().is_some_and(|m| uids.contains_key(m))
+            })
             .collect();
-        assert!(left.is_empty(), "seed {seed}: marked copies left behind: {left:?}");
+        assert!(
+            left.is_empty(),
+            "seed {seed}: marked copies left behind: {left:?}"
+        );
         // Foreign objects are untouched.
         let now = census(&env).await;
         for (key, (uid, rv, _, _)) in &foreign {
