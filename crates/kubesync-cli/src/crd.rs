@@ -14,13 +14,39 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 /// A label selector (`matchLabels`, `matchExpressions`): `metav1.LabelSelector`.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+/// Patterns the apiserver checks at admission (the operator checks the same and more, with
+/// the field's path in its refusal; see `kubesync::validate`).
+mod pattern {
+    /// An API group: empty (the core group) or a DNS subdomain.
+    pub const GROUP: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$";
+    /// An API version, e.g. `v1beta1`.
+    pub const VERSION: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+    /// A kind, e.g. `ConfigMap`.
+    pub const KIND: &str = r"^[A-Za-z][A-Za-z0-9]*$";
+    /// A namespace's name, or empty.
+    pub const NAMESPACE_OR_EMPTY: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$";
+    /// A namespace's name, `*` (all), or empty (all).
+    pub const NAMESPACE_OR_ALL: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$";
+    /// A namespace glob: what a namespace's name holds, and `*` and `?`.
+    pub const NAMESPACE_GLOB: &str = r"^[a-z0-9*?-]+$";
+    /// A DNS subdomain (RemoteClusters', Secrets' names).
+    pub const SUBDOMAIN: &str =
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+    /// Any kind's object name, or part of one: no `/` or `%`.
+    pub const NAME_PART: &str = r"^[^/%]*$";
+    /// Lowercase letters, digits and `-`: a part of a namespace's name.
+    pub const NAMESPACE_PART: &str = r"^[a-z0-9-]*$";
+}
+
 /// Where a kubeconfig is stored: a key of a Secret.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
     /// Namespace of the Secret.
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_OR_EMPTY))]
     pub namespace: String,
     /// Name of the Secret.
+    #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
     pub name: String,
     /// Key in the Secret's data (default `kubeconfig`).
     #[serde(default = "default_kubeconfig_key")]
@@ -114,15 +140,19 @@ pub struct ResourceSyncSpec {
     /// The synced resource type (needs spec and a status subresource).
     pub resource: ResourceRef,
     /// Name of the [`RemoteCluster`] holding the remote objects.
+    #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
     pub remote_cluster: String,
     /// Suffix of remote names for this cluster's shard (removed locally).
     #[serde(default)]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_PART))]
     pub remote_name_suffix: String,
     /// Suffix appended to remote namespaces to form local namespaces.
     #[serde(default)]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_PART))]
     pub local_namespace_suffix: String,
     /// Prefix every synced namespace must have.
     #[serde(default)]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_PART))]
     pub namespace_prefix: String,
     /// Local Secrets (controlled by the local object) uploaded onto pre-existing remote
     /// Secrets `<name><remoteNameSuffix>`. At most 100.
@@ -323,18 +353,18 @@ mod tests {
 pub struct ObjectSyncSource {
     /// API group (empty for the core group).
     #[serde(default)]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::GROUP))]
     pub group: String,
     /// API version (default: the group's preferred version, by discovery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 63))]
+    #[schemars(length(max = 63), pattern(pattern::VERSION))]
     pub version: Option<String>,
     /// Kind, e.g. `Secret`.
-    #[schemars(length(max = 63))]
+    #[schemars(length(max = 63), pattern(pattern::KIND))]
     pub kind: String,
     /// Name of the source object. Give either a name, or a `selector` and/or `names`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::NAME_PART))]
     pub name: String,
     /// Many sources: every object of this kind in the source namespace whose labels match
     /// (and, if `names` is given too, that is named there). Each is copied under its own
@@ -344,12 +374,15 @@ pub struct ObjectSyncSource {
     /// Many sources: the objects of this kind in the source namespace with these names (and,
     /// if `selector` is given too, whose labels match). At most 1000.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 1000), inner(length(max = 253)))]
+    #[schemars(
+        length(max = 1000),
+        inner(length(max = 253), pattern(pattern::NAME_PART))
+    )]
     pub names: Vec<String>,
     /// Namespace of the source. In an ObjectSync: default its own namespace. In a
     /// ClusterObjectSync: required for a namespaced kind, absent for a cluster-scoped one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 63))]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_OR_EMPTY))]
     pub namespace: Option<String>,
 }
 
@@ -374,30 +407,33 @@ pub enum CopyStrategy {
 pub struct ObjectSyncDestination {
     /// A namespace name, or `"*"` / `""` / absent for all namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 63))]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_OR_ALL))]
     pub namespace: Option<String>,
     /// Namespaces whose labels match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
     /// Namespace names or globs to leave out (at most 100).
     #[serde(default)]
-    #[schemars(length(max = 100), inner(length(max = 63)))]
+    #[schemars(
+        length(max = 100),
+        inner(length(max = 63), pattern(pattern::NAMESPACE_GLOB))
+    )]
     pub exclude_namespaces: Vec<String>,
     /// A RemoteCluster name (default: this cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
     pub cluster: Option<String>,
     /// Name at the destination (default: the source's name). For a single source only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::NAME_PART))]
     pub name: Option<String>,
     /// Prepended to each source's name at this destination (instead of `name`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::NAME_PART))]
     pub name_prefix: String,
     /// Appended to each source's name at this destination (instead of `name`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 253))]
+    #[schemars(length(max = 253), pattern(pattern::NAME_PART))]
     pub name_suffix: String,
     /// How copies are written (default `apply`).
     #[serde(default)]
@@ -611,11 +647,12 @@ pub struct SyncGrantSpec {
 #[serde(rename_all = "camelCase")]
 pub struct GrantSource {
     /// The namespace of the ObjectSync (a name or a glob, e.g. `team-*`).
-    #[schemars(length(max = 63))]
+    #[schemars(length(max = 63), pattern(pattern::NAMESPACE_GLOB))]
     pub namespace: String,
     /// For copies written from another cluster: the name of the RemoteCluster through which
     /// that cluster's kubesync reaches this one. Absent: writes from this cluster only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
     pub cluster: Option<String>,
 }
 
@@ -625,8 +662,10 @@ pub struct GrantSource {
 pub struct GrantKind {
     /// API group (empty for the core group).
     #[serde(default)]
+    #[schemars(length(max = 253), pattern(pattern::GROUP))]
     pub group: String,
     /// Kind, e.g. `ConfigMap`.
+    #[schemars(length(max = 63), pattern(pattern::KIND))]
     pub kind: String,
 }
 

@@ -96,7 +96,12 @@ impl RemoteClusters {
             Err(e) => {
                 return Err(Refusal::new(
                     "KubeconfigSecretInvalid",
-                    format!("reading Secret {}/{}: {e}", r.namespace, r.name),
+                    format!(
+                        "reading Secret {}/{}: {}",
+                        r.namespace,
+                        r.name,
+                        kubesync::error::describe_kube(&e)
+                    ),
                 ));
             }
         };

@@ -108,6 +108,95 @@ pub fn secret_repair_interval(spec: &ResourceSyncSpec) -> Result<Duration, Refus
     }
 }
 
+/// The names in a ResourceSync's spec, judged as the apiserver judges names (pure): the
+/// RemoteCluster's, the group and version, the affixes that form namespace and object names,
+/// the Secrets' names and the annotation domain. The refusal names the field and the value.
+fn check_names(spec: &ResourceSyncSpec) -> Result<(), Refusal> {
+    use kubesync::validate::{is_dns_label, is_dns_subdomain, quoted};
+    let invalid = |field: &str, value: &str, what: &str| {
+        Err(Refusal::new(
+            "InvalidSpec",
+            format!("spec.{field}: {} is not {what}", quoted(value)),
+        ))
+    };
+    // Lowercase letters, digits and '-': what may be added to a namespace's or object's name.
+    let affix = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let r = &spec.resource;
+    if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
+        return invalid("resource.group", &r.group, "an API group (a DNS subdomain)");
+    }
+    if !is_dns_label(&r.version) {
+        return invalid("resource.version", &r.version, "an API version such as v1");
+    }
+    if !is_dns_subdomain(&spec.remote_cluster) {
+        return invalid(
+            "remoteCluster",
+            &spec.remote_cluster,
+            "a RemoteCluster's name",
+        );
+    }
+    for (field, value) in [
+        ("remoteNameSuffix", &spec.remote_name_suffix),
+        ("localNamespaceSuffix", &spec.local_namespace_suffix),
+        ("namespacePrefix", &spec.namespace_prefix),
+    ] {
+        if !affix(value) {
+            return invalid(
+                field,
+                value,
+                "a name part: lowercase letters, digits and '-' only",
+            );
+        }
+    }
+    for (i, name) in spec.secret_names.iter().enumerate() {
+        if !is_dns_subdomain(name) {
+            return invalid(&format!("secretNames[{i}]"), name, "a Secret's name");
+        }
+    }
+    if let Some(domain) = spec.annotation_domain.as_deref()
+        && !is_dns_subdomain(domain)
+    {
+        return invalid(
+            "annotationDomain",
+            domain,
+            "a DNS subdomain such as example.com",
+        );
+    }
+    Ok(())
+}
+
+/// A RemoteCluster's spec, judged before any request (pure): the Secret it names, and its
+/// `allowedNamespaces` selector (the refusal names the field's path).
+pub fn check_remote_cluster(spec: &crate::crd::RemoteClusterSpec) -> Result<(), Refusal> {
+    use kubesync::validate::{data_key, is_dns_label, is_dns_subdomain, quoted};
+    let r = &spec.kubeconfig_secret_ref;
+    let invalid = |m: String| Err(Refusal::new("InvalidSpec", m));
+    if !is_dns_label(&r.namespace) {
+        return invalid(format!(
+            "spec.kubeconfigSecretRef.namespace: {} is not a namespace name",
+            quoted(&r.namespace)
+        ));
+    }
+    if !is_dns_subdomain(&r.name) {
+        return invalid(format!(
+            "spec.kubeconfigSecretRef.name: {} is not a Secret's name",
+            quoted(&r.name)
+        ));
+    }
+    if let Err(m) = data_key(&r.key) {
+        return invalid(format!("spec.kubeconfigSecretRef.key: {m}"));
+    }
+    if let Some(allowed) = &spec.allowed_namespaces {
+        kubesync::syncers::fan_out::rules::selector(allowed).map_err(|e| {
+            Refusal::new("InvalidSpec", e.under("spec.allowedNamespaces").to_string())
+        })?;
+    }
+    Ok(())
+}
+
 /// The status of a RemoteCluster (pure): its `Ready` condition, the server version it
 /// answered with, and whether that version is within the supported range (condition
 /// `VersionSupported`, with a warning for a person when it is not). A cluster that does not
@@ -343,7 +432,12 @@ impl ResourceSyncController {
         let Some(rc) = ctx.get_as::<RemoteCluster>(key)? else {
             return Ok(Action::done());
         };
-        let (condition, version) = match self.remotes.connect(&rc).await {
+        let checked = check_remote_cluster(&rc.spec);
+        let connected = match checked {
+            Err(refusal) => Err(refusal),
+            Ok(()) => self.remotes.connect(&rc).await,
+        };
+        let (condition, version) = match connected {
             Err(refusal) => (status::refused(&refusal), None),
             Ok(conn) => {
                 match tokio::time::timeout(Duration::from_secs(10), conn.cluster.server_version())
@@ -397,6 +491,7 @@ impl ResourceSyncController {
         if spec.remote_cluster.is_empty() {
             return Err(Refusal::new("InvalidSpec", "spec.remoteCluster is empty"));
         }
+        check_names(spec)?;
         if spec.concurrency == Some(0) {
             return Err(Refusal::new(
                 "InvalidSpec",
@@ -415,8 +510,11 @@ impl ResourceSyncController {
                 Refusal::new(
                     "ResourceNotFound",
                     format!(
-                        "{}/{} {} is not served by this cluster: {e}",
-                        gvk.group, gvk.version, gvk.kind
+                        "{}/{} {} is not served by this cluster: {}",
+                        gvk.group,
+                        gvk.version,
+                        gvk.kind,
+                        kubesync::error::describe_kube(&e)
                     ),
                 )
             })?;
@@ -1002,5 +1100,76 @@ mod tests {
             newer.conditions[1].last_transition_time.0, t0,
             "still False"
         );
+    }
+
+    #[test]
+    fn names_in_a_resource_sync_and_a_remote_cluster_are_checked_before_any_request() {
+        let rs = |v: serde_json::Value| -> ResourceSyncSpec {
+            let mut base = serde_json::json!({
+                "resource": {"group": "demo.kubesync.io", "version": "v1", "kind": "Widget"},
+                "remoteCluster": "eu"});
+            base.as_object_mut()
+                .expect("object")
+                .extend(v.as_object().cloned().expect("object"));
+            serde_json::from_value(base).expect("spec")
+        };
+        assert_eq!(
+            check_names(&rs(
+                serde_json::json!({"namespacePrefix": "t-", "remoteNameSuffix": "-west", "secretNames": ["creds"]})
+            )),
+            Ok(())
+        );
+        for (v, says) in [
+            (
+                serde_json::json!({"remoteCluster": "EU West"}),
+                "spec.remoteCluster: \"EU West\" is not a RemoteCluster's name",
+            ),
+            (
+                serde_json::json!({"namespacePrefix": "T_"}),
+                "spec.namespacePrefix: \"T_\" is not a name part",
+            ),
+            (
+                serde_json::json!({"secretNames": ["ok", "not/ok"]}),
+                "spec.secretNames[1]: \"not/ok\" is not a Secret's name",
+            ),
+            (
+                serde_json::json!({"annotationDomain": "Example.com"}),
+                "spec.annotationDomain:",
+            ),
+            (
+                serde_json::json!({"resource": {"version": "v 1", "kind": "Widget"}}),
+                "spec.resource.version:",
+            ),
+        ] {
+            let refusal = check_names(&rs(v)).expect_err(says);
+            assert_eq!(refusal.reason, "InvalidSpec");
+            assert!(refusal.message.starts_with(says), "{}", refusal.message);
+        }
+        let rc = |v: serde_json::Value| -> crate::crd::RemoteClusterSpec {
+            serde_json::from_value(v).expect("spec")
+        };
+        let ok = rc(
+            serde_json::json!({"kubeconfigSecretRef": {"namespace": "kubesync", "name": "eu"},
+            "allowedNamespaces": {"matchLabels": {"tenant": "yes"}}}),
+        );
+        assert_eq!(check_remote_cluster(&ok), Ok(()));
+        for (v, says) in [
+            (
+                serde_json::json!({"kubeconfigSecretRef": {"namespace": "kubesync", "name": "eu"},
+                "allowedNamespaces": {"matchLabels": {"tenant": "a(b"}}}),
+                "spec.allowedNamespaces.matchLabels[\"tenant\"]: \"a(b\" is not a label value",
+            ),
+            (
+                serde_json::json!({"kubeconfigSecretRef": {"namespace": "Kube Sync", "name": "eu"}}),
+                "spec.kubeconfigSecretRef.namespace:",
+            ),
+            (
+                serde_json::json!({"kubeconfigSecretRef": {"namespace": "kubesync", "name": "eu", "key": "a/b"}}),
+                "spec.kubeconfigSecretRef.key:",
+            ),
+        ] {
+            let refusal = check_remote_cluster(&rc(v)).expect_err(says);
+            assert!(refusal.message.starts_with(says), "{}", refusal.message);
+        }
     }
 }

@@ -23,6 +23,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::{Resource, ResourceExt};
 use kubesync::ObjectKey;
+use kubesync::error::describe_kube;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
@@ -256,20 +257,20 @@ impl ObjectSyncController {
                 &GroupVersionKind::gvk(group, v, kind),
             )
             .await
-            .map_err(|e| not_found(e.to_string()))?,
+            .map_err(|e| not_found(describe_kube(&e)))?,
             None if group.is_empty() => kube::discovery::pinned_kind(
                 self.local.client(),
                 &GroupVersionKind::gvk("", "v1", kind),
             )
             .await
-            .map_err(|e| not_found(e.to_string()))?,
+            .map_err(|e| not_found(describe_kube(&e)))?,
             None => {
                 // The preferred version first, then the group's other versions in order (a
                 // kind may be served only in a version the group does not prefer, e.g. a
                 // beta kind beside a GA group version).
                 let g = kube::discovery::group(self.local.client(), group)
                     .await
-                    .map_err(|e| not_found(e.to_string()))?;
+                    .map_err(|e| not_found(describe_kube(&e)))?;
                 g.recommended_kind(kind)
                     .or_else(|| {
                         g.versions()
@@ -336,7 +337,12 @@ impl ObjectSyncController {
         let labels = Api::<Namespace>::all(self.local.client().clone())
             .get(namespace)
             .await
-            .map_err(|e| not_allowed(format!("namespace {namespace} could not be read: {e}")))?
+            .map_err(|e| {
+                not_allowed(format!(
+                    "namespace {namespace} could not be read: {}",
+                    describe_kube(&e)
+                ))
+            })?
             .metadata
             .labels
             .unwrap_or_default();

@@ -200,8 +200,22 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
             "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespaceSelector: {matchExpressions: [{key: team, operator: Near}]}}]\n",
         ),
         invalid(
-            "namespace-glob",
-            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: \"team-*\"}]\n",
+            "selector-typo",
+            "source: {kind: ConfigMap, selector: {matchLabels: {app: \"a(b\"}}}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "selector-key-space",
+            "source: {kind: ConfigMap, selector: {matchExpressions: [{key: \"my app\", operator: Exists}]}}\ndestinations: [{namespace: team-0}]\n",
+        ),
+        invalid(
+            "namespace-selector-value",
+            "source: {kind: ConfigMap, name: settings}\ndestinations: [{namespace: \"*\", excludeNamespaces: [\"ab\"], namespaceSelector: {matchLabels: {Team: \"-x\"}}}]\n",
+        ),
+        refused(
+            "RemoteCluster",
+            "allowed-typo",
+            "kubeconfigSecretRef: {namespace: kubesync, name: wrong-key}\nallowedNamespaces: {matchLabels: {tenant: \"a(b\"}}\n",
+            "InvalidSpec",
         ),
         object_sync(
             "unknown-kind",
@@ -256,10 +270,6 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
         invalid(
             "rename-many",
             "source: {kind: ConfigMap, names: [settings, other]}\ndestinations: [{namespace: team-0, name: one}]\n",
-        ),
-        invalid(
-            "bad-prefix",
-            "source: {kind: ConfigMap, names: [settings]}\ndestinations: [{namespace: team-0, namePrefix: a/b}]\n",
         ),
         invalid(
             "bad-source-name",
@@ -340,6 +350,24 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
             "may not be more than 253 bytes",
         ),
         (
+            "namespace-glob",
+            "{kind: ConfigMap, name: settings}".into(),
+            "[{namespace: \"team-*\"}]".into(),
+            "spec.destinations[0].namespace",
+        ),
+        (
+            "bad-prefix",
+            "{kind: ConfigMap, names: [settings]}".into(),
+            "[{namespace: team-0, namePrefix: a/b}]".into(),
+            "spec.destinations[0].namePrefix",
+        ),
+        (
+            "kind-with-space",
+            "{kind: \"Config Map\", name: settings}".into(),
+            "[{namespace: team-0}]".into(),
+            "spec.source.kind",
+        ),
+        (
             "invalid-patch",
             "{kind: ConfigMap, name: settings}".into(),
             "[{namespace: team-0, patches: [{}]}]".into(),
@@ -377,6 +405,23 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
             }
         };
         assert!(!got.2.is_empty(), "{} {}: a message", b.kind, b.name);
+        // Every condition it has is said for people: no Rust Debug dump, bounded.
+        let obj = api.get(b.name).await.expect("get");
+        for c in obj.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let message = c["message"].as_str().unwrap_or_default();
+            assert!(
+                !message.contains("Some(")
+                    && !message.contains("Status {")
+                    && message.len() <= 1024,
+                "{} {}: {message}",
+                b.kind,
+                b.name
+            );
+        }
         // The cause, not just "client error (Connect)".
         if b.name == "untrusted" {
             assert!(got.2.to_lowercase().contains("certificate"), "{}", got.2);

@@ -1037,7 +1037,9 @@ pub fn is_uid_precondition_failure(e: &Error) -> bool {
 
 fn api_message(e: &Error) -> String {
     match e {
-        Error::Kube(kube::Error::Api(s)) => format!("{}: {}", s.reason, s.message),
+        Error::Kube(kube::Error::Api(s)) => {
+            crate::error::bounded(format!("{}: {}", s.reason, s.message))
+        }
         other => other.to_string(),
     }
 }
