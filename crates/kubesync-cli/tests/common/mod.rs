@@ -27,6 +27,39 @@ pub struct RunningOperator {
     task: tokio::task::JoinHandle<kubesync::Result<()>>,
 }
 
+/// An operator on `env` whose trusted namespaces are `trusted` (globs), defaults otherwise.
+pub fn start_trusting(env: &kubesync_testenv::TestEnv, trusted: &[&str]) -> RunningOperator {
+    start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+                trusted_namespaces: trusted.iter().map(|t| t.to_string()).collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+}
+
+impl RunningOperator {
+    /// Asserts that no reconcile of the operator panicked (its failures by category).
+    pub fn assert_no_panic(&self) {
+        let failures = self
+            .operator
+            .context()
+            .expect("running")
+            .metrics()
+            .failures_by_category();
+        assert_eq!(failures.get("Panic"), None, "{failures:?}");
+    }
+}
+
+/// Whether a condition's message is written for people: no Rust `Debug` dump (`Some(`,
+/// `Status {`), at most 1 KiB.
+pub fn for_people(message: &str) -> bool {
+    !message.contains("Some(") && !message.contains("Status {") && message.len() <= 1024
+}
+
 /// Runs an operator on `local` with a 1 s status refresh and the given options otherwise.
 pub fn start_operator(local: Cluster, options: OperatorOptions) -> RunningOperator {
     let operator = Operator::with_options(
