@@ -84,11 +84,16 @@ struct RunArgs {
     /// namespace, $POD_NAMESPACE, always is).
     #[arg(long = "trusted-namespace")]
     trusted_namespaces: Vec<String>,
-    /// ObjectSync: kinds a SyncGrant must name to admit them, besides Role, RoleBinding,
-    /// ServiceAccount and service-account-token Secrets (`Kind` or `Kind.group`;
-    /// repeatable).
+    /// ObjectSync: kinds a SyncGrant must name to admit them even where they would be
+    /// default-grantable (`Kind` or `Kind.group`; repeatable).
     #[arg(long = "privileged-resource")]
     privileged_resources: Vec<String>,
+    /// ObjectSync: kinds, besides ConfigMaps and Secrets that are not service-account tokens,
+    /// that ObjectSyncs outside the trusted namespaces may copy into their own namespace and
+    /// under SyncGrants that name no kinds (`Kind` or `Kind.group`; repeatable). Every other
+    /// kind needs a SyncGrant that names it.
+    #[arg(long = "grantable-resource")]
+    grantable_resources: Vec<String>,
     /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
     /// `/readyz` (readiness); `none` turns them off.
     #[arg(
@@ -134,6 +139,7 @@ pub async fn main() -> ExitCode {
                 allowed_resources,
                 mut trusted_namespaces,
                 privileged_resources,
+                grantable_resources,
                 telemetry_address,
                 leader_elect,
                 leader_election_namespace,
@@ -152,6 +158,7 @@ pub async fn main() -> ExitCode {
                 allowed_resources,
                 trusted_namespaces,
                 privileged_resources,
+                grantable_resources,
             };
             let telemetry = match telemetry_address.as_str() {
                 "none" | "" => None,

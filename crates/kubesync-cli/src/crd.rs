@@ -633,13 +633,18 @@ pub struct SyncGrantSpec {
     /// Whose ObjectSyncs may write here: any entry admits. At most 100.
     #[schemars(length(max = 100))]
     pub from: Vec<GrantSource>,
-    /// The kinds admitted; empty: every kind but the privilege-bearing ones (Role,
-    /// RoleBinding, ServiceAccount, service-account-token Secrets, and those the operator's
-    /// `--privileged-resource` flags add), which are admitted only when named here. At most
-    /// 100.
+    /// The kinds admitted; empty: the default-grantable ones only (ConfigMaps, Secrets that
+    /// are not service-account tokens, and those the operator's `--grantable-resource` flags
+    /// add, less its `--privileged-resource` ones). Every other kind is admitted only when
+    /// named here. At most 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub kinds: Vec<GrantKind>,
+    /// Whether the ObjectSyncs admitted may also adopt an object here that kubesync did not
+    /// create (`onConflict: adopt`): they then own, rewrite and may later delete it. Default
+    /// false: such an object is a `Conflict`, never written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 /// ObjectSyncs a [`SyncGrant`] admits.

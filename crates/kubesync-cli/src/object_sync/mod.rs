@@ -27,10 +27,10 @@ use kubesync::error::describe_kube;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
-    CopyPatch, CopyRules, DataFilter, DeletionPolicy, KeyFilter, NamespaceRule, OnConflict, Owner,
-    Strategy, selector,
+    CopyPatch, CopyRules, DataFilter, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceRule,
+    OnConflict, Owner, Strategy, selector,
 };
-use kubesync::syncers::fan_out::spec::{Admits, Consent};
+use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
     FanOutSpec, Mode, Report, Selection, SourceRef,
@@ -292,20 +292,33 @@ impl ObjectSyncController {
         Ok(conn.cluster.name().to_string())
     }
 
-    /// The consent an ObjectSync in the untrusted `namespace` needs: its own namespace is
-    /// exempt; elsewhere a SyncGrant must admit it.
+    /// The consent an ObjectSync in the untrusted `namespace` needs: its own namespace takes
+    /// the default-grantable kinds without a grant; everything else needs a SyncGrant that
+    /// admits it, and an adoption one that says `adopt: true` (see [`policy`]).
     fn consent(&self, namespace: &str, resource: &ApiResource) -> Consent {
-        let (policy, ns, ar) = (self.policy.clone(), namespace.to_string(), resource.clone());
-        let admits: Admits =
-            Arc::new(move |grant, source, at| policy.admits(grant, &ns, via(at), &ar, source));
-        let (policy, ns, ar) = (self.policy.clone(), namespace.to_string(), resource.clone());
+        let policy = self.policy.clone();
+        let (ns, ar) = (namespace.to_string(), resource.clone());
+        let admits: Admits = {
+            let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
+            Arc::new(move |grant, source, at| policy.admits(grant, &ns, via(at), &ar, source))
+        };
+        let adopts: Admits = {
+            let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
+            Arc::new(move |grant, source, at| policy.adopts(grant, &ns, via(at), &ar, source))
+        };
+        let exempts: Exempts = {
+            let (policy, ar) = (policy.clone(), ar.clone());
+            Arc::new(move |source| !policy.must_be_named(&ar, source))
+        };
         Consent {
             resource: ApiResource::erase::<SyncGrant>(&()),
             exempt: vec![namespace.to_string()],
+            exempts,
             admits,
+            adopts,
             refusal: Arc::new(move |source, at| {
-                let privileged = policy.is_privileged(&ar, source);
-                refusal_message(&ns, via(at), &ar, privileged, &at.namespace)
+                let named = policy.must_be_named(&ar, source);
+                refusal_message(&ns, via(at), &ar, named, &at.namespace)
             }),
         }
     }
@@ -529,6 +542,26 @@ impl ObjectSyncController {
         let own = os.namespace();
         let deleting = os.meta().deletion_timestamp.is_some();
         let has_finalizer = os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER);
+        if os.labels().contains_key(MANAGED_BY) {
+            // A copy kubesync made (its mark says so): never a declaration, whoever made its
+            // source and wherever it landed. It writes nothing and holds no finalizer.
+            self.forget(ctx, key);
+            if has_finalizer {
+                self.writes
+                    .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
+                    .await?;
+            } else if !deleting {
+                let refusal = Refusal::new(
+                    "CopyNotADeclaration",
+                    format!(
+                        "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
+                    ),
+                );
+                self.report(&os, Observation::Refused(&refusal), Vec::new())
+                    .await?;
+            }
+            return Ok(Action::done());
+        }
         if !deleting && !has_finalizer {
             self.writes
                 .set_finalizer(&os, OBJECT_SYNC_FINALIZER, true)
@@ -578,9 +611,16 @@ impl ObjectSyncController {
             spec,
             deleting,
         };
+        let trusted = own.as_deref().is_none_or(|ns| self.policy.is_trusted(ns));
+        let mut decl = decl;
+        if deleting && decl.spec.mode == Mode::Report && !trusted {
+            // Outside the trusted namespaces, consent ends with the declaration: copies it
+            // made (in Enforce mode, before) go with it, whatever its mode now.
+            decl.spec.mode = Mode::Enforce;
+        }
         if deleting && decl.spec.mode == Mode::Report {
             // Report mode writes nothing to destinations, also not when it goes: any copies
-            // stay as they are.
+            // stay as they are (trusted declarations only; see above).
             self.forget(ctx, key);
             self.writes
                 .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)

@@ -5,10 +5,16 @@
 //! allows named source namespaces, restricts destination namespaces, and restricts which kinds
 //! may be synced. A refused ObjectSync gets `Ready=False` with the rule that refused it.
 //!
-//! Tenancy: ObjectSyncs in the operator's trusted namespaces write wherever the flags allow;
-//! everyone else writes only into their own namespace, or where a [`SyncGrant`] in the
-//! destination namespace admits them ([`grant_admits`]); privilege-bearing kinds need a grant
-//! that names them.
+//! Tenancy: ObjectSyncs in the operator's trusted namespaces write wherever the flags allow.
+//! Everyone else writes by an allow-list: without consent (into their own namespace) and
+//! under a [`SyncGrant`] that names no kinds, only the default-grantable kinds (ConfigMaps,
+//! and Secrets that are not service-account tokens; `--grantable-resource` adds kinds); every
+//! other kind only where a SyncGrant names it — in their own namespace too, where whoever
+//! holds RBAC rights there makes the grant ([`grant_admits`]). kubesync's own kinds are never
+//! copied by them, and an object that carries kubesync's copy marks is never consent. Kinds
+//! are compared as the apiserver resolves them: an alias group (`extensions`,
+//! `events.k8s.io`) is the same kind ([`canonical`]). Adopting an object needs a grant with
+//! `adopt: true`, in every namespace ([`grant_adopts`]).
 
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
@@ -36,9 +42,45 @@ pub struct ObjectSyncPolicy {
     /// without the destinations' consent: the operator's own namespace and
     /// `--trusted-namespace`.
     pub trusted_namespaces: Vec<String>,
-    /// Kinds, besides the built-in privilege-bearing ones, that a SyncGrant must name to
-    /// admit them (`Kind` or `Kind.group`).
+    /// Kinds that a SyncGrant must name to admit them even where they would be
+    /// default-grantable (`Kind` or `Kind.group`).
     pub privileged_resources: Vec<String>,
+    /// Kinds, besides ConfigMaps and Secrets, that untrusted ObjectSyncs may copy into their
+    /// own namespace and under grants that name no kinds (`Kind` or `Kind.group`).
+    pub grantable_resources: Vec<String>,
+}
+
+/// The API group of kubesync's own kinds: never copied by an untrusted declaration.
+pub const KUBESYNC_GROUP: &str = "kubesync.io";
+
+/// Kinds an untrusted declaration may copy without a grant that names them.
+const DEFAULT_GRANTABLE: [&str; 2] = ["ConfigMap", "Secret"];
+
+/// The group and kind the apiserver serves a kind under when `group` is an alias group that
+/// serves the same objects under another name: `extensions` (Ingress, NetworkPolicy under
+/// `networking.k8s.io`; Deployment, DaemonSet, ReplicaSet under `apps`; PodSecurityPolicy
+/// under `policy`) and `events.k8s.io` Events (the core group's). Every rule compares kinds
+/// by this, so no alias slips past a rule written for the other name.
+pub fn canonical<'a>(group: &'a str, kind: &'a str) -> (&'a str, &'a str) {
+    match (group, kind) {
+        ("extensions", "Ingress" | "IngressClass" | "NetworkPolicy") => ("networking.k8s.io", kind),
+        ("extensions", "Deployment" | "DaemonSet" | "ReplicaSet") => ("apps", kind),
+        ("extensions", "PodSecurityPolicy") => ("policy", kind),
+        ("events.k8s.io", "Event") => ("", "Event"),
+        _ => (group, kind),
+    }
+}
+
+/// `Kind` or `Kind.group` of a kind, as [`canonical`] resolves it.
+pub fn canonical_name(group: &str, kind: &str) -> String {
+    let (group, kind) = canonical(group, kind);
+    qualified(group, kind)
+}
+
+/// Whether a flag's `Kind[.group]` entry names the kind (aliases resolved on both sides).
+fn names_kind(entry: &str, group: &str, kind: &str) -> bool {
+    let (k, g) = entry.split_once('.').unwrap_or((entry, ""));
+    canonical_name(g, k) == canonical_name(group, kind)
 }
 
 /// `Kind` for the core group, else `Kind.group`.
@@ -50,36 +92,44 @@ pub fn qualified(group: &str, kind: &str) -> String {
     }
 }
 
-/// Kinds that carry privileges: a copy of one in another namespace could grant rights there.
-const PRIVILEGED: [&str; 3] = [
-    "Role.rbac.authorization.k8s.io",
-    "RoleBinding.rbac.authorization.k8s.io",
-    "ServiceAccount",
-];
-
-/// Whether a grant admits the copy of an object of `resource` (`privileged` or not) from an
-/// ObjectSync in `namespace`, written from this cluster (`via` = `None`) or from another
-/// cluster's kubesync through its RemoteCluster named `via` (pure).
+/// Whether a grant admits the copy of an object of `resource` from an ObjectSync in
+/// `namespace`, written from this cluster (`via` = `None`) or from another cluster's kubesync
+/// through its RemoteCluster named `via` (pure). A grant that names no kinds admits the
+/// default-grantable ones only (`named` false); one that names kinds admits those (by
+/// [`canonical`] kind).
 pub fn grant_admits(
     grant: &SyncGrantSpec,
     namespace: &str,
     via: Option<&str>,
     resource: &ApiResource,
-    privileged: bool,
+    named: bool,
 ) -> bool {
     let from = grant
         .from
         .iter()
         .any(|f| glob(&f.namespace, namespace) && f.cluster.as_deref() == via);
     let kind = if grant.kinds.is_empty() {
-        !privileged
+        !named
     } else {
+        let wanted = canonical(&resource.group, &resource.kind);
         grant
             .kinds
             .iter()
-            .any(|k| k.group == resource.group && k.kind == resource.kind)
+            .any(|k| canonical(&k.group, &k.kind) == wanted)
     };
     from && kind
+}
+
+/// Whether a grant admits adopting an object (of `resource`) as the copy of an ObjectSync in
+/// `namespace`: it admits the copy ([`grant_admits`]) and says `adopt: true` (pure).
+pub fn grant_adopts(
+    grant: &SyncGrantSpec,
+    namespace: &str,
+    via: Option<&str>,
+    resource: &ApiResource,
+    named: bool,
+) -> bool {
+    grant.adopt && grant_admits(grant, namespace, via, resource, named)
 }
 
 /// Why a destination is refused, and what would admit it.
@@ -87,7 +137,7 @@ pub fn refusal_message(
     namespace: &str,
     via: Option<&str>,
     resource: &ApiResource,
-    privileged: bool,
+    named: bool,
     destination: &str,
 ) -> String {
     let kind = qualified(&resource.group, &resource.kind);
@@ -99,9 +149,13 @@ pub fn refusal_message(
         "kinds: [{{group: \"{}\", kind: {}}}]",
         resource.group, resource.kind
     );
-    if privileged {
+    if named && destination == namespace && via.is_none() {
         format!(
-            "no SyncGrant in namespace {destination} admits {kind} from {namespace}: ObjectSyncs outside the trusted namespaces write into other namespaces only with their owners' consent, and {kind} is privilege-bearing, so the grant must name it; a SyncGrant in {destination} with from: [{from}] and {kinds} would admit it"
+            "no SyncGrant in namespace {destination} admits {kind} from {namespace}: outside the trusted namespaces an ObjectSync copies only ConfigMaps and Secrets (not service-account tokens) without a grant that names the kind, also into its own namespace; a SyncGrant in {destination} with from: [{from}] and {kinds}, made by someone with RBAC rights there, would admit it"
+        )
+    } else if named {
+        format!(
+            "no SyncGrant in namespace {destination} admits {kind} from {namespace}: ObjectSyncs outside the trusted namespaces write into other namespaces only with their owners' consent, and a grant admits kinds other than ConfigMaps and Secrets (not service-account tokens) only when it names them; a SyncGrant in {destination} with from: [{from}] and {kinds} would admit it"
         )
     } else {
         format!(
@@ -116,14 +170,31 @@ impl ObjectSyncPolicy {
         self.trusted_namespaces.iter().any(|g| glob(g, namespace))
     }
 
-    /// Whether a copy of `source` (of type `resource`) could carry privileges.
-    pub fn is_privileged(&self, resource: &ApiResource, source: &DynamicObject) -> bool {
-        let q = qualified(&resource.group, &resource.kind);
-        PRIVILEGED.contains(&q.as_str())
-            || self.privileged_resources.contains(&q)
-            || (q == "Secret"
-                && source.data.get("type").and_then(|t| t.as_str())
-                    == Some("kubernetes.io/service-account-token"))
+    /// Whether a copy of `source` (of type `resource`) needs a SyncGrant that names its kind:
+    /// every kind but the default-grantable ones (ConfigMap, Secret, and those of
+    /// `--grantable-resource`), and those too when `--privileged-resource` names them or the
+    /// object is a service-account token Secret (as it will be written: a patch may make one).
+    pub fn must_be_named(&self, resource: &ApiResource, source: &DynamicObject) -> bool {
+        let (group, kind) = (resource.group.as_str(), resource.kind.as_str());
+        let grantable = DEFAULT_GRANTABLE
+            .iter()
+            .chain(
+                self.grantable_resources
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .iter(),
+            )
+            .any(|entry| names_kind(entry, group, kind));
+        let token = canonical(group, kind) == ("", "Secret")
+            && source.data.get("type").and_then(|t| t.as_str())
+                == Some("kubernetes.io/service-account-token");
+        !grantable
+            || token
+            || self
+                .privileged_resources
+                .iter()
+                .any(|entry| names_kind(entry, group, kind))
     }
 
     /// Whether a SyncGrant object (as the engine's store holds it) admits the copy.
@@ -135,17 +206,50 @@ impl ObjectSyncPolicy {
         resource: &ApiResource,
         source: &DynamicObject,
     ) -> bool {
-        // Read in place (no copy of the object); a grant that does not parse admits nothing.
-        let Some(Ok(spec)) = grant.data.get("spec").map(SyncGrantSpec::deserialize) else {
-            return false;
-        };
-        grant_admits(
-            &spec,
-            namespace,
-            via,
-            resource,
-            self.is_privileged(resource, source),
-        )
+        self.read_grant(grant).is_some_and(|spec| {
+            grant_admits(
+                &spec,
+                namespace,
+                via,
+                resource,
+                self.must_be_named(resource, source),
+            )
+        })
+    }
+
+    /// Whether a SyncGrant object admits adopting the object at a destination.
+    pub fn adopts(
+        &self,
+        grant: &DynamicObject,
+        namespace: &str,
+        via: Option<&str>,
+        resource: &ApiResource,
+        source: &DynamicObject,
+    ) -> bool {
+        self.read_grant(grant).is_some_and(|spec| {
+            grant_adopts(
+                &spec,
+                namespace,
+                via,
+                resource,
+                self.must_be_named(resource, source),
+            )
+        })
+    }
+
+    /// A SyncGrant object's spec, read in place (no copy of the object). A grant that does
+    /// not parse, or that is itself a copy kubesync made (it carries the `managed-by` mark),
+    /// is no consent.
+    fn read_grant(&self, grant: &DynamicObject) -> Option<SyncGrantSpec> {
+        let marked = grant
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(kubesync::syncers::fan_out::rules::MANAGED_BY));
+        if marked {
+            return None;
+        }
+        grant.data.get("spec").map(SyncGrantSpec::deserialize)?.ok()
     }
 
     /// Checks an ObjectSync's spec against the policy (pure). `own_namespace` is the
@@ -173,12 +277,22 @@ impl ObjectSyncPolicy {
                 ),
             ));
         }
-        let qualified = qualified(group, kind);
+        let qualified = canonical_name(group, kind);
+        if let Some(own) = own_namespace.filter(|ns| !self.is_trusted(ns))
+            && canonical(group, kind).0 == KUBESYNC_GROUP
+        {
+            return Err(Refusal::new(
+                "ResourceNotAllowed",
+                format!(
+                    "{qualified} is one of kubesync's own kinds: an ObjectSync outside the trusted namespaces never copies them (a copied declaration or grant would act with the authority of the namespace it lands in); namespace {own} is not trusted"
+                ),
+            ));
+        }
         if !self.allowed_resources.is_empty()
             && !self
                 .allowed_resources
                 .iter()
-                .any(|r| r == "*" || *r == qualified)
+                .any(|r| r == "*" || names_kind(r, group, kind))
         {
             return Err(Refusal::new(
                 "ResourceNotAllowed",
@@ -296,6 +410,7 @@ mod tests {
                     kind: k.to_string(),
                 })
                 .collect(),
+            adopt: false,
         }
     }
 
@@ -333,23 +448,122 @@ mod tests {
     }
 
     #[test]
-    fn privilege_bearing_kinds_include_token_secrets_and_flagged_kinds() {
+    fn only_default_grantable_kinds_go_without_a_grant_that_names_them() {
         let p = ObjectSyncPolicy {
-            privileged_resources: vec!["Widget.demo.kubesync.io".into()],
+            privileged_resources: vec!["Secret".into()],
+            grantable_resources: vec!["Widget.demo.kubesync.io".into()],
             trusted_namespaces: vec!["kubesync-system".into(), "platform-*".into()],
             ..Default::default()
         };
         let plain = object(serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque"}));
         let token = object(serde_json::json!({"metadata": {"name": "s"},
             "type": "kubernetes.io/service-account-token"}));
-        assert!(!p.is_privileged(&resource("", "Secret"), &plain));
-        assert!(p.is_privileged(&resource("", "Secret"), &token));
-        assert!(p.is_privileged(&resource("", "ServiceAccount"), &plain));
-        assert!(p.is_privileged(&resource("rbac.authorization.k8s.io", "Role"), &plain));
-        assert!(p.is_privileged(&resource("demo.kubesync.io", "Widget"), &plain));
-        assert!(!p.is_privileged(&resource("", "ConfigMap"), &plain));
+        let default = ObjectSyncPolicy::default();
+        // The allow-list: ConfigMaps and Secrets that are not tokens; nothing else.
+        assert!(!default.must_be_named(&resource("", "ConfigMap"), &plain));
+        assert!(!default.must_be_named(&resource("", "Secret"), &plain));
+        assert!(default.must_be_named(&resource("", "Secret"), &token));
+        for (group, kind) in [
+            ("", "ServiceAccount"),
+            ("rbac.authorization.k8s.io", "Role"),
+            ("apps", "Deployment"),
+            ("", "ResourceQuota"),
+            ("argoproj.io", "Application"),
+            ("demo.kubesync.io", "Widget"),
+        ] {
+            assert!(
+                default.must_be_named(&resource(group, kind), &plain),
+                "{kind}"
+            );
+        }
+        // An admin widens the list, and narrows it.
+        assert!(!p.must_be_named(&resource("demo.kubesync.io", "Widget"), &plain));
+        assert!(p.must_be_named(&resource("", "Secret"), &plain));
         assert!(p.is_trusted("kubesync-system") && p.is_trusted("platform-eu"));
         assert!(!p.is_trusted("t1"));
+    }
+
+    #[test]
+    fn alias_groups_are_the_same_kind_for_every_rule() {
+        assert_eq!(
+            canonical("extensions", "Ingress"),
+            ("networking.k8s.io", "Ingress")
+        );
+        assert_eq!(canonical("events.k8s.io", "Event"), ("", "Event"));
+        assert_eq!(canonical("apps", "Deployment"), ("apps", "Deployment"));
+        let p = ObjectSyncPolicy {
+            grantable_resources: vec!["Ingress.networking.k8s.io".into(), "Event".into()],
+            privileged_resources: vec!["Ingress.networking.k8s.io".into()],
+            allowed_resources: vec!["Event".into()],
+            ..Default::default()
+        };
+        let o = object(serde_json::json!({"metadata": {"name": "x"}}));
+        // --privileged-resource on one name holds for the alias.
+        assert!(p.must_be_named(&resource("extensions", "Ingress"), &o));
+        assert!(!p.must_be_named(&resource("events.k8s.io", "Event"), &o));
+        assert!(
+            p.check(Some("a"), "a", "events.k8s.io", "Event", &[])
+                .is_ok()
+        );
+        // A grant naming one name admits the alias.
+        let g = grant(&[("t1", None)], &[("networking.k8s.io", "Ingress")]);
+        assert!(grant_admits(
+            &g,
+            "t1",
+            None,
+            &resource("extensions", "Ingress"),
+            true
+        ));
+    }
+
+    #[test]
+    fn kubesyncs_own_kinds_are_never_copied_by_an_untrusted_declaration() {
+        let p = ObjectSyncPolicy {
+            trusted_namespaces: vec!["kubesync-system".into()],
+            ..Default::default()
+        };
+        for kind in ["ObjectSync", "SyncGrant", "RemoteCluster"] {
+            let r = p
+                .check(Some("t1"), "t1", "kubesync.io", kind, &[])
+                .expect_err(kind);
+            assert_eq!(r.reason, "ResourceNotAllowed");
+            assert!(r.message.contains("kubesync's own kinds"), "{}", r.message);
+        }
+        assert!(
+            p.check(
+                Some("kubesync-system"),
+                "kubesync-system",
+                "kubesync.io",
+                "ObjectSync",
+                &[]
+            )
+            .is_ok()
+        );
+        assert!(
+            p.check(None, "apps", "kubesync.io", "ObjectSync", &[])
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn adoption_needs_a_grant_that_says_so_and_a_copy_is_never_consent() {
+        let cm = resource("", "ConfigMap");
+        let mut g = grant(&[("t1", None)], &[]);
+        assert!(grant_admits(&g, "t1", None, &cm, false));
+        assert!(!grant_adopts(&g, "t1", None, &cm, false));
+        g.adopt = true;
+        assert!(grant_adopts(&g, "t1", None, &cm, false));
+        assert!(!grant_adopts(&g, "t2", None, &cm, false));
+        let p = ObjectSyncPolicy::default();
+        let source = object(serde_json::json!({"metadata": {"name": "s"}}));
+        let planted = object(
+            serde_json::json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "victim",
+                "labels": {"kubesync.io/managed-by": "0000"}},
+            "spec": {"from": [{"namespace": "t1"}], "kinds": [{"kind": "ConfigMap"}], "adopt": true}}),
+        );
+        assert!(!p.admits(&planted, "t1", None, &cm, &source));
+        assert!(!p.adopts(&planted, "t1", None, &cm, &source));
     }
 
     #[test]
@@ -385,7 +599,7 @@ mod tests {
             "victim",
         );
         assert!(
-            m.contains("privilege-bearing") && m.contains("cluster: hub"),
+            m.contains("only when it names them") && m.contains("cluster: hub"),
             "{m}"
         );
         assert!(m.contains("kind: RoleBinding"), "{m}");

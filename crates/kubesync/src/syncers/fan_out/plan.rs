@@ -204,6 +204,19 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             dest.strategy,
             spec.on_conflict,
         );
+        // Adopting someone else's object needs the consent of its namespace's owners, also
+        // where copies need none.
+        let decision = match (&spec.consent, decision) {
+            (Some(consent), Decision::Adopt)
+                if !adoption_consented(consent, *stores, source, at) =>
+            {
+                Decision::Conflict(format!(
+                    "{} exists and kubesync did not create it; adopting it (onConflict: adopt) needs a SyncGrant in {} with adopt: true that admits this declaration",
+                    at.name, at.namespace
+                ))
+            }
+            (_, decision) => decision,
+        };
         match decision {
             Decision::InSync => {
                 plan.statuses
@@ -313,11 +326,25 @@ pub fn consented<S: Stores>(
     source: &DynamicObject,
     at: &DestinationRef,
 ) -> bool {
-    (at.cluster == local && consent.exempt.contains(&at.namespace))
+    (at.cluster == local && consent.exempt.contains(&at.namespace) && (consent.exempts)(source))
         || stores
             .consents(&at.cluster, &at.namespace)
             .iter()
             .any(|grant| (consent.admits)(grant, source, at))
+}
+
+/// Whether the owners of `at`'s namespace consent to kubesync adopting the object there as
+/// the copy of `source` (no namespace is exempt).
+pub fn adoption_consented<S: Stores>(
+    consent: &Consent,
+    stores: &S,
+    source: &DynamicObject,
+    at: &DestinationRef,
+) -> bool {
+    stores
+        .consents(&at.cluster, &at.namespace)
+        .iter()
+        .any(|grant| (consent.adopts)(grant, source, at))
 }
 
 /// The destination namespaces of each destination entry: `(cluster, namespace, entry)`, in
@@ -440,6 +467,46 @@ fn targets<'a, 's, S: Stores>(
                 continue;
             }
             targets.insert(at, (*source, *d));
+        }
+    }
+    // To a declaration that needs consent, a namespace it names that does not exist reads
+    // exactly as one that exists and refuses: no oracle of which namespaces exist.
+    if let Some(consent) = &spec.consent
+        && spec.source.namespace().is_some()
+    {
+        for d in &spec.destinations {
+            let Some(ns) = d
+                .namespaces
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty() && *n != "*")
+            else {
+                continue;
+            };
+            let cluster = d.cluster.as_deref().unwrap_or(snapshot.local);
+            if snapshot.unknown_clusters.iter().any(|c| c == cluster)
+                || snapshot.stores.has_namespace(cluster, ns)
+            {
+                continue;
+            }
+            for source in sources {
+                let at = DestinationRef::new(
+                    cluster,
+                    ns.to_string(),
+                    d.copy_name(&spec.source, name_of(source)),
+                );
+                if reported.insert(at.clone()) {
+                    statuses.push(
+                        DestinationStatus::new(
+                            &at,
+                            DestinationState::Refused,
+                            (consent.refusal)(source, &at),
+                            "",
+                        )
+                        .of_source(name_of(source)),
+                    );
+                }
+            }
         }
     }
     for (at, names) in shared {
@@ -1087,6 +1154,14 @@ mod tests {
                 "SyncGrant",
             )),
             exempt: vec!["src".into()],
+            exempts: Arc::new(|source: &DynamicObject| {
+                source.labels().get("exempt").is_none_or(|v| v != "no")
+            }),
+            adopts: Arc::new(
+                |grant: &DynamicObject, _source: &DynamicObject, _at: &DestinationRef| {
+                    grant.labels().get("adopt").map(String::as_str) == Some("true")
+                },
+            ),
             admits: Arc::new(
                 |grant: &DynamicObject, source: &DynamicObject, _at: &DestinationRef| {
                     grant.labels().get("admits").map(String::as_str) == Some(&source.name_any())
@@ -1191,5 +1266,81 @@ mod tests {
             }],
             "a copy where consent is withdrawn goes"
         );
+    }
+
+    #[test]
+    fn a_missing_namespace_reads_as_one_that_refuses() {
+        let stores =
+            Fake::default().with_namespaces("local", &[("src", json!({})), ("exists", json!({}))]);
+        let mut decl = declaration(vec![
+            destination(None, "exists"),
+            destination(None, "missing"),
+        ]);
+        decl.spec.consent = Some(grant_consent());
+        let plan = Run::new(decl, stores).plan();
+        assert!(plan.writes.is_empty());
+        assert_eq!(
+            states(&plan),
+            [
+                ("local/exists".into(), DestinationState::Refused),
+                ("local/missing".into(), DestinationState::Refused),
+            ]
+        );
+        assert_eq!(plan.statuses[0].message, "no grant in exists");
+        assert_eq!(plan.statuses[1].message, "no grant in missing");
+        // Without consent rules (a trusted declaration), a missing namespace is just not there.
+        let stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        let plan = Run::new(declaration(vec![destination(None, "missing")]), stores).plan();
+        assert!(plan.statuses.is_empty() && plan.writes.is_empty());
+    }
+
+    #[test]
+    fn the_own_namespace_takes_only_what_its_exemption_lets_through() {
+        let stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        let mut own = destination(None, "src");
+        own.name = Some("ca-copy".into());
+        let mut decl = declaration(vec![own]);
+        decl.spec.consent = Some(grant_consent());
+        let mut run = Run::new(decl, stores);
+        assert_eq!(written(&run.plan()).len(), 1, "exempt");
+        run.sources = vec![Arc::new(obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "ca", "namespace": "src", "labels": {"exempt": "no"}}})))];
+        let plan = run.plan();
+        assert!(plan.writes.is_empty(), "not exempt: a grant must admit it");
+        assert_eq!(
+            states(&plan),
+            [("local/src".into(), DestinationState::Refused)]
+        );
+    }
+
+    #[test]
+    fn adopting_needs_consent_that_says_so_even_in_the_own_namespace() {
+        let theirs = Arc::new(obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "ca-copy", "namespace": "src", "uid": "theirs"}})));
+        let mut own = destination(None, "src");
+        own.name = Some("ca-copy".into());
+        let mut decl = declaration(vec![own]);
+        decl.spec.consent = Some(grant_consent());
+        decl.spec.on_conflict = OnConflict::Adopt;
+        let at_own = DestinationRef::new("local", "src", "ca-copy");
+        let mut stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        stores.objects.insert(at_own.clone(), theirs.clone());
+        let mut run = Run::new(decl, stores);
+        let plan = run.plan();
+        assert!(plan.writes.is_empty(), "not adopted without consent");
+        assert_eq!(plan.statuses[0].state, DestinationState::Conflict);
+        assert!(
+            plan.statuses[0].message.contains("adopt: true"),
+            "{}",
+            plan.statuses[0].message
+        );
+        let adopt = Arc::new(obj(
+            json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "src", "labels": {"adopt": "true"}}}),
+        ));
+        run.stores
+            .consents
+            .insert(("local".into(), "src".into()), vec![adopt]);
+        assert_eq!(written(&run.plan()), [(at_own, Decision::Adopt)]);
     }
 }

@@ -239,10 +239,16 @@ pub type Admits =
 /// Why a copy of a source is refused at a destination, and what would admit it.
 pub type Refusal = Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send + Sync>;
 
+/// Which sources a namespace exempt from consent takes without it.
+pub type Exempts = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
+
 /// Copies go only where the destination namespace's owners consent: into `exempt` (e.g. the
-/// declaration's own namespace, in the engine's own cluster), or into a namespace holding an
-/// object of type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits)
-/// the copy. The engine watches `resource` in every destination cluster: a consent that
+/// declaration's own namespace, in the engine's own cluster) for the sources
+/// [`exempts`](Consent::exempts) lets through there, or into a namespace holding an object of
+/// type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits) the copy.
+/// Adopting an object the declaration did not create needs a consent object that
+/// [`adopts`](Consent::adopts) it, in every namespace (the exempt ones too); else that
+/// destination is a `Conflict` and nothing is written. The engine watches `resource` in every destination cluster: a consent that
 /// appears brings the copy, one withdrawn removes it.
 ///
 /// A namespace a destination names explicitly and no consent admits is reported
@@ -252,10 +258,16 @@ pub type Refusal = Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send 
 pub struct Consent {
     /// The type of the consent objects.
     pub resource: ApiResource,
-    /// Namespaces of the engine's own cluster that need no consent.
+    /// Namespaces of the engine's own cluster that need no consent for the sources
+    /// [`exempts`](Consent::exempts) lets through.
     pub exempt: Vec<String>,
+    /// Which sources (as they will be written) the exempt namespaces take without consent.
+    pub exempts: Exempts,
     /// Whether a consent object admits the copy of a source at a destination.
     pub admits: Admits,
+    /// Whether a consent object admits adopting the object at a destination (the source, and
+    /// the destination).
+    pub adopts: Admits,
     /// Why a destination is refused, and what would admit it.
     pub refusal: Refusal,
 }

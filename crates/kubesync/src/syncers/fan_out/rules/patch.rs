@@ -4,8 +4,6 @@
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::{MANAGED_BY, OWNER, SOURCE, SOURCE_VERSION};
-
 /// One override of the copies at a destination.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CopyPatch {
@@ -26,21 +24,25 @@ fn identity(obj: &DynamicObject) -> (Option<(String, String)>, Option<String>, O
     )
 }
 
-/// kubesync's marks on a copy, which a patch may not change either.
-fn marks(obj: &DynamicObject) -> Vec<Option<String>> {
-    let label = obj
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY).cloned());
-    let annotations = [OWNER, SOURCE, SOURCE_VERSION].map(|a| {
-        obj.metadata
-            .annotations
-            .as_ref()
-            .and_then(|m| m.get(a).cloned())
-    });
-    std::iter::once(label).chain(annotations).collect()
+/// Every `kubesync.io/` label and annotation on a copy (its marks, and any other key of
+/// kubesync's, such as `kubesync.io/orphan-on-delete`): a patch may not add, change or remove
+/// one. Only kubesync speaks in its own keys; a patch that set `orphan-on-delete` would keep
+/// the copy after consent is withdrawn.
+fn marks(obj: &DynamicObject) -> Vec<(bool, String, String)> {
+    let ours = |m: &Option<std::collections::BTreeMap<String, String>>, label: bool| {
+        m.iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(KUBESYNC_PREFIX))
+            .map(|(k, v)| (label, k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    let mut all = ours(&obj.metadata.labels, true);
+    all.extend(ours(&obj.metadata.annotations, false));
+    all
 }
+
+/// The prefix of kubesync's own label and annotation keys.
+const KUBESYNC_PREFIX: &str = "kubesync.io/";
 
 /// `desired` with `patches` applied in order, or why that fails: a patch that does not apply
 /// (a JSON patch's `test` or path, naming its position), or a result that changes the copy's
@@ -69,7 +71,7 @@ pub fn patched(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicO
         );
     }
     if marks(&out) != marks(&desired) {
-        return Err("the patches change kubesync's marks on the copy (label kubesync.io/managed-by, annotations kubesync.io/owner, source, source-resource-version), which they may not".into());
+        return Err("the patches add, change or remove a kubesync.io/ label or annotation on the copy (kubesync's marks and its own keys), which they may not".into());
     }
     Ok(out)
 }
@@ -77,6 +79,7 @@ pub fn patched(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicO
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::obj;
+    use super::super::{MANAGED_BY, ORPHAN_ON_DELETE, OWNER};
     use super::*;
     use serde_json::json;
 
@@ -126,6 +129,30 @@ mod tests {
         )
         .expect_err("marks");
         assert!(e.contains("marks"), "{e}");
+        // No kubesync.io/ key at all: a patch that set orphan-on-delete would keep the copy
+        // after consent is withdrawn.
+        for p in [
+            json!({"metadata": {"annotations": {ORPHAN_ON_DELETE: "true"}}}),
+            json!({"metadata": {"labels": {"kubesync.io/anything": "x"}}}),
+            json!({"metadata": {"annotations": {OWNER: "local/t1/other"}}}),
+        ] {
+            let e = patched(copy(), &[CopyPatch::Merge(p.clone())]).expect_err("kubesync key");
+            assert!(e.contains("kubesync.io/"), "{p}: {e}");
+        }
+        let ops = json_ops(
+            json!([{"op": "add", "path": "/metadata/annotations/kubesync.io~1orphan-on-delete", "value": "true"}]),
+        );
+        assert!(patched(copy(), &[ops]).is_err());
+        // Keys of others stay the patch's to set.
+        assert!(
+            patched(
+                copy(),
+                &[CopyPatch::Merge(
+                    json!({"metadata": {"labels": {"example.com/x": "y"}}})
+                )]
+            )
+            .is_ok()
+        );
     }
 
     #[test]
