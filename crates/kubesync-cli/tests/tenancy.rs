@@ -1,6 +1,6 @@
 //! Tenancy on real control planes, with real users and RBAC: no one gains, through kubesync,
 //! rights they do not have. ObjectSyncs outside the trusted namespaces write only into their
-//! own namespace or where a SyncGrant consents; privilege-bearing kinds need a grant naming
+//! own namespace or where a SyncGrant consents; kinds beyond ConfigMaps and Secrets need a grant naming
 //! them; RemoteClusters admit only the namespaces they select.
 
 mod common;
@@ -141,7 +141,7 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
         .await;
         assert_eq!(state, CopyState::Refused, "{message}");
         assert!(
-            message.contains("privilege-bearing") && message.contains("SyncGrant"),
+            message.contains("only when it names them") && message.contains("SyncGrant"),
             "the message names the rule and what would admit it: {message}"
         );
     }
@@ -334,4 +334,349 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     })
     .await;
     running.stop().await;
+}
+
+/// A control plane with the tenant `tina`, who may manage ConfigMaps, Secrets, Roles,
+/// RoleBindings and ObjectSyncs in `t1` only (as `edit` plus Roles; SyncGrants are for a
+/// namespace's admins), her client, and the namespaces `kubesync-system` (trusted), `t1`,
+/// `victim` and `quiet`.
+async fn tenant_cluster(name: &str) -> (TestEnv, kube::Client) {
+    // Her client is returned for the reviews of her own rights.
+    let env = operator_cluster_from(
+        TestEnv::builder().name(name).user("tina", &[]),
+        &["kubesync-system", "t1", "victim", "quiet"],
+    )
+    .await;
+    env.grant(
+        "tina",
+        Some("t1"),
+        "tenant",
+        vec![
+            rule(&[""], &["configmaps", "secrets"], &["*"]),
+            rule(
+                &["rbac.authorization.k8s.io"],
+                &["roles", "rolebindings"],
+                &["*"],
+            ),
+            rule(&["kubesync.io"], &["objectsyncs"], &["*"]),
+        ],
+    )
+    .await
+    .expect("grant");
+    let tina = env.client_as("tina").expect("tina");
+    (env, tina)
+}
+
+/// Applies `yaml` as tina (her rights, not the admin's).
+async fn as_tina(env: &TestEnv, yaml: &str) {
+    env.apply_yaml_as("tina", yaml)
+        .await
+        .expect("she may declare ObjectSyncs in her namespace");
+}
+
+/// The `Ready` condition of an ObjectSync, once it is not `Starting`: (status, reason, message).
+async fn verdict(syncs: &Api<ObjectSync>, name: &str) -> (String, String, String) {
+    eventually(&format!("{name}'s verdict"), T, || async {
+        let os = syncs.get_opt(name).await.ok()??;
+        let c = os
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.reason != "Starting")?;
+        Some((c.status, c.reason, c.message))
+    })
+    .await
+}
+
+/// Attack 1: kubesync's own kinds as payload. A tenant cannot copy an ObjectSync; an
+/// ObjectSync or SyncGrant that is a copy (made here by a trusted declaration, as a careless
+/// admin might) is never a declaration and never consent: the planted ObjectSync in `victim`
+/// does not read victim's Secret into `t1`, and the planted SyncGrant admits nothing.
+#[tokio::test]
+async fn kubesyncs_own_kinds_are_no_payload_and_copies_are_never_declarations_or_consent() {
+    let (env, _) = tenant_cluster("own-kinds").await;
+    apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: victim}\nstringData: {password: hunter2}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    // t1 accepts anything from victim (its admin made this grant).
+    apply(
+        &env,
+        &grant_yaml(
+            "from-victim",
+            "t1",
+            "{namespace: victim}",
+            "  kinds: [{kind: Secret}]\n",
+        ),
+    )
+    .await;
+    // Templates in the trusted namespace, copied into victim by a trusted ObjectSync.
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: exfiltrate, namespace: kubesync-system}\nspec:\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: t1}]\n").await;
+    apply(
+        &env,
+        &grant_yaml(
+            "welcome-t1",
+            "kubesync-system",
+            "{namespace: t1}",
+            "  kinds: [{kind: ConfigMap}, {kind: Secret}]\n  adopt: true\n",
+        ),
+    )
+    .await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: plant, namespace: kubesync-system}\nspec:\n  source: {group: kubesync.io, kind: ObjectSync, names: [exfiltrate]}\n  destinations: [{namespace: victim}]\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: plant-grant, namespace: kubesync-system}\nspec:\n  source: {group: kubesync.io, kind: SyncGrant, name: welcome-t1}\n  destinations: [{namespace: victim}]\n").await;
+    // tina tries the same herself, and copies her ConfigMap into victim.
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: copy-a-declaration, namespace: t1}\nspec:\n  source: {group: kubesync.io, kind: ObjectSync, name: into-victim}\n  destinations: [{namespace: t1, name: again}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: into-victim, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim}]\n").await;
+    let running = start(&env);
+
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let (status, reason, message) = verdict(&t1, "copy-a-declaration").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ResourceNotAllowed"),
+        "{message}"
+    );
+    assert!(message.contains("kubesync's own kinds"), "{message}");
+
+    // The planted copies exist, and act as nothing.
+    let victim: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "victim");
+    let (status, reason, message) = verdict(&victim, "exfiltrate").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "CopyNotADeclaration"),
+        "{message}"
+    );
+    let grants: Api<SyncGrant> = Api::namespaced(env.client().expect("client"), "victim");
+    eventually("the planted grant", T, || async {
+        grants.get_opt("welcome-t1").await.ok()?
+    })
+    .await;
+    let (state, message) = eventually("tina's copy refused in victim", T, || async {
+        destination(&t1, "into-victim", "victim").await
+    })
+    .await;
+    assert_eq!(
+        state,
+        CopyState::Refused,
+        "a copied grant is no consent: {message}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), "t1");
+    assert!(
+        secrets.get_opt("db").await.expect("get").is_none(),
+        "victim's Secret never reached t1"
+    );
+    let victim_os = victim.get("exfiltrate").await.expect("copy");
+    assert!(
+        victim_os.metadata.finalizers.unwrap_or_default().is_empty(),
+        "a copy holds no finalizer"
+    );
+    running.stop().await;
+}
+
+/// Attacks 2, 3 and 7 (an alias group): only ConfigMaps and non-token Secrets go without a
+/// grant that names the kind. A kinds-less grant does not admit a Deployment; her own Role and
+/// RoleBinding copied with patches into her own namespace are refused, and she still may not
+/// create Pods (RBAC's escalation check is not bypassed through kubesync's rights); a kind an
+/// admin flags privileged under one group is refused under its alias.
+#[tokio::test]
+async fn only_an_allow_list_of_kinds_goes_without_a_grant_that_names_it() {
+    let (env, tina) = tenant_cluster("allow-list").await;
+    apply(
+        &env,
+        &grant_yaml("anything-from-t1", "victim", "{namespace: t1}", ""),
+    )
+    .await;
+    apply(&env, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: miner, namespace: t1}\nspec:\n  selector: {matchLabels: {app: miner}}\n  template:\n    metadata: {labels: {app: miner}}\n    spec: {containers: [{name: m, image: miner}]}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    apply(&env, "apiVersion: v1\nkind: Event\nmetadata: {name: note, namespace: t1}\ninvolvedObject: {kind: ConfigMap, name: settings, namespace: t1}\nreason: Test\nmessage: hello\n").await;
+    let tina_cluster = Cluster::new("tina", tina.clone());
+    let may_create_pods = || async {
+        tina_cluster
+            .may("create", "", "pods", Some("t1"))
+            .await
+            .expect("review")
+    };
+    assert!(!may_create_pods().await, "tina may not create Pods");
+    // Her Role and RoleBinding, as RBAC lets her make them (no Pod rights in either).
+    apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: reader, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}]\n").await;
+    apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: reader, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: tina}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: workload, namespace: t1}\nspec:\n  source: {group: apps, kind: Deployment, name: miner}\n  destinations: [{namespace: victim}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: role, namespace: t1}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: Role, name: reader}\n  destinations: [{namespace: t1, name: pod-maker, patches: [{merge: {rules: [{apiGroups: [\"\"], resources: [pods], verbs: [create]}]}}]}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: binding, namespace: t1}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: RoleBinding, name: reader}\n  destinations: [{namespace: t1, name: pod-maker, patches: [{merge: {roleRef: {name: pod-maker}}}]}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: settings-copy}, {namespace: victim}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: event, namespace: t1}\nspec:\n  source: {kind: Event, name: note}\n  destinations: [{namespace: t1, name: note-copy}]\n").await;
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["kubesync-system".into()],
+                grantable_resources: vec!["Event".into()],
+                privileged_resources: vec!["Event.events.k8s.io".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    // The allow-list still lets ConfigMaps through, into her namespace and under the grant.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t1");
+    let victim_cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
+    eventually("ConfigMap copies", T, || async {
+        cms.get_opt("settings-copy").await.ok()??;
+        victim_cms.get_opt("settings").await.ok()?
+    })
+    .await;
+    for (name, namespace, says) in [
+        ("workload", "victim", "names them"),
+        ("role", "t1", "also into its own namespace"),
+        ("binding", "t1", "also into its own namespace"),
+        ("event", "t1", "also into its own namespace"),
+    ] {
+        let (state, message) = eventually(&format!("{name} refused"), T, || async {
+            destination(&t1, name, namespace).await
+        })
+        .await;
+        assert_eq!(state, CopyState::Refused, "{name}: {message}");
+        assert!(
+            message.contains(says) && message.contains("kinds: [{group:"),
+            "{name}: {message}"
+        );
+    }
+    let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+        env.client().expect("client"),
+        "victim",
+    );
+    assert!(deployments.get_opt("miner").await.expect("get").is_none());
+    let roles =
+        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(env.client().expect("client"), "t1");
+    assert!(roles.get_opt("pod-maker").await.expect("get").is_none());
+    assert!(!may_create_pods().await, "still no Pods for tina");
+    running.stop().await;
+}
+
+/// Attacks 4, 5 and 7 (the oracle): adoption needs a grant that says `adopt: true`, in her
+/// own namespace too — the admins' ConfigMap and the grantor's are never written, and stay
+/// when her ObjectSync goes; a patch may not set `kubesync.io/orphan-on-delete`; her
+/// ObjectSync deleted in Report mode removes the copies it made; a named namespace that does
+/// not exist reads exactly as one that refuses.
+#[tokio::test]
+async fn adoption_needs_consent_consent_ends_with_the_declaration_and_no_oracle() {
+    let (env, _) = tenant_cluster("adoption").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"tina\"}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: admin-config, namespace: t1}\ndata: {limit: \"0\"}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: victim}\ndata: {a: \"victim's own\"}\n").await;
+    apply(
+        &env,
+        &grant_yaml(
+            "configmaps-from-t1",
+            "victim",
+            "{namespace: t1}",
+            "  kinds: [{kind: ConfigMap}]\n",
+        ),
+    )
+    .await;
+    let get = |ns: &str, name: &str| {
+        let api: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), ns);
+        let name = name.to_string();
+        async move { api.get_opt(&name).await.expect("get") }
+    };
+    let before = [
+        get("t1", "admin-config").await.expect("admin's"),
+        get("victim", "settings").await.expect("victim's"),
+    ];
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: take-over, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  onConflict: adopt\n  destinations: [{namespace: t1, name: admin-config}, {namespace: victim}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: keep-forever, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim, name: kept, patches: [{merge: {metadata: {annotations: {kubesync.io/orphan-on-delete: \"true\"}}}}]}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: reported, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim, name: reported}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: probe, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: quiet}, {namespace: no-such-namespace}]\n").await;
+    let running = start(&env);
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+
+    for namespace in ["t1", "victim"] {
+        let (state, message) = eventually(&format!("no adoption in {namespace}"), T, || async {
+            destination(&t1, "take-over", namespace)
+                .await
+                .filter(|(s, _)| *s != CopyState::Pending)
+        })
+        .await;
+        assert_eq!(state, CopyState::Conflict, "{message}");
+        assert!(message.contains("adopt: true"), "{message}");
+    }
+    let (state, message) = eventually("the patch refused", T, || async {
+        destination(&t1, "keep-forever", "victim").await
+    })
+    .await;
+    assert_eq!(state, CopyState::Error, "{message}");
+    assert!(message.contains("kubesync.io/"), "{message}");
+    assert!(get("victim", "kept").await.is_none());
+
+    // The oracle: an existing namespace without a grant, and one that does not exist.
+    let (other, missing) = eventually("both refused", T, || async {
+        Some((
+            destination(&t1, "probe", "quiet").await?,
+            destination(&t1, "probe", "no-such-namespace").await?,
+        ))
+    })
+    .await;
+    assert_eq!(
+        (other.0, missing.0),
+        (CopyState::Refused, CopyState::Refused)
+    );
+    assert_eq!(
+        other.1.replace("quiet", "X"),
+        missing.1.replace("no-such-namespace", "X")
+    );
+
+    // Report mode, then deleted: the copy made before goes with it.
+    let reported: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
+    eventually("the reported copy", T, || async {
+        reported.get_opt("reported").await.ok()?
+    })
+    .await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: reported, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  mode: Report\n  destinations: [{namespace: victim, name: reported}]\n").await;
+    eventually("reporting", T, || async {
+        verdict_now(&t1, "reported")
+            .await
+            .filter(|r| r == "Reporting")
+    })
+    .await;
+    for name in ["reported", "take-over"] {
+        t1.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    eventually("the copy removed with the declaration", T, || async {
+        reported
+            .get_opt("reported")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the declarations gone", T, || async {
+        (t1.get_opt("take-over").await.ok()?.is_none()
+            && t1.get_opt("reported").await.ok()?.is_none())
+        .then_some(())
+    })
+    .await;
+    // The objects she tried to take over: untouched, still there.
+    let after = [
+        get("t1", "admin-config").await.expect("admin's"),
+        get("victim", "settings").await.expect("victim's"),
+    ];
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(
+            (&a.metadata.uid, &a.metadata.resource_version),
+            (&b.metadata.uid, &b.metadata.resource_version)
+        );
+    }
+    running.stop().await;
+}
+
+/// The reason of an ObjectSync's `Ready` condition now.
+async fn verdict_now(syncs: &Api<ObjectSync>, name: &str) -> Option<String> {
+    let os = syncs.get_opt(name).await.ok()??;
+    os.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason)
 }

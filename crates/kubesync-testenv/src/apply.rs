@@ -37,28 +37,40 @@ impl TestEnv {
     /// manager `kubesync-testenv`), resolving each kind through discovery. Returns the applied
     /// objects.
     pub async fn apply_yaml(&self, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
-        let client = self.client()?;
-        let mut applied = Vec::new();
-        for value in documents(yaml)? {
-            let obj: DynamicObject = serde_json::from_value(value.clone())
-                .map_err(|e| Error::Manifest(format!("not a Kubernetes object: {e}")))?;
-            let types = obj
-                .types
-                .clone()
-                .ok_or_else(|| Error::Manifest("a document lacks apiVersion/kind".into()))?;
-            let gvk = GroupVersionKind::try_from(&types)
-                .map_err(|e| Error::Manifest(format!("bad apiVersion: {e}")))?;
-            let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
-            let name = obj.name_any();
-            let api = dynamic_api(client.clone(), &ar, &caps.scope, obj.namespace().as_deref());
-            applied.push(
-                api.patch(&name, &apply_params(), &Patch::Apply(&value))
-                    .await?,
-            );
-        }
-        Ok(applied)
+        apply_with(self.client()?, yaml).await
     }
 
+    /// [`apply_yaml`](Self::apply_yaml) as the user `user` (see
+    /// [`TestEnvBuilder::user`](crate::TestEnvBuilder::user)): with that user's rights only.
+    pub async fn apply_yaml_as(&self, user: &str, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
+        apply_with(self.client_as(user)?, yaml).await
+    }
+}
+
+/// Applies every document of `yaml` with `client` (see [`TestEnv::apply_yaml`]).
+async fn apply_with(client: kube::Client, yaml: &str) -> Result<Vec<DynamicObject>, Error> {
+    let mut applied = Vec::new();
+    for value in documents(yaml)? {
+        let obj: DynamicObject = serde_json::from_value(value.clone())
+            .map_err(|e| Error::Manifest(format!("not a Kubernetes object: {e}")))?;
+        let types = obj
+            .types
+            .clone()
+            .ok_or_else(|| Error::Manifest("a document lacks apiVersion/kind".into()))?;
+        let gvk = GroupVersionKind::try_from(&types)
+            .map_err(|e| Error::Manifest(format!("bad apiVersion: {e}")))?;
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
+        let name = obj.name_any();
+        let api = dynamic_api(client.clone(), &ar, &caps.scope, obj.namespace().as_deref());
+        applied.push(
+            api.patch(&name, &apply_params(), &Patch::Apply(&value))
+                .await?,
+        );
+    }
+    Ok(applied)
+}
+
+impl TestEnv {
     /// Applies CustomResourceDefinitions from YAML and waits until each is `Established`.
     pub async fn install_crds(&self, yaml: &str) -> Result<(), Error> {
         let applied = self.apply_yaml(yaml).await?;
