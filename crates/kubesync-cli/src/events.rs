@@ -83,9 +83,78 @@ pub fn direct_event(
     }
 }
 
+/// At most this many Events about one object per minute; more are not written (a log line
+/// says how many were dropped). A declaration that flaps, or copies someone keeps editing,
+/// cannot flood the apiserver's Event store.
+pub const EVENTS_PER_MINUTE: u32 = 10;
+
+/// The per-minute Event budget of every object kubesync writes Events about (shared by the
+/// operator's controllers). Memory: one entry per object with an Event in the last minute.
+#[derive(Debug, Default)]
+pub struct EventBudget {
+    windows: std::sync::Mutex<std::collections::HashMap<String, Window>>,
+}
+
+/// One object's current minute: when it began, Events written, Events dropped.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    since: std::time::Instant,
+    written: u32,
+    dropped: u32,
+}
+
+impl EventBudget {
+    /// Whether one more Event about `object` may be written at `now` (counted if so). When a
+    /// new minute begins, the number of Events dropped in the last one is logged.
+    pub fn allow(&self, object: &str, now: std::time::Instant) -> bool {
+        const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        if windows.len() > 1024 {
+            windows.retain(|_, w| now.duration_since(w.since) < MINUTE);
+        }
+        let w = windows.entry(object.to_string()).or_insert(Window {
+            since: now,
+            written: 0,
+            dropped: 0,
+        });
+        if now.duration_since(w.since) >= MINUTE {
+            if w.dropped > 0 {
+                tracing::warn!(
+                    object,
+                    dropped = w.dropped,
+                    "Events over the per-minute cap were not written"
+                );
+            }
+            *w = Window {
+                since: now,
+                written: 0,
+                dropped: 0,
+            };
+        }
+        if w.written < EVENTS_PER_MINUTE {
+            w.written += 1;
+            true
+        } else {
+            w.dropped += 1;
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_about_one_object_are_capped_per_minute() {
+        let budget = EventBudget::default();
+        let t0 = std::time::Instant::now();
+        let allowed = (0..25).filter(|_| budget.allow("t1/flappy", t0)).count();
+        assert_eq!(allowed, EVENTS_PER_MINUTE as usize);
+        assert!(budget.allow("t1/other", t0), "per object");
+        let later = t0 + std::time::Duration::from_secs(61);
+        assert!(budget.allow("t1/flappy", later), "a new minute");
+    }
 
     #[test]
     fn events_about_cluster_scoped_objects_go_to_kube_system() {

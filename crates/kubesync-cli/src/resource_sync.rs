@@ -328,6 +328,8 @@ pub struct ResourceSyncController {
     lags: Lags,
     /// Who publishes the `CopyChanged` Events.
     reporter: kube::runtime::events::Reporter,
+    /// The per-minute cap of Events about each ResourceSync.
+    budget: Arc<events::EventBudget>,
 }
 
 /// The annotation domain of a spec (default `kubesync.io`).
@@ -364,6 +366,7 @@ impl ResourceSyncController {
             status_refresh,
             lags,
             reporter: events::reporter(),
+            budget: Arc::default(),
         }
     }
 
@@ -786,10 +789,16 @@ impl ResourceSyncController {
         let reporter = self.reporter.clone();
         let regarding = rs.object_ref(&());
         let (api_version, kind) = (ar.api_version.clone(), ar.kind.clone());
+        let (budget, budget_key) = (
+            self.budget.clone(),
+            format!("ResourceSync/{}", rs.name_any()),
+        );
         Observer::new(move |d: &LocalDrift| {
             let object = d.local.to_string();
             let record = LocalDriftRecord::of(object.clone(), &d.drift, status::now());
-            if !drifts.lock().record(record, Instant::now()) {
+            if !drifts.lock().record(record, Instant::now())
+                || !budget.allow(&budget_key, Instant::now())
+            {
                 return;
             }
             let event = kube::runtime::events::Event {

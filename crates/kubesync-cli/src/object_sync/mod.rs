@@ -155,6 +155,8 @@ pub struct ObjectSyncController {
     reporter: kube::runtime::events::Reporter,
     /// The propagation lags of the copies written.
     lags: Lags,
+    /// The per-minute cap of Events about each ObjectSync.
+    budget: events::EventBudget,
 }
 
 impl ObjectSyncController {
@@ -180,6 +182,7 @@ impl ObjectSyncController {
             recorder,
             reporter,
             lags,
+            budget: events::EventBudget::default(),
         }
     }
 
@@ -677,6 +680,9 @@ impl ObjectSyncController {
                 secondary: None,
             };
             let reference = os.object_ref(&());
+            if !self.budget.allow(&event_key(os), Instant::now()) {
+                continue;
+            }
             let published = if reference.namespace.is_some() {
                 self.recorder.publish(&event, &reference).await
             } else {
@@ -690,6 +696,9 @@ impl ObjectSyncController {
         // would fold a second change of the same copy into the first one's series, and keep
         // the first note).
         for (note, copy) in drifts {
+            if !self.budget.allow(&event_key(os), Instant::now()) {
+                break;
+            }
             let event = kube::runtime::events::Event {
                 type_: kube::runtime::events::EventType::Warning,
                 reason: "CopyChanged".into(),
@@ -842,6 +851,16 @@ impl ObjectSyncController {
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
     }
+}
+
+/// The key of an ObjectSync's (or ClusterObjectSync's) Event budget.
+fn event_key<K: SyncObject>(os: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        os.namespace().unwrap_or_default(),
+        os.name_any()
+    )
 }
 
 /// Through which RemoteCluster a copy is written: `None` in this cluster.
