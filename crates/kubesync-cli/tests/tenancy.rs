@@ -585,6 +585,7 @@ async fn adoption_needs_consent_consent_ends_with_the_declaration_and_no_oracle(
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: take-over, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  onConflict: adopt\n  destinations: [{namespace: t1, name: admin-config}, {namespace: victim}]\n").await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: keep-forever, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim, name: kept, patches: [{merge: {metadata: {annotations: {kubesync.io/orphan-on-delete: \"true\"}}}}]}]\n").await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: reported, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim, name: reported}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: withdrawn, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim, name: withdrawn}]\n").await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: probe, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: quiet}, {namespace: no-such-namespace}]\n").await;
     let running = start(&env);
     let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
@@ -624,26 +625,27 @@ async fn adoption_needs_consent_consent_ends_with_the_declaration_and_no_oracle(
         missing.1.replace("no-such-namespace", "X")
     );
 
-    // Report mode, then deleted: the copy made before goes with it.
-    let reported: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
-    eventually("the reported copy", T, || async {
-        reported.get_opt("reported").await.ok()?
-    })
-    .await;
-    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: reported, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  mode: Report\n  destinations: [{namespace: victim, name: reported}]\n").await;
-    eventually("reporting", T, || async {
-        verdict_now(&t1, "reported")
-            .await
-            .filter(|r| r == "Reporting")
-    })
-    .await;
+    // Report mode, then deleted: the copy made before goes with it. And in Report mode, a
+    // grant withdrawn removes the copies it admitted.
+    let victim_cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
+    for name in ["reported", "withdrawn"] {
+        eventually(&format!("the copy {name}"), T, || async {
+            victim_cms.get_opt(name).await.ok()?
+        })
+        .await;
+        apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, name: settings}}\n  mode: Report\n  destinations: [{{namespace: victim, name: {name}}}]\n")).await;
+        eventually(&format!("{name} reporting"), T, || async {
+            verdict_now(&t1, name).await.filter(|r| r == "Reporting")
+        })
+        .await;
+    }
     for name in ["reported", "take-over"] {
         t1.delete(name, &DeleteParams::default())
             .await
             .expect("delete");
     }
     eventually("the copy removed with the declaration", T, || async {
-        reported
+        victim_cms
             .get_opt("reported")
             .await
             .ok()?
@@ -656,6 +658,31 @@ async fn adoption_needs_consent_consent_ends_with_the_declaration_and_no_oracle(
             && t1.get_opt("reported").await.ok()?.is_none())
         .then_some(())
     })
+    .await;
+    assert!(
+        victim_cms
+            .get_opt("withdrawn")
+            .await
+            .expect("get")
+            .is_some(),
+        "consent still holds"
+    );
+    Api::<SyncGrant>::namespaced(env.client().expect("client"), "victim")
+        .delete("configmaps-from-t1", &DeleteParams::default())
+        .await
+        .expect("withdraw");
+    eventually(
+        "the copy removed with its consent, in Report mode",
+        T,
+        || async {
+            victim_cms
+                .get_opt("withdrawn")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     // The objects she tried to take over: untouched, still there.
     let after = [

@@ -531,7 +531,22 @@ impl FanOut {
                 .iter()
                 .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
                 .collect();
-            let mut statuses = plan::reported(plan.writes, plan.deletes);
+            // Consent withdrawn ends the copies it admitted, also in Report mode.
+            let deletes = match &spec.consent {
+                Some(consent) => {
+                    let (withdrawn, others) =
+                        plan::withdrawn(consent, &self.local, &stores, &owned, plan.deletes);
+                    if !withdrawn.is_empty() {
+                        let (done, deleted, _) =
+                            self.execute(ctx, decl, Vec::new(), withdrawn).await;
+                        report.destinations.extend(done);
+                        report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+                    }
+                    others
+                }
+                None => plan.deletes,
+            };
+            let mut statuses = plan::reported(plan.writes, deletes);
             for (st, since) in statuses.iter_mut().zip(since) {
                 st.behind_since = since;
             }

@@ -333,6 +333,24 @@ pub fn consented<S: Stores>(
             .any(|grant| (consent.admits)(grant, source, at))
 }
 
+/// The deletes of copies whose consent no longer holds (their namespace's owners withdrew
+/// it), apart from the others: (withdrawn, others). A copy stands for its source here (same
+/// kind, and as written). In [`Mode::Report`](super::spec::Mode::Report) the first are still
+/// carried out: consent ends when it is withdrawn, whatever mode the declaration is in.
+pub fn withdrawn<S: Stores>(
+    consent: &Consent,
+    local: &str,
+    stores: &S,
+    owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    deletes: Vec<Delete>,
+) -> (Vec<Delete>, Vec<Delete>) {
+    deletes.into_iter().partition(|d| {
+        owned
+            .get(&d.at)
+            .is_some_and(|copy| !consented(consent, local, stores, copy, &d.at))
+    })
+}
+
 /// Whether the owners of `at`'s namespace consent to kubesync adopting the object there as
 /// the copy of `source` (no namespace is exempt).
 pub fn adoption_consented<S: Stores>(
@@ -1342,5 +1360,45 @@ mod tests {
             .consents
             .insert(("local".into(), "src".into()), vec![adopt]);
         assert_eq!(written(&run.plan()), [(at_own, Decision::Adopt)]);
+    }
+
+    #[test]
+    fn withdrawn_consent_is_told_apart_from_other_deletes() {
+        let mut stores = Fake::default().with_namespaces(
+            "local",
+            &[
+                ("src", json!({})),
+                ("granted", json!({})),
+                ("silent", json!({})),
+            ],
+        );
+        stores
+            .consents
+            .insert(("local".into(), "granted".into()), vec![grant("ca")]);
+        let mut decl = declaration(vec![]);
+        decl.spec.consent = Some(grant_consent());
+        let run = Run::new(decl, stores)
+            .owning(at("local", "granted"), "c-g")
+            .owning(at("local", "silent"), "c-s");
+        // No destination wants them any more: both are deleted; only one lost its consent.
+        let plan = run.plan();
+        assert_eq!(plan.deletes.len(), 2);
+        let consent = run.decl.spec.consent.as_ref().expect("consent");
+        let (withdrawn, others) =
+            withdrawn(consent, "local", &run.stores, &run.owned, plan.deletes);
+        assert_eq!(
+            withdrawn
+                .iter()
+                .map(|d| d.at.namespace.as_str())
+                .collect::<Vec<_>>(),
+            ["silent"]
+        );
+        assert_eq!(
+            others
+                .iter()
+                .map(|d| d.at.namespace.as_str())
+                .collect::<Vec<_>>(),
+            ["granted"]
+        );
     }
 }
