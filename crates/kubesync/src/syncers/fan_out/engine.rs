@@ -305,7 +305,7 @@ impl FanOut {
                 WatchKey::of(cluster, ct),
                 EventOf::Cluster,
                 key,
-                || Watch::dynamic(ct.clone()),
+                || Watch::dynamic(ct.clone()).transform(compact_consent),
             )?);
         }
         Ok(Watches {
@@ -1050,6 +1050,18 @@ pub fn is_uid_precondition_failure(e: &Error) -> bool {
                 .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")))
 }
 
+/// A consent object as the engine holds it: its name, namespace, labels (kubesync's mark
+/// among them) and `spec`; no annotations, no managedFields, nothing else. What a consent
+/// says is in its spec; the rest would only cost memory (a tenant may fill annotations up to
+/// 256 KiB per object).
+fn compact_consent(obj: &mut DynamicObject) {
+    obj.metadata.annotations = None;
+    obj.metadata.managed_fields = None;
+    if let Some(fields) = obj.data.as_object_mut() {
+        fields.retain(|k, _| k == "spec");
+    }
+}
+
 fn api_message(e: &Error) -> String {
     match e {
         Error::Kube(kube::Error::Api(s)) => {
@@ -1257,5 +1269,27 @@ mod tests {
         assert_eq!(st.state, DestinationState::Error);
         assert!(st.message.contains("looked at again"), "{}", st.message);
         assert_eq!(seen, POST_THEN_GET);
+    }
+
+    #[test]
+    fn consent_objects_are_held_without_what_they_do_not_say() {
+        let mut grant: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "victim", "labels": {"a": "b"},
+                "annotations": {"padding": "x".repeat(100_000)},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"from": [{"namespace": "t1"}]},
+            "status": {"junk": "y".repeat(10_000)}
+        }))
+        .expect("grant");
+        compact_consent(&mut grant);
+        assert_eq!(grant.metadata.annotations, None);
+        assert_eq!(grant.metadata.managed_fields, None);
+        assert_eq!(grant.labels().get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            grant.data,
+            serde_json::json!({"spec": {"from": [{"namespace": "t1"}]}})
+        );
+        assert!(serde_json::to_string(&grant).expect("json").len() < 300);
     }
 }
