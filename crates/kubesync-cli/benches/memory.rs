@@ -38,6 +38,13 @@
 //! `scripts/image.sh` sets (read from that script), which make glibc return freed memory to
 //! the system instead of keeping it (mmap and trim thresholds of 128 KiB).
 //!
+//! Scenario 3, a tenant's attacks on memory: kubesync (trusting only `kubesync-system`) runs
+//! with one small ObjectSync in the tenant namespace `t1`; then (a) 10 SyncGrants in 10
+//! namespaces, each at the schema's limits (100 `from` and 100 `kinds` entries) and padded
+//! with 250 KiB of annotations, and (b) one ConfigMap of 900 KiB copied 100 times inside `t1`.
+//! RSS is read after [`SETTLE`] before and after each (goal of issue 26: each adds less than
+//! 16 MiB). `KUBESYNC_BENCH_TENANT=0` leaves it out.
+//!
 //! `KUBESYNC_BENCH_QUICK=1` runs a smaller version: 0 and 400 unrelated Secrets, one round,
 //! 10 ObjectSyncs × 100 namespaces. The processes' logs are kept in a temporary directory
 //! whose path is printed.
@@ -134,6 +141,9 @@ async fn main() -> anyhow::Result<()> {
     unrelated_objects(&size, &logs).await?;
     if synced {
         synced_objects(&size, &logs).await?;
+    }
+    if std::env::var("KUBESYNC_BENCH_TENANT").as_deref() != Ok("0") {
+        tenant_attacks(&logs).await?;
     }
     println!(
         "\nmemory benchmarks done in {:.0} s",
@@ -901,4 +911,118 @@ where
     );
     tokio::spawn(stream.for_each(|_| std::future::ready(())));
     reader
+}
+
+/// Scenario 3: the RSS a tenant's grants and copy amplification add to kubesync.
+async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
+    let env = TestEnv::builder().name("bench-tenant").start().await?;
+    env.install_crds(&kubesync_cli::crd::crds_yaml()?).await?;
+    let client = env.client()?;
+    let grantors: Vec<String> = (0..10).map(|i| format!("g{i}")).collect();
+    let mut namespaces = vec!["kubesync-system".to_string(), "t1".to_string()];
+    namespaces.extend(grantors.iter().cloned());
+    create_namespaces(&client, &namespaces, false).await?;
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: small, namespace: t1}\ndata: {a: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: small, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: small}\n  destinations: [{namespace: t1, name: small-copy}]\n").await?;
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(logs.join("tenant.log"))?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubesync"));
+    command
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path()?)
+        .args(["--telemetry-address", "none"])
+        .args(["--trusted-namespace", "kubesync-system"])
+        .env("RUST_LOG", "warn")
+        .env_remove("GLIBC_TUNABLES");
+    if let Some(tunables) = image_malloc_tunables() {
+        command.env("GLIBC_TUNABLES", tunables);
+    }
+    let process = Running(
+        command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?,
+    );
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), "t1");
+    let until = |what: &'static str, done: Box<dyn Fn(usize) -> bool>, label: Option<String>| {
+        let cms = cms.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                let lp = label
+                    .as_deref()
+                    .map_or_else(ListParams::default, |l| ListParams::default().labels(l));
+                let n = cms.list_metadata(&lp).await?.items.len();
+                if done(n) {
+                    return anyhow::Ok(());
+                }
+                anyhow::ensure!(Instant::now() < deadline, "{what}: {n} after 300 s");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    until("the small copy", Box::new(|n| n >= 2), None).await?;
+    tokio::time::sleep(SETTLE).await;
+    let (base, _) = process.memory()?;
+    // (a) Ten grants at the schema's limits, padded to the annotation limit.
+    let padding = "x".repeat(250 * 1024);
+    for g in &grantors {
+        let from: Vec<String> = (0..100)
+            .map(|i| format!("{{namespace: \"t{i}-{}\"}}", "n".repeat(50)))
+            .collect();
+        let kinds: Vec<String> = (0..100)
+            .map(|i| format!("{{group: \"g{i}.{}\", kind: Kind{i}}}", "d".repeat(200)))
+            .collect();
+        env.apply_yaml(&format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {{name: huge, namespace: {g}, annotations: {{padding: {padding}}}}}\nspec:\n  from: [{}]\n  kinds: [{}]\n",
+            from.join(", "),
+            kinds.join(", ")
+        ))
+        .await?;
+    }
+    tokio::time::sleep(SETTLE * 2).await;
+    let (grants, _) = process.memory()?;
+    // (b) A 900 KiB ConfigMap copied 100 times inside t1.
+    env.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: t1}}\ndata: {{blob: {}}}\n",
+        "b".repeat(900 * 1024)
+    ))
+    .await?;
+    let destinations: Vec<String> = (0..100)
+        .map(|i| format!("{{namespace: t1, name: big-{i}}}"))
+        .collect();
+    env.apply_yaml(&format!(
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: amplify, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, name: big}}\n  destinations: [{}]\n",
+        destinations.join(", ")
+    ))
+    .await?;
+    until(
+        "100 copies of the big ConfigMap",
+        Box::new(|n| n >= 101),
+        Some(MANAGED_BY.to_string()),
+    )
+    .await?;
+    tokio::time::sleep(SETTLE).await;
+    let (amplified, peak) = process.memory()?;
+    process.stop().await;
+    println!("\nscenario 3, a tenant's attacks on memory (goal: each adds < 16 MiB)");
+    println!(
+        "  kubesync RSS with one small ObjectSync      {:>7.1} MiB",
+        base / MIB
+    );
+    println!(
+        "  + 10 SyncGrants at the limits, 250 KiB padded {:>7.1} MiB ({:+.1} MiB)",
+        grants / MIB,
+        (grants - base) / MIB
+    );
+    println!(
+        "  + a 900 KiB ConfigMap copied 100 times      {:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB)",
+        amplified / MIB,
+        (amplified - grants) / MIB,
+        peak / MIB
+    );
+    Ok(())
 }
