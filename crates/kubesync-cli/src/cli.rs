@@ -94,6 +94,10 @@ struct RunArgs {
     /// kind needs a SyncGrant that names it.
     #[arg(long = "grantable-resource")]
     grantable_resources: Vec<String>,
+    /// ObjectSync: at most this many copies per ObjectSync outside the trusted namespaces;
+    /// one that would make more writes nothing and says so.
+    #[arg(long = "max-copies-per-declaration", default_value_t = crate::object_sync::policy::DEFAULT_MAX_COPIES)]
+    max_copies: usize,
     /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
     /// `/readyz` (readiness); `none` turns them off.
     #[arg(
@@ -140,6 +144,7 @@ pub async fn main() -> ExitCode {
                 mut trusted_namespaces,
                 privileged_resources,
                 grantable_resources,
+                max_copies,
                 telemetry_address,
                 leader_elect,
                 leader_election_namespace,
@@ -159,6 +164,7 @@ pub async fn main() -> ExitCode {
                 trusted_namespaces,
                 privileged_resources,
                 grantable_resources,
+                max_copies,
             };
             let telemetry = match telemetry_address.as_str() {
                 "none" | "" => None,

@@ -510,12 +510,29 @@ async fn only_an_allow_list_of_kinds_goes_without_a_grant_that_names_it() {
                 trusted_namespaces: vec!["kubesync-system".into()],
                 grantable_resources: vec!["Event".into()],
                 privileged_resources: vec!["Event.events.k8s.io".into()],
+                max_copies: 3,
                 ..Default::default()
             },
             ..Default::default()
         },
     );
+    // Bounded work: an ObjectSync that would make more copies than allowed makes none.
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: amplify, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: c1}, {namespace: t1, name: c2}, {namespace: t1, name: c3}, {namespace: t1, name: c4}]\n").await;
     let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let synced = eventually("amplify capped", T, || async {
+        let os = t1.get_opt("amplify").await.ok()??;
+        os.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Synced")
+    })
+    .await;
+    assert_eq!(synced.status, "False");
+    assert!(
+        synced.message.contains("would make 4 copies; at most 3"),
+        "{}",
+        synced.message
+    );
     // The allow-list still lets ConfigMaps through, into her namespace and under the grant.
     let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t1");
     let victim_cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "victim");
@@ -538,6 +555,12 @@ async fn only_an_allow_list_of_kinds_goes_without_a_grant_that_names_it() {
         assert!(
             message.contains(says) && message.contains("kinds: [{group:"),
             "{name}: {message}"
+        );
+    }
+    for name in ["c1", "c2", "c3", "c4"] {
+        assert!(
+            cms.get_opt(name).await.expect("get").is_none(),
+            "no copy {name}"
         );
     }
     let deployments = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(

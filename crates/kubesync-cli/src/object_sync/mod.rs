@@ -316,6 +316,10 @@ impl ObjectSyncController {
         Consent {
             resource: ApiResource::erase::<SyncGrant>(&()),
             exempt: vec![namespace.to_string()],
+            max_copies: match self.policy.max_copies {
+                0 => policy::DEFAULT_MAX_COPIES,
+                n => n,
+            },
             exempts,
             admits,
             adopts,

@@ -48,7 +48,12 @@ pub struct ObjectSyncPolicy {
     /// Kinds, besides ConfigMaps and Secrets, that untrusted ObjectSyncs may copy into their
     /// own namespace and under grants that name no kinds (`Kind` or `Kind.group`).
     pub grantable_resources: Vec<String>,
+    /// At most this many copies per untrusted ObjectSync (0: [`DEFAULT_MAX_COPIES`]).
+    pub max_copies: usize,
 }
+
+/// Copies per untrusted ObjectSync unless `--max-copies-per-declaration` says otherwise.
+pub const DEFAULT_MAX_COPIES: usize = 1000;
 
 /// The API group of kubesync's own kinds: never copied by an untrusted declaration.
 pub const KUBESYNC_GROUP: &str = "kubesync.io";

@@ -151,6 +151,22 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     // Destinations that stay as they are: not written, and their copies not deleted.
     let mut kept = BTreeSet::new();
     let targets = targets(snapshot, &sources, &mut plan.statuses, &mut kept);
+    if let Some(consent) = &spec.consent
+        && targets.len() > consent.max_copies
+    {
+        // Bounded work per declaration: nothing is written or deleted, and one status says why.
+        plan.statuses = vec![DestinationStatus::new(
+            &DestinationRef::new(snapshot.local, "", ""),
+            DestinationState::Error,
+            format!(
+                "this declaration would make {} copies; at most {} are allowed for a declaration outside the trusted namespaces (nothing is written or deleted until it asks for fewer)",
+                targets.len(),
+                consent.max_copies
+            ),
+            "",
+        )];
+        return plan;
+    }
     for (at, (source, dest)) in &targets {
         let source_name = name_of(source);
         let source_rv = source.metadata.resource_version.clone().unwrap_or_default();
@@ -1172,6 +1188,7 @@ mod tests {
                 "SyncGrant",
             )),
             exempt: vec!["src".into()],
+            max_copies: 1000,
             exempts: Arc::new(|source: &DynamicObject| {
                 source.labels().get("exempt").is_none_or(|v| v != "no")
             }),
@@ -1399,6 +1416,46 @@ mod tests {
                 .map(|d| d.at.namespace.as_str())
                 .collect::<Vec<_>>(),
             ["granted"]
+        );
+    }
+
+    #[test]
+    fn a_declaration_that_needs_consent_makes_at_most_max_copies() {
+        let mut stores = Fake::default().with_namespaces(
+            "local",
+            &[
+                ("src", json!({})),
+                ("a", json!({})),
+                ("b", json!({})),
+                ("c", json!({})),
+            ],
+        );
+        for ns in ["a", "b", "c"] {
+            stores
+                .consents
+                .insert(("local".into(), ns.into()), vec![grant("ca")]);
+        }
+        let mut decl = declaration(vec![destination(None, "*")]);
+        decl.spec.consent = Some(Consent {
+            max_copies: 2,
+            ..grant_consent()
+        });
+        let plan = Run::new(decl, stores)
+            .owning(at("local", "a"), "c-a")
+            .plan();
+        assert!(
+            plan.writes.is_empty() && plan.deletes.is_empty(),
+            "{:?}",
+            written(&plan)
+        );
+        assert_eq!(plan.statuses.len(), 1);
+        assert_eq!(plan.statuses[0].state, DestinationState::Error);
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("would make 3 copies; at most 2"),
+            "{}",
+            plan.statuses[0].message
         );
     }
 }

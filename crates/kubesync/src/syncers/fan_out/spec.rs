@@ -248,7 +248,8 @@ pub type Exempts = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
 /// type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits) the copy.
 /// Adopting an object the declaration did not create needs a consent object that
 /// [`adopts`](Consent::adopts) it, in every namespace (the exempt ones too); else that
-/// destination is a `Conflict` and nothing is written. The engine watches `resource` in every destination cluster: a consent that
+/// destination is a `Conflict` and nothing is written. A declaration that needs consent makes
+/// at most [`max_copies`](Consent::max_copies) copies. The engine watches `resource` in every destination cluster: a consent that
 /// appears brings the copy, one withdrawn removes it.
 ///
 /// A namespace a destination names explicitly and no consent admits is reported
@@ -268,6 +269,9 @@ pub struct Consent {
     /// Whether a consent object admits adopting the object at a destination (the source, and
     /// the destination).
     pub adopts: Admits,
+    /// At most this many copies per declaration: one that would make more writes and deletes
+    /// nothing, and says so in one `Error` status (its existing copies stay as they are).
+    pub max_copies: usize,
     /// Why a destination is refused, and what would admit it.
     pub refusal: Refusal,
 }
