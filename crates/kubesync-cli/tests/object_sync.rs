@@ -545,7 +545,7 @@ async fn cleanup_never_touches_a_foreign_object_at_a_destination() {
 }
 
 /// No Secret data reaches an ObjectSync's status or its Events, also where a copy fails: a
-/// copy the apiserver rejects (422: the data filter renames a key to an invalid one, so the
+/// copy the apiserver rejects (422: a patch adds a data key the API refuses, so the
 /// message is the API's own text) and a destination taken by someone else's Secret (a
 /// Conflict). Neither the value nor its base64 form may appear anywhere kubesync reports.
 #[tokio::test]
@@ -557,7 +557,7 @@ async fn no_secret_data_in_status_or_events_on_error_paths() {
     env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: apps}}\ntype: Opaque\nstringData: {{password: {VALUE}}}\n")).await.expect("source");
     env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: team-c}}\ntype: Opaque\nstringData: {{password: {VALUE}}}\n")).await.expect("theirs");
     let operator = start(&env, ObjectSyncPolicy::default());
-    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: db, namespace: apps}\nspec:\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: team-a}, {namespace: team-c}]\n  data: {rename: {password: \"not a valid key!\"}}\n").await.expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: db, namespace: apps}\nspec:\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: team-a, patches: [{merge: {data: {\"not a valid key!\": eA==}}}]}, {namespace: team-c}]\n").await.expect("objectsync");
     let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "apps");
     let os = eventually("an error and a conflict reported", T, || async {
         syncs.get("db").await.ok().filter(|o| {
