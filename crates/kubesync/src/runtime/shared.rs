@@ -42,7 +42,8 @@ pub(super) struct WatchState {
     pub(super) cluster: String,
     pub(super) listed: bool,
     pub(super) error: Option<String>,
-    /// Keys to queue when the first list completes ([`Context::when_listed`]).
+    /// Keys to queue when a list completes: the first, or the next after a failure
+    /// ([`Context::when_listed`]).
     ///
     /// [`Context::when_listed`]: super::Context::when_listed
     pub(super) waiters: Vec<ObjectKey>,

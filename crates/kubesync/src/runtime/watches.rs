@@ -123,13 +123,14 @@ impl Context {
             .is_some_and(|w| w.listed)
     }
 
-    /// Queues `key` once the watch has completed its first list: at once if it has, else when
-    /// it does. For a reconcile that found a watch not listed yet and must look again when it
-    /// is, also when none of the listed objects maps to that key (no event would wake it).
+    /// Queues `key` once the watch has completed a list and has no error: at once if so, else
+    /// when its next list completes. For a reconcile that found a watch not listed yet, or
+    /// failing, and must look again when it lists (again), also when none of the listed
+    /// objects maps to that key (no event would wake it).
     pub fn when_listed(&self, id: WatchId, key: ObjectKey) {
         let mut states = write(&self.shared.watches);
         match states.get_mut(&id.0) {
-            Some(w) if !w.listed => w.waiters.push(key),
+            Some(w) if !w.listed || w.error.is_some() => w.waiters.push(key),
             // Listed, or stopped (nothing to wait for): look again now.
             _ => {
                 drop(states);

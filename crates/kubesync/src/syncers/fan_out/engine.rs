@@ -425,14 +425,21 @@ impl FanOut {
                     ctx.when_listed(*id, decl.key.clone());
                 }
             }
-            // Health is judged from this declaration's own watches, not the whole cluster's.
-            if let Some(e) = ids.iter().chain([&others]).find_map(|id| {
-                let e = ctx.watch_error(*id)?;
-                Some(match source {
-                    Some(s) if s == *id => format!("reading the source: {e}"),
-                    _ => e,
-                })
-            }) {
+            // Health is judged from this declaration's own watches, not the whole cluster's. A
+            // failing watch wakes the declaration when it lists again: what was put off while
+            // the cluster could not be checked (deletes there) is then decided, even if no
+            // object of it changes.
+            let mut first_error = None;
+            for id in ids.iter().chain([&others]) {
+                if let Some(e) = ctx.watch_error(*id) {
+                    ctx.when_listed(*id, decl.key.clone());
+                    first_error.get_or_insert(match source {
+                        Some(s) if s == *id => format!("reading the source: {e}"),
+                        _ => e,
+                    });
+                }
+            }
+            if let Some(e) = first_error {
                 watch_errors.push((c.clone(), e));
             }
         }
