@@ -1000,17 +1000,6 @@ fn is_name_char(c: char) -> bool {
     c != '/' && c != '%'
 }
 
-/// Whether `name` is a namespace name (a DNS label: at most 63 lowercase letters, digits and
-/// `-`, starting and ending with a letter or digit).
-fn is_namespace_name(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| alnum(c) || c == '-')
-        && name.starts_with(alnum)
-        && name.ends_with(alnum)
-}
-
 /// What [`check_spec`] found valid, parsed: the source selection (`None`: one object by
 /// name), and per destination its namespace selector and patches.
 struct Checked {
@@ -1088,7 +1077,7 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         let at = |field: &str| format!("spec.destinations[{i}]{field}");
         check_copy_names(d, selection.is_some()).map_err(|m| invalid(at(""), m))?;
         let namespace = d.namespace.as_deref().unwrap_or_default();
-        if !(namespace.is_empty() || namespace == "*" || is_namespace_name(namespace)) {
+        if !(namespace.is_empty() || namespace == "*" || validate::is_dns_label(namespace)) {
             return Err(invalid(
                 at(".namespace"),
                 format!(

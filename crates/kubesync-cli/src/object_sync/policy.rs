@@ -183,13 +183,8 @@ impl ObjectSyncPolicy {
         let (group, kind) = (resource.group.as_str(), resource.kind.as_str());
         let grantable = DEFAULT_GRANTABLE
             .iter()
-            .chain(
-                self.grantable_resources
-                    .iter()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .iter(),
-            )
+            .copied()
+            .chain(self.grantable_resources.iter().map(String::as_str))
             .any(|entry| names_kind(entry, group, kind));
         let token = canonical(group, kind) == ("", "Secret")
             && source.data.get("type").and_then(|t| t.as_str())
@@ -211,15 +206,7 @@ impl ObjectSyncPolicy {
         resource: &ApiResource,
         source: &DynamicObject,
     ) -> bool {
-        self.read_grant(grant).is_some_and(|spec| {
-            grant_admits(
-                &spec,
-                namespace,
-                via,
-                resource,
-                self.must_be_named(resource, source),
-            )
-        })
+        self.judge(grant, namespace, via, resource, source, grant_admits)
     }
 
     /// Whether a SyncGrant object admits adopting the object at a destination.
@@ -231,8 +218,21 @@ impl ObjectSyncPolicy {
         resource: &ApiResource,
         source: &DynamicObject,
     ) -> bool {
+        self.judge(grant, namespace, via, resource, source, grant_adopts)
+    }
+
+    /// A SyncGrant object judged by `rule` ([`grant_admits`] or [`grant_adopts`]).
+    fn judge(
+        &self,
+        grant: &DynamicObject,
+        namespace: &str,
+        via: Option<&str>,
+        resource: &ApiResource,
+        source: &DynamicObject,
+        rule: fn(&SyncGrantSpec, &str, Option<&str>, &ApiResource, bool) -> bool,
+    ) -> bool {
         self.read_grant(grant).is_some_and(|spec| {
-            grant_adopts(
+            rule(
                 &spec,
                 namespace,
                 via,
