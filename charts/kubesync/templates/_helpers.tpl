@@ -63,13 +63,25 @@ kind. Fails on entries it cannot turn into both a flag and an RBAC rule.
 {{- end }}
 
 {{/*
-The port of telemetryAddress (host:port), which the container port, the probes and the
-metrics Service use.
+The port of telemetryAddress (host:port), which the container port `probes` and the probes
+use.
 */}}
 {{- define "kubesync.telemetryPort" -}}
 {{- $address := .Values.telemetryAddress | toString -}}
 {{- if not (regexMatch "^.+:[0-9]+$" $address) -}}
-{{- fail (printf "telemetryAddress %q is not host:port (the probes and metrics need it, so `none` is not supported by this chart)" $address) -}}
+{{- fail (printf "telemetryAddress %q is not host:port (the probes need it, so `none` is not supported by this chart)" $address) -}}
+{{- end -}}
+{{- regexFind "[0-9]+$" $address -}}
+{{- end }}
+
+{{/*
+The port of metrics.address (host:port), which the container port `metrics` and the metrics
+Service use.
+*/}}
+{{- define "kubesync.metricsPort" -}}
+{{- $address := .Values.metrics.address | toString -}}
+{{- if not (regexMatch "^.+:[0-9]+$" $address) -}}
+{{- fail (printf "metrics.address %q is not host:port (`none` is not supported by this chart)" $address) -}}
 {{- end -}}
 {{- regexFind "[0-9]+$" $address -}}
 {{- end }}
@@ -83,6 +95,12 @@ Checks of values that would give a broken install.
 {{- end -}}
 {{- if not (has (toString .Values.logFormat) (list "json" "text")) -}}
 {{- fail (printf "logFormat %q is neither json nor text" (toString .Values.logFormat)) -}}
+{{- end -}}
+{{- if eq (include "kubesync.telemetryPort" .) (include "kubesync.metricsPort" .) -}}
+{{- fail (printf "metrics.address %q and telemetryAddress %q share a port: the pod's ports need one each" (toString .Values.metrics.address) (toString .Values.telemetryAddress)) -}}
+{{- end -}}
+{{- if and .Values.metrics.insecure .Values.metrics.certSecret -}}
+{{- fail "metrics.certSecret is for HTTPS; metrics.insecure serves plain HTTP: set one of them" -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the Service kubesync-metrics" -}}

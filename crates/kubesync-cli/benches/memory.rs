@@ -538,7 +538,7 @@ impl Setup {
                 c.arg("run")
                     .arg("--kubeconfig")
                     .arg(&self.kubeconfig)
-                    .args(["--telemetry-address", "none"])
+                    .args(["--telemetry-address", "none", "--metrics-address", "none"])
                     .args(["--trusted-namespace", SOURCE_NS])
                     .env(
                         "RUST_LOG",
@@ -932,7 +932,7 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
         .arg("run")
         .arg("--kubeconfig")
         .arg(env.kubeconfig_path()?)
-        .args(["--telemetry-address", "none"])
+        .args(["--telemetry-address", "none", "--metrics-address", "none"])
         .args(["--trusted-namespace", "kubesync-system"])
         .env("RUST_LOG", "warn")
         .env_remove("GLIBC_TUNABLES");

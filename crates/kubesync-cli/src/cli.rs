@@ -98,14 +98,27 @@ struct RunArgs {
     /// one that would make more writes nothing and says so.
     #[arg(long = "max-copies-per-declaration", default_value_t = crate::object_sync::policy::DEFAULT_MAX_COPIES)]
     max_copies: usize,
-    /// Address of the HTTP endpoints `/metrics` (Prometheus), `/healthz` (liveness) and
-    /// `/readyz` (readiness); `none` turns them off.
+    /// Address of the probes `/healthz` (liveness) and `/readyz` (readiness), plain HTTP;
+    /// `none` turns them off.
     #[arg(
         long,
         default_value = "0.0.0.0:8080",
         env = "KUBESYNC_TELEMETRY_ADDRESS"
     )]
     telemetry_address: String,
+    /// Address of `/metrics` (Prometheus), served over HTTPS to bearer tokens the apiserver
+    /// allows to `get` `/metrics` (ClusterRole `kubesync-metrics-reader`); `none` turns it off.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "KUBESYNC_METRICS_ADDRESS")]
+    metrics_address: String,
+    /// Serve `/metrics` over plain HTTP without authentication (for loopback and demos); it
+    /// may then share `--telemetry-address`.
+    #[arg(long, env = "KUBESYNC_METRICS_INSECURE")]
+    metrics_insecure: bool,
+    /// Directory of the metrics certificate (`tls.crt`, `tls.key`, e.g. a mounted
+    /// `kubernetes.io/tls` Secret), read again when it changes; without it a self-signed
+    /// certificate is made at start.
+    #[arg(long, env = "KUBESYNC_METRICS_CERT_DIR")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Run as one of several replicas: only the holder of a Lease works, the others wait
     /// to take over.
     #[arg(long)]
@@ -146,6 +159,9 @@ pub async fn main() -> ExitCode {
                 grantable_resources,
                 max_copies,
                 telemetry_address,
+                metrics_address,
+                metrics_insecure,
+                metrics_cert_dir,
                 leader_elect,
                 leader_election_namespace,
                 leader_election_name,
@@ -166,15 +182,17 @@ pub async fn main() -> ExitCode {
                 grantable_resources,
                 max_copies,
             };
-            let telemetry = match telemetry_address.as_str() {
-                "none" | "" => None,
-                addr => match addr.parse::<std::net::SocketAddr>() {
-                    Ok(a) => Some(a),
-                    Err(e) => {
-                        eprintln!("kubesync: --telemetry-address {addr:?}: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                },
+            let endpoints = match crate::telemetry::Endpoints::from_flags(
+                &telemetry_address,
+                &metrics_address,
+                metrics_insecure,
+                metrics_cert_dir,
+            ) {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("kubesync: {e}");
+                    return ExitCode::FAILURE;
+                }
             };
             let election = leader_elect.then(|| Election {
                 namespace: leader_election_namespace
@@ -186,7 +204,7 @@ pub async fn main() -> ExitCode {
                 kubeconfig,
                 context,
                 policy,
-                telemetry,
+                endpoints,
                 election,
                 list_strategy,
             )
@@ -261,7 +279,7 @@ async fn run(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
     policy: crate::object_sync::ObjectSyncPolicy,
-    telemetry: Option<std::net::SocketAddr>,
+    endpoints: crate::telemetry::Endpoints,
     election: Option<Election>,
     list_strategy: kubesync::cluster::ListStrategy,
 ) -> ExitCode {
@@ -286,20 +304,10 @@ async fn run(
         ..Default::default()
     };
     let operator = crate::operator::Operator::with_options(local, options);
-    let (stop_telemetry, telemetry_stopped) = tokio::sync::oneshot::channel::<()>();
-    if let Some(addr) = telemetry {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => {
-                tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-                tokio::spawn(crate::telemetry::serve(listener, operator.clone(), async {
-                    let _ = telemetry_stopped.await;
-                }));
-            }
-            Err(e) => {
-                eprintln!("kubesync: cannot listen on {addr} (--telemetry-address): {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+    let (stop_telemetry, telemetry_stopped) = tokio::sync::watch::channel(());
+    if let Err(e) = crate::telemetry::start(&endpoints, operator.clone(), telemetry_stopped).await {
+        eprintln!("kubesync: {e}");
+        return ExitCode::FAILURE;
     }
     // SIGTERM / Ctrl-C, observable from several places.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

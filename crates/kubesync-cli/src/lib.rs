@@ -4,6 +4,7 @@
 //! calls [`cli::main`].
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod cli;
 pub mod crd;
 pub mod events;
@@ -15,3 +16,4 @@ pub mod remote;
 pub mod resource_sync;
 pub mod status;
 pub mod telemetry;
+pub mod tls;

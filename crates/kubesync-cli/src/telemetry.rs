@@ -2,18 +2,23 @@
 //!
 //! - `GET /metrics`: Prometheus text format — the runtime's counters, writes, watches, and one
 //!   gauge per ObjectSync and destination state (how many copies are `Synced`, `Pending`,
-//!   `Conflict`, `Error`);
+//!   `Conflict`, `Error`). Served over HTTPS on its own address, to holders of a bearer token
+//!   that the apiserver says may `get` `/metrics` ([`crate::access`]); over plain HTTP without
+//!   authentication only when asked (`--metrics-insecure`: the demo, loopback, tests);
 //! - `GET /healthz` (liveness): 200 while the operator's loop turns; 503 when it has not turned
 //!   for [`STUCK_AFTER`] (it turns on every event and at least every few seconds when idle);
 //! - `GET /readyz` (readiness): 200 once the operator's own watches have listed and none of
-//!   them fails; 503 with the reason otherwise.
+//!   them fails; 503 with the reason otherwise. The probes name no ObjectSync and need no
+//!   authentication.
 //!
 //! Served by `axum` (hyper 1); metrics are encoded by `prometheus-client` from a registry
 //! filled with the operator's state at each scrape. Every response closes its connection
 //! (`Connection: close`), which is all that probes and scrapers need.
 //!
-//! Reads the operator's state; never writes to a cluster.
+//! Reads the operator's state; never writes to a cluster (the access reviews create nothing).
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,6 +26,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::family::Family;
@@ -29,6 +35,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::access::{Access, Verdict};
 use crate::operator::{LOCAL, Operator};
 
 /// `/healthz` fails when the operator's loop has not turned for this long (the default of
@@ -38,13 +45,170 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 /// Content type of `/metrics`: the Prometheus text format, version 0.0.4.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves the endpoints on `listener` until `shutdown` resolves.
+/// Where and how the endpoints are served, as the command line asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    /// `/healthz`, `/livez`, `/readyz` over plain HTTP (`None`: not served).
+    pub probes: Option<SocketAddr>,
+    /// `/metrics`.
+    pub metrics: Metrics,
+}
+
+/// How `/metrics` is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Metrics {
+    /// Not served.
+    Off,
+    /// HTTPS, to holders of a token that may `get` `/metrics`; the certificate from the
+    /// directory (`tls.crt`, `tls.key`) or self-signed.
+    Secure {
+        /// The address.
+        address: SocketAddr,
+        /// The certificate's directory.
+        cert_dir: Option<PathBuf>,
+    },
+    /// Plain HTTP without authentication (asked for with `--metrics-insecure`).
+    Insecure(SocketAddr),
+}
+
+fn address(flag: &str, text: &str) -> Result<Option<SocketAddr>, String> {
+    match text.trim() {
+        "none" | "" => Ok(None),
+        addr => addr
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("{flag} {addr:?}: {e} (host:port, or none)")),
+    }
+}
+
+impl Endpoints {
+    /// The endpoints of `--telemetry-address`, `--metrics-address`, `--metrics-insecure` and
+    /// `--metrics-cert-dir`; an address may be `none`. The probes and insecure metrics may
+    /// share one address (one listener then serves both); secure metrics may not.
+    pub fn from_flags(
+        telemetry: &str,
+        metrics: &str,
+        insecure: bool,
+        cert_dir: Option<PathBuf>,
+    ) -> Result<Self, String> {
+        let probes = address("--telemetry-address", telemetry)?;
+        let metrics = match (address("--metrics-address", metrics)?, insecure) {
+            (None, _) => Metrics::Off,
+            (Some(address), true) => {
+                if cert_dir.is_some() {
+                    return Err(
+                        "--metrics-cert-dir is for HTTPS; --metrics-insecure serves plain HTTP"
+                            .into(),
+                    );
+                }
+                Metrics::Insecure(address)
+            }
+            (Some(address), false) => {
+                if probes == Some(address) {
+                    return Err(format!(
+                        "--metrics-address {address} is also --telemetry-address: HTTPS metrics need an address of their own (or --metrics-insecure)"
+                    ));
+                }
+                Metrics::Secure { address, cert_dir }
+            }
+        };
+        Ok(Self { probes, metrics })
+    }
+}
+
+/// Binds and starts serving `endpoints` for `operator` until `stop` changes or is dropped.
+/// Fails (before serving anything) when an address cannot be bound or the certificate cannot
+/// be read or made.
+pub async fn start(
+    endpoints: &Endpoints,
+    operator: Arc<Operator>,
+    stop: tokio::sync::watch::Receiver<()>,
+) -> Result<(), String> {
+    let until = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.changed().await;
+        }
+    };
+    let bind = |address: SocketAddr, flag: &'static str| async move {
+        TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("cannot listen on {address} ({flag}): {e}"))
+    };
+    let shared = matches!(endpoints.metrics, Metrics::Insecure(a) if Some(a) == endpoints.probes);
+    if let Some(address) = endpoints.probes {
+        let listener = bind(address, "--telemetry-address").await?;
+        let (router, what) = if shared {
+            (
+                router(operator.clone()),
+                "/metrics (no authentication), /healthz and /readyz",
+            )
+        } else {
+            (probes(operator.clone()), "/healthz and /readyz")
+        };
+        tracing::info!(%address, "serving {what}");
+        tokio::spawn(serve_router(listener, router, until()));
+    }
+    match &endpoints.metrics {
+        Metrics::Off => {}
+        Metrics::Insecure(_) if shared => {}
+        Metrics::Insecure(address) => {
+            let listener = bind(*address, "--metrics-address").await?;
+            if !address.ip().is_loopback() {
+                tracing::warn!(%address, "serving /metrics over plain HTTP without authentication (--metrics-insecure): anyone who reaches this address reads the names of every ObjectSync");
+            }
+            tracing::info!(%address, "serving /metrics (no authentication)");
+            tokio::spawn(serve_router(
+                listener,
+                metrics_router(operator, None),
+                until(),
+            ));
+        }
+        Metrics::Secure { address, cert_dir } => {
+            let namespace = std::env::var("POD_NAMESPACE").ok();
+            let names = crate::tls::self_signed_names(namespace.as_deref());
+            let certificate = crate::tls::Certificate::new(cert_dir.as_deref(), &names)
+                .map_err(|e| format!("--metrics-cert-dir: {e}"))?;
+            let config = Arc::new(certificate)
+                .server_config()
+                .map_err(|e| format!("the metrics TLS configuration: {e}"))?;
+            let tcp = bind(*address, "--metrics-address").await?;
+            let listener = crate::tls::TlsListener::new(tcp, config)
+                .map_err(|e| format!("cannot listen on {address} (--metrics-address): {e}"))?;
+            let access = Arc::new(Access::new(operator.local().client().clone(), "/metrics"));
+            let certificate = match cert_dir {
+                Some(dir) => format!("the certificate of {}", dir.display()),
+                None => "a self-signed certificate".to_string(),
+            };
+            tracing::info!(%address, "serving /metrics over HTTPS with {certificate}, to bearer tokens allowed to get /metrics");
+            tokio::spawn(serve_router(
+                listener,
+                metrics_router(operator, Some(access)),
+                until(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Serves the endpoints on `listener`, without authentication, until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     operator: Arc<Operator>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    if let Err(e) = axum::serve(listener, router(operator))
+    serve_router(listener, router(operator), shutdown).await
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves.
+pub async fn serve_router<L: axum::serve::Listener>(
+    listener: L,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) where
+    L::Addr: std::fmt::Debug,
+{
+    if let Err(e) = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
     {
@@ -52,16 +216,62 @@ pub async fn serve(
     }
 }
 
-/// The endpoints as an axum router.
+/// Every endpoint, without authentication, as an axum router.
 pub fn router(operator: Arc<Operator>) -> Router {
+    finish(probe_routes().merge(metrics_routes(None)), operator)
+}
+
+/// `/healthz`, `/livez` and `/readyz`.
+pub fn probes(operator: Arc<Operator>) -> Router {
+    finish(probe_routes(), operator)
+}
+
+/// `/metrics`; with `access`, only for requests it allows.
+pub fn metrics_router(operator: Arc<Operator>, access: Option<Arc<Access>>) -> Router {
+    finish(metrics_routes(access), operator)
+}
+
+fn probe_routes() -> Router<Arc<Operator>> {
     Router::new()
-        .route("/metrics", get_or_405().get(metrics_endpoint))
         .route("/healthz", get_or_405().get(liveness_endpoint))
         .route("/livez", get_or_405().get(liveness_endpoint))
         .route("/readyz", get_or_405().get(readiness_endpoint))
+}
+
+fn metrics_routes(access: Option<Arc<Access>>) -> Router<Arc<Operator>> {
+    let route = get_or_405().get(metrics_endpoint);
+    let route = match access {
+        Some(access) => route.layer(axum::middleware::from_fn_with_state(access, guard)),
+        None => route,
+    };
+    Router::new().route("/metrics", route)
+}
+
+/// The fallback, the closing of every connection, and the state.
+fn finish(routes: Router<Arc<Operator>>, operator: Arc<Operator>) -> Router {
+    routes
         .fallback(not_found)
         .layer(axum::middleware::map_response(close_connection))
         .with_state(operator)
+}
+
+/// Lets a request through when `access` allows it; else 401, 403 or 503 with the reason.
+async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    match access.verdict(authorization).await {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Unauthenticated(m) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            m + "\n",
+        )
+            .into_response(),
+        Verdict::Forbidden(m) => (StatusCode::FORBIDDEN, m + "\n").into_response(),
+        Verdict::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, m + "\n").into_response(),
+    }
 }
 
 /// A method router whose other methods answer 405 with a word of explanation.
@@ -450,6 +660,35 @@ pub async fn metrics(operator: &Operator) -> Result<String, std::fmt::Error> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn metrics_are_secure_on_their_own_address_unless_asked() {
+        let a: SocketAddr = "0.0.0.0:8080".parse().expect("addr");
+        let m: SocketAddr = "0.0.0.0:8443".parse().expect("addr");
+        let e = Endpoints::from_flags("0.0.0.0:8080", "0.0.0.0:8443", false, None).expect("ok");
+        assert_eq!(e.probes, Some(a));
+        assert_eq!(
+            e.metrics,
+            Metrics::Secure {
+                address: m,
+                cert_dir: None
+            }
+        );
+        // Sharing the probes' address: only without TLS, and only when asked.
+        let e = Endpoints::from_flags("0.0.0.0:8080", "0.0.0.0:8080", false, None)
+            .expect_err("secure metrics may not share");
+        assert!(e.contains("--metrics-insecure"), "{e}");
+        let e = Endpoints::from_flags("0.0.0.0:8080", "0.0.0.0:8080", true, None).expect("ok");
+        assert_eq!(e.metrics, Metrics::Insecure(a));
+        // Off, and bad input named by its flag.
+        let e = Endpoints::from_flags("none", "none", false, None).expect("ok");
+        assert_eq!((e.probes, e.metrics), (None, Metrics::Off));
+        let e = Endpoints::from_flags("0.0.0.0:8080", "localhost", false, None).expect_err("bad");
+        assert!(e.starts_with("--metrics-address \"localhost\""), "{e}");
+        let e = Endpoints::from_flags("0.0.0.0:8080", "0.0.0.0:1", true, Some("/tls".into()))
+            .expect_err("a certificate without TLS");
+        assert!(e.contains("--metrics-cert-dir"), "{e}");
+    }
 
     /// An operator whose cluster is never contacted.
     fn idle_operator() -> Arc<Operator> {

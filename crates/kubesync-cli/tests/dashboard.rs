@@ -157,6 +157,8 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
             .arg("--kubeconfig")
             .arg(local.kubeconfig_path().expect("kubeconfig"))
             .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .arg("--metrics-insecure")
             .args(["--trusted-namespace", "apps", "--leader-elect"])
             .env("RUST_LOG", "warn")
             .spawn()

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
 use common::{
-    RunningBinary, T, free_port, kubectl, kustomize, request, sample, service_account_kubeconfig,
+    RunningBinary, T, free_port, kubectl, kustomize, metrics_tokens, request_tls, sample,
+    service_account_kubeconfig,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -452,6 +453,61 @@ fn metrics_and_monitoring_values_render_their_overlays() {
     );
 }
 
+/// The metrics values: a certificate Secret is mounted and named, and the ServiceMonitor then
+/// verifies it; `insecure` serves plain HTTP and the ServiceMonitor scrapes it so.
+#[test]
+fn metrics_values_render_the_certificate_and_plain_http() {
+    let env_of = |c: &Value, name: &str| {
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    let monitored = "metrics.service.enabled=true,metrics.serviceMonitor.enabled=true";
+    let tls = render(&[
+        "--set",
+        &format!("{monitored},metrics.certSecret=metrics-tls,metrics.address=0.0.0.0:9443"),
+    ]);
+    let c = container(&tls);
+    assert_eq!(
+        env_of(c, "KUBESYNC_METRICS_CERT_DIR"),
+        Some(json!("/etc/kubesync/metrics-tls"))
+    );
+    assert_eq!(
+        env_of(c, "KUBESYNC_METRICS_ADDRESS"),
+        Some(json!("0.0.0.0:9443"))
+    );
+    assert_eq!(
+        c["ports"][1],
+        json!({"name": "metrics", "containerPort": 9443, "protocol": "TCP"})
+    );
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "metrics-tls", "mountPath": "/etc/kubesync/metrics-tls", "readOnly": true}])
+    );
+    let pod = &find(&tls, "Deployment", "kubesync")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "metrics-tls", "secret": {"secretName": "metrics-tls"}}])
+    );
+    let endpoint = &find(&tls, "ServiceMonitor", "kubesync")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["tlsConfig"],
+        json!({"serverName": format!("kubesync-metrics.{NS}.svc"), "ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}}})
+    );
+
+    let plain = render(&["--set", &format!("{monitored},metrics.insecure=true")]);
+    let c = container(&plain);
+    assert_eq!(env_of(c, "KUBESYNC_METRICS_INSECURE"), Some(json!("true")));
+    assert_eq!(c["volumeMounts"], Value::Null);
+    let endpoint = &find(&plain, "ServiceMonitor", "kubesync")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], Value::Null);
+    assert_eq!(endpoint["bearerTokenFile"], Value::Null);
+}
+
 /// The values that are not about the overlays reach the Deployment.
 #[test]
 fn values_reach_the_deployment() {
@@ -522,6 +578,18 @@ fn values_that_would_break_the_install_are_refused() {
         (vec!["--set", "replicas=2,leaderElect=false"], "leaderElect"),
         (vec!["--set", "logFormat=xml"], "logFormat"),
         (vec!["--set", "telemetryAddress=none"], "telemetryAddress"),
+        (vec!["--set", "metrics.address=none"], "metrics.address"),
+        (
+            vec!["--set", "metrics.address=0.0.0.0:8080"],
+            "share a port",
+        ),
+        (
+            vec![
+                "--set",
+                "metrics.insecure=true,metrics.certSecret=metrics-tls",
+            ],
+            "metrics.certSecret",
+        ),
         (
             vec!["--set", "metrics.serviceMonitor.enabled=true"],
             "metrics.service.enabled",
@@ -548,8 +616,9 @@ fn values_that_would_break_the_install_are_refused() {
 
 /// The real binary, run as the pod of the installed Deployment would run: its container's
 /// args and env as they are in the cluster (the downward API's POD_NAMESPACE and POD_NAME
-/// filled in), with the ServiceAccount's kubeconfig, and its telemetry on a free loopback port
-/// instead of the Deployment's address.
+/// filled in), with the ServiceAccount's kubeconfig, and its probes and metrics on free
+/// loopback ports instead of the Deployment's addresses; returns it and its metrics port
+/// (HTTPS, as deployed).
 async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (RunningBinary, u16) {
     let deployment = Api::<Deployment>::namespaced(env.client().expect("client"), NS)
         .get("kubesync")
@@ -564,7 +633,7 @@ async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (Runni
         .expect("a container");
     let args = container.args.unwrap_or_default();
     assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubesync"));
     command
         .arg("run")
@@ -575,7 +644,7 @@ async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (Runni
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log file"));
-    let mut telemetry = false;
+    let (mut telemetry, mut metrics) = (false, false);
     for var in container.env.unwrap_or_default() {
         let field = var
             .value_from
@@ -587,6 +656,10 @@ async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (Runni
                 telemetry = true;
                 format!("127.0.0.1:{port}")
             }
+            ("KUBESYNC_METRICS_ADDRESS", None) => {
+                metrics = true;
+                format!("127.0.0.1:{metrics_port}")
+            }
             (_, Some("metadata.namespace")) => NS.to_string(),
             (_, Some("metadata.name")) => "kubesync-helm-0".to_string(),
             (name, Some(other)) => panic!("{name}: unexpected fieldRef {other}"),
@@ -595,13 +668,15 @@ async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (Runni
         command.env(&var.name, value);
     }
     assert!(telemetry, "the Deployment sets KUBESYNC_TELEMETRY_ADDRESS");
+    assert!(metrics, "the Deployment sets KUBESYNC_METRICS_ADDRESS");
     let child = command.spawn().expect("run kubesync");
-    (RunningBinary(child), port)
+    (RunningBinary(child), metrics_port)
 }
 
-/// Waits until the operator leads (it runs with the Deployment's --leader-elect); fails at
-/// once, with its log, if it exits.
-async fn wait_leading(operator: &mut RunningBinary, port: u16, log: &Path) {
+/// Waits until the operator leads (it runs with the Deployment's --leader-elect), reading its
+/// metrics over HTTPS with the token of a holder of kubesync-metrics-reader; fails at once,
+/// with its log, if it exits.
+async fn wait_leading(operator: &mut RunningBinary, port: u16, token: &str, log: &Path) {
     eventually("the operator leads", T, || {
         if let Some(status) = operator.0.try_wait().expect("try_wait") {
             panic!(
@@ -610,7 +685,8 @@ async fn wait_leading(operator: &mut RunningBinary, port: u16, log: &Path) {
             );
         }
         async move {
-            let (_, metrics) = request(port, "GET", "/metrics").await?;
+            let (code, metrics) = request_tls(port, "/metrics", Some(token), None).await?;
+            assert_eq!(code, 200, "{metrics}");
             (sample(&metrics, "kubesync_leader") == Some(1.0)).then_some(())
         }
     })
@@ -770,8 +846,16 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
         .client()
         .clone();
     let log = env.dir().join("kubesync.log");
+    let (reader, nosy) = metrics_tokens(&env).await;
     let (mut operator, port) = run_as_deployed(&env, &kubeconfig, &log).await;
-    wait_leading(&mut operator, port, &log).await;
+    wait_leading(&mut operator, port, &reader, &log).await;
+    let (code, body) = request_tls(port, "/metrics", Some(&nosy), None)
+        .await
+        .expect("answer");
+    assert_eq!(
+        code, 403,
+        "only holders of kubesync-metrics-reader read: {body}"
+    );
 
     // An ObjectSync in the release namespace (trusted: the operator's own) copies a ConfigMap.
     env.create_namespace("team-a").await.expect("ns");
@@ -840,7 +924,7 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
     assert!(stop(operator).await.success(), "clean exit on SIGTERM");
     let log = env.dir().join("kubesync-upgraded.log");
     let (mut operator, port) = run_as_deployed(&env, &kubeconfig, &log).await;
-    wait_leading(&mut operator, port, &log).await;
+    wait_leading(&mut operator, port, &reader, &log).await;
     env.apply_yaml("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: reader, namespace: kubesync-system}\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [get]}]\n").await.expect("Role");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: reader, namespace: kubesync-system}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: Role, name: reader}\n  destinations: [{namespace: team-a}]\n").await.expect("ObjectSync");
     let refused = eventually("the Role's ObjectSync refused", T, || async {

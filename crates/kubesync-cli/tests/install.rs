@@ -8,7 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{RunningBinary, T, free_port, kubectl, request, sample, service_account_kubeconfig};
+use common::{
+    RunningBinary, T, free_port, kubectl, metrics_tokens, request_tls, sample,
+    service_account_kubeconfig,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -48,14 +51,17 @@ async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
     service_account_kubeconfig(env, &format!("{overlay}-serviceaccount.kubeconfig")).await
 }
 
-/// A replica of the real binary as the ServiceAccount, logging to `log`.
+/// A replica of the real binary as the ServiceAccount, logging to `log`; returns it and the
+/// port of its `/metrics` (HTTPS, as deployed: the ServiceAccount's own rights review the
+/// scrapers' tokens).
 fn replica(kubeconfig: &Path, log: &Path, args: &[&str]) -> (RunningBinary, u16) {
-    let port = free_port();
+    let (port, metrics) = (free_port(), free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_kubesync"))
         .arg("run")
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{metrics}")])
         .args(args)
         .env("POD_NAMESPACE", NS)
         .env("RUST_LOG", "info")
@@ -63,7 +69,7 @@ fn replica(kubeconfig: &Path, log: &Path, args: &[&str]) -> (RunningBinary, u16)
         .stderr(std::fs::File::create(log).expect("log file"))
         .spawn()
         .expect("run kubesync");
-    (RunningBinary(child), port)
+    (RunningBinary(child), metrics)
 }
 
 fn api(
@@ -171,15 +177,23 @@ async fn the_default_install_works_with_exactly_its_rbac() {
     let logs: Vec<PathBuf> = (0..2)
         .map(|i| local.dir().join(format!("kubesync-{i}.log")))
         .collect();
+    let (reader, nosy) = metrics_tokens(&local).await;
     let (a, port_a) = replica(&kubeconfig, &logs[0], &["--leader-elect"]);
+    let reader = reader.as_str();
     let leading = |port: u16| async move {
-        let (_, m) = request(port, "GET", "/metrics").await?;
+        let (code, m) = request_tls(port, "/metrics", Some(reader), None).await?;
+        assert_eq!(code, 200, "{m}");
         sample(&m, "kubesync_leader")
     };
     eventually("the first replica leads", T, || async {
         (leading(port_a).await == Some(1.0)).then_some(())
     })
     .await;
+    // Only holders of kubesync-metrics-reader read the metrics.
+    let (code, body) = request_tls(port_a, "/metrics", Some(&nosy), None)
+        .await
+        .expect("answer");
+    assert_eq!(code, 403, "{body}");
     let (_b, port_b) = replica(&kubeconfig, &logs[1], &["--leader-elect"]);
     eventually("the second replica stands by", T, || async {
         (leading(port_b).await == Some(0.0)).then_some(())

@@ -20,6 +20,8 @@ fn replica_command(env: &TestEnv, port: u16) -> std::process::Command {
         .arg("--kubeconfig")
         .arg(env.kubeconfig_path().expect("kubeconfig"))
         .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .arg("--metrics-insecure")
         .args([
             "--leader-elect",
             "--leader-election-namespace",

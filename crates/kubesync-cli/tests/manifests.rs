@@ -58,6 +58,9 @@ fn every_overlay_builds() {
         "CustomResourceDefinition/clusterobjectsyncs.kubesync.io",
         "CustomResourceDefinition/remoteclusters.kubesync.io",
         "CustomResourceDefinition/resourcesyncs.kubesync.io",
+        "ClusterRole/kubesync-metrics-auth",
+        "ClusterRole/kubesync-metrics-reader",
+        "ClusterRoleBinding/kubesync-metrics-auth",
     ] {
         assert!(
             kinds.iter().any(|k| k == want),
@@ -75,6 +78,36 @@ fn every_overlay_builds() {
         ["Service", "PrometheusRule", "ServiceMonitor"]
     );
     assert_eq!(kinds("monitoring"), ["ConfigMap"]);
+}
+
+/// The ServiceMonitor scrapes the Deployment's HTTPS metrics port with a bearer token; the
+/// reader role grants exactly `get` on `/metrics`, and the operator may only ask reviews.
+#[test]
+fn metrics_are_scraped_over_https_with_a_token() {
+    let prometheus = kustomize("prometheus");
+    let monitor = find(&prometheus, "ServiceMonitor", "kubesync");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let service = find(&prometheus, "Service", "kubesync-metrics");
+    let port = &service["spec"]["ports"][0];
+    assert_eq!(port["name"], endpoint["port"]);
+    assert_eq!(port["port"], 8443);
+    assert_eq!(port["targetPort"], "metrics");
+    let default = kustomize("default");
+    let reader = find(&default, "ClusterRole", "kubesync-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let auth = find(&default, "ClusterRole", "kubesync-metrics-auth");
+    for rule in auth["rules"].as_array().expect("rules") {
+        assert_eq!(rule["verbs"], serde_json::json!(["create"]), "{rule}");
+    }
 }
 
 #[test]
@@ -186,9 +219,34 @@ fn the_deployment_meets_the_restricted_pod_security_standard() {
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    assert_eq!(c["ports"][0]["name"], "metrics");
+    // Probes over plain HTTP on their own port; /metrics over HTTPS on another.
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["containerPort"].clone())
+    };
+    assert_eq!(port("probes"), Some(serde_json::json!(8080)));
+    assert_eq!(port("metrics"), Some(serde_json::json!(8443)));
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "probes");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "probes");
+    let value = |name: &str| {
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        value("KUBESYNC_METRICS_ADDRESS"),
+        Some(serde_json::json!("0.0.0.0:8443"))
+    );
+    assert_eq!(value("KUBESYNC_METRICS_INSECURE"), None);
     let env: Vec<&str> = c["env"]
         .as_array()
         .expect("env")

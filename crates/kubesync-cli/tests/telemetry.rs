@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{RunningBinary, T, free_port, operator_cluster, request, sample};
+use common::{
+    RunningBinary, T, free_port, metrics_tokens, operator_cluster, request, request_tls, sample,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -27,6 +29,8 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path().expect("kubeconfig"))
             .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .arg("--metrics-insecure")
             .args(["--trusted-namespace", "apps"])
             .env("RUST_LOG", "warn")
             .spawn()
@@ -210,4 +214,124 @@ async fn liveness_fails_when_the_loop_stalls() {
     assert!(body.contains("has not turned"), "{body}");
     let _ = stop_serving.send(());
     server.await.expect("join");
+}
+
+/// A CA, and a serving certificate for the metrics Service's name signed by it; PEMs
+/// (CA, certificate, key).
+fn metrics_certificate(ca_name: &str) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, ca_name.to_string());
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let cert = CertificateParams::new(vec!["kubesync-metrics.kubesync-system.svc".to_string()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// `/metrics` over HTTPS: no token is 401, a token whose holder may not `get /metrics` is 403
+/// (a tenant's, or any ServiceAccount's), a holder of `kubesync-metrics-reader` reads; the
+/// probes stay plain and open and do not serve the metrics; a certificate from a directory is
+/// served, and its renewal is served without a restart.
+#[tokio::test]
+async fn metrics_are_served_over_https_to_allowed_tokens_only() {
+    let env = operator_cluster("metrics-auth", false, &["apps", "team-a"]).await;
+    let roles = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../config/rbac/metrics_roles.yaml"),
+    )
+    .expect("config/rbac/metrics_roles.yaml");
+    env.apply_yaml(&roles).await.expect("metrics roles");
+    let (reader, nosy) = metrics_tokens(&env).await;
+
+    // The certificate from a directory, as a mounted kubernetes.io/tls Secret.
+    let dir = env.dir().join("metrics-tls");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (ca, cert, key) = metrics_certificate("first-ca");
+    std::fs::write(dir.join("tls.crt"), &cert).expect("write");
+    std::fs::write(dir.join("tls.key"), &key).expect("write");
+
+    let (probes, metrics) = (free_port(), free_port());
+    let _operator = RunningBinary(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().expect("kubeconfig"))
+            .args(["--telemetry-address", &format!("127.0.0.1:{probes}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{metrics}")])
+            .arg("--metrics-cert-dir")
+            .arg(&dir)
+            .args(["--trusted-namespace", "apps"])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("run kubesync"),
+    );
+    eventually("ready", T, || async {
+        request(probes, "GET", "/readyz")
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {a: b}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: secret-project-name, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-a}]\n").await.expect("objectsync");
+
+    // The probes do not serve the metrics.
+    let (code, _) = request(probes, "GET", "/metrics").await.expect("probes");
+    assert_eq!(code, 404);
+
+    let trusted = Some((ca.as_str(), "kubesync-metrics.kubesync-system.svc"));
+    let (code, body) = request_tls(metrics, "/metrics", None, trusted)
+        .await
+        .expect("HTTPS with the directory's certificate");
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("bearer token"), "{body}");
+    let (code, body) = request_tls(metrics, "/metrics", Some("not-a-token"), trusted)
+        .await
+        .expect("answer");
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = request_tls(metrics, "/metrics", Some(&nosy), trusted)
+        .await
+        .expect("answer");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("system:serviceaccount:monitoring:nosy")
+            && !body.contains("secret-project-name"),
+        "{body}"
+    );
+    let m = eventually("the reader reads the ObjectSync's gauges", T, || async {
+        let (code, m) = request_tls(metrics, "/metrics", Some(&reader), trusted).await?;
+        assert_eq!(code, 200, "{m}");
+        m.contains("objectsync=\"secret-project-name\"")
+            .then_some(m)
+    })
+    .await;
+    assert!(sample(&m, "kubesync_objectsync_watches").is_some(), "{m}");
+    // Plain HTTP on the metrics address gets no metrics.
+    assert!(
+        request(metrics, "GET", "/metrics")
+            .await
+            .is_none_or(|(code, body)| code != 200 && !body.contains("kubesync_")),
+        "plain HTTP was answered with metrics"
+    );
+
+    // A renewed certificate (another CA) is served without a restart.
+    let (new_ca, new_cert, new_key) = metrics_certificate("second-ca");
+    std::fs::write(dir.join("tls.key"), &new_key).expect("write");
+    std::fs::write(dir.join("tls.crt"), &new_cert).expect("write");
+    let renewed = Some((new_ca.as_str(), "kubesync-metrics.kubesync-system.svc"));
+    eventually("the renewed certificate is served", T, || async {
+        request_tls(metrics, "/metrics", Some(&reader), renewed)
+            .await
+            .filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert!(
+        request_tls(metrics, "/metrics", Some(&reader), trusted)
+            .await
+            .is_none(),
+        "the old CA still verifies the served certificate"
+    );
 }

@@ -251,28 +251,7 @@ pub async fn service_account_kubeconfig(
     env: &kubesync_testenv::TestEnv,
     file: &str,
 ) -> std::path::PathBuf {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use kube::api::{Api, PostParams};
-    let client = env.client().expect("client");
-    let token = kubesync_testenv::eventually("a token of the ServiceAccount", T, || {
-        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), "kubesync-system");
-        async move {
-            let request = TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let answer = accounts
-                .create_token_request("kubesync", &PostParams::default(), &request)
-                .await
-                .ok()?;
-            answer.status?.token
-        }
-    })
-    .await;
+    let token = service_account_token(env, "kubesync-system", "kubesync").await;
     let yaml = kubesync_testenv::kubeconfig_yaml(&[kubesync_testenv::KubeconfigEntry {
         context: env.name(),
         server: env.server(),
@@ -283,4 +262,152 @@ pub async fn service_account_kubeconfig(
     let path = env.dir().join(file);
     std::fs::write(&path, yaml).expect("write kubeconfig");
     path
+}
+
+/// A token of the ServiceAccount `namespace/name` from the TokenRequest API (valid one hour).
+pub async fn service_account_token(
+    env: &kubesync_testenv::TestEnv,
+    namespace: &str,
+    name: &str,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    let client = env.client().expect("client");
+    kubesync_testenv::eventually(&format!("a token of {namespace}/{name}"), T, || {
+        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+        async move {
+            let request = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let answer = accounts
+                .create_token_request(name, &PostParams::default(), &request)
+                .await
+                .ok()?;
+            answer.status?.token
+        }
+    })
+    .await
+}
+
+/// Tokens of two ServiceAccounts in namespace `monitoring` (made here): `prometheus`, bound
+/// to the ClusterRole `kubesync-metrics-reader` (which must exist), and `nosy`, bound to
+/// nothing. Returns (reader's token, nosy's token).
+pub async fn metrics_tokens(env: &kubesync_testenv::TestEnv) -> (String, String) {
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: prometheus, namespace: monitoring}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: nosy, namespace: monitoring}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: prometheus-kubesync-metrics}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kubesync-metrics-reader}\nsubjects: [{kind: ServiceAccount, name: prometheus, namespace: monitoring}]\n",
+    )
+    .await
+    .expect("the scrapers' ServiceAccounts");
+    (
+        service_account_token(env, "monitoring", "prometheus").await,
+        service_account_token(env, "monitoring", "nosy").await,
+    )
+}
+
+/// Accepts any server certificate: for the operator's self-signed metrics certificate, whose
+/// trust is not what a test checks (the bearer token is).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// GET `path` over HTTPS on loopback `port`, with `token` as the bearer token; returns
+/// (status code, body), `None` if nothing listens or TLS fails. `ca_pem`: trust only this CA
+/// and check the name `server_name`; `None`: accept any certificate.
+pub async fn request_tls(
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    ca_pem: Option<(&str, &str)>,
+) -> Option<(u16, String)> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("protocols");
+    let (config, name) = match ca_pem {
+        Some((pem, name)) => {
+            use rustls_pki_types::pem::PemObject;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert.expect("CA PEM")).expect("CA");
+            }
+            (
+                builder.with_root_certificates(roots).with_no_client_auth(),
+                name.to_string(),
+            )
+        }
+        None => (
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+            "localhost".to_string(),
+        ),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let name = rustls_pki_types::ServerName::try_from(name).ok()?;
+    let mut stream = connector.connect(name, tcp).await.ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    // The server closes the connection after the response (a TLS peer may skip close_notify).
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response);
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
 }

@@ -397,6 +397,8 @@ impl Operator {
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+            .arg("--metrics-insecure")
             .args(["--trusted-namespace", "apps"])
             .args(args)
             .env("RUST_LOG", log)
