@@ -730,3 +730,108 @@ async fn verdict_now(syncs: &Api<ObjectSync>, name: &str) -> Option<String> {
         .find(|c| c.type_ == "Ready")
         .map(|c| c.reason)
 }
+
+/// Consent withdrawn ends copies also while the declaration's spec is refused: a tenant's
+/// ObjectSync made copies under two grants and in her own namespace, then its spec was made
+/// invalid (a source in another namespace); one grant is withdrawn, and its copy goes while the
+/// ObjectSync stays refused. The copies whose consent holds stay untouched (a typo loses
+/// nothing), and fixing the spec takes over from there.
+#[tokio::test]
+async fn a_grant_withdrawn_while_the_spec_is_refused_removes_its_copies() {
+    let (env, _) = tenant_cluster("refused-sweep").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    for ns in ["victim", "quiet"] {
+        apply(
+            &env,
+            &grant_yaml(
+                "configmaps-from-t1",
+                ns,
+                "{namespace: t1}",
+                "  kinds: [{kind: ConfigMap}]\n",
+            ),
+        )
+        .await;
+    }
+    let spec = |source: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: spread, namespace: t1}}\nspec:\n  source: {source}\n  destinations: [{{namespace: victim}}, {{namespace: quiet}}, {{namespace: t1, name: own-copy}}]\n"
+        )
+    };
+    as_tina(&env, &spec("{kind: ConfigMap, name: settings}")).await;
+    let running = start(&env);
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let cm = |ns: &str| Api::<ConfigMap>::namespaced(env.client().expect("client"), ns);
+    let copies = [
+        ("victim", "settings"),
+        ("quiet", "settings"),
+        ("t1", "own-copy"),
+    ];
+    for (ns, name) in copies {
+        eventually(&format!("the copy in {ns}"), T, || async {
+            cm(ns).get_opt(name).await.ok()?
+        })
+        .await;
+    }
+    let before: Vec<ConfigMap> = futures::future::join_all(
+        copies[1..]
+            .iter()
+            .map(|(ns, name)| async move { cm(ns).get(name).await.expect("copy") }),
+    )
+    .await;
+
+    // A spec that is refused: the source in a namespace she may not read from.
+    as_tina(
+        &env,
+        &spec("{kind: ConfigMap, name: settings, namespace: victim}"),
+    )
+    .await;
+    eventually("the spec refused", T, || async {
+        verdict_now(&t1, "spread")
+            .await
+            .filter(|r| r == "SourceNamespaceNotAllowed")
+    })
+    .await;
+    Api::<SyncGrant>::namespaced(env.client().expect("client"), "victim")
+        .delete("configmaps-from-t1", &DeleteParams::default())
+        .await
+        .expect("withdraw");
+    eventually("the withdrawn grant's copy removed", T, || async {
+        cm("victim")
+            .get_opt("settings")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    for (b, (ns, name)) in before.iter().zip(&copies[1..]) {
+        let a = cm(ns).get(name).await.expect("a consented copy stays");
+        assert_eq!(
+            (&a.metadata.uid, &a.metadata.resource_version),
+            (&b.metadata.uid, &b.metadata.resource_version),
+            "{ns}/{name} untouched"
+        );
+    }
+    assert_eq!(
+        verdict_now(&t1, "spread").await.as_deref(),
+        Some("SourceNamespaceNotAllowed")
+    );
+
+    // Fixed: the grant that holds admits its copy again; the withdrawn one is refused.
+    as_tina(&env, &spec("{kind: ConfigMap, name: settings}")).await;
+    let (state, _) = eventually("victim refused", T, || async {
+        destination(&t1, "spread", "victim")
+            .await
+            .filter(|(s, _)| *s == CopyState::Refused)
+    })
+    .await;
+    assert_eq!(state, CopyState::Refused);
+    assert!(
+        cm("victim")
+            .get_opt("settings")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    running.stop().await;
+}

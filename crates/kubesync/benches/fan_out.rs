@@ -390,6 +390,7 @@ impl Engine {
                         spec,
                         // The anchor deleted: remove every copy.
                         deleting: ctx.get(&key).is_none(),
+                        refused: false,
                     };
                     let report = f.reconcile(&ctx, &decl).await?;
                     let ready = report.ready;

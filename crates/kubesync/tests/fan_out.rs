@@ -104,6 +104,7 @@ fn run_fan_out_counted(
                     },
                     spec,
                     deleting,
+                    refused: false,
                 };
                 let report = fan_out.reconcile(&ctx, &decl).await?;
                 let again = !report.ready

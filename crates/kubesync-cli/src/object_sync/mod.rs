@@ -536,6 +536,55 @@ impl ObjectSyncController {
         })
     }
 
+    /// An untrusted ObjectSync whose spec is refused writes nothing, but consent withdrawn
+    /// still ends the copies it admitted: those whose namespace's grant no longer admits them
+    /// are removed (found by their marks, for the kind the spec names); the others stay until
+    /// the spec is valid again or the ObjectSync goes. Failures are logged and retried with
+    /// the refusal's requeue; the status already says why the spec is refused.
+    async fn sweep_withdrawn<K: SyncObject>(
+        &self,
+        ctx: &Context,
+        key: &ObjectKey,
+        os: &K,
+        owner: Owner,
+    ) {
+        let Some(own) = os.namespace().filter(|ns| !self.policy.is_trusted(ns)) else {
+            return;
+        };
+        // Only clusters this namespace may reach now: a refused spec connects nowhere new.
+        let mut reachable = os.sync_spec().clone();
+        let mut allowed = Vec::new();
+        for d in std::mem::take(&mut reachable.destinations) {
+            let ok = match d.cluster.as_deref() {
+                None => true,
+                Some(c) => self.check_remote_allowed(ctx, &own, c).await.is_ok(),
+            };
+            if ok {
+                allowed.push(d);
+            }
+        }
+        reachable.destinations = allowed;
+        let Some(mut spec) = self.clean_up_spec(Some(&own), &reachable, ctx).await else {
+            return;
+        };
+        spec.consent = Some(self.consent(&own, &spec.source.resource));
+        let decl = Declaration {
+            key: key.clone(),
+            owner,
+            spec,
+            deleting: false,
+            refused: true,
+        };
+        match self.fan_out.reconcile(ctx, &decl).await {
+            Ok(report) => {
+                tracing::debug!(objectsync = %key, remaining = report.remaining_copies, "refused spec: copies whose consent was withdrawn removed");
+            }
+            Err(e) => {
+                tracing::warn!(objectsync = %key, error = %e, "cannot remove the copies whose consent was withdrawn yet")
+            }
+        }
+    }
+
     /// Reconciles one ObjectSync or ClusterObjectSync (`K`).
     pub async fn reconcile<K: SyncObject>(
         &self,
@@ -609,6 +658,7 @@ impl ObjectSyncController {
                 tracing::warn!(objectsync = %key, reason = refusal.reason, message = %refusal.message, "ObjectSync refused");
                 self.report(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
+                self.sweep_withdrawn(ctx, key, &os, owner).await;
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         };
@@ -617,6 +667,7 @@ impl ObjectSyncController {
             owner,
             spec,
             deleting,
+            refused: false,
         };
         let trusted = own.as_deref().is_none_or(|ns| self.policy.is_trusted(ns));
         let mut decl = decl;

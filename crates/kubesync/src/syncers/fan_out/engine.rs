@@ -272,7 +272,7 @@ impl FanOut {
         // A declaration that goes needs no source and no consent: its copies are found by
         // their marks, so a source watch that cannot start (a selector the apiserver refuses,
         // a kind no longer served) never holds its deletion up.
-        if cluster == self.local && !decl.deleting {
+        if cluster == self.local && !decl.reads_no_source() {
             // The source namespace (a cluster-scoped kind has none).
             let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
                 Some(ns) => w.namespace(ns),
@@ -365,9 +365,18 @@ impl FanOut {
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
-        self.retire_previous_type(ctx, decl).await?;
         let spec = &decl.spec;
         let ar = &spec.source.resource;
+        if decl.refused
+            && self
+                .index
+                .with(|idx| idx.copies_another_type(&decl.key, ar))
+        {
+            // A refused spec that also names another kind: the old kind's copies are not
+            // removed on a spec that may be a typo; they go once it is valid.
+            return Ok(Report::default());
+        }
+        self.retire_previous_type(ctx, decl).await?;
         let source_key = ObjectKey::new(
             self.local.clone(),
             ar,
@@ -391,7 +400,7 @@ impl FanOut {
             .index
             .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
         // Going: the source watch is released (it may be the one that fails).
-        let keep_source = if decl.deleting {
+        let keep_source = if decl.reads_no_source() {
             Scope::Copies
         } else {
             source_scope.clone()
@@ -467,7 +476,7 @@ impl FanOut {
         let source_in_store = !stored.is_empty();
         let sources: Vec<Arc<DynamicObject>> = stored
             .into_iter()
-            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.deleting)
+            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.reads_no_source())
             .collect();
         report.source_found = !sources.is_empty();
         report.sources = sources.len();
@@ -489,11 +498,14 @@ impl FanOut {
 
         let confirmed = match &spec.source.select {
             None => {
-                !plan::must_confirm_source_gone(source_in_store, decl.deleting, owned.len())
-                    || ctx.confirm_absent(&source_key, ar).await?
+                !plan::must_confirm_source_gone(
+                    source_in_store,
+                    decl.reads_no_source(),
+                    owned.len(),
+                ) || ctx.confirm_absent(&source_key, ar).await?
             }
             Some(selection) => {
-                decl.deleting
+                decl.reads_no_source()
                     || self
                         .confirm_unselected(ctx, decl, selection, &sources, &owned)
                         .await?
@@ -532,7 +544,8 @@ impl FanOut {
                 (s.name_any(), rv)
             })
             .collect();
-        if spec.mode == Mode::Report {
+        // Report mode, and a refused spec, write nothing: only withdrawn consent is carried out.
+        if spec.mode == Mode::Report || decl.refused {
             let since: Vec<Option<Instant>> = plan
                 .writes
                 .iter()
@@ -1143,6 +1156,7 @@ mod tests {
                 mode: Default::default(),
             },
             deleting: false,
+            refused: false,
         }
     }
 

@@ -293,24 +293,32 @@ impl Index {
     /// Whether `decl` copied another kind before `resource`; then its old copies must go
     /// before [`Index::finish_retire`]. The first type a declaration copies is recorded here.
     pub fn begin_type(&mut self, decl: &ObjectKey, resource: &ApiResource) -> Option<Retire> {
-        match self.types.get(decl) {
-            None => {
-                self.types.insert(decl.clone(), resource.clone());
-                None
-            }
-            Some(old) if old.group == resource.group && old.kind == resource.kind => None,
-            Some(old) => Some(Retire {
-                old: old.clone(),
-                watches: self
-                    .used
-                    .get(decl)
-                    .into_iter()
-                    .flatten()
-                    .filter(|w| w.is_of(old))
-                    .cloned()
-                    .collect(),
-            }),
+        if !self.copies_another_type(decl, resource) {
+            self.types
+                .entry(decl.clone())
+                .or_insert_with(|| resource.clone());
+            return None;
         }
+        let old = self.types.get(decl)?;
+        Some(Retire {
+            old: old.clone(),
+            watches: self
+                .used
+                .get(decl)
+                .into_iter()
+                .flatten()
+                .filter(|w| w.is_of(old))
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// Whether `decl` is known to copy a type other than `resource` (its copies of that type
+    /// not yet removed).
+    pub fn copies_another_type(&self, decl: &ObjectKey, resource: &ApiResource) -> bool {
+        self.types
+            .get(decl)
+            .is_some_and(|old| old.group != resource.group || old.kind != resource.kind)
     }
 
     /// The old type's copies are gone: `decl` now copies `resource`. Returns the watches no
@@ -693,6 +701,11 @@ mod tests {
         idx.watch_for(WatchKey::of("local", &ns), &d, || s.start())
             .expect("namespaces");
         assert_eq!(idx.begin_type(&d, &secret), None, "same type");
+        assert!(!idx.copies_another_type(&d, &secret));
+        assert!(
+            idx.copies_another_type(&d, &cm),
+            "a refused spec naming it changes nothing"
+        );
         let retire = idx.begin_type(&d, &cm).expect("type changed");
         assert_eq!(retire.old, secret);
         assert_eq!(retire.watches, [WatchKey::of("local", &secret)]);
@@ -700,6 +713,7 @@ mod tests {
         assert_eq!(idx.begin_type(&d, &cm), Some(retire.clone()));
         assert_eq!(idx.finish_retire(&d, &retire, &cm), [old]);
         assert_eq!(idx.begin_type(&d, &cm), None);
+        assert!(!idx.copies_another_type(&d, &cm));
         assert_eq!(idx.watch_count(), 1, "the namespace watch stays");
         let src = source(&secret, "s");
         let none = object(serde_json::json!({}));

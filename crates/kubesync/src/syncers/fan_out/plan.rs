@@ -663,6 +663,7 @@ mod tests {
                 mode: Default::default(),
             },
             deleting: false,
+            refused: false,
         }
     }
 

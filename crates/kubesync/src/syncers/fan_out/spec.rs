@@ -315,6 +315,19 @@ pub struct Declaration {
     pub spec: FanOutSpec,
     /// The declaration is being deleted: remove every copy it made.
     pub deleting: bool,
+    /// The declaration's spec is refused (only its kind, source namespace and clusters are
+    /// known, and its consent): write nothing, and remove only the copies whose consent was
+    /// withdrawn. Consent ends when it is withdrawn, whatever state the declaration is in;
+    /// the other copies stay until the spec is valid again or the declaration goes.
+    pub refused: bool,
+}
+
+impl Declaration {
+    /// Whether the source is left unread: the declaration goes, or its spec is refused (its
+    /// copies are found by their marks).
+    pub fn reads_no_source(&self) -> bool {
+        self.deleting || self.refused
+    }
 }
 
 /// State of one destination.
