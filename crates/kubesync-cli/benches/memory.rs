@@ -41,7 +41,8 @@
 //! Scenario 3, a tenant's attacks on memory: kubesync (trusting only `kubesync-system`) runs
 //! with one small ObjectSync in the tenant namespace `t1`; then (a) 10 SyncGrants in 10
 //! namespaces, each at the schema's limits (100 `from` and 100 `kinds` entries) and padded
-//! with 250 KiB of annotations, and (b) one ConfigMap of 900 KiB copied 100 times inside `t1`.
+//! with 250 KiB of annotations, and (b) one ConfigMap of 900 KiB copied 100 times inside `t1`
+//! (copies are held with their bulk as digests, so (b) costs kilobytes per copy).
 //! RSS is read after [`SETTLE`] before and after each (goal of issue 26: each adds less than
 //! 16 MiB). `KUBESYNC_BENCH_TENANT=0` leaves it out.
 //!

@@ -257,6 +257,7 @@ impl FanOut {
                     Watch::dynamic(ar.clone())
                         .labels(rules::MANAGED_BY)
                         .index_label(rules::MANAGED_BY)
+                        .transform(rules::digest::shrink)
                         .packed()
                 },
             )?,

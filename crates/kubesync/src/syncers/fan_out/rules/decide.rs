@@ -6,6 +6,7 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 
 use super::copy::Owner;
+use super::digest;
 use super::{MANAGED_BY, ORPHAN_ON_DELETE, OWNER, PROTECT, SOURCE, SOURCE_VERSION};
 
 /// How copies are written.
@@ -87,18 +88,17 @@ pub enum Decision {
 }
 
 /// Whether `existing` already carries everything `desired` says: every top-level field except
-/// metadata and status equal, and the desired labels and annotations present with their values
+/// metadata and status equal (a value the store holds as a [`digest`] compared by it), and the desired labels and annotations present with their values
 /// (with `Replace`, also no other labels or annotations than desired).
 pub fn in_sync(existing: &DynamicObject, desired: &DynamicObject, strategy: Strategy) -> bool {
-    let fields_equal = desired
-        .data
-        .as_object()
-        .is_none_or(|m| m.iter().all(|(k, v)| existing.data.get(k) == Some(v)))
-        && (strategy == Strategy::Apply
-            || existing.data.as_object().is_none_or(|m| {
-                m.keys()
-                    .all(|k| k == "status" || desired.data.get(k).is_some())
-            }));
+    let fields_equal = desired.data.as_object().is_none_or(|m| {
+        m.iter()
+            .all(|(k, v)| existing.data.get(k).is_some_and(|h| digest::same(h, v)))
+    }) && (strategy == Strategy::Apply
+        || existing.data.as_object().is_none_or(|m| {
+            m.keys()
+                .all(|k| k == "status" || desired.data.get(k).is_some())
+        }));
     let subset = |want: &Option<BTreeMap<String, String>>,
                   have: &Option<BTreeMap<String, String>>| {
         let (want, have) = (

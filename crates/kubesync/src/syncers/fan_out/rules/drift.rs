@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::decide::Strategy;
+use super::digest;
 use super::{LAST_APPLIED, SOURCE_VERSION};
 use crate::object::fields_v1;
 
@@ -98,7 +99,7 @@ pub fn changed_fields(
 }
 
 /// Adds to `out` the paths below `path` where `have` and `want` differ: maps key by key,
-/// anything else as a whole.
+/// anything else (and a value held as a [`digest`]) as a whole.
 fn diff(
     path: &mut Vec<String>,
     have: Option<&Value>,
@@ -106,6 +107,15 @@ fn diff(
     out: &mut Vec<FieldPath>,
 ) {
     if have == want {
+        return;
+    }
+    // A value held as a digest differs as a whole, or not at all.
+    if let (Some(h), Some(w)) = (have, want)
+        && digest::is_digest(h).is_some()
+    {
+        if !digest::same(h, w) {
+            out.push(FieldPath(path.clone()));
+        }
         return;
     }
     if let (Some(Value::Object(h)), Some(Value::Object(w))) = (have, want) {

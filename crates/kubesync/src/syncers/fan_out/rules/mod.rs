@@ -1,11 +1,13 @@
 //! The pure rules of the fan-out, each in its own module: which namespaces are destinations
 //! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
 //! which fields of a copy changed and who changed them ([`drift`]),
-//! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), and the
-//! per-destination overrides ([`patch`]). No IO.
+//! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
+//! per-destination overrides ([`patch`]), and how copies are held without their bulk
+//! ([`digest`]). No IO.
 
 pub mod copy;
 pub mod decide;
+pub mod digest;
 pub mod drift;
 pub mod ownership;
 pub mod patch;
