@@ -365,3 +365,282 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     }
     running.stop().await;
 }
+
+/// Writes (create, update, patch) to ConfigMaps in `namespace` by anyone but the test's
+/// admin, from the audit log.
+fn copy_writes(env: &kubesync_testenv::TestEnv, namespace: &str, by: &str) -> usize {
+    env.audit()
+        .expect("audit")
+        .iter()
+        .filter(|e| {
+            matches!(e.verb.as_str(), "create" | "update" | "patch")
+                && e.user.username == by
+                && e.object_ref.as_ref().is_some_and(|o| {
+                    o.resource == "configmaps"
+                        && o.namespace == namespace
+                        && o.subresource.is_empty()
+                })
+        })
+        .count()
+}
+
+/// Copies of a large object are held by kubesync as digests of their bulk (copy amplification
+/// costs kilobytes), and are judged exactly as before: a current copy is not written again,
+/// someone's edit of the large value is reverted and attributed to them by field, and Report
+/// mode names the large field that would change.
+#[tokio::test]
+async fn large_copies_are_held_as_digests_and_judged_as_before() {
+    let env = operator_cluster_from(
+        kubesync_testenv::TestEnv::builder()
+            .name("big-copies")
+            .audit(true),
+        &["apps", "team-a", "team-b"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    let blob = |c: char| c.to_string().repeat(20_000);
+    let maps =
+        |ns: &str| Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    maps("apps")
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "big", "namespace": "apps"},
+                "data": {"blob": blob('a'), "small": "x"},
+            }))
+            .expect("configmap"),
+        )
+        .await
+        .expect("source");
+    let sync = |mode: &str, destinations: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: big, namespace: apps}}\nspec:\n  mode: {mode}\n  source: {{kind: ConfigMap, name: big}}\n  destinations: {destinations}\n"
+        )
+    };
+    env.apply_yaml(&sync("Enforce", "[{namespace: team-a}]"))
+        .await
+        .expect("objectsync");
+    let running = start_operator(
+        Cluster::new("local", client.clone()),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["*".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
+    let blob_of = |ns: &'static str| {
+        let maps = maps(ns);
+        async move { maps.get_opt("big").await.ok()??.data?.get("blob").cloned() }
+    };
+    eventually("the copy in team-a", T, || async {
+        (blob_of("team-a").await? == blob('a')).then_some(())
+    })
+    .await;
+    let uid = syncs
+        .get("big")
+        .await
+        .expect("objectsync")
+        .metadata
+        .uid
+        .expect("uid");
+
+    // The store holds the copy's large value as a digest, the small one as it is.
+    let ctx = running.operator.context().expect("running");
+    let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    let held = eventually("the copy in the store", T, || async {
+        ctx.list_labelled(
+            "local",
+            &ar,
+            kubesync::syncers::fan_out::rules::MANAGED_BY,
+            &uid,
+        )
+        .into_iter()
+        .next()
+    })
+    .await;
+    let data = held.data["data"].clone();
+    assert!(
+        kubesync::syncers::fan_out::rules::digest::is_digest(&data["blob"]).is_some(),
+        "{data}"
+    );
+    assert_eq!(data["small"], "x");
+
+    // A current copy is not written again: another destination is added, and only its copy
+    // is written. (The operator runs in-process, as the test's own user; nobody else writes
+    // into team-a here.)
+    let before = env.audit().expect("audit");
+    let writer = before
+        .iter()
+        .find(|e| {
+            matches!(e.verb.as_str(), "create" | "patch")
+                && e.object_ref
+                    .as_ref()
+                    .is_some_and(|o| o.resource == "configmaps" && o.namespace == "team-a")
+        })
+        .map(|e| e.user.username.clone())
+        .expect("kubesync's write of the copy");
+    let written = copy_writes(&env, "team-a", &writer);
+    env.apply_yaml(&sync(
+        "Enforce",
+        "[{namespace: team-a}, {namespace: team-b}]",
+    ))
+    .await
+    .expect("objectsync");
+    eventually("the copy in team-b", T, || async {
+        (blob_of("team-b").await? == blob('a')).then_some(())
+    })
+    .await;
+    eventually("both synced", T, || async {
+        let s = syncs.get("big").await.ok()?.status?;
+        (s.total == 2 && s.in_sync == 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        copy_writes(&env, "team-a", &writer),
+        written,
+        "the current copy in team-a was written again"
+    );
+
+    // Someone edits the large value: reverted, and attributed to them by field.
+    maps("team-a")
+        .patch(
+            "big",
+            &PatchParams {
+                field_manager: Some("mallory".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({"data": {"blob": blob('m')}})),
+        )
+        .await
+        .expect("mallory");
+    let drift = eventually("reverted and attributed", T, || async {
+        let os = syncs.get("big").await.ok()?;
+        let drift = entry(&os, "team-a")?.last_drift.clone()?;
+        (blob_of("team-a").await? == blob('a')).then_some(drift)
+    })
+    .await;
+    assert_eq!(drift.fields, ["data.blob"]);
+    assert_eq!(drift.managers.len(), 1, "{drift:?}");
+    assert_eq!(drift.managers[0].manager, "mallory");
+    assert_eq!(drift.managers[0].fields, ["data.blob"]);
+
+    // The source's large value changes: both copies follow.
+    maps("apps")
+        .patch(
+            "big",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"blob": blob('c')}})),
+        )
+        .await
+        .expect("source");
+    for ns in ["team-a", "team-b"] {
+        eventually(&format!("{ns} follows"), T, || async {
+            (blob_of(ns).await? == blob('c')).then_some(())
+        })
+        .await;
+    }
+
+    // Report mode names the large field that would change.
+    env.apply_yaml(&sync(
+        "Report",
+        "[{namespace: team-a}, {namespace: team-b}]",
+    ))
+    .await
+    .expect("report mode");
+    maps("team-b")
+        .patch(
+            "big",
+            &PatchParams {
+                field_manager: Some("mallory".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(serde_json::json!({"data": {"blob": blob('m')}})),
+        )
+        .await
+        .expect("mallory again");
+    let changed = eventually("team-b would be updated", T, || async {
+        let os = syncs.get("big").await.ok()?;
+        let b = entry(&os, "team-b")?;
+        (b.planned_action == Some(PlannedAction::Update)).then(|| b.changed_fields.clone())
+    })
+    .await;
+    assert_eq!(changed, ["data.blob"]);
+    running.stop().await;
+}
+
+/// Someone who keeps editing a copy cannot flood the Event store: every edit is reverted, but
+/// kubesync writes at most ten Events a minute about the ObjectSync.
+#[tokio::test]
+async fn edits_of_a_copy_make_at_most_ten_events_a_minute() {
+    let env = operator_cluster("event-cap", false, &["apps", "team-a"]).await;
+    let client = env.client().expect("client");
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: noisy, namespace: apps}\ndata: {k: original}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: noisy, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: noisy}\n  destinations: [{namespace: team-a}]\n").await.expect("objectsync");
+    let running = start_operator(
+        Cluster::new("local", client.clone()),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["*".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let copies = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "team-a");
+    let value = || async { copies.get_opt("noisy").await.ok()??.data?.get("k").cloned() };
+    eventually("the copy", T, || async {
+        (value().await? == "original").then_some(())
+    })
+    .await;
+    let events = Api::<Event>::namespaced(client.clone(), "apps");
+    let about = || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("noisy"))
+            .collect::<Vec<_>>()
+    };
+    let started = std::time::Instant::now();
+    const EDITS: usize = 16;
+    for i in 0..EDITS {
+        copies
+            .patch(
+                "noisy",
+                &PatchParams {
+                    field_manager: Some("mallory".into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(serde_json::json!({"data": {"k": format!("edit-{i}")}})),
+            )
+            .await
+            .expect("edit");
+        eventually(&format!("edit {i} reverted"), T, || async {
+            (value().await? == "original").then_some(())
+        })
+        .await;
+    }
+    let changed = eventually("the cap reached", T, || async {
+        let changed = about()
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("CopyChanged"))
+            .count();
+        (changed >= 5).then_some(changed)
+    })
+    .await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < std::time::Duration::from_secs(55),
+        "the edits took {elapsed:?}: too slow to test a per-minute cap"
+    );
+    let all = about().await;
+    assert!(
+        all.len() <= kubesync_cli::events::EVENTS_PER_MINUTE as usize,
+        "{} Events about the ObjectSync for {EDITS} reverted edits ({changed} CopyChanged): {:?}",
+        all.len(),
+        all.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
+    );
+    running.stop().await;
+}

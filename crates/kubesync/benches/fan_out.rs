@@ -1130,10 +1130,11 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("kubesync fan-out benchmarks (concurrency {CONCURRENCY})\n");
     let env = TestEnv::builder().name("bench-fanout").start().await?;
-    // `BENCH_SIZES=300` runs one size only.
+    // `BENCH_SIZES=300` runs one size only; `BENCH_SIZES=` only the many-sources case.
     let sizes: Vec<usize> = match std::env::var("BENCH_SIZES") {
         Ok(v) => v
             .split(',')
+            .filter(|s| !s.trim().is_empty())
             .map(|s| s.trim().parse())
             .collect::<Result<_, _>>()?,
         Err(_) => vec![300, 1000],
