@@ -8,8 +8,8 @@
 //! apiserver two requests per [`REMEMBER_FOR`]; an apiserver that cannot answer is never
 //! remembered. The decisions are pure ([`bearer_token`], [`access_review`], [`Verdicts`]).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
@@ -134,18 +134,13 @@ impl Access {
             );
         };
         let digest = Verdicts::digest(token);
-        let remembered = self
-            .verdicts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&digest, Instant::now());
+        let remembered = self.verdicts.lock().get(&digest, Instant::now());
         if let Some(verdict) = remembered {
             return verdict;
         }
         let verdict = self.ask(token).await;
         self.verdicts
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .remember(digest, verdict.clone(), Instant::now());
         verdict
     }

@@ -92,7 +92,7 @@ pub const EVENTS_PER_MINUTE: u32 = 10;
 /// operator's controllers). Memory: one entry per object with an Event in the last minute.
 #[derive(Debug, Default)]
 pub struct EventBudget {
-    windows: std::sync::Mutex<std::collections::HashMap<String, Window>>,
+    windows: parking_lot::Mutex<std::collections::HashMap<String, Window>>,
 }
 
 /// One object's current minute: when it began, Events written, Events dropped.
@@ -108,7 +108,7 @@ impl EventBudget {
     /// new minute begins, the number of Events dropped in the last one is logged.
     pub fn allow(&self, object: &str, now: std::time::Instant) -> bool {
         const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self.windows.lock();
         if windows.len() > 1024 {
             windows.retain(|_, w| now.duration_since(w.since) < MINUTE);
         }

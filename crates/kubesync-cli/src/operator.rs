@@ -6,8 +6,9 @@
 //! Owns the composition (who shares what), the watches, and the read-only views `/metrics`
 //! and the tests use. It reconciles nothing itself and writes nothing itself.
 
+use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kube::Resource;
@@ -25,6 +26,11 @@ pub use crate::resource_sync::RESOURCE_SYNC_FINALIZER;
 use crate::resource_sync::ResourceSyncController;
 use crate::status::OwnWrites;
 pub use crate::status::{FIELD_MANAGER, Refusal};
+
+
+/// `/healthz` fails when the operator's loop has not turned for this long (the default of
+/// [`OperatorOptions::stuck_after`]).
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// How often statuses are refreshed (counts, reachability).
 const STATUS_REFRESH: Duration = Duration::from_secs(10);
@@ -101,7 +107,7 @@ pub struct OperatorOptions {
     /// Copy writes in flight per ObjectSync (default 16).
     pub fan_out_concurrency: usize,
     /// `/healthz` fails when the operator's loop has not turned for this long (default
-    /// [`STUCK_AFTER`](crate::telemetry::STUCK_AFTER), 60 s; the loop turns at least every
+    /// [`STUCK_AFTER`], 60 s; the loop turns at least every
     /// few seconds when idle).
     pub stuck_after: Duration,
 }
@@ -112,7 +118,7 @@ impl Default for OperatorOptions {
             status_refresh: STATUS_REFRESH,
             policy: Default::default(),
             fan_out_concurrency: 16,
-            stuck_after: crate::telemetry::STUCK_AFTER,
+            stuck_after: STUCK_AFTER,
         }
     }
 }
@@ -177,12 +183,12 @@ impl Operator {
 
     /// Records whether this replica leads (`None`: no leader election).
     pub fn set_leader(&self, leading: Option<bool>) {
-        *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = leading;
+        *self.leader.lock() = leading;
     }
 
     /// Whether this replica leads; `None` without leader election.
     pub fn leader(&self) -> Option<bool> {
-        *self.leader.lock().unwrap_or_else(|e| e.into_inner())
+        *self.leader.lock()
     }
 
     /// The running controller's context; `None` before [`run`](Self::run).

@@ -5,8 +5,8 @@
 //! The only place that knows how a RemoteCluster's runtime cluster name is spelled (the
 //! `remote:` prefix). Reads Secrets; never writes anything.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -137,8 +137,8 @@ impl RemoteClusters {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Cluster)>> {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, (String, Cluster)>> {
+        self.clients.lock()
     }
 }
 

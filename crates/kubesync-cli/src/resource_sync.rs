@@ -251,7 +251,7 @@ struct Engine {
     freshness: Arc<Freshness>,
     /// Remote objects a count found behind without a first sight of their generation (a
     /// local copy missing, a deletion not carried out locally), since then.
-    noticed: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
+    noticed: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
     /// Local copies found changed by someone else.
     drifts: Arc<Drifts>,
 }
@@ -263,7 +263,7 @@ pub const MAX_DRIFT_EVENTS_PER_MINUTE: u32 = 10;
 /// The local copies of one running sync found changed by someone else (shared with its
 /// engine's drift observer).
 #[derive(Debug, Default)]
-struct Drifts(std::sync::Mutex<DriftLog>);
+struct Drifts(parking_lot::Mutex<DriftLog>);
 
 /// What [`Drifts`] holds.
 #[derive(Debug, Default)]
@@ -303,8 +303,8 @@ impl DriftLog {
 }
 
 impl Drifts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, DriftLog> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, DriftLog> {
+        self.0.lock()
     }
 }
 
@@ -718,7 +718,7 @@ impl ResourceSyncController {
         };
         let now = Instant::now();
         let mut oldest = now;
-        let mut noticed = e.noticed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut noticed = e.noticed.lock();
         let mut still_noticed = HashMap::new();
         for remote in e.ctx.list(&e.remote, &e.resource) {
             let source = ObjectName {

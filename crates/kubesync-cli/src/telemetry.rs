@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -38,9 +37,7 @@ use tokio::net::TcpListener;
 use crate::access::{Access, Verdict};
 use crate::operator::{LOCAL, Operator};
 
-/// `/healthz` fails when the operator's loop has not turned for this long (the default of
-/// [`OperatorOptions::stuck_after`](crate::operator::OperatorOptions::stuck_after)).
-pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+pub use crate::operator::STUCK_AFTER;
 
 /// Content type of `/metrics`: the Prometheus text format, version 0.0.4.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -659,6 +656,7 @@ pub async fn metrics(operator: &Operator) -> Result<String, std::fmt::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]

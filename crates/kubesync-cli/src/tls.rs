@@ -7,10 +7,11 @@
 //! directory, from a self-signed certificate made at start (what kubebuilder's operators do:
 //! the scraper then skips verification, and the bearer token still authenticates it).
 
+use parking_lot::{Mutex, RwLock};
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls::ServerConfig;
@@ -152,14 +153,11 @@ impl Certificate {
         if let Some(files) = &self.files {
             self.reload_if_changed(files, Instant::now());
         }
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.read().clone()
     }
 
     fn reload_if_changed(&self, files: &Files, now: Instant) {
-        let mut seen = files.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = files.seen.lock();
         if now.duration_since(seen.0) < RELOAD_EVERY {
             return;
         }
@@ -171,7 +169,7 @@ impl Certificate {
         match load_pair(&files.cert, &files.key) {
             Ok(pair) => {
                 seen.1 = stamp;
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = pair;
+                *self.current.write() = pair;
                 tracing::info!(cert = %files.cert.display(), "metrics: serving the renewed certificate");
             }
             // Half-written renewals are common (the key before the certificate): try again.

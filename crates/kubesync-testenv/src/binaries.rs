@@ -1,8 +1,8 @@
 //! Locating (and, when needed, building) the control-plane binaries.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
 use crate::Error;
 
@@ -80,7 +80,7 @@ impl Binaries {
     /// cache, which the script fills when it is empty.
     pub fn locate() -> Result<Self, Error> {
         static BUILD: Mutex<()> = Mutex::new(());
-        let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = BUILD.lock();
         if let Some(found) = Self::find().filter(Self::complete) {
             return Ok(found);
         }

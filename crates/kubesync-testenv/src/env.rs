@@ -1,9 +1,10 @@
 //! [`TestEnv`]: one running control plane, its accessors and its lifecycle after start
 //! (outages, stop, drop). Starting it is in [`launch`](crate::launch).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::process::Process;
@@ -53,7 +54,7 @@ impl TestEnv {
     pub fn shared(name: &str, with_controller_manager: bool) -> Result<&'static TestEnv, Error> {
         static SHARED: OnceLock<Mutex<BTreeMap<String, &'static TestEnv>>> = OnceLock::new();
         let map = SHARED.get_or_init(|| Mutex::new(BTreeMap::new()));
-        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = map.lock();
         if let Some(env) = map.get(name) {
             return Ok(env);
         }

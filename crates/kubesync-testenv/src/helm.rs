@@ -1,7 +1,7 @@
 //! Locating (and, when needed, building) the `helm` binary the chart tests use.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::Error;
 use crate::binaries::is_executable;
@@ -15,7 +15,7 @@ use crate::binaries::is_executable;
 /// builds helm in a few minutes); later calls return the same path.
 pub fn helm() -> Result<PathBuf, Error> {
     static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    let mut found = FOUND.lock();
     if let Some(path) = found.as_ref().filter(|p| is_executable(p)) {
         return Ok(path.clone());
     }

@@ -1,10 +1,10 @@
 //! Starting an environment: its directory and files, free ports, and the etcd,
 //! kube-apiserver and kube-controller-manager processes with their readiness checks.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::process::{self, Process};
@@ -221,7 +221,7 @@ fn http_get(path: &str) -> http::Request<Vec<u8>> {
 /// A free loopback port, never handed out twice in this process.
 fn free_port() -> Result<u16, Error> {
     static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-    let mut used = USED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut used = USED.lock();
     let used = used.get_or_insert_with(HashSet::new);
     for _ in 0..100 {
         let l = TcpListener::bind("127.0.0.1:0")

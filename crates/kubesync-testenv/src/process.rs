@@ -5,10 +5,11 @@
 //! spawning from a thread that lives as long as the process means: when the process ends for any
 //! reason (normal exit, panic, `SIGKILL` of the test runner), its control planes die with it.
 
+use parking_lot::Mutex;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::Error;
@@ -65,7 +66,6 @@ impl Process {
         let (tx, rx) = mpsc::channel();
         spawner()
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .send((cmd, tx))
             .map_err(|_| Error::Process(format!("{name}: spawner thread is gone")))?;
         let child = rx

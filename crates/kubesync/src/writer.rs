@@ -15,9 +15,10 @@
 //! watch-expiry scenario found 300 such writes after a thaw, and the flapping-remote one 14
 //! status patches.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{
@@ -186,8 +187,8 @@ impl Writer {
             .unwrap_or(0)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), u64>> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, BTreeMap<(String, String), u64>> {
+        self.counts.lock()
     }
 
     /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `status`, `json` or
@@ -207,7 +208,7 @@ impl Writer {
             kind,
             field_manager,
         );
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.lock();
         let done = superseded(
             recent.written.get(&key),
             observed.metadata.resource_version.as_deref(),
@@ -245,7 +246,6 @@ impl Writer {
         };
         self.recent
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .record(write_key(target, kind, field_manager), written);
     }
 

@@ -14,8 +14,9 @@
 pub mod policy;
 pub mod status;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
@@ -237,8 +238,8 @@ impl ObjectSyncController {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Record>> {
-        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, BTreeMap<(String, String), Record>> {
+        self.records.lock()
     }
 
     /// The kind's resource, and whether it is namespaced.

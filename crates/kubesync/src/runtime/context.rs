@@ -3,16 +3,17 @@
 //! [`Context`]'s methods are grouped by what they touch: the clusters and the queue here, the
 //! watch stores in [`store`](super::store), the watches in [`watches`](super::watches).
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
-use super::shared::{Msg, Shared, read, write};
+use super::shared::{Msg, Shared};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -71,7 +72,7 @@ impl Context {
 
     /// The cluster with this name.
     pub fn cluster(&self, name: &str) -> Option<Cluster> {
-        read(&self.shared.clusters).get(name).cloned()
+        self.shared.clusters.read().get(name).cloned()
     }
 
     /// The cluster with this name, or [`Error::UnknownCluster`].
@@ -82,13 +83,16 @@ impl Context {
 
     /// All registered clusters, by name.
     pub fn clusters(&self) -> Vec<Cluster> {
-        read(&self.shared.clusters).values().cloned().collect()
+        self.shared.clusters.read().values().cloned().collect()
     }
 
     /// Registers (or replaces) a cluster while the controller runs, e.g. one named by a
     /// custom resource.
     pub fn add_cluster(&self, cluster: Cluster) {
-        write(&self.shared.clusters).insert(cluster.name().to_string(), cluster);
+        self.shared
+            .clusters
+            .write()
+            .insert(cluster.name().to_string(), cluster);
     }
 
     /// Queues a key for reconciliation now (deduplicated with keys already queued).

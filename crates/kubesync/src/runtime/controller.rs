@@ -17,7 +17,7 @@ use super::metrics::HEARTBEAT;
 use super::queue::{Backoff, Outcome, WorkQueue};
 use super::reconciler::{ErrorCategory, Reconciler};
 use super::reflect;
-use super::shared::{Msg, WatchSpec, read, write};
+use super::shared::{Msg, WatchSpec};
 use super::watch::{Mapper, Watch};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -92,7 +92,11 @@ impl Controller {
 
     /// Registers a cluster (replacing one of the same name).
     pub fn cluster(self, cluster: Cluster) -> Self {
-        write(&self.ctx.shared.clusters).insert(cluster.name().to_string(), cluster);
+        self.ctx
+            .shared
+            .clusters
+            .write()
+            .insert(cluster.name().to_string(), cluster);
         self
     }
 
@@ -276,13 +280,16 @@ fn handle(msg: Msg, ctx: &Context, queue: &mut WorkQueue, watches: &mut WatchTas
         }
         Msg::Start(spec) => {
             // A watch stopped before its start message arrived is not started.
-            if read(&ctx.shared.watches).contains_key(&spec.id) {
+            if ctx.shared.watches.read().contains_key(&spec.id) {
                 watches.start(*spec, ctx);
             }
         }
         Msg::Stop(id) => watches.stop(id),
         Msg::Listed(id) => {
-            let cluster = read(&ctx.shared.watches)
+            let cluster = ctx
+                .shared
+                .watches
+                .read()
                 .get(&id)
                 .map(|w| w.cluster.clone());
             if let Some(cluster) = cluster
@@ -298,7 +305,7 @@ fn handle(msg: Msg, ctx: &Context, queue: &mut WorkQueue, watches: &mut WatchTas
 /// Queues every object of the primary watches.
 fn resync_all(ctx: &Context, queue: &mut WorkQueue) {
     let now = Instant::now();
-    let stores = read(&ctx.shared.stores);
+    let stores = ctx.shared.stores.read();
     for s in stores.iter().filter(|s| s.primary) {
         for obj in s.reader.state() {
             queue.schedule(ObjectKey::for_object(&s.cluster, &s.resource, &obj), now);

@@ -1,8 +1,9 @@
 //! The controller's counters, read by health endpoints and metrics exporters.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Counters of a running controller.
@@ -79,10 +80,7 @@ impl Metrics {
     /// [`ErrorCategory`](super::ErrorCategory); `Panic` for a reconcile that panicked): a
     /// bounded metric label, as kube-rs/controller-rs labels its failures.
     pub fn failures_by_category(&self) -> BTreeMap<&'static str, u64> {
-        self.failures_by_category
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.failures_by_category.lock().clone()
     }
     /// Keys waiting in the queue (including keys of clusters that are not ready).
     pub fn queued(&self) -> u64 {
@@ -98,16 +96,13 @@ impl Metrics {
     }
     /// The contact record of `cluster` (created on first use).
     pub fn cluster(&self, cluster: &str) -> Arc<ClusterContact> {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clusters = self.clusters.lock();
         clusters.entry(cluster.to_string()).or_default().clone()
     }
 
     /// Every cluster's contact record, by name.
     pub fn clusters(&self) -> BTreeMap<String, Arc<ClusterContact>> {
-        self.clusters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.clusters.lock().clone()
     }
 
     /// How long ago the controller's loop last turned; `None` before it started. The loop
@@ -128,7 +123,6 @@ impl Metrics {
             *self
                 .failures_by_category
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .entry(category)
                 .or_insert(0) += 1;
         }

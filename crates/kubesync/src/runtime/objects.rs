@@ -9,13 +9,12 @@
 //! of one label's values ([`Watch::index_label`](super::Watch::index_label)), so that the
 //! objects carrying one value are found without reading every object.
 
+use parking_lot::RwLock;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
-
-use super::shared::{read, write};
 
 /// How a store keeps one object.
 #[derive(Debug)]
@@ -137,7 +136,8 @@ pub(super) struct Objects {
 impl Objects {
     /// The object `name` in `namespace` (`None` for a cluster-scoped one).
     pub(super) fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
-        read(&self.inner)
+        self.inner
+            .read()
             .objects
             .get(namespace.unwrap_or_default())
             .and_then(|names| names.get(name))
@@ -146,7 +146,8 @@ impl Objects {
 
     /// Every object held.
     pub(super) fn state(&self) -> Vec<Arc<DynamicObject>> {
-        read(&self.inner)
+        self.inner
+            .read()
             .objects
             .values()
             .flat_map(|names| names.values().filter_map(|e| e.held.object()))
@@ -155,7 +156,8 @@ impl Objects {
 
     /// The objects held in `namespace` (`""` for cluster-scoped ones).
     pub(super) fn in_namespace(&self, namespace: &str) -> Vec<Arc<DynamicObject>> {
-        read(&self.inner)
+        self.inner
+            .read()
             .objects
             .get(namespace)
             .into_iter()
@@ -179,7 +181,7 @@ impl Objects {
                 })
                 .collect();
         }
-        let inner = read(&self.inner);
+        let inner = self.inner.read();
         inner
             .by_label
             .get(value)
@@ -245,12 +247,12 @@ impl ObjectsWriter {
             Event::Apply(obj) => {
                 let obj = Arc::new(obj);
                 let (namespace, name, entry) = self.entry(Arc::clone(&obj));
-                write(&self.objects.inner).insert(namespace, name, entry);
+                self.objects.inner.write().insert(namespace, name, entry);
                 Some(obj)
             }
             Event::Delete(obj) => {
                 let (namespace, name) = place(&obj);
-                write(&self.objects.inner).remove(&namespace, &name);
+                self.objects.inner.write().remove(&namespace, &name);
                 Some(Arc::new(obj))
             }
             Event::Init => {
@@ -266,7 +268,7 @@ impl ObjectsWriter {
             }
             Event::InitDone => {
                 let listed = self.listing.take().unwrap_or_default();
-                *write(&self.objects.inner) = listed;
+                *self.objects.inner.write() = listed;
                 None
             }
         }
@@ -304,7 +306,7 @@ mod tests {
         o.metadata.labels = Some([("l".to_string(), "v".to_string())].into());
         w.apply(Event::Apply(o.clone()));
         let objects = w.objects();
-        let inner = read(&objects.inner);
+        let inner = objects.inner.read();
         assert!(
             matches!(inner.objects["a"]["x"].held, Held::Text { .. }),
             "held as text, not as a tree"
@@ -390,7 +392,7 @@ mod tests {
             assert_eq!(find("p"), BTreeSet::from(["c/w".into()]));
             assert!(find("q").is_empty());
             if index.is_some() {
-                let inner = read(&objects.inner);
+                let inner = objects.inner.read();
                 assert_eq!(inner.by_label.len(), 1, "no empty values are kept");
             }
         }
@@ -428,7 +430,7 @@ mod tests {
         assert_eq!(rv(gone), Some("4".into()));
         assert!(objects.state().is_empty());
         assert!(
-            read(&objects.inner).objects.is_empty(),
+            objects.inner.read().objects.is_empty(),
             "empty namespaces are dropped"
         );
     }

@@ -14,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use super::context::Context;
 use super::metadata::MetadataOnly;
 use super::objects::ObjectsWriter;
-use super::shared::{Msg, ObjectId, WatchSpec, id_of, write};
+use super::shared::{Msg, ObjectId, WatchSpec, id_of};
 use crate::key::ObjectKey;
 
 pub(super) async fn run(spec: WatchSpec, ctx: Context) {
@@ -43,7 +43,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
     };
     let set_state = |error: Option<String>, listed: bool| {
         let waiters = {
-            let mut states = write(&ctx.shared.watches);
+            let mut states = ctx.shared.watches.write();
             let Some(s) = states.get_mut(&id) else {
                 return;
             };

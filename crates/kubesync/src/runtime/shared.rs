@@ -1,7 +1,7 @@
 //! The state the context, the watch tasks and the controller's loop share (data only).
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::RwLock;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -72,14 +72,4 @@ pub(super) type ObjectId = (Option<String>, Option<String>);
 /// The identity of `obj` in its store.
 pub(super) fn id_of(obj: &DynamicObject) -> ObjectId {
     (obj.metadata.namespace.clone(), obj.metadata.name.clone())
-}
-
-/// Reads a lock, also after a panic elsewhere poisoned it.
-pub(super) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Writes a lock, also after a panic elsewhere poisoned it.
-pub(super) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
 }

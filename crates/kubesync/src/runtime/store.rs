@@ -9,7 +9,7 @@ use kube::core::ApiResource;
 
 use super::context::Context;
 use super::objects::Objects;
-use super::shared::{ObjectId, StoreEntry, id_of, read};
+use super::shared::{ObjectId, StoreEntry, id_of};
 use super::watches::WatchId;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -31,7 +31,7 @@ impl Context {
     }
 
     fn find(&self, key: &ObjectKey, metadata_only: bool) -> Option<Arc<DynamicObject>> {
-        let stores = read(&self.shared.stores);
+        let stores = self.shared.stores.read();
         stores
             .iter()
             .filter(|s| {
@@ -99,7 +99,9 @@ impl Context {
 
     /// The objects that the watch `id` holds (in full, or metadata only if it was made so).
     pub fn list_watch(&self, id: WatchId) -> Vec<Arc<DynamicObject>> {
-        read(&self.shared.stores)
+        self.shared
+            .stores
+            .read()
             .iter()
             .filter(|s| s.id == id.0)
             .flat_map(|s| s.reader.state())
@@ -143,7 +145,7 @@ impl Context {
         which: impl Fn(&StoreEntry) -> bool,
         objects: impl Fn(&Objects) -> Vec<Arc<DynamicObject>>,
     ) -> Vec<Arc<DynamicObject>> {
-        let stores = read(&self.shared.stores);
+        let stores = self.shared.stores.read();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for s in stores.iter().filter(|s| {

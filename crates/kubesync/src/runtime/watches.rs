@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use super::context::Context;
 use super::objects::ObjectsWriter;
-use super::shared::{Msg, StoreEntry, WatchSpec, WatchState, read, write};
+use super::shared::{Msg, StoreEntry, WatchSpec, WatchState};
 use super::watch::{Mapper, Watch};
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -38,7 +38,7 @@ impl WatchId {
 impl Context {
     /// The health of a cluster's watches.
     pub fn cluster_status(&self, cluster: &str) -> ClusterStatus {
-        let watches = read(&self.shared.watches);
+        let watches = self.shared.watches.read();
         let mine: Vec<&WatchState> = watches.values().filter(|w| w.cluster == cluster).collect();
         if mine.is_empty() {
             return ClusterStatus::Unknown;
@@ -63,7 +63,7 @@ impl Context {
         let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
             .unwrap_or(usize::MAX);
         let writer = ObjectsWriter::new(watch.packed, watch.index_label.as_deref());
-        write(&self.shared.stores).push(StoreEntry {
+        self.shared.stores.write().push(StoreEntry {
             id,
             cluster: cluster.name().to_string(),
             resource: watch.resource.clone(),
@@ -71,7 +71,7 @@ impl Context {
             primary: mapper.is_none(),
             metadata_only: watch.metadata_only,
         });
-        write(&self.shared.watches).insert(
+        self.shared.watches.write().insert(
             id,
             WatchState {
                 cluster: cluster.name().to_string(),
@@ -111,14 +111,16 @@ impl Context {
 
     /// Stops a watch started with [`Context::start_watch`] and drops its store.
     pub fn stop_watch(&self, id: WatchId) {
-        write(&self.shared.stores).retain(|s| s.id != id.0);
-        write(&self.shared.watches).remove(&id.0);
+        self.shared.stores.write().retain(|s| s.id != id.0);
+        self.shared.watches.write().remove(&id.0);
         let _ = self.shared.trigger.send(Msg::Stop(id.0));
     }
 
     /// Whether a watch has completed its first list (its store can be trusted for absence).
     pub fn watch_listed(&self, id: WatchId) -> bool {
-        read(&self.shared.watches)
+        self.shared
+            .watches
+            .read()
             .get(&id.0)
             .is_some_and(|w| w.listed)
     }
@@ -128,7 +130,7 @@ impl Context {
     /// failing, and must look again when it lists (again), also when none of the listed
     /// objects maps to that key (no event would wake it).
     pub fn when_listed(&self, id: WatchId, key: ObjectKey) {
-        let mut states = write(&self.shared.watches);
+        let mut states = self.shared.watches.write();
         match states.get_mut(&id.0) {
             Some(w) if !w.listed || w.error.is_some() => w.waiters.push(key),
             // Listed, or stopped (nothing to wait for): look again now.
@@ -141,7 +143,9 @@ impl Context {
 
     /// The error of a watch's last request, if it failed (e.g. forbidden, connection refused).
     pub fn watch_error(&self, id: WatchId) -> Option<String> {
-        read(&self.shared.watches)
+        self.shared
+            .watches
+            .read()
             .get(&id.0)
             .and_then(|w| w.error.clone())
     }

@@ -1094,8 +1094,8 @@ fn api_message(e: &Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
     use std::collections::VecDeque;
-    use std::sync::Mutex;
 
     use super::*;
     use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, OnConflict, Owner};
@@ -1112,9 +1112,8 @@ mod tests {
         let seen: Seen = Arc::default();
         let log = seen.clone();
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let next = answers.lock().expect("answers").pop_front();
+            let next = answers.lock().pop_front();
             log.lock()
-                .expect("log")
                 .push(format!("{} {}", req.method(), req.uri().path()));
             async move {
                 let (code, body) = next.expect("an answer for every request");
@@ -1192,7 +1191,7 @@ mod tests {
             .cluster(Cluster::new("local", client))
             .context();
         let st = settle_create(&FanOut::new("local"), &ctx, "ns").await;
-        let seen = seen.lock().expect("seen").clone();
+        let seen = seen.lock().clone();
         (st, seen)
     }
 

@@ -4,8 +4,9 @@
 //! once, so each operation is atomic: a watch mapper never sees a declaration half registered
 //! or half forgotten, and two reconciles never start the same watch twice.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -380,7 +381,7 @@ impl SharedIndex {
     }
 
     fn lock(&self) -> MutexGuard<'_, Index> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock()
     }
 }
 

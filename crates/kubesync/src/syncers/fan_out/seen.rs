@@ -3,8 +3,8 @@
 //! its staleness. Recorded as watch events arrive, before any reconcile runs, so time spent
 //! waiting in the queue counts.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::key::ObjectKey;
@@ -27,8 +27,8 @@ struct Inner {
 const PRUNE_FROM: usize = 4096;
 
 impl Seen {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// The object `key` was seen at `resource_version` now.

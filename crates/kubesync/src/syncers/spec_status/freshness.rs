@@ -7,8 +7,8 @@
 //! so memory grows with the backlog, not with the objects synced. Times are parameters: the
 //! bookkeeping is pure and unit-tested.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::key::ObjectKey;
@@ -20,8 +20,8 @@ pub struct Freshness {
 }
 
 impl Freshness {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, (i64, Instant)>> {
-        self.behind.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<ObjectKey, (i64, Instant)>> {
+        self.behind.lock()
     }
 
     /// The remote object `key` was seen at `generation` at `now`; `applied` says whether the
