@@ -36,8 +36,9 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Runs the operator: reconciles RemoteCluster and ResourceSync objects in this cluster
-    /// (in-cluster config, or --kubeconfig/--context) until SIGTERM or Ctrl-C.
+    /// Runs the operator: reconciles ObjectSync, ClusterObjectSync, RemoteCluster and
+    /// ResourceSync objects in this cluster (in-cluster config, or --kubeconfig/--context),
+    /// honouring SyncGrants, and serves the probes and /metrics, until SIGTERM or Ctrl-C.
     Run(Box<RunArgs>),
     /// Prints the CustomResourceDefinitions (YAML) of kubesync's resources.
     Crds,

@@ -27,7 +27,6 @@ use crate::resource_sync::ResourceSyncController;
 use crate::status::OwnWrites;
 pub use crate::status::{FIELD_MANAGER, Refusal};
 
-
 /// `/healthz` fails when the operator's loop has not turned for this long (the default of
 /// [`OperatorOptions::stuck_after`]).
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);

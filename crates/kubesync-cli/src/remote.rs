@@ -17,7 +17,7 @@ use kubesync::{Cluster, ObjectKey};
 use sha2::Digest;
 
 use crate::crd::RemoteCluster;
-use crate::status::Refusal;
+use crate::status::{Reason, Refusal};
 
 /// Name of the cluster the operator runs in, in keys and logs.
 pub const LOCAL: &str = "local";
@@ -64,10 +64,10 @@ impl RemoteClusters {
     pub fn lookup(ctx: &Context, name: &str) -> Result<RemoteCluster, Refusal> {
         let key = ObjectKey::new(LOCAL, &ApiResource::erase::<RemoteCluster>(&()), None, name);
         ctx.get_as::<RemoteCluster>(&key)
-            .map_err(|e| Refusal::new("RemoteClusterNotFound", e.to_string()))?
+            .map_err(|e| Refusal::new(Reason::RemoteClusterNotFound, e.to_string()))?
             .ok_or_else(|| {
                 Refusal::new(
-                    "RemoteClusterNotFound",
+                    Reason::RemoteClusterNotFound,
                     format!("RemoteCluster {name:?} does not exist"),
                 )
             })
@@ -89,13 +89,13 @@ impl RemoteClusters {
             Ok(Some(s)) => s,
             Ok(None) => {
                 return Err(Refusal::new(
-                    "KubeconfigSecretInvalid",
+                    Reason::KubeconfigSecretInvalid,
                     format!("Secret {}/{} not found", r.namespace, r.name),
                 ));
             }
             Err(e) => {
                 return Err(Refusal::new(
-                    "KubeconfigSecretInvalid",
+                    Reason::KubeconfigSecretInvalid,
                     format!(
                         "reading Secret {}/{}: {}",
                         r.namespace,
@@ -107,7 +107,7 @@ impl RemoteClusters {
         };
         let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&r.key)) else {
             return Err(Refusal::new(
-                "KubeconfigSecretInvalid",
+                Reason::KubeconfigSecretInvalid,
                 format!("Secret {}/{} has no key {:?}", r.namespace, r.name, r.key),
             ));
         };
@@ -127,7 +127,7 @@ impl RemoteClusters {
             Some(&runtime_name(&rc_name)),
         )
         .await
-        .map_err(|e| Refusal::new("KubeconfigInvalid", e.to_string()))?
+        .map_err(|e| Refusal::new(Reason::KubeconfigInvalid, e.to_string()))?
         .with_list_strategy(self.local.list_strategy());
         self.lock()
             .insert(rc_name, (fingerprint.clone(), cluster.clone()));

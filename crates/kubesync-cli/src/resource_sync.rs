@@ -34,7 +34,7 @@ use crate::crd::{
 use crate::events;
 use crate::freshness::Lags;
 use crate::remote::{LOCAL, RemoteClusters};
-use crate::status::{self, OwnWrites, Refusal, with_transition};
+use crate::status::{self, OwnWrites, Reason, Refusal, with_transition};
 
 /// Finalizer on a `ResourceSync`: on deletion, the remote objects' sync finalizers are
 /// released first, so they can be deleted later without kubesync.
@@ -95,7 +95,7 @@ pub fn secret_repair_interval(spec: &ResourceSyncSpec) -> Result<Duration, Refus
     };
     let invalid = |why: &str| {
         Refusal::new(
-            "InvalidSpec",
+            Reason::InvalidSpec,
             format!("spec.secretRepairInterval {text:?} {why}"),
         )
     };
@@ -115,7 +115,7 @@ fn check_names(spec: &ResourceSyncSpec) -> Result<(), Refusal> {
     use kubesync::validate::{is_dns_label, is_dns_subdomain, quoted};
     let invalid = |field: &str, value: &str, what: &str| {
         Err(Refusal::new(
-            "InvalidSpec",
+            Reason::InvalidSpec,
             format!("spec.{field}: {} is not {what}", quoted(value)),
         ))
     };
@@ -173,7 +173,7 @@ fn check_names(spec: &ResourceSyncSpec) -> Result<(), Refusal> {
 pub fn check_remote_cluster(spec: &crate::crd::RemoteClusterSpec) -> Result<(), Refusal> {
     use kubesync::validate::{data_key, is_dns_label, is_dns_subdomain, quoted};
     let r = &spec.kubeconfig_secret_ref;
-    let invalid = |m: String| Err(Refusal::new("InvalidSpec", m));
+    let invalid = |m: String| Err(Refusal::new(Reason::InvalidSpec, m));
     if !is_dns_label(&r.namespace) {
         return invalid(format!(
             "spec.kubeconfigSecretRef.namespace: {} is not a namespace name",
@@ -191,7 +191,10 @@ pub fn check_remote_cluster(spec: &crate::crd::RemoteClusterSpec) -> Result<(), 
     }
     if let Some(allowed) = &spec.allowed_namespaces {
         kubesync::syncers::fan_out::rules::selector(allowed).map_err(|e| {
-            Refusal::new("InvalidSpec", e.under("spec.allowedNamespaces").to_string())
+            Refusal::new(
+                Reason::InvalidSpec,
+                e.under("spec.allowedNamespaces").to_string(),
+            )
         })?;
     }
     Ok(())
@@ -487,17 +490,20 @@ impl ResourceSyncController {
         let spec = &rs.spec;
         if spec.resource.kind.is_empty() || spec.resource.version.is_empty() {
             return Err(Refusal::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "spec.resource needs a version and a kind",
             ));
         }
         if spec.remote_cluster.is_empty() {
-            return Err(Refusal::new("InvalidSpec", "spec.remoteCluster is empty"));
+            return Err(Refusal::new(
+                Reason::InvalidSpec,
+                "spec.remoteCluster is empty",
+            ));
         }
         check_names(spec)?;
         if spec.concurrency == Some(0) {
             return Err(Refusal::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "spec.concurrency must be at least 1",
             ));
         }
@@ -511,7 +517,7 @@ impl ResourceSyncController {
             .await
             .map_err(|e| {
                 Refusal::new(
-                    "ResourceNotFound",
+                    Reason::ResourceNotFound,
                     format!(
                         "{}/{} {} is not served by this cluster: {}",
                         gvk.group,
@@ -523,7 +529,7 @@ impl ResourceSyncController {
             })?;
         if caps.scope != kube::discovery::Scope::Namespaced {
             return Err(Refusal::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!(
                     "{} is cluster-scoped; only namespaced kinds can be synced",
                     gvk.kind
@@ -536,7 +542,7 @@ impl ResourceSyncController {
             .any(|(sub, _)| sub.plural == "status")
         {
             return Err(Refusal::new(
-                "NoStatusSubresource",
+                Reason::NoStatusSubresource,
                 format!("{} has no status subresource", gvk.kind),
             ));
         }
@@ -574,10 +580,10 @@ impl ResourceSyncController {
         let condition = match self.resolve(&rs, ctx).await {
             Err(refusal) => {
                 if let Some(engine) = self.engines.lock().await.remove(&name) {
-                    tracing::info!(resourcesync = %name, reason = refusal.reason, "invalid ResourceSync; stopping its sync");
+                    tracing::info!(resourcesync = %name, reason = %refusal.reason, "invalid ResourceSync; stopping its sync");
                     engine.shutdown().await;
                 }
-                tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "ResourceSync refused");
+                tracing::warn!(resourcesync = %name, reason = %refusal.reason, message = %refusal.message, "ResourceSync refused");
                 status::refused(&refusal)
             }
             Ok((ar, remote, kubeconfig_hash, repair_interval)) => {
@@ -846,15 +852,15 @@ impl ResourceSyncController {
                         tracing::info!(resourcesync = %name, released, "released the remote objects' finalizers");
                         None
                     }
-                    Err(e) => Some(Refusal::new("FinalizersNotReleased", e.to_string())),
+                    Err(e) => Some(Refusal::new(Reason::FinalizersNotReleased, e.to_string())),
                 }
             }
             Err(refusal) if nothing_to_release(&refusal) => {
-                tracing::warn!(resourcesync = %name, reason = refusal.reason, message = %refusal.message, "deleting a ResourceSync whose sync cannot have run: no remote finalizers to release");
+                tracing::warn!(resourcesync = %name, reason = %refusal.reason, message = %refusal.message, "deleting a ResourceSync whose sync cannot have run: no remote finalizers to release");
                 None
             }
             Err(refusal) => Some(Refusal::new(
-                "FinalizersNotReleased",
+                Reason::FinalizersNotReleased,
                 format!("{}: {}", refusal.reason, refusal.message),
             )),
         };
@@ -868,7 +874,7 @@ impl ResourceSyncController {
             let status = resource_sync_status(
                 &old,
                 rs.metadata.generation,
-                status::ready(false, failure.reason, message),
+                status::ready(false, failure.reason.as_str(), message),
                 Counts::default(),
                 None,
                 status::now(),
@@ -919,7 +925,7 @@ impl ResourceSyncController {
 pub fn nothing_to_release(refusal: &Refusal) -> bool {
     matches!(
         refusal.reason,
-        "InvalidSpec" | "ResourceNotFound" | "NoStatusSubresource"
+        Reason::InvalidSpec | Reason::ResourceNotFound | Reason::NoStatusSubresource
     )
 }
 
@@ -978,7 +984,10 @@ mod tests {
         let refused = resource_sync_status(
             &first,
             Some(5),
-            status::refused(&Refusal::new("InvalidSpec", "spec.remoteCluster is empty")),
+            status::refused(&Refusal::new(
+                Reason::InvalidSpec,
+                "spec.remoteCluster is empty",
+            )),
             Counts::default(),
             None,
             t("2024-01-01T00:05:00Z"),
@@ -1037,12 +1046,15 @@ mod tests {
 
     #[test]
     fn only_specs_that_cannot_have_run_skip_the_release() {
-        assert!(nothing_to_release(&Refusal::new("InvalidSpec", "")));
-        assert!(nothing_to_release(&Refusal::new("NoStatusSubresource", "")));
+        assert!(nothing_to_release(&Refusal::new(Reason::InvalidSpec, "")));
+        assert!(nothing_to_release(&Refusal::new(
+            Reason::NoStatusSubresource,
+            ""
+        )));
         for reason in [
-            "RemoteClusterNotFound",
-            "KubeconfigSecretInvalid",
-            "KubeconfigInvalid",
+            Reason::RemoteClusterNotFound,
+            Reason::KubeconfigSecretInvalid,
+            Reason::KubeconfigInvalid,
         ] {
             assert!(!nothing_to_release(&Refusal::new(reason, "")), "{reason}");
         }

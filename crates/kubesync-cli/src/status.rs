@@ -16,18 +16,82 @@ use crate::crd::Condition;
 /// Field manager of the operator's own writes.
 pub const FIELD_MANAGER: &str = "kubesync-operator";
 
+/// Why a declaration is refused: the `reason` of its `Ready=False` condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A field is invalid (the message names it).
+    InvalidSpec,
+    /// A destination's patch is invalid or changes what the copy is.
+    InvalidPatch,
+    /// The object is a copy kubesync made, never a declaration.
+    CopyNotADeclaration,
+    /// The kind is not served by the cluster.
+    ResourceNotFound,
+    /// The kind may not be synced (operator flags, tenancy allow-list, kubesync's own kinds).
+    ResourceNotAllowed,
+    /// The source namespace is not the declaration's own (nor one allowed by a flag).
+    SourceNamespaceNotAllowed,
+    /// A named destination namespace is not allowed by the operator's flags.
+    DestinationNotAllowed,
+    /// The named RemoteCluster does not exist.
+    RemoteClusterNotFound,
+    /// The RemoteCluster does not admit the declaration's namespace.
+    RemoteClusterNotAllowed,
+    /// The RemoteCluster's kubeconfig Secret cannot be read or lacks its key.
+    KubeconfigSecretInvalid,
+    /// The RemoteCluster's kubeconfig does not parse or connect.
+    KubeconfigInvalid,
+    /// A ResourceSync's kind has no status subresource.
+    NoStatusSubresource,
+    /// A going ResourceSync's copies could not be released.
+    FinalizersNotReleased,
+}
+
+impl Reason {
+    /// The PascalCase reason as conditions carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::InvalidPatch => "InvalidPatch",
+            Reason::CopyNotADeclaration => "CopyNotADeclaration",
+            Reason::ResourceNotFound => "ResourceNotFound",
+            Reason::ResourceNotAllowed => "ResourceNotAllowed",
+            Reason::SourceNamespaceNotAllowed => "SourceNamespaceNotAllowed",
+            Reason::DestinationNotAllowed => "DestinationNotAllowed",
+            Reason::RemoteClusterNotFound => "RemoteClusterNotFound",
+            Reason::RemoteClusterNotAllowed => "RemoteClusterNotAllowed",
+            Reason::KubeconfigSecretInvalid => "KubeconfigSecretInvalid",
+            Reason::KubeconfigInvalid => "KubeconfigInvalid",
+            Reason::NoStatusSubresource => "NoStatusSubresource",
+            Reason::FinalizersNotReleased => "FinalizersNotReleased",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A reason and message for a `Ready=False` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// PascalCase reason.
-    pub reason: &'static str,
+    /// Why.
+    pub reason: Reason,
     /// What is wrong, for a person.
     pub message: String,
 }
 
 impl Refusal {
     /// A refusal with this reason and message.
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -65,7 +129,7 @@ pub fn ready(ok: bool, reason: &str, message: impl Into<String>) -> Condition {
 
 /// A `Ready=False` condition saying why a resource was refused.
 pub fn refused(refusal: &Refusal) -> Condition {
-    ready(false, refusal.reason, refusal.message.clone())
+    ready(false, refusal.reason.as_str(), refusal.message.clone())
 }
 
 /// Sets the condition's generation and transition time (pure): the previous transition time
@@ -196,5 +260,36 @@ mod tests {
     #[test]
     fn now_is_whole_seconds() {
         assert_eq!(now().subsec_nanosecond(), 0);
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::Reason;
+
+    /// The reasons conditions carry are PascalCase names of their variants, all different.
+    #[test]
+    fn reasons_are_their_variants_names() {
+        let all = [
+            Reason::InvalidSpec,
+            Reason::InvalidPatch,
+            Reason::CopyNotADeclaration,
+            Reason::ResourceNotFound,
+            Reason::ResourceNotAllowed,
+            Reason::SourceNamespaceNotAllowed,
+            Reason::DestinationNotAllowed,
+            Reason::RemoteClusterNotFound,
+            Reason::RemoteClusterNotAllowed,
+            Reason::KubeconfigSecretInvalid,
+            Reason::KubeconfigInvalid,
+            Reason::NoStatusSubresource,
+            Reason::FinalizersNotReleased,
+        ];
+        let names: std::collections::BTreeSet<&str> = all.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), all.len());
+        for r in all {
+            assert_eq!(r.as_str(), format!("{r:?}"));
+            assert_eq!(r.to_string(), r.as_str());
+        }
     }
 }

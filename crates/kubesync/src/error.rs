@@ -235,6 +235,63 @@ mod tests {
         assert_eq!(api_message(&status("", "", 0)), "no message");
     }
 
+    /// Every variant's category is one of [`CATEGORIES`] (so exporters list it from zero), and
+    /// every category but the runtime's own two (`Error`, `Panic`) belongs to some variant.
+    #[test]
+    fn every_category_is_listed_and_every_listed_one_is_used() {
+        let api = |code: u16, reason: &str| {
+            Error::Kube(kube::Error::Api(Box::new(status("m", reason, code))))
+        };
+        let every = [
+            Error::UnknownCluster("c".into()),
+            Error::Kubeconfig("k".into()),
+            Error::InCluster("i".into()),
+            api(403, "Forbidden"),
+            api(404, "NotFound"),
+            api(409, "Conflict"),
+            api(422, "Invalid"),
+            Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Convert {
+                key: "k".into(),
+                target: "T",
+                message: "m".into(),
+            },
+            Error::Config("c".into()),
+            Error::Serialization("s".into()),
+            Error::ClusterUnreachable {
+                cluster: "c".into(),
+                message: "m".into(),
+            },
+            Error::NamespaceTerminating("n".into()),
+            Error::NotRunning,
+        ];
+        // A new variant must be added above (the match makes the compiler say so).
+        for e in &every {
+            match e {
+                Error::UnknownCluster(_)
+                | Error::Kubeconfig(_)
+                | Error::InCluster(_)
+                | Error::Kube(_)
+                | Error::Convert { .. }
+                | Error::Config(_)
+                | Error::Serialization(_)
+                | Error::ClusterUnreachable { .. }
+                | Error::NamespaceTerminating(_)
+                | Error::NotRunning => {}
+            }
+        }
+        let used: std::collections::BTreeSet<&str> = every.iter().map(Error::category).collect();
+        for category in &used {
+            assert!(CATEGORIES.contains(category), "{category} is not listed");
+        }
+        for listed in CATEGORIES {
+            assert!(
+                used.contains(listed) || ["Error", "Panic"].contains(&listed),
+                "{listed} is listed but no variant has it"
+            );
+        }
+    }
+
     #[test]
     fn messages_are_bounded() {
         let long = api_message(&status(&"é".repeat(2000), "BadRequest", 400));

@@ -50,7 +50,7 @@ use crate::crd::{
 use crate::events;
 use crate::freshness::{DestinationKey, Lags, behind};
 use crate::remote::{LOCAL, RemoteClusters, display_name};
-use crate::status::{OwnWrites, Refusal};
+use crate::status::{OwnWrites, Reason, Refusal};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
 pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
@@ -251,7 +251,7 @@ impl ObjectSyncController {
     ) -> Result<(ApiResource, bool), Refusal> {
         let not_found = |e: String| {
             Refusal::new(
-                "ResourceNotFound",
+                Reason::ResourceNotFound,
                 format!("{kind} in group {group:?} is not served: {e}"),
             )
         };
@@ -342,7 +342,7 @@ impl ObjectSyncController {
         let rc = RemoteClusters::lookup(ctx, remote)?;
         let not_allowed = |why: String| {
             Refusal::new(
-                "RemoteClusterNotAllowed",
+                Reason::RemoteClusterNotAllowed,
                 format!(
                     "RemoteCluster {remote} does not admit ObjectSyncs from namespace {namespace}: {why}"
                 ),
@@ -401,8 +401,9 @@ impl ObjectSyncController {
             .await?;
         let source_ns = source_namespace(&spec.source, own, namespaced)?;
         for (i, d) in spec.destinations.iter().enumerate() {
-            check_destination(d, namespaced, &spec.source.kind)
-                .map_err(|m| Refusal::new("InvalidSpec", format!("spec.destinations[{i}]: {m}")))?;
+            check_destination(d, namespaced, &spec.source.kind).map_err(|m| {
+                Refusal::new(Reason::InvalidSpec, format!("spec.destinations[{i}]: {m}"))
+            })?;
         }
         let named: Vec<Option<String>> = spec
             .destinations
@@ -522,7 +523,7 @@ impl ObjectSyncController {
                     ..Destination::default()
                 }),
                 Err(r) => {
-                    tracing::warn!(remote = c, reason = r.reason, message = %r.message, "copies through this RemoteCluster cannot be removed")
+                    tracing::warn!(remote = c, reason = %r.reason, message = %r.message, "copies through this RemoteCluster cannot be removed")
                 }
             }
         }
@@ -609,7 +610,7 @@ impl ObjectSyncController {
                     .await?;
             } else if !deleting {
                 let refusal = Refusal::new(
-                    "CopyNotADeclaration",
+                    Reason::CopyNotADeclaration,
                     format!(
                         "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
                     ),
@@ -646,7 +647,7 @@ impl ObjectSyncController {
                 {
                     Some(spec) => spec,
                     None => {
-                        tracing::info!(objectsync = %key, reason = refusal.reason, "released: its kind is not served, so no copy of it can exist");
+                        tracing::info!(objectsync = %key, reason = %refusal.reason, "released: its kind is not served, so no copy of it can exist");
                         self.forget(ctx, key);
                         self.writes
                             .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
@@ -656,7 +657,7 @@ impl ObjectSyncController {
                 }
             }
             Err(refusal) => {
-                tracing::warn!(objectsync = %key, reason = refusal.reason, message = %refusal.message, "ObjectSync refused");
+                tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
                 self.report(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
                 self.sweep_withdrawn(ctx, key, &os, owner).await;
@@ -959,7 +960,7 @@ fn requeue_after(report: &Report) -> Action {
 /// The selection of an ObjectSync's sources: `None` for one object by name; a refusal for a
 /// source that gives both a name and a selection, or neither.
 fn source_selection(source: &ObjectSyncSource) -> Result<Option<Selection>, Refusal> {
-    let invalid = |m: String| Refusal::new("InvalidSpec", m);
+    let invalid = |m: String| Refusal::new(Reason::InvalidSpec, m);
     let many = source.selector.is_some() || !source.names.is_empty();
     match (source.name.is_empty(), many) {
         (false, false) => Ok(None),
@@ -1002,7 +1003,7 @@ fn source_namespace(
     own: Option<&str>,
     namespaced: bool,
 ) -> Result<String, Refusal> {
-    let invalid = |m: String| Err(Refusal::new("InvalidSpec", m));
+    let invalid = |m: String| Err(Refusal::new(Reason::InvalidSpec, m));
     let kind = &source.kind;
     let given = source.namespace.clone().filter(|ns| !ns.is_empty());
     match (own, namespaced, given) {
@@ -1065,10 +1066,14 @@ struct Checked {
 /// copy names, patches) and the filters. The refusal names the field's path and the value.
 /// What depends on the kind (namespaced or not) or on the cluster is judged after discovery.
 fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
-    let invalid = |path: String, m: String| Refusal::new("InvalidSpec", format!("{path}: {m}"));
+    let invalid =
+        |path: String, m: String| Refusal::new(Reason::InvalidSpec, format!("{path}: {m}"));
     let source = &spec.source;
     if source.kind.is_empty() {
-        return Err(Refusal::new("InvalidSpec", "spec.source needs a kind"));
+        return Err(Refusal::new(
+            Reason::InvalidSpec,
+            "spec.source needs a kind",
+        ));
     }
     if !source.kind.chars().all(|c| c.is_ascii_alphanumeric())
         || !source.kind.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -1122,7 +1127,10 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         ));
     }
     if spec.destinations.is_empty() {
-        return Err(Refusal::new("InvalidSpec", "spec.destinations is empty"));
+        return Err(Refusal::new(
+            Reason::InvalidSpec,
+            "spec.destinations is empty",
+        ));
     }
     let mut destinations = Vec::new();
     for (i, d) in spec.destinations.iter().enumerate() {
@@ -1145,7 +1153,7 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
             .transpose()
             .map_err(|e| {
                 Refusal::new(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     e.under(&at(".namespaceSelector")).to_string(),
                 )
             })?;
@@ -1162,7 +1170,7 @@ fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
             ));
         }
         let patches = copy_patches(&d.patches)
-            .map_err(|m| Refusal::new("InvalidPatch", format!("{}: {m}", at(""))))?;
+            .map_err(|m| Refusal::new(Reason::InvalidPatch, format!("{}: {m}", at(""))))?;
         destinations.push((selector, patches));
     }
     for (field, filter) in [("labels", &spec.labels), ("annotations", &spec.annotations)] {

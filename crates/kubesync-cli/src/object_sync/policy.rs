@@ -23,7 +23,7 @@ use kubesync::syncers::fan_out::rules::glob;
 use serde::Deserialize;
 
 use crate::crd::SyncGrantSpec;
-use crate::status::Refusal;
+use crate::status::{Reason, Refusal};
 
 /// What ObjectSyncs may do (the operator's flags).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -276,7 +276,7 @@ impl ObjectSyncPolicy {
                 .any(|g| glob(g, source_namespace))
         {
             return Err(Refusal::new(
-                "SourceNamespaceNotAllowed",
+                Reason::SourceNamespaceNotAllowed,
                 format!(
                     "the source must be in the ObjectSync's namespace {own_namespace:?}; {source_namespace:?} is not among the operator's allowed source namespaces"
                 ),
@@ -287,7 +287,7 @@ impl ObjectSyncPolicy {
             && canonical(group, kind).0 == KUBESYNC_GROUP
         {
             return Err(Refusal::new(
-                "ResourceNotAllowed",
+                Reason::ResourceNotAllowed,
                 format!(
                     "{qualified} is one of kubesync's own kinds: an ObjectSync outside the trusted namespaces never copies them (a copied declaration or grant would act with the authority of the namespace it lands in); namespace {own} is not trusted"
                 ),
@@ -300,7 +300,7 @@ impl ObjectSyncPolicy {
                 .any(|r| r == "*" || names_kind(r, group, kind))
         {
             return Err(Refusal::new(
-                "ResourceNotAllowed",
+                Reason::ResourceNotAllowed,
                 format!("{qualified} is not among the operator's allowed resources"),
             ));
         }
@@ -317,7 +317,7 @@ impl ObjectSyncPolicy {
                         .any(|g| glob(g, ns)))
             {
                 return Err(Refusal::new(
-                    "DestinationNotAllowed",
+                    Reason::DestinationNotAllowed,
                     format!("destination namespace {ns:?} is not allowed by the operator"),
                 ));
             }

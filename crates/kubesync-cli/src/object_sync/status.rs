@@ -903,7 +903,7 @@ mod tests {
             condition_events(&[], &s.conditions).is_empty(),
             "Starting is transient"
         );
-        let refusal = Refusal::new("SourceNamespaceNotAllowed", "no");
+        let refusal = Refusal::new(crate::status::Reason::SourceNamespaceNotAllowed, "no");
         let s = object_sync_status(
             &s,
             Some(3),
