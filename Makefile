@@ -23,12 +23,14 @@
 #   make helm-lint      helm lint --strict of charts/kubesync, with its defaults and every option
 #   make image          build the container image as an OCI archive (buildah; no daemon, no registry)
 #   make image-test     unpack that image and run kubesync inside it with chroot
+#   make docs           the book (docs/src, docs/book.toml) into target/book, with its link check
+#                       (mdBook from crates.io, installed once under ~/.cache/kubesync)
 #   make clean          remove build outputs (keeps the cached control-plane binaries)
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -92,6 +94,9 @@ image:
 
 image-test: image
 	bash scripts/image-test.sh target/kubesync-image.tar
+
+docs:
+	bash scripts/docs.sh
 
 clean:
 	$(CARGO) clean
