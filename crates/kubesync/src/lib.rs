@@ -30,7 +30,17 @@ pub use runtime::{
 };
 pub use writer::Writer;
 
-/// The README's code samples, compiled as doctests.
-#[doc = include_str!("../../../README.md")]
+/// The book's code samples (docs/src), compiled as doctests: "Embedding the engine".
+#[doc = include_str!("../../../docs/src/library/embedding.md")]
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+pub struct EmbeddingDoctests;
+
+/// The book's code samples (docs/src), compiled as doctests: "Spec/status sync as a library".
+#[doc = include_str!("../../../docs/src/library/spec-status.md")]
+#[cfg(doctest)]
+pub struct SpecStatusDoctests;
+
+/// The book's code samples (docs/src), compiled as doctests: "Testing on real control planes".
+#[doc = include_str!("../../../docs/src/library/testenv.md")]
+#[cfg(doctest)]
+pub struct TestenvDoctests;
