@@ -27,6 +27,7 @@ use kube::core::ApiResource;
 
 use super::index::{EventOf, Retire, Scope, SharedIndex, WatchKey};
 use super::plan::{self, Delete, Snapshot, Stores, Write};
+use super::rules::settle::{Failure, Settling, Step, WriteOutcome};
 use super::rules::{self, Decision, Strategy};
 use super::seen::Seen;
 use super::spec::{
@@ -693,33 +694,10 @@ impl FanOut {
                     }
                     Op::Write(w) => {
                         let started = self.behind_since(decl, &w);
-                        let Write {
-                            at,
-                            desired,
-                            existing,
-                            strategy,
-                            decision,
-                            source,
-                            source_resource_version,
-                            drift,
-                            changed: _,
-                        } = *w;
-                        let update = decision == Decision::Update;
-                        let mut sent = false;
-                        let mut st = self
-                            .settle(
-                                ctx,
-                                decl,
-                                (&at, &desired),
-                                (existing, decision),
-                                strategy,
-                                &source_resource_version,
-                                &mut sent,
-                            )
-                            .await;
+                        let (mut st, sent) = self.settle(ctx, decl, &w).await;
                         // The reconcile that reverts someone else's change reports it.
-                        if sent && update {
-                            st.drift = drift;
+                        if sent && w.decision == Decision::Update {
+                            st.drift = w.drift.clone();
                         }
                         let synced = st.state == DestinationState::Synced;
                         let lag = match started {
@@ -729,7 +707,8 @@ impl FanOut {
                         if !synced {
                             st.behind_since = started.map(|(t, _)| t);
                         }
-                        (Some(st.of_source(&source)), false, lag)
+                        let source = &w.source;
+                        (Some(st.of_source(source)), false, lag)
                     }
                 }
             })
@@ -750,96 +729,71 @@ impl FanOut {
         (statuses, deleted, propagated)
     }
 
-    /// Carries out `decision` at one destination and says how it ended. A create that finds
-    /// the name taken (the store did not show the object yet: this engine's own copy from a
-    /// moment ago, or someone else's new object) reads the object and decides once more; so
-    /// does an adoption (the stores hold objects kubesync did not create as metadata only).
-    /// `sent` is set when a write was sent that the copy now shows.
-    #[allow(clippy::too_many_arguments)]
+    /// Carries out `decision` at one destination and says how it ended, and whether a write
+    /// was sent that the copy now shows. The rules (adopt only after a live read, decide once
+    /// more after a create finds the name taken, back off on a uid precondition) are the pure
+    /// [`rules::settle`]; this does the reads and writes it asks for.
     async fn settle(
         &self,
         ctx: &Context,
         decl: &Declaration,
-        (at, desired): (&DestinationRef, &DynamicObject),
-        (mut existing, mut decision): (Option<Arc<DynamicObject>>, Decision),
-        strategy: Strategy,
-        source_rv: &str,
-        sent: &mut bool,
-    ) -> DestinationStatus {
+        w: &Write,
+    ) -> (DestinationStatus, bool) {
         let ar = &decl.spec.source.resource;
-        // Whether `existing` comes from a live read rather than the stores.
-        let mut live = false;
+        let (at, desired) = (&w.at, &w.desired);
+        let mut existing = w.existing.clone();
+        let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy);
+        let mut step = settling.start();
         loop {
-            match decision {
-                Decision::InSync => {
-                    return DestinationStatus::new(
-                        at,
-                        DestinationState::Synced,
-                        String::new(),
-                        source_rv,
+            step = match step {
+                Step::Done(end) => {
+                    let version = match end.state {
+                        DestinationState::Synced => w.source_resource_version.as_str(),
+                        _ => "",
+                    };
+                    return (
+                        DestinationStatus::new(at, end.state, end.message, version),
+                        end.sent,
                     );
                 }
-                Decision::Conflict(msg) => {
-                    return DestinationStatus::new(at, DestinationState::Conflict, msg, "");
-                }
-                // The stores hold objects kubesync did not create as metadata only; an
-                // adoption is decided and written on the whole object, read now.
-                Decision::Adopt if !live => {
-                    live = true;
-                    match self.look_again(ctx, decl, at, desired, strategy).await {
+                Step::LookAgain => {
+                    match self.look_again(ctx, decl, at, desired, w.strategy).await {
                         Ok((found, again)) => {
-                            (existing, decision) = (found, again);
-                            continue;
+                            let exists = found.is_some();
+                            existing = found;
+                            settling.found(exists, again)
                         }
-                        Err(status) => return status,
+                        Err(status) => return (status, false),
                     }
                 }
-                Decision::Create | Decision::Update | Decision::Adopt => {}
-            }
-            let written = self
-                .write_copy(ctx, ar, at, desired, existing.as_deref(), strategy)
-                .await;
-            let e = match written {
-                Ok(wrote) => {
-                    *sent = wrote;
-                    return DestinationStatus::new(
-                        at,
-                        DestinationState::Synced,
-                        String::new(),
-                        source_rv,
-                    );
+                Step::Write => {
+                    let written = self
+                        .write_copy(ctx, ar, at, desired, existing.as_deref(), w.strategy)
+                        .await;
+                    match &written {
+                        Err(e) if is_uid_precondition_failure(e) => {
+                            tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
+                        }
+                        Err(e) if !is_already_exists(e) => {
+                            tracing::warn!(destination = %at, error = %e, "writing a copy failed")
+                        }
+                        _ => {}
+                    }
+                    settling.written(match written {
+                        Ok(sent) => WriteOutcome::Written { sent },
+                        Err(e) => WriteOutcome::Failed {
+                            cause: if is_already_exists(&e) {
+                                Failure::AlreadyExists
+                            } else if is_uid_precondition_failure(&e) {
+                                Failure::UidPrecondition
+                            } else {
+                                Failure::Other
+                            },
+                            message: api_message(&e),
+                        },
+                    })
                 }
-                Err(e) => e,
             };
-            // A create that finds the name taken (the store did not show the object yet):
-            // read it and decide once more.
-            if existing.is_none() && is_already_exists(&e) && !live {
-                live = true;
-                match self.look_again(ctx, decl, at, desired, strategy).await {
-                    Ok((Some(found), again)) => {
-                        (existing, decision) = (Some(found), again);
-                        continue;
-                    }
-                    Ok((None, _)) => {
-                        return DestinationStatus::new(at,
-                            DestinationState::Error,
-                            "the name was taken while kubesync created its copy, and is free again; it is looked at again".into(),
-                            "",
-                        );
-                    }
-                    Err(status) => return status,
-                }
-            }
-            if strategy == Strategy::Apply && is_uid_precondition_failure(&e) {
-                tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched");
-                return DestinationStatus::new(at,
-                    DestinationState::Error,
-                    "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again".into(),
-                    "",
-                );
-            }
-            tracing::warn!(destination = %at, error = %e, "writing a copy failed");
-            return DestinationStatus::new(at, DestinationState::Error, api_message(&e), "");
         }
     }
 
@@ -1172,16 +1126,18 @@ mod tests {
         desired.metadata.uid = None;
         desired.metadata.resource_version = None;
         let at = DestinationRef::new("local", ns, "copy");
-        fan.settle(
-            ctx,
-            &decl,
-            (&at, &desired),
-            (None, Decision::Create),
-            Strategy::Apply,
-            "7",
-            &mut false,
-        )
-        .await
+        let write = Write {
+            at,
+            desired,
+            existing: None,
+            strategy: Strategy::Apply,
+            decision: Decision::Create,
+            source: "source".into(),
+            source_resource_version: "7".into(),
+            drift: None,
+            changed: Vec::new(),
+        };
+        fan.settle(ctx, &decl, &write).await.0
     }
 
     /// A create whose name turns out to be taken reads the object and decides once more.

@@ -2,8 +2,8 @@
 //! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
 //! which fields of a copy changed and who changed them ([`drift`]),
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
-//! per-destination overrides ([`patch`]), and how copies are held without their bulk
-//! ([`digest`]). No IO.
+//! per-destination overrides ([`patch`]), how copies are held without their bulk
+//! ([`digest`]), and how one destination's write is carried to an end ([`settle`]). No IO.
 
 pub mod copy;
 pub mod decide;
@@ -12,6 +12,7 @@ pub mod drift;
 pub mod ownership;
 pub mod patch;
 pub mod select;
+pub mod settle;
 
 pub use copy::{CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark};
 pub use decide::{

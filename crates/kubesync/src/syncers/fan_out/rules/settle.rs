@@ -1,0 +1,313 @@
+//! How one destination's write is carried through to an end: the copy-safety rules of the
+//! engine's executor, as a pure state machine (the engine does the IO each [`Step`] asks for
+//! and reports what happened).
+//!
+//! - **Adopt only after a live read**: the stores hold objects kubesync did not create as
+//!   metadata only, so an adoption is decided again on the whole object, read now.
+//! - **Re-decide after a 409 on create**: a create that finds the name taken (the store did
+//!   not show the object yet: this engine's own copy from a moment ago, or someone else's new
+//!   object) reads the object and decides once more — once.
+//! - **Back off on a uid precondition**: an apply carries the uid of the object it was decided
+//!   on; when the apiserver refuses it, that object was deleted or replaced, and nothing is
+//!   changed (the destination is looked at again on the next pass).
+//! - Any other failure ends in the destination's `Error` with the apiserver's words.
+//!
+//! (Recreating a copy after a 422 on an immutable field is part of the `Replace` write
+//! itself.)
+
+use super::decide::{Decision, Strategy};
+use crate::syncers::fan_out::spec::DestinationState;
+
+/// What the engine does next at the destination.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Write the copy with the current decision on the object the engine holds.
+    Write,
+    /// Read the object live and report [`Settling::found`].
+    LookAgain,
+    /// Done.
+    Done(Settled),
+}
+
+/// How a destination ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settled {
+    /// Its state.
+    pub state: DestinationState,
+    /// Why (empty when synced).
+    pub message: String,
+    /// Whether a write was sent that the copy now shows.
+    pub sent: bool,
+}
+
+impl Settled {
+    fn synced(sent: bool) -> Step {
+        Step::Done(Settled {
+            state: DestinationState::Synced,
+            message: String::new(),
+            sent,
+        })
+    }
+
+    fn error(message: impl Into<String>) -> Step {
+        Step::Done(Settled {
+            state: DestinationState::Error,
+            message: message.into(),
+            sent: false,
+        })
+    }
+}
+
+/// What a write ended with, as the rules need to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Written; `sent` is false when nothing needed sending (the writer had sent it already).
+    Written {
+        /// Whether a request was sent.
+        sent: bool,
+    },
+    /// Refused or failed.
+    Failed {
+        /// What kind of failure.
+        cause: Failure,
+        /// The apiserver's words.
+        message: String,
+    },
+}
+
+/// The failures the rules tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// A create was refused: an object of that name exists.
+    AlreadyExists,
+    /// An apply was refused on its uid precondition (the object was deleted or replaced).
+    UidPrecondition,
+    /// Anything else.
+    Other,
+}
+
+/// Why a live read was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// To decide an adoption on the whole object.
+    Adoption,
+    /// A create found the name taken.
+    TakenName,
+}
+
+/// One destination on its way to an end.
+#[derive(Clone, Debug)]
+pub struct Settling {
+    decision: Decision,
+    /// Whether the engine holds an object for the destination.
+    existing: bool,
+    strategy: Strategy,
+    /// Whether the object held comes from a live read (at most one is made).
+    live: bool,
+    reading: Option<Reading>,
+}
+
+impl Settling {
+    /// A destination the plan decided on: `existing` says whether the stores showed an object.
+    pub fn new(decision: Decision, existing: bool, strategy: Strategy) -> Self {
+        Self {
+            decision,
+            existing,
+            strategy,
+            live: false,
+            reading: None,
+        }
+    }
+
+    /// The first step.
+    pub fn start(&mut self) -> Step {
+        match &self.decision {
+            Decision::InSync => Settled::synced(false),
+            Decision::Conflict(message) => Step::Done(Settled {
+                state: DestinationState::Conflict,
+                message: message.clone(),
+                sent: false,
+            }),
+            Decision::Adopt if !self.live => {
+                self.live = true;
+                self.reading = Some(Reading::Adoption);
+                Step::LookAgain
+            }
+            Decision::Create | Decision::Update | Decision::Adopt => Step::Write,
+        }
+    }
+
+    /// The decision now (to write with).
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// The live read found an object (`exists`) or none, and the rules decided `decision` on
+    /// it.
+    pub fn found(&mut self, exists: bool, decision: Decision) -> Step {
+        let reading = self.reading.take();
+        if reading == Some(Reading::TakenName) && !exists {
+            return Settled::error(
+                "the name was taken while kubesync created its copy, and is free again; it is looked at again",
+            );
+        }
+        self.existing = exists;
+        self.decision = decision;
+        self.start()
+    }
+
+    /// The write ended with `outcome`.
+    pub fn written(&mut self, outcome: WriteOutcome) -> Step {
+        match outcome {
+            WriteOutcome::Written { sent } => Settled::synced(sent),
+            WriteOutcome::Failed {
+                cause: Failure::AlreadyExists,
+                ..
+            } if !self.existing && !self.live => {
+                self.live = true;
+                self.reading = Some(Reading::TakenName);
+                Step::LookAgain
+            }
+            WriteOutcome::Failed {
+                cause: Failure::UidPrecondition,
+                ..
+            } if self.strategy == Strategy::Apply => Settled::error(
+                "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again",
+            ),
+            WriteOutcome::Failed { message, .. } => Settled::error(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(cause: Failure, message: &str) -> WriteOutcome {
+        WriteOutcome::Failed {
+            cause,
+            message: message.into(),
+        }
+    }
+
+    fn taken() -> WriteOutcome {
+        failed(Failure::AlreadyExists, "AlreadyExists: taken")
+    }
+
+    fn done(step: Step) -> Settled {
+        match step {
+            Step::Done(s) => s,
+            other => panic!("not done: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn in_sync_and_conflicts_end_at_once_without_a_write() {
+        let s = done(Settling::new(Decision::InSync, true, Strategy::Apply).start());
+        assert_eq!((s.state, s.sent), (DestinationState::Synced, false));
+        let s =
+            done(Settling::new(Decision::Conflict("theirs".into()), true, Strategy::Apply).start());
+        assert_eq!(
+            (s.state, s.message.as_str()),
+            (DestinationState::Conflict, "theirs")
+        );
+    }
+
+    #[test]
+    fn a_write_that_goes_through_is_synced_and_says_whether_it_was_sent() {
+        for decision in [Decision::Create, Decision::Update] {
+            let mut s = Settling::new(
+                decision.clone(),
+                decision == Decision::Update,
+                Strategy::Apply,
+            );
+            assert_eq!(s.start(), Step::Write);
+            let end = done(s.written(WriteOutcome::Written { sent: true }));
+            assert_eq!((end.state, end.sent), (DestinationState::Synced, true));
+        }
+        let mut s = Settling::new(Decision::Update, true, Strategy::Apply);
+        s.start();
+        assert!(!done(s.written(WriteOutcome::Written { sent: false })).sent);
+    }
+
+    #[test]
+    fn an_adoption_is_decided_on_a_live_read_first() {
+        let mut s = Settling::new(Decision::Adopt, true, Strategy::Apply);
+        assert_eq!(
+            s.start(),
+            Step::LookAgain,
+            "never adopted on the store's metadata"
+        );
+        // Still someone else's, adoption allowed: written now, on the object read.
+        assert_eq!(s.found(true, Decision::Adopt), Step::Write);
+        assert_eq!(s.decision(), &Decision::Adopt);
+        // Read again, it turned out protected: a conflict, nothing written.
+        let mut s = Settling::new(Decision::Adopt, true, Strategy::Apply);
+        s.start();
+        let end = done(s.found(true, Decision::Conflict("protected".into())));
+        assert_eq!(end.state, DestinationState::Conflict);
+        // Gone meanwhile: created.
+        let mut s = Settling::new(Decision::Adopt, true, Strategy::Apply);
+        s.start();
+        assert_eq!(s.found(false, Decision::Create), Step::Write);
+    }
+
+    #[test]
+    fn a_create_that_finds_the_name_taken_decides_once_more_once() {
+        // Its own copy from a moment ago: in sync.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply);
+        s.start();
+        assert_eq!(s.written(taken()), Step::LookAgain);
+        assert_eq!(
+            done(s.found(true, Decision::InSync)).state,
+            DestinationState::Synced
+        );
+        // Someone else's new object: a conflict.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply);
+        s.start();
+        s.written(taken());
+        let end = done(s.found(true, Decision::Conflict("theirs".into())));
+        assert_eq!(end.state, DestinationState::Conflict);
+        // Free again by the time it is read: an error, looked at on the next pass.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply);
+        s.start();
+        s.written(taken());
+        let end = done(s.found(false, Decision::Create));
+        assert_eq!(end.state, DestinationState::Error);
+        assert!(end.message.contains("free again"), "{}", end.message);
+        // Its own copy, but out of date: updated, and a second 409 is not read again.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply);
+        s.start();
+        s.written(taken());
+        assert_eq!(s.found(true, Decision::Update), Step::Write);
+        let end = done(s.written(taken()));
+        assert_eq!(
+            (end.state, end.message.as_str()),
+            (DestinationState::Error, "AlreadyExists: taken")
+        );
+    }
+
+    #[test]
+    fn a_uid_precondition_failure_changes_nothing() {
+        let mut s = Settling::new(Decision::Update, true, Strategy::Apply);
+        s.start();
+        let end = done(s.written(failed(Failure::UidPrecondition, "uid mismatch")));
+        assert_eq!((end.state, end.sent), (DestinationState::Error, false));
+        assert!(
+            end.message.contains("nothing was changed"),
+            "{}",
+            end.message
+        );
+    }
+
+    #[test]
+    fn other_failures_are_the_destinations_error_in_the_apiservers_words() {
+        let mut s = Settling::new(Decision::Update, true, Strategy::Replace);
+        s.start();
+        let end = done(s.written(failed(Failure::Other, "Forbidden: no")));
+        assert_eq!(
+            (end.state, end.message.as_str()),
+            (DestinationState::Error, "Forbidden: no")
+        );
+    }
+}
