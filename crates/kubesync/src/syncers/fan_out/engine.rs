@@ -65,6 +65,68 @@ struct Watches {
     others: WatchId,
 }
 
+/// What a declaration's watches say ([`FanOut::watch`]).
+struct Watched {
+    /// The clusters it touches (this one, and its destinations').
+    clusters: Vec<String>,
+    /// Those of them no RemoteCluster is registered for.
+    unknown: Vec<String>,
+    /// Every watch it needs has listed.
+    ready: bool,
+    /// Failing watches: (cluster, the API's message).
+    errors: Vec<(String, String)>,
+    /// The source watch (this cluster), if the source is read.
+    source: Option<WatchId>,
+}
+
+/// What a reconcile observed ([`FanOut::observe`]).
+enum Observed {
+    /// A watch has not listed, or a source's absence is not confirmed yet: nothing is
+    /// decided (the declaration is woken when that changes).
+    NotReady,
+    /// The facts the plan decides on.
+    Ready(Facts),
+}
+
+/// A declaration's sources and copies, as the stores show them.
+struct Facts {
+    /// The source objects (none while the declaration goes or is refused).
+    sources: Vec<Arc<DynamicObject>>,
+    /// Its copies, by destination.
+    owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    /// Clusters that cannot be checked now.
+    unreachable: BTreeSet<String>,
+}
+
+impl Facts {
+    /// What the report says of them.
+    fn describe(&self, report: &mut Report) {
+        report.unreachable = self.unreachable.iter().cloned().collect();
+        report.source_found = !self.sources.is_empty();
+        report.sources = self.sources.len();
+        report.remaining_copies = self.owned.len();
+        report.source_versions = self
+            .sources
+            .iter()
+            .map(|s| {
+                let rv = s.metadata.resource_version.clone().unwrap_or_default();
+                (s.name_any(), rv)
+            })
+            .collect();
+    }
+}
+
+/// The key of `decl`'s single source (its name is empty for a selection).
+fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
+    let source = &decl.spec.source;
+    ObjectKey::new(
+        local.to_string(),
+        &source.resource,
+        source.namespace().map(String::from),
+        &source.name,
+    )
+}
+
 /// The runtime's stores, as the plan reads them.
 struct ContextStores<'a> {
     ctx: &'a Context,
@@ -366,9 +428,13 @@ impl FanOut {
     }
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
+    ///
+    /// A pipeline: [`watch`](FanOut::watch) (the watches it needs, and their health) →
+    /// [`observe`](FanOut::observe) (its sources and copies, absences confirmed live) → the
+    /// pure [`plan`] → [`carry_out`](FanOut::carry_out) (writes and deletes, or in Report mode
+    /// only what withdrawn consent ends) → [`note`](FanOut::note) (what later events need).
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
-        let spec = &decl.spec;
-        let ar = &spec.source.resource;
+        let ar = &decl.spec.source.resource;
         if decl.refused
             && self
                 .index
@@ -379,12 +445,56 @@ impl FanOut {
             return Ok(Report::default());
         }
         self.retire_previous_type(ctx, decl).await?;
-        let source_key = ObjectKey::new(
-            self.local.clone(),
-            ar,
-            spec.source.namespace().map(String::from),
-            &spec.source.name,
+        let watched = self.watch(ctx, decl)?;
+        let mut report = Report {
+            ready: watched.ready,
+            watch_errors: watched.errors.clone(),
+            ..Default::default()
+        };
+        let facts = match self.observe(ctx, decl, &watched).await? {
+            Observed::NotReady => {
+                report.ready = false;
+                return Ok(report);
+            }
+            Observed::Ready(facts) => facts,
+        };
+        let stores = ContextStores::new(
+            ctx,
+            decl,
+            &self.namespace_type,
+            &watched.clusters,
+            &facts.owned,
         );
+        let plan = plan::plan(&Snapshot {
+            local: &self.local,
+            declaration: decl,
+            sources: &facts.sources,
+            unknown_clusters: &watched.unknown,
+            unreachable: &facts.unreachable,
+            owned: &facts.owned,
+            stores: &stores,
+        });
+        tracing::debug!(
+            declaration = %decl.key,
+            sources = facts.sources.len(),
+            owned = facts.owned.len(),
+            writes = plan.writes.len(),
+            deletes = plan.deletes.len(),
+            "fan-out planned"
+        );
+        facts.describe(&mut report);
+        self.carry_out(ctx, decl, plan, &stores, &facts.owned, &mut report)
+            .await;
+        self.note(ctx, decl, &mut report);
+        Ok(report)
+    }
+
+    /// The watches `decl` needs in every cluster it touches, started if need be (shared with
+    /// other declarations through the index), and whether they have listed and are healthy.
+    /// A watch that has not listed, or fails, wakes the declaration when it lists.
+    fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
+        let spec = &decl.spec;
+        let source_key = source_key(&self.local, decl);
         let source_scope = match &spec.source.select {
             None => Scope::Source(source_key.clone()),
             Some(selection) => Scope::Selected {
@@ -401,7 +511,7 @@ impl FanOut {
         let clusters = self
             .index
             .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
-        // Going: the source watch is released (it may be the one that fails).
+        // Going (or refused): the source watch is released (it may be the one that fails).
         let keep_source = if decl.reads_no_source() {
             Scope::Copies
         } else {
@@ -413,13 +523,16 @@ impl FanOut {
         {
             ctx.stop_watch(id);
         }
-        let mut ready = true;
-        let mut unknown = Vec::new();
-        let mut watch_errors: Vec<(String, String)> = Vec::new();
-        let mut source_watch = None;
-        for c in &clusters {
+        let mut watched = Watched {
+            clusters,
+            unknown: Vec::new(),
+            ready: true,
+            errors: Vec::new(),
+            source: None,
+        };
+        for c in &watched.clusters {
             if ctx.cluster(c).is_none() {
-                unknown.push(c.clone());
+                watched.unknown.push(c.clone());
                 continue;
             }
             let Watches {
@@ -427,12 +540,12 @@ impl FanOut {
                 source,
                 others,
             } = self.ensure_watches(ctx, c, decl, &source_scope)?;
-            source_watch = source_watch.or(source);
+            watched.source = watched.source.or(source);
             for id in &ids {
                 if !ctx.watch_listed(*id) {
                     // Look again when it has listed: its objects may map to no declaration
                     // (no copies yet), and then no event would.
-                    ready = false;
+                    watched.ready = false;
                     ctx.when_listed(*id, decl.key.clone());
                 }
             }
@@ -451,22 +564,29 @@ impl FanOut {
                 }
             }
             if let Some(e) = first_error {
-                watch_errors.push((c.clone(), e));
+                watched.errors.push((c.clone(), e));
             }
         }
-        let mut report = Report {
-            ready,
-            watch_errors,
-            ..Default::default()
-        };
-        if !ready {
-            return Ok(report);
-        }
-        let unreachable: BTreeSet<String> =
-            report.watch_errors.iter().map(|(c, _)| c.clone()).collect();
-        report.unreachable = unreachable.iter().cloned().collect();
+        Ok(watched)
+    }
 
-        let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, source_watch) {
+    /// What the stores show of `decl`'s sources and copies, once its watches have listed; a
+    /// source (or a selection's member) the store no longer shows while copies of it exist is
+    /// confirmed gone by a live read first (the store may be a moment behind), else
+    /// [`Observed::NotReady`] and its event is awaited.
+    async fn observe(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        watched: &Watched,
+    ) -> Result<Observed> {
+        if !watched.ready {
+            return Ok(Observed::NotReady);
+        }
+        let spec = &decl.spec;
+        let ar = &spec.source.resource;
+        let source_key = source_key(&self.local, decl);
+        let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, watched.source) {
             (None, _) => ctx.get(&source_key).into_iter().collect(),
             (Some(_), Some(id)) => ctx
                 .list_watch(id)
@@ -480,12 +600,8 @@ impl FanOut {
             .into_iter()
             .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.reads_no_source())
             .collect();
-        report.source_found = !sources.is_empty();
-        report.sources = sources.len();
-
-        // Existing copies of this declaration.
         let mut owned: BTreeMap<DestinationRef, Arc<DynamicObject>> = BTreeMap::new();
-        for c in &clusters {
+        for c in &watched.clusters {
             for obj in ctx.list_labelled(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
                 if rules::owned_by(&obj, &decl.owner) {
                     let at = DestinationRef::new(
@@ -497,7 +613,6 @@ impl FanOut {
                 }
             }
         }
-
         let confirmed = match &spec.source.select {
             None => {
                 !plan::must_confirm_source_gone(
@@ -515,71 +630,66 @@ impl FanOut {
         };
         if !confirmed {
             tracing::debug!(declaration = %decl.key, "source not in the store yet; waiting for its event");
-            report.ready = false;
-            return Ok(report);
+            return Ok(Observed::NotReady);
         }
+        Ok(Observed::Ready(Facts {
+            sources,
+            owned,
+            unreachable: watched.errors.iter().map(|(c, _)| c.clone()).collect(),
+        }))
+    }
 
-        let stores = ContextStores::new(ctx, decl, &self.namespace_type, &clusters, &owned);
-        let plan = plan::plan(&Snapshot {
-            local: &self.local,
-            declaration: decl,
-            sources: &sources,
-            unknown_clusters: &unknown,
-            unreachable: &unreachable,
-            owned: &owned,
-            stores: &stores,
-        });
-        report.remaining_copies = owned.len();
-        tracing::debug!(
-            declaration = %decl.key,
-            source_found = report.source_found,
-            owned = owned.len(),
-            writes = plan.writes.len(),
-            deletes = plan.deletes.len(),
-            "fan-out planned"
-        );
+    /// Carries out `plan`: every write and delete; in Report mode (and for a refused spec)
+    /// only the deletes whose consent was withdrawn, the rest reported as what would be done.
+    async fn carry_out(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        plan: plan::Plan,
+        stores: &ContextStores<'_>,
+        owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+        report: &mut Report,
+    ) {
+        let spec = &decl.spec;
         report.destinations = plan.statuses;
-        report.source_versions = sources
-            .iter()
-            .map(|s| {
-                let rv = s.metadata.resource_version.clone().unwrap_or_default();
-                (s.name_any(), rv)
-            })
-            .collect();
-        // Report mode, and a refused spec, write nothing: only withdrawn consent is carried out.
-        if spec.mode == Mode::Report || decl.refused {
-            let since: Vec<Option<Instant>> = plan
-                .writes
-                .iter()
-                .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
-                .collect();
-            // Consent withdrawn ends the copies it admitted, also in Report mode.
-            let deletes = match &spec.consent {
-                Some(consent) => {
-                    let (withdrawn, others) =
-                        plan::withdrawn(consent, &self.local, &stores, &owned, plan.deletes);
-                    if !withdrawn.is_empty() {
-                        let (done, deleted, _) =
-                            self.execute(ctx, decl, Vec::new(), withdrawn).await;
-                        report.destinations.extend(done);
-                        report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
-                    }
-                    others
-                }
-                None => plan.deletes,
-            };
-            let mut statuses = plan::reported(plan.writes, deletes);
-            for (st, since) in statuses.iter_mut().zip(since) {
-                st.behind_since = since;
-            }
-            report.destinations.extend(statuses);
-        } else {
+        if spec.mode == Mode::Enforce && !decl.refused {
             let (written, deleted, propagated) =
                 self.execute(ctx, decl, plan.writes, plan.deletes).await;
             report.destinations.extend(written);
             report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
             report.propagated = propagated;
+            return;
         }
+        let since: Vec<Option<Instant>> = plan
+            .writes
+            .iter()
+            .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
+            .collect();
+        // Consent withdrawn ends the copies it admitted, whatever the mode.
+        let deletes = match &spec.consent {
+            Some(consent) => {
+                let (withdrawn, others) =
+                    plan::withdrawn(consent, &self.local, stores, owned, plan.deletes);
+                if !withdrawn.is_empty() {
+                    let (done, deleted, _) = self.execute(ctx, decl, Vec::new(), withdrawn).await;
+                    report.destinations.extend(done);
+                    report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+                }
+                others
+            }
+            None => plan.deletes,
+        };
+        let mut statuses = plan::reported(plan.writes, deletes);
+        for (st, since) in statuses.iter_mut().zip(since) {
+            st.behind_since = since;
+        }
+        report.destinations.extend(statuses);
+    }
+
+    /// What later events need: first sightings pruned now and then, the report's destinations
+    /// in order, and the objects in the way (a `Conflict`) indexed, so that their change
+    /// (deleted, unprotected) wakes this declaration instead of the next periodic pass.
+    fn note(&self, ctx: &Context, decl: &Declaration, report: &mut Report) {
         if self.seen.needs_prune() {
             self.seen
                 .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
@@ -587,8 +697,7 @@ impl FanOut {
         report.destinations.sort_by(|a, b| {
             (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
         });
-        // Someone else's object in the way: its change (deleted, unprotected) wakes this
-        // declaration, instead of the next periodic pass.
+        let ar = &decl.spec.source.resource;
         let blocked: Vec<ObjectKey> = report
             .destinations
             .iter()
@@ -598,7 +707,6 @@ impl FanOut {
             })
             .collect();
         self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
-        Ok(report)
     }
 
     /// Since when the copy `w` writes has been behind, as first seen by the watches (see
