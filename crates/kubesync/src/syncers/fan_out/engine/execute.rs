@@ -1,0 +1,423 @@
+//! Step 4 of a reconcile: a plan carried out, with bounded concurrency; each write carried
+//! to an end by the pure [`rules::settle`](super::super::rules::settle), deletes and releases
+//! conditional on the copy's uid.
+
+use super::*;
+
+impl FanOut {
+    /// Carries out `plan`: every write and delete; in Report mode (and for a refused spec)
+    /// only the deletes whose consent was withdrawn, the rest reported as what would be done.
+    pub(super) async fn carry_out(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        plan: plan::Plan,
+        stores: &ContextStores<'_>,
+        owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+        report: &mut Report,
+    ) {
+        let spec = &decl.spec;
+        report.destinations = plan.statuses;
+        if spec.mode == Mode::Enforce && !decl.refused {
+            let (written, deleted, propagated) =
+                self.execute(ctx, decl, plan.writes, plan.deletes).await;
+            report.destinations.extend(written);
+            report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+            report.propagated = propagated;
+            return;
+        }
+        let since: Vec<Option<Instant>> = plan
+            .writes
+            .iter()
+            .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
+            .collect();
+        // Consent withdrawn ends the copies it admitted, whatever the mode.
+        let deletes = match &spec.consent {
+            Some(consent) => {
+                let (withdrawn, others) =
+                    plan::withdrawn(consent, &self.local, stores, owned, plan.deletes);
+                if !withdrawn.is_empty() {
+                    let (done, deleted, _) = self.execute(ctx, decl, Vec::new(), withdrawn).await;
+                    report.destinations.extend(done);
+                    report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+                }
+                others
+            }
+            None => plan.deletes,
+        };
+        let mut statuses = plan::reported(plan.writes, deletes);
+        for (st, since) in statuses.iter_mut().zip(since) {
+            st.behind_since = since;
+        }
+        report.destinations.extend(statuses);
+    }
+
+    /// Since when the copy `w` writes has been behind, as first seen by the watches (see
+    /// [`Seen`]), and whether the write propagates a change: a new copy (since the latest
+    /// sight of its source's version, of its namespace's, or of the copy's deletion), or a
+    /// newer source version (since that version's first sight). Other updates (a copy someone
+    /// else changed; a changed declaration) are behind since the copy's last change, and
+    /// propagate nothing.
+    pub(super) fn behind_since(&self, decl: &Declaration, w: &Write) -> Option<(Instant, bool)> {
+        let spec = &decl.spec;
+        let ar = &spec.source.resource;
+        let source = ObjectKey::new(
+            self.local.clone(),
+            ar,
+            spec.source.namespace().map(String::from),
+            &w.source,
+        );
+        let copy = w.at.key(ar);
+        match w.decision {
+            Decision::Create => {
+                let namespace = w.at.namespace().and_then(|ns| {
+                    self.seen.changed(&ObjectKey::new(
+                        &w.at.cluster,
+                        &self.namespace_type,
+                        None,
+                        ns,
+                    ))
+                });
+                [
+                    self.seen.changed(&source),
+                    namespace,
+                    self.seen.changed(&copy),
+                ]
+                .into_iter()
+                .flatten()
+                .max()
+                .map(|t| (t, true))
+            }
+            Decision::Update => {
+                let carried = w
+                    .existing
+                    .as_ref()
+                    .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned());
+                if carried.as_deref() == Some(w.source_resource_version.as_str()) {
+                    self.seen.changed(&copy).map(|t| (t, false))
+                } else {
+                    self.seen
+                        .since(&source, &w.source_resource_version)
+                        .map(|t| (t, true))
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Carries out a plan's writes and deletes, at most `concurrency` at once; returns the
+    /// written destinations' states, how many copies were deleted, and the propagation lags
+    /// of the writes that carried a change (see [`FanOut::behind_since`]).
+    pub(super) async fn execute(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        writes: Vec<Write>,
+        deletes: Vec<Delete>,
+    ) -> (
+        Vec<DestinationStatus>,
+        usize,
+        Vec<(String, std::time::Duration)>,
+    ) {
+        let ar = &decl.spec.source.resource;
+        enum Op {
+            Write(Box<Write>),
+            Delete(Delete),
+        }
+        let ops = writes
+            .into_iter()
+            .map(|w| Op::Write(Box::new(w)))
+            .chain(deletes.into_iter().map(Op::Delete));
+        type Done = (Option<DestinationStatus>, bool, Option<std::time::Duration>);
+        let results: Vec<Done> = futures::stream::iter(ops)
+            .map(|op| async move {
+                match op {
+                    Op::Delete(Delete { at, uid, orphan }) => {
+                        let gone = if orphan {
+                            self.release_copy(ctx, ar, &at, uid.as_deref()).await
+                        } else {
+                            self.delete_copy(ctx, ar, &at, uid.as_deref()).await.map(|_| ())
+                        };
+                        if let Err(e) = &gone {
+                            tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
+                        }
+                        (None, gone.is_ok(), None)
+                    }
+                    Op::Write(w) => {
+                        let started = self.behind_since(decl, &w);
+                        let (mut st, sent) = self.settle(ctx, decl, &w).await;
+                        // The reconcile that reverts someone else's change reports it.
+                        if sent && w.decision == Decision::Update {
+                            st.drift = w.drift.clone();
+                        }
+                        let synced = st.state == DestinationState::Synced;
+                        let lag = match started {
+                            Some((t, true)) if sent && synced => Some(t.elapsed()),
+                            _ => None,
+                        };
+                        if !synced {
+                            st.behind_since = started.map(|(t, _)| t);
+                        }
+                        let source = &w.source;
+                        (Some(st.of_source(source)), false, lag)
+                    }
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        let deleted = results.iter().filter(|(_, d, _)| *d).count();
+        let mut statuses = Vec::with_capacity(results.len());
+        let mut propagated = Vec::new();
+        for (st, _, lag) in results {
+            if let Some(st) = st {
+                if let Some(lag) = lag {
+                    propagated.push((st.cluster.clone(), lag));
+                }
+                statuses.push(st);
+            }
+        }
+        (statuses, deleted, propagated)
+    }
+
+    /// Carries out `decision` at one destination and says how it ended, and whether a write
+    /// was sent that the copy now shows. The rules (adopt only after a live read, decide once
+    /// more after a create finds the name taken, back off on a uid precondition) are the pure
+    /// [`rules::settle`]; this does the reads and writes it asks for.
+    pub(super) async fn settle(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        w: &Write,
+    ) -> (DestinationStatus, bool) {
+        let ar = &decl.spec.source.resource;
+        let (at, desired) = (&w.at, &w.desired);
+        let mut existing = w.existing.clone();
+        let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy);
+        let mut step = settling.start();
+        loop {
+            step = match step {
+                Step::Done(end) => {
+                    let version = match end.state {
+                        DestinationState::Synced => w.source_resource_version.as_str(),
+                        _ => "",
+                    };
+                    return (
+                        DestinationStatus::new(at, end.state, end.message, version),
+                        end.sent,
+                    );
+                }
+                Step::LookAgain => {
+                    match self.look_again(ctx, decl, at, desired, w.strategy).await {
+                        Ok((found, again)) => {
+                            let exists = found.is_some();
+                            existing = found;
+                            settling.found(exists, again)
+                        }
+                        Err(status) => return (status, false),
+                    }
+                }
+                Step::Write => {
+                    let written = self
+                        .write_copy(ctx, ar, at, desired, existing.as_deref(), w.strategy)
+                        .await;
+                    match &written {
+                        Err(e) if is_uid_precondition_failure(e) => {
+                            tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
+                        }
+                        Err(e) if !is_already_exists(e) => {
+                            tracing::warn!(destination = %at, error = %e, "writing a copy failed")
+                        }
+                        _ => {}
+                    }
+                    settling.written(match written {
+                        Ok(sent) => WriteOutcome::Written { sent },
+                        Err(e) => WriteOutcome::Failed {
+                            cause: if is_already_exists(&e) {
+                                Failure::AlreadyExists
+                            } else if is_uid_precondition_failure(&e) {
+                                Failure::UidPrecondition
+                            } else {
+                                Failure::Other
+                            },
+                            message: api_message(&e),
+                        },
+                    })
+                }
+            };
+        }
+    }
+
+    /// Reads the object at `at` live and decides again on it; a failed read is the
+    /// destination's error status.
+    pub(super) async fn look_again(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        at: &DestinationRef,
+        desired: &DynamicObject,
+        strategy: Strategy,
+    ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
+        match self.read(ctx, &decl.spec.source.resource, at).await {
+            Ok(found) => {
+                let decision = rules::decide(
+                    found.as_ref(),
+                    desired,
+                    &decl.owner,
+                    strategy,
+                    decl.spec.on_conflict,
+                );
+                Ok((found.map(Arc::new), decision))
+            }
+            Err(e) => Err(DestinationStatus::new(
+                at,
+                DestinationState::Error,
+                api_message(&e),
+                "",
+            )),
+        }
+    }
+
+    /// A live read of one destination object.
+    pub(super) async fn read(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+    ) -> Result<Option<DynamicObject>> {
+        let cluster = ctx.require_cluster(&at.cluster)?;
+        let api = crate::cluster::api(cluster.client().clone(), at.namespace(), ar);
+        Ok(api.get_opt(&at.name).await?)
+    }
+
+    pub(super) async fn write_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        desired: &DynamicObject,
+        existing: Option<&DynamicObject>,
+        strategy: Strategy,
+    ) -> Result<bool> {
+        let cluster = ctx.require_cluster(&at.cluster)?;
+        match (strategy, existing) {
+            (Strategy::Apply, Some(existing)) => {
+                // Conditional on the object decided on: never takes over an object that
+                // replaced it after the store was read.
+                let mut body = desired.clone();
+                body.metadata.uid = rules::apply_precondition(Some(existing));
+                // Decided on a store that does not show this writer's last apply yet, which
+                // sent the same: nothing to do.
+                if self.writer.already_written(
+                    &cluster,
+                    ar,
+                    existing,
+                    ("apply", FIELD_MANAGER),
+                    &body,
+                ) {
+                    return Ok(false);
+                }
+                // A copy created by a POST: its fields are owned by an `Update` entry, which an
+                // apply cannot remove; hand them to the `Apply` entry first when this apply
+                // leaves something out.
+                if let Some(patch) = rules::ownership_upgrade(existing, desired, FIELD_MANAGER) {
+                    self.writer
+                        .json_patch(
+                            &cluster,
+                            ar,
+                            at.namespace(),
+                            &at.name,
+                            &patch,
+                            FIELD_MANAGER,
+                        )
+                        .await?;
+                }
+                self.writer
+                    .apply(&cluster, ar, &body, FIELD_MANAGER)
+                    .await?;
+            }
+            // A new copy is created, never applied: the apiserver refuses a create when an
+            // object of that name appeared after the store was read, where an apply would
+            // take it over.
+            (Strategy::Apply | Strategy::Replace, None) => {
+                self.writer
+                    .create(&cluster, ar, desired, FIELD_MANAGER)
+                    .await?;
+            }
+            (Strategy::Replace, Some(existing)) => {
+                let mut body = desired.clone();
+                body.metadata.resource_version = existing.metadata.resource_version.clone();
+                match self
+                    .writer
+                    .replace(&cluster, ar, &body, FIELD_MANAGER)
+                    .await
+                {
+                    Err(Error::Kube(kube::Error::Api(s))) if s.is_invalid() => {
+                        // An immutable field changed: delete and recreate the copy.
+                        tracing::info!(destination = %at, "immutable field changed; recreating the copy");
+                        self.delete_copy(ctx, ar, at, existing.metadata.uid.as_deref())
+                            .await?;
+                        self.writer
+                            .create(&cluster, ar, desired, FIELD_MANAGER)
+                            .await?;
+                    }
+                    other => {
+                        other?;
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
+    /// copy already gone, or replaced by another object (its uid no longer matches), is left.
+    pub(super) async fn release_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        uid: Option<&str>,
+    ) -> Result<()> {
+        let cluster = ctx.require_cluster(&at.cluster)?;
+        let released = self
+            .writer
+            .merge_patch(
+                &cluster,
+                ar,
+                at.namespace(),
+                &at.name,
+                &rules::release_patch(uid),
+                FIELD_MANAGER,
+            )
+            .await;
+        match released {
+            Ok(_) => {
+                tracing::info!(destination = %at, "released the copy (kept, kubesync's marks removed)");
+                Ok(())
+            }
+            Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() || s.is_conflict() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) async fn delete_copy(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        uid: Option<&str>,
+    ) -> Result<Deleted> {
+        let cluster = ctx.require_cluster(&at.cluster)?;
+        self.writer
+            .delete(
+                &cluster,
+                ar,
+                at.namespace(),
+                &at.name,
+                Some(PropagationPolicy::Background),
+                uid,
+            )
+            .await
+    }
+}

@@ -1,0 +1,110 @@
+//! Step 2 of a reconcile: what the stores show of a declaration's sources and copies, with
+//! absences confirmed by a live read before anything is decided on them.
+
+use super::*;
+
+impl FanOut {
+    /// What the stores show of `decl`'s sources and copies, once its watches have listed; a
+    /// source (or a selection's member) the store no longer shows while copies of it exist is
+    /// confirmed gone by a live read first (the store may be a moment behind), else
+    /// [`Observed::NotReady`] and its event is awaited.
+    pub(super) async fn observe(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        watched: &Watched,
+    ) -> Result<Observed> {
+        if !watched.ready {
+            return Ok(Observed::NotReady);
+        }
+        let spec = &decl.spec;
+        let ar = &spec.source.resource;
+        let source_key = source_key(&self.local, decl);
+        let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, watched.source) {
+            (None, _) => ctx.get(&source_key).into_iter().collect(),
+            (Some(_), Some(id)) => ctx
+                .list_watch(id)
+                .into_iter()
+                .filter(|s| spec.source.selects(s))
+                .collect(),
+            (Some(_), None) => Vec::new(),
+        };
+        let source_in_store = !stored.is_empty();
+        let sources: Vec<Arc<DynamicObject>> = stored
+            .into_iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.reads_no_source())
+            .collect();
+        let mut owned: BTreeMap<DestinationRef, Arc<DynamicObject>> = BTreeMap::new();
+        for c in &watched.clusters {
+            for obj in ctx.list_labelled(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
+                if rules::owned_by(&obj, &decl.owner) {
+                    let at = DestinationRef::new(
+                        c.clone(),
+                        obj.namespace().unwrap_or_default(),
+                        obj.name_any(),
+                    );
+                    owned.insert(at, obj);
+                }
+            }
+        }
+        let confirmed = match &spec.source.select {
+            None => {
+                !plan::must_confirm_source_gone(
+                    source_in_store,
+                    decl.reads_no_source(),
+                    owned.len(),
+                ) || ctx.confirm_absent(&source_key, ar).await?
+            }
+            Some(selection) => {
+                decl.reads_no_source()
+                    || self
+                        .confirm_unselected(ctx, decl, selection, &sources, &owned)
+                        .await?
+            }
+        };
+        if !confirmed {
+            tracing::debug!(declaration = %decl.key, "source not in the store yet; waiting for its event");
+            return Ok(Observed::NotReady);
+        }
+        Ok(Observed::Ready(Facts {
+            sources,
+            owned,
+            unreachable: watched.errors.iter().map(|(c, _)| c.clone()).collect(),
+        }))
+    }
+
+    /// A selection's copies whose source the store does not show selected are removed by the
+    /// plan. Whether that is so is confirmed first by a live list of the selected sources (the
+    /// store may be a moment behind the cluster): `false` if some such source is still there
+    /// and selected (then its event is awaited). A failed list is an error, never "gone".
+    pub(super) async fn confirm_unselected(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        selection: &Selection,
+        sources: &[Arc<DynamicObject>],
+        owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    ) -> Result<bool> {
+        let (ar, ns) = (&decl.spec.source.resource, &decl.spec.source.namespace);
+        let mark = |name: &str| rules::source_mark(ar, ns, name);
+        let present: HashSet<String> = sources.iter().map(|s| mark(&s.name_any())).collect();
+        let missing: HashSet<&str> = owned
+            .values()
+            .filter_map(|c| c.annotations().get(rules::SOURCE))
+            .map(String::as_str)
+            .filter(|m| !present.contains(*m))
+            .collect();
+        if missing.is_empty() {
+            return Ok(true);
+        }
+        let live = ctx
+            .api(&self.local, ar, decl.spec.source.namespace())?
+            .list_metadata(&ListParams::default().labels(&selection.label_selector()))
+            .await?;
+        Ok(!live.items.iter().any(|o| {
+            o.metadata.deletion_timestamp.is_none()
+                && selection.selects_meta(&o.metadata)
+                && missing.contains(mark(o.metadata.name.as_deref().unwrap_or_default()).as_str())
+        }))
+    }
+}

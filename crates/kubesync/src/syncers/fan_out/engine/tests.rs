@@ -1,0 +1,221 @@
+//! The executor against canned answers and a real apiserver.
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+
+use super::*;
+use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, OnConflict, Owner};
+use crate::syncers::fan_out::spec::{FanOutSpec, SourceRef};
+use crate::{Cluster, Controller};
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A client that answers each request with the next canned `(status, body)` and records
+/// each request's method and path (the error paths below cannot be timed on a real
+/// apiserver).
+fn canned(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Seen) {
+    let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let next = answers.lock().pop_front();
+        log.lock()
+            .push(format!("{} {}", req.method(), req.uri().path()));
+        async move {
+            let (code, body) = next.expect("an answer for every request");
+            http::Response::builder()
+                .status(code)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&body).expect("json"),
+                ))
+        }
+    });
+    (kube::Client::new(service, "default"), seen)
+}
+
+fn status(code: u16, reason: &str) -> serde_json::Value {
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": format!("secrets \"copy\" {reason}"), "reason": reason, "code": code})
+}
+
+fn secret(labels: serde_json::Value, token: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "copy", "namespace": "ns", "uid": "u1", "resourceVersion": "5",
+            "labels": labels},
+        "type": "Opaque", "data": {"token": token}})
+}
+
+fn declaration(ar: ApiResource) -> Declaration {
+    Declaration {
+        key: ObjectKey::new("local", &ar, Some("ctl".into()), "d"),
+        owner: Owner {
+            reference: "local/ctl/d".into(),
+            uid: "decl-uid".into(),
+        },
+        spec: FanOutSpec {
+            source: SourceRef::one(ar, "src", "copy"),
+            destinations: vec![],
+            on_conflict: OnConflict::Skip,
+            rules: CopyRules::default(),
+            consent: None,
+            deletion_policy: Default::default(),
+            mode: Default::default(),
+        },
+        deleting: false,
+        refused: false,
+    }
+}
+
+/// Settles a `Create` at `ns/copy` in `ctx`'s cluster `local`, the store having shown
+/// nothing there.
+async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStatus {
+    let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    let decl = declaration(ar);
+    let mut desired: DynamicObject =
+        serde_json::from_value(secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE="))
+            .expect("desired");
+    desired.metadata.namespace = Some(ns.into());
+    desired.metadata.uid = None;
+    desired.metadata.resource_version = None;
+    let at = DestinationRef::new("local", ns, "copy");
+    let write = Write {
+        at,
+        desired,
+        existing: None,
+        strategy: Strategy::Apply,
+        decision: Decision::Create,
+        source: "source".into(),
+        source_resource_version: "7".into(),
+        drift: None,
+        changed: Vec::new(),
+    };
+    fan.settle(ctx, &decl, &write).await.0
+}
+
+/// A create whose name turns out to be taken reads the object and decides once more.
+async fn create_finds(found: (u16, serde_json::Value)) -> (DestinationStatus, Vec<String>) {
+    let (client, seen) = canned(vec![(409, status(409, "AlreadyExists")), found]);
+    let ctx = Controller::new()
+        .cluster(Cluster::new("local", client))
+        .context();
+    let st = settle_create(&FanOut::new("local"), &ctx, "ns").await;
+    let seen = seen.lock().clone();
+    (st, seen)
+}
+
+/// The same on a real apiserver: the object at the destination (carrying `labels` and
+/// `token`) exists before the create. Returns the outcome, whether the object is unchanged
+/// (uid and resourceVersion), and the writes sent.
+async fn create_finds_on_a_real_apiserver(
+    labels: serde_json::Value,
+    token: &str,
+) -> (DestinationStatus, bool, u64) {
+    use k8s_openapi::api::core::v1::Secret;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let env = kubesync_testenv::TestEnv::shared("engine-unit", false).expect("env");
+    let ns = format!(
+        "taken-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    env.create_namespace(&ns).await.expect("ns");
+    let api: kube::Api<Secret> = kube::Api::namespaced(env.client().expect("client"), &ns);
+    let mut there: Secret = serde_json::from_value(secret(labels, token)).expect("secret");
+    there.metadata.namespace = Some(ns.clone());
+    there.metadata.uid = None;
+    there.metadata.resource_version = None;
+    let before = api
+        .create(&Default::default(), &there)
+        .await
+        .expect("create");
+    let local = Cluster::from_config("local", env.config().expect("config")).expect("client");
+    let ctx = Controller::new().cluster(local).context();
+    let fan = FanOut::new("local");
+    let st = settle_create(&fan, &ctx, &ns).await;
+    let after = api.get("copy").await.expect("still there");
+    let unchanged = after.metadata.uid == before.metadata.uid
+        && after.metadata.resource_version == before.metadata.resource_version;
+    (st, unchanged, fan.write_counter().writes())
+}
+
+#[tokio::test]
+async fn on_a_real_apiserver_a_create_that_finds_its_own_copy_is_in_sync() {
+    // Its own copy, already as it must be (the store had not shown it yet).
+    let (st, unchanged, writes) =
+        create_finds_on_a_real_apiserver(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE=").await;
+    assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
+    assert!(unchanged, "the copy was written again");
+    assert_eq!(writes, 1, "only the refused create");
+}
+
+#[tokio::test]
+async fn on_a_real_apiserver_a_create_that_finds_someone_elses_object_leaves_it_alone() {
+    let (st, unchanged, writes) =
+        create_finds_on_a_real_apiserver(serde_json::json!({}), "dGhlaXJz").await;
+    assert_eq!(st.state, DestinationState::Conflict, "{}", st.message);
+    assert!(
+        st.message.contains("not created by kubesync"),
+        "{}",
+        st.message
+    );
+    assert!(unchanged, "someone else's object was written");
+    assert_eq!(writes, 1, "only the refused create");
+}
+
+const POST_THEN_GET: [&str; 2] = [
+    "POST /api/v1/namespaces/ns/secrets",
+    "GET /api/v1/namespaces/ns/secrets/copy",
+];
+
+#[tokio::test]
+async fn a_create_that_finds_its_own_copy_is_in_sync() {
+    // The store had not shown this declaration's copy yet: nothing more is written.
+    let ours = secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE=");
+    let (st, seen) = create_finds((200, ours)).await;
+    assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
+    assert_eq!(st.source_resource_version, "7");
+    assert_eq!(seen, POST_THEN_GET);
+}
+
+#[tokio::test]
+async fn a_create_that_finds_someone_elses_object_leaves_it_alone() {
+    let theirs = secret(serde_json::json!({}), "dGhlaXJz");
+    let (st, seen) = create_finds((200, theirs)).await;
+    assert_eq!(st.state, DestinationState::Conflict);
+    assert!(
+        st.message.contains("not created by kubesync"),
+        "{}",
+        st.message
+    );
+    assert_eq!(seen, POST_THEN_GET, "no write after the read");
+}
+
+#[tokio::test]
+async fn a_create_whose_name_is_free_again_is_looked_at_again() {
+    let (st, seen) = create_finds((404, status(404, "NotFound"))).await;
+    assert_eq!(st.state, DestinationState::Error);
+    assert!(st.message.contains("looked at again"), "{}", st.message);
+    assert_eq!(seen, POST_THEN_GET);
+}
+
+#[test]
+fn consent_objects_are_held_without_what_they_do_not_say() {
+    let mut grant: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+        "metadata": {"name": "g", "namespace": "victim", "labels": {"a": "b"},
+            "annotations": {"padding": "x".repeat(100_000)},
+            "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"from": [{"namespace": "t1"}]},
+        "status": {"junk": "y".repeat(10_000)}
+    }))
+    .expect("grant");
+    compact_consent(&mut grant);
+    assert_eq!(grant.metadata.annotations, None);
+    assert_eq!(grant.metadata.managed_fields, None);
+    assert_eq!(grant.labels().get("a").map(String::as_str), Some("b"));
+    assert_eq!(
+        grant.data,
+        serde_json::json!({"spec": {"from": [{"namespace": "t1"}]}})
+    );
+    assert!(serde_json::to_string(&grant).expect("json").len() < 300);
+}

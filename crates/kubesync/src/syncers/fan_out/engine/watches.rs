@@ -1,0 +1,286 @@
+//! Step 1 of a reconcile, and the watches' lifecycle: which watches a declaration needs in
+//! each cluster, started through the index (shared with other declarations), their health;
+//! a declaration forgotten, or copying another kind, releases what it no longer uses.
+
+use super::*;
+
+impl FanOut {
+    /// The watch `key` for `decl` (events mapped as `event`), started with `watch()` if no
+    /// declaration uses it yet.
+    pub(super) fn ensure_watch(
+        &self,
+        ctx: &Context,
+        key: WatchKey,
+        event: EventOf,
+        decl: &ObjectKey,
+        watch: impl FnOnce() -> Watch,
+    ) -> Result<WatchId> {
+        let cluster = key.cluster.clone();
+        let this_watch = key.clone();
+        self.index.with(|idx| {
+            idx.watch_for(key, decl, || {
+                // Built only when the watch starts: most calls find it running.
+                let index = self.index.clone();
+                let local = self.local.clone();
+                let seen = self.seen.clone();
+                let mapper: crate::runtime::Mapper =
+                    Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
+                        // Not unrelated objects: memory must not grow with them.
+                        if event != EventOf::Other
+                            && let Some(rv) = &obj.metadata.resource_version
+                        {
+                            seen.saw(k, rv);
+                        }
+                        index.with(|idx| idx.declarations_for(event, &this_watch, &local, k, obj))
+                    });
+                ctx.start_watch(&cluster, watch(), Some(mapper))
+            })
+        })
+    }
+
+    /// The watches `decl` needs in `cluster`, started where no declaration uses them yet:
+    ///
+    /// | watch | holds | events wake |
+    /// |---|---|---|
+    /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
+    /// | other objects of the source type (no `managed-by` label) | metadata only | the declarations they block (a `Conflict` there) |
+    /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
+    /// | or the selected sources (local cluster; the source namespace, by label selector) | full objects | the declarations using the watch |
+    /// | Namespaces | metadata only | declarations with destinations in the cluster |
+    /// | consent objects, if the declaration asks for consent | full objects | the same |
+    ///
+    /// Unrelated objects of the copied type (Helm release Secrets, say) are thus held as
+    /// metadata only: enough to see that a destination name is taken, by whom (marks, labels,
+    /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
+    /// live before it writes.
+    ///
+    /// Returns the watches a plan waits for, the source watch among them in the local
+    /// cluster, and apart the watch of the others: a plan does
+    /// not wait for its first list (thousands of unrelated objects must not delay the first
+    /// copies). It only spares requests: an object it does not show yet is found by the
+    /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
+    /// is deleted on what it shows or does not show.
+    pub(super) fn ensure_watches(
+        &self,
+        ctx: &Context,
+        cluster: &str,
+        decl: &Declaration,
+        sources: &Scope,
+    ) -> Result<Watches> {
+        let ar = &decl.spec.source.resource;
+        let ns_type = &self.namespace_type;
+        let key = &decl.key;
+        let others = self.ensure_watch(
+            ctx,
+            WatchKey::scoped(cluster, ar, Scope::Others),
+            EventOf::Other,
+            key,
+            || {
+                Watch::dynamic(ar.clone())
+                    .labels(&format!("!{}", rules::MANAGED_BY))
+                    .metadata_only()
+                    .packed()
+            },
+        )?;
+        let mut ids = vec![
+            self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::Copies),
+                EventOf::Copy,
+                key,
+                || {
+                    Watch::dynamic(ar.clone())
+                        .labels(rules::MANAGED_BY)
+                        .index_label(rules::MANAGED_BY)
+                        .transform(rules::digest::shrink)
+                        .packed()
+                },
+            )?,
+            self.ensure_watch(
+                ctx,
+                WatchKey::of(cluster, ns_type),
+                EventOf::Cluster,
+                key,
+                || Watch::dynamic(ns_type.clone()).metadata_only(),
+            )?,
+        ];
+        let mut source_watch = None;
+        // A declaration that goes needs no source and no consent: its copies are found by
+        // their marks, so a source watch that cannot start (a selector the apiserver refuses,
+        // a kind no longer served) never holds its deletion up.
+        if cluster == self.local && !decl.reads_no_source() {
+            // The source namespace (a cluster-scoped kind has none).
+            let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
+                Some(ns) => w.namespace(ns),
+                None => w,
+            };
+            let event = match sources {
+                Scope::Selected { .. } => EventOf::Users,
+                _ => EventOf::Source,
+            };
+            let id = self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, sources.clone()),
+                event,
+                key,
+                || {
+                    let watch = in_source_namespace(Watch::dynamic(ar.clone()));
+                    match sources {
+                        Scope::Selected { labels, .. } => watch.labels(labels),
+                        _ => watch.fields(&format!("metadata.name={}", decl.spec.source.name)),
+                    }
+                },
+            )?;
+            ids.push(id);
+            source_watch = Some(id);
+        }
+        if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
+            let ct = &consent.resource;
+            ids.push(self.ensure_watch(
+                ctx,
+                WatchKey::of(cluster, ct),
+                EventOf::Cluster,
+                key,
+                || Watch::dynamic(ct.clone()).transform(compact_consent),
+            )?);
+        }
+        Ok(Watches {
+            ids,
+            source: source_watch,
+            others,
+        })
+    }
+
+    /// Drops a declaration that is gone: its index entries, and the watches no other
+    /// declaration uses.
+    pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
+        for id in self.index.with(|idx| idx.forget(key)) {
+            ctx.stop_watch(id);
+        }
+    }
+
+    /// The declaration now copies another kind: delete the copies of the old kind first (found
+    /// by their marks in the old kind's stores) and release its watches. Until that is done,
+    /// the index keeps the old kind, so a failure is retried.
+    pub(super) async fn retire_previous_type(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+    ) -> Result<()> {
+        let ar = &decl.spec.source.resource;
+        let Some(retire) = self.index.with(|idx| idx.begin_type(&decl.key, ar)) else {
+            return Ok(());
+        };
+        let Retire { old, watches } = &retire;
+        for wk in watches {
+            if let ClusterStatus::Unreachable(m) = ctx.cluster_status(&wk.cluster) {
+                return Err(Error::ClusterUnreachable {
+                    cluster: wk.cluster.clone(),
+                    message: format!("{m}; cannot remove the old copies yet"),
+                });
+            }
+            for copy in ctx
+                .list_labelled(&wk.cluster, old, rules::MANAGED_BY, &decl.owner.uid)
+                .iter()
+                .filter(|c| rules::owned_by(c, &decl.owner))
+            {
+                let at = DestinationRef::new(
+                    wk.cluster.clone(),
+                    copy.namespace().unwrap_or_default(),
+                    copy.name_any(),
+                );
+                self.delete_copy(ctx, old, &at, copy.metadata.uid.as_deref())
+                    .await?;
+                tracing::info!(destination = %at, kind = %old.kind, "the source kind changed; deleted the old copy");
+            }
+        }
+        for id in self
+            .index
+            .with(|idx| idx.finish_retire(&decl.key, &retire, ar))
+        {
+            ctx.stop_watch(id);
+        }
+        Ok(())
+    }
+
+    /// The watches `decl` needs in every cluster it touches, started if need be (shared with
+    /// other declarations through the index), and whether they have listed and are healthy.
+    /// A watch that has not listed, or fails, wakes the declaration when it lists.
+    pub(super) fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
+        let spec = &decl.spec;
+        let source_key = source_key(&self.local, decl);
+        let source_scope = match &spec.source.select {
+            None => Scope::Source(source_key.clone()),
+            Some(selection) => Scope::Selected {
+                namespace: spec.source.namespace.clone(),
+                labels: selection.label_selector(),
+            },
+        };
+        let wanted = spec
+            .destinations
+            .iter()
+            .map(|d| d.cluster.clone().unwrap_or_else(|| self.local.clone()))
+            .chain([self.local.clone()]);
+        let single = spec.source.select.is_none().then(|| source_key.clone());
+        let clusters = self
+            .index
+            .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
+        // Going (or refused): the source watch is released (it may be the one that fails).
+        let keep_source = if decl.reads_no_source() {
+            Scope::Copies
+        } else {
+            source_scope.clone()
+        };
+        for id in self
+            .index
+            .with(|idx| idx.retain_source(&decl.key, &keep_source))
+        {
+            ctx.stop_watch(id);
+        }
+        let mut watched = Watched {
+            clusters,
+            unknown: Vec::new(),
+            ready: true,
+            errors: Vec::new(),
+            source: None,
+        };
+        for c in &watched.clusters {
+            if ctx.cluster(c).is_none() {
+                watched.unknown.push(c.clone());
+                continue;
+            }
+            let Watches {
+                ids,
+                source,
+                others,
+            } = self.ensure_watches(ctx, c, decl, &source_scope)?;
+            watched.source = watched.source.or(source);
+            for id in &ids {
+                if !ctx.watch_listed(*id) {
+                    // Look again when it has listed: its objects may map to no declaration
+                    // (no copies yet), and then no event would.
+                    watched.ready = false;
+                    ctx.when_listed(*id, decl.key.clone());
+                }
+            }
+            // Health is judged from this declaration's own watches, not the whole cluster's. A
+            // failing watch wakes the declaration when it lists again: what was put off while
+            // the cluster could not be checked (deletes there) is then decided, even if no
+            // object of it changes.
+            let mut first_error = None;
+            for id in ids.iter().chain([&others]) {
+                if let Some(e) = ctx.watch_error(*id) {
+                    ctx.when_listed(*id, decl.key.clone());
+                    first_error.get_or_insert(match source {
+                        Some(s) if s == *id => format!("reading the source: {e}"),
+                        _ => e,
+                    });
+                }
+            }
+            if let Some(e) = first_error {
+                watched.errors.push((c.clone(), e));
+            }
+        }
+        Ok(watched)
+    }
+}
