@@ -239,10 +239,10 @@ impl FanOut {
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
     ///
-    /// A pipeline: [`watch`](FanOut::watch) (the watches it needs, and their health) →
-    /// [`observe`](FanOut::observe) (its sources and copies, absences confirmed live) → the
-    /// pure [`plan`] → [`carry_out`](FanOut::carry_out) (writes and deletes, or in Report mode
-    /// only what withdrawn consent ends) → [`note`](FanOut::note) (what later events need).
+    /// A pipeline: `watch` (the watches it needs, and their health) → `observe` (its sources
+    /// and copies, absences confirmed live) → the pure [`plan`] → `carry_out` (writes and
+    /// deletes, or in Report mode only what withdrawn consent ends) → `note` (what later
+    /// events need).
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
         let ar = &decl.spec.source.resource;
         if decl.refused

@@ -1,0 +1,465 @@
+//! An ObjectSync's status, assembled from what the fan-out reported (pure: no IO, no clock;
+//! the time is a parameter), and the Events its condition changes call for.
+
+use std::collections::BTreeMap;
+
+use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Planned, Report};
+
+use crate::crd::{
+    Condition, CopyFailure, CopyState, DestinationStatusEntry, DriftRecord, ObjectSyncStatus,
+};
+use crate::remote::display_name;
+use crate::status::{self, Refusal, with_transition};
+
+/// What a reconcile of an ObjectSync found.
+#[derive(Clone, Copy, Debug)]
+pub enum Observation<'a> {
+    /// The spec was refused (invalid, or not allowed by the operator's policy).
+    Refused(&'a Refusal),
+    /// The fan-out reconciled it.
+    Reported {
+        /// The fan-out's report.
+        report: &'a Report,
+        /// Namespace of the source object.
+        source_namespace: &'a str,
+        /// Name of the source object (one source).
+        source_name: &'a str,
+        /// Many sources: what selects them (e.g. `selector app=tls`); `None` for one source.
+        selection: Option<&'a str>,
+        /// `mode: Report`: nothing was written.
+        report_only: bool,
+    },
+}
+
+/// The status an ObjectSync should have (pure). `old` is its current status (transition and
+/// sync times are kept from it while nothing changed), `now` the time of this reconcile.
+///
+/// - refused: `Ready=False` with the refusal, no destinations;
+/// - the watches have not listed: `Ready=False`, `WatchFailed` with the first failing watch's
+///   cluster and message, else `Starting`; no destinations — except that a status already
+///   decided for this generation is kept while the watches are only starting (an operator
+///   that restarts knows nothing new yet, and rewrites nothing);
+/// - otherwise `Ready` (`Syncing`, or `SourceNotFound`), `Synced` (`AllSynced`, or
+///   `NotAllSynced` naming up to three destinations that are not), and one entry per
+///   destination.
+pub fn object_sync_status(
+    old: &ObjectSyncStatus,
+    generation: Option<i64>,
+    observed: Observation<'_>,
+    now: jiff::Timestamp,
+) -> ObjectSyncStatus {
+    // Many sources also report how many there are and the first failing copies.
+    let mut many: (Option<u32>, Vec<CopyFailure>) = (None, Vec::new());
+    let (conditions, destinations) = match observed {
+        Observation::Reported { report, .. }
+            if !report.ready
+                && report.watch_errors.is_empty()
+                && !old.conditions.is_empty()
+                && old.observed_generation == generation =>
+        {
+            return old.clone();
+        }
+        Observation::Refused(refusal) => (vec![status::refused(refusal)], Vec::new()),
+        Observation::Reported { report, .. } if !report.ready => {
+            // A watch that cannot list (forbidden, unreachable) says why.
+            let condition = match report.watch_errors.first() {
+                Some((cluster, m)) => status::ready(
+                    false,
+                    "WatchFailed",
+                    format!("{}: {m}", display_name(cluster)),
+                ),
+                None => status::ready(
+                    false,
+                    "Starting",
+                    "waiting for the first list of the watched types",
+                ),
+            };
+            (vec![condition], Vec::new())
+        }
+        Observation::Reported {
+            report,
+            source_namespace,
+            source_name,
+            selection,
+            report_only,
+        } => {
+            let (entries, mut ready) = match selection {
+                None => {
+                    let entries = destination_entries(old, report, now);
+                    let ready = ready_condition(report, &entries, source_namespace, source_name);
+                    (entries, ready)
+                }
+                Some(selection) => {
+                    many = (
+                        Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
+                        failures(old, report, now),
+                    );
+                    let entries = namespace_entries(old, report, now);
+                    let ready = selection_ready(report, &entries, source_namespace, selection);
+                    (entries, ready)
+                }
+            };
+            if report_only && ready.reason == "SourceNotFound" {
+                ready.message = ready.message.replace(
+                    "its copies were removed",
+                    "its copies would be removed (mode Report: nothing is deleted)",
+                );
+            }
+            if report_only && ready.status == "True" {
+                ready.reason = "Reporting".into();
+                ready.message = format!(
+                    "{} (mode Report: nothing is written to destinations)",
+                    ready.message.replacen("copying", "comparing", 1)
+                );
+            }
+            let conditions = vec![ready, synced_condition(report, &entries)];
+            (conditions, entries)
+        }
+    };
+    let (sources, failures) = many;
+    ObjectSyncStatus {
+        observed_generation: generation,
+        conditions: conditions
+            .into_iter()
+            .map(|c| with_transition(c, &old.conditions, generation, now))
+            .collect(),
+        in_sync: count(destinations.iter().filter(|d| d.state == CopyState::Synced)),
+        total: count(destinations.iter()),
+        destinations,
+        sources,
+        failures,
+    }
+}
+
+/// At most this many failing copies are listed in a status (many sources).
+pub const MAX_FAILURES: usize = 10;
+
+/// The record of a copy's drift found now, or, when it records the same change, the one
+/// already in the status (found earlier).
+fn drift_record(
+    found: Option<&kubesync::syncers::fan_out::rules::Drift>,
+    before: Option<&DriftRecord>,
+    now: jiff::Timestamp,
+) -> Option<DriftRecord> {
+    let found = DriftRecord::of(found?, now);
+    match before {
+        Some(b) if b.same_change(&found) => Some(b.clone()),
+        _ => Some(found),
+    }
+}
+
+/// The first [`MAX_FAILURES`] copies that are not current, refusals first.
+fn failures(old: &ObjectSyncStatus, report: &Report, now: jiff::Timestamp) -> Vec<CopyFailure> {
+    let failing = |d: &&DestinationStatus| d.state != DestinationState::Synced;
+    let refused = |d: &&DestinationStatus| d.state == DestinationState::Refused;
+    report
+        .destinations
+        .iter()
+        .filter(failing)
+        .filter(refused)
+        .chain(
+            report
+                .destinations
+                .iter()
+                .filter(failing)
+                .filter(|d| !refused(d)),
+        )
+        .take(MAX_FAILURES)
+        .map(|d| {
+            let cluster = display_name(&d.cluster).to_string();
+            let before = old
+                .failures
+                .iter()
+                .find(|f| f.cluster == cluster && f.namespace == d.namespace && f.name == d.name)
+                .and_then(|f| f.drift.as_ref());
+            CopyFailure {
+                source: d.source.clone(),
+                cluster,
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                state: d.state.into(),
+                message: d.message.clone(),
+                planned_action: d.planned.map(Into::into),
+                changed_fields: d.changed_fields.clone(),
+                drift: drift_record(d.drift.as_ref(), before, now),
+            }
+        })
+        .collect()
+}
+
+/// Many sources: one entry per destination namespace, counting its copies. `Synced` when all
+/// are, else the state of the first that is not (refusals first) with its source and
+/// message. `lastSyncTime` moves when the namespace becomes (or is again) all current with
+/// a newer source version.
+fn namespace_entries(
+    old: &ObjectSyncStatus,
+    report: &Report,
+    now: jiff::Timestamp,
+) -> Vec<DestinationStatusEntry> {
+    let mut by_namespace: BTreeMap<(String, String), Vec<&DestinationStatus>> = BTreeMap::new();
+    for d in &report.destinations {
+        by_namespace
+            .entry((d.cluster.clone(), d.namespace.clone()))
+            .or_default()
+            .push(d);
+    }
+    by_namespace
+        .into_iter()
+        .map(|((cluster, namespace), copies)| {
+            let cluster = display_name(&cluster).to_string();
+            let synced = |d: &&&DestinationStatus| d.state == DestinationState::Synced;
+            let in_sync = copies.iter().filter(synced).count();
+            let first_bad = copies
+                .iter()
+                .find(|d| d.state == DestinationState::Refused)
+                .or_else(|| copies.iter().find(|d| !synced(d)));
+            let (state, message) = match first_bad {
+                None => (CopyState::Synced, String::new()),
+                Some(d) if d.source.is_empty() => (d.state.into(), d.message.clone()),
+                Some(d) => (d.state.into(), format!("{}: {}", d.source, d.message)),
+            };
+            // The newest source version among the current copies.
+            let newest = copies
+                .iter()
+                .filter(synced)
+                .map(|d| d.source_resource_version.as_str())
+                .max_by_key(|v| (v.len(), *v))
+                .unwrap_or_default()
+                .to_string();
+            let previous = old
+                .destinations
+                .iter()
+                .find(|o| o.cluster == cluster && o.namespace == namespace && o.name.is_empty());
+            let unchanged =
+                previous.is_some_and(|p| p.state == state && p.source_resource_version == newest);
+            let last_sync_time = if state == CopyState::Synced && !unchanged {
+                Some(now.to_string())
+            } else {
+                previous.and_then(|p| p.last_sync_time.clone())
+            };
+            DestinationStatusEntry {
+                cluster,
+                namespace,
+                name: String::new(),
+                state,
+                message,
+                sources_in_sync: Some(u32::try_from(in_sync).unwrap_or(u32::MAX)),
+                sources_total: Some(count(copies.iter())),
+                last_sync_time,
+                source_resource_version: newest,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn selection_ready(
+    report: &Report,
+    entries: &[DestinationStatusEntry],
+    source_namespace: &str,
+    selection: &str,
+) -> Condition {
+    // Cluster-scoped sources have no namespace.
+    let place = if source_namespace.is_empty() {
+        String::new()
+    } else {
+        format!(" in {source_namespace}")
+    };
+    if report.source_found {
+        status::ready(
+            true,
+            "Syncing",
+            format!(
+                "copying {} sources ({selection}{place}) to {} destinations",
+                report.sources,
+                entries.len()
+            ),
+        )
+    } else {
+        status::ready(
+            false,
+            "SourceNotFound",
+            format!("no object{place} matches the source's {selection}; its copies were removed"),
+        )
+    }
+}
+
+fn count<T>(items: impl Iterator<Item = T>) -> u32 {
+    u32::try_from(items.count()).unwrap_or(u32::MAX)
+}
+
+/// One entry per destination; `lastSyncTime` moves only when a copy becomes (or is again)
+/// current with another source version.
+fn destination_entries(
+    old: &ObjectSyncStatus,
+    report: &Report,
+    now: jiff::Timestamp,
+) -> Vec<DestinationStatusEntry> {
+    report
+        .destinations
+        .iter()
+        .map(|d| {
+            let cluster = display_name(&d.cluster).to_string();
+            let state = d.state.into();
+            let previous = old
+                .destinations
+                .iter()
+                .find(|o| o.cluster == cluster && o.namespace == d.namespace && o.name == d.name);
+            let unchanged = previous.is_some_and(|p| {
+                p.state == state && p.source_resource_version == d.source_resource_version
+            });
+            let last_sync_time = if d.state == DestinationState::Synced && !unchanged {
+                Some(now.to_string())
+            } else {
+                previous.and_then(|p| p.last_sync_time.clone())
+            };
+            let before = previous.and_then(|p| p.last_drift.as_ref());
+            DestinationStatusEntry {
+                cluster,
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                state,
+                message: d.message.clone(),
+                last_sync_time,
+                source_resource_version: d.source_resource_version.clone(),
+                planned_action: d.planned.map(Into::into),
+                changed_fields: d.changed_fields.clone(),
+                last_drift: drift_record(d.drift.as_ref(), before, now).or_else(|| before.cloned()),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn ready_condition(
+    report: &Report,
+    entries: &[DestinationStatusEntry],
+    source_namespace: &str,
+    source_name: &str,
+) -> Condition {
+    if report.source_found {
+        status::ready(
+            true,
+            "Syncing",
+            format!("copying {source_name} to {} destinations", entries.len()),
+        )
+    } else {
+        let source = if source_namespace.is_empty() {
+            source_name.to_string()
+        } else {
+            format!("{source_namespace}/{source_name}")
+        };
+        status::ready(
+            false,
+            "SourceNotFound",
+            format!("source {source} does not exist; its copies were removed"),
+        )
+    }
+}
+
+fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Condition {
+    let synced = CopyState::Synced;
+    // Refusals first: they name the rule and what would admit the copy.
+    let refused = |e: &&DestinationStatusEntry| e.state == CopyState::Refused;
+    let problems: Vec<String> = entries
+        .iter()
+        .filter(refused)
+        .chain(entries.iter().filter(|e| e.state != synced && !refused(e)))
+        .take(3)
+        .map(|e| format!("{}/{}: {} {}", e.cluster, e.namespace, e.state, e.message))
+        .collect();
+    let planned = |p: Planned| {
+        report
+            .destinations
+            .iter()
+            .filter(|d| d.planned == Some(p))
+            .count()
+    };
+    if problems.is_empty() && !report.source_found {
+        // Nothing out of sync, and nothing to copy either: not "all synced".
+        status::condition(
+            "Synced",
+            false,
+            "SourceNotFound",
+            "no source to copy, so no destination holds a copy",
+        )
+    } else if problems.is_empty() {
+        let in_sync = entries.iter().filter(|e| e.state == synced).count();
+        status::condition(
+            "Synced",
+            true,
+            "AllSynced",
+            format!("{in_sync} of {} destinations in sync", entries.len()),
+        )
+    } else if entries.iter().any(|e| e.state == CopyState::Refused) {
+        status::condition("Synced", false, "DestinationRefused", problems.join("; "))
+    } else if entries.iter().any(|e| e.state == CopyState::OutOfSync) {
+        let (create, update, delete) = (
+            planned(Planned::Create),
+            planned(Planned::Update),
+            planned(Planned::Delete),
+        );
+        status::condition(
+            "Synced",
+            false,
+            "OutOfSync",
+            format!(
+                "mode Report: would create {create}, update {update} and delete {delete} copies; {}",
+                problems.join("; ")
+            ),
+        )
+    } else {
+        status::condition("Synced", false, "NotAllSynced", problems.join("; "))
+    }
+}
+
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
+pub const MAX_NOTE: usize = 1024;
+
+/// `note` cut to [`MAX_NOTE`] bytes (ending in `...` when cut).
+pub fn truncate_note(note: String) -> String {
+    kubesync::error::truncated(note, MAX_NOTE)
+}
+
+/// The Events to publish when conditions change (pure): one per condition whose status or
+/// reason changed, except the transient `Starting` and a `Ready=True` that `Synced` already
+/// reports, or a `Synced` with the reason `Ready` already gives (a missing source is said
+/// once). Warnings for conditions that are not `True`. Each: (event type, condition type,
+/// reason, note).
+pub fn condition_events(
+    old: &[Condition],
+    new: &[Condition],
+) -> Vec<(kube::runtime::events::EventType, String, String, String)> {
+    use kube::runtime::events::EventType;
+    let ready_reason = new
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.as_str());
+    new.iter()
+        .filter(|c| {
+            let before = old.iter().find(|o| o.type_ == c.type_);
+            let changed = before.is_none_or(|o| o.status != c.status || o.reason != c.reason);
+            let said = c.type_ == "Synced" && ready_reason == Some(c.reason.as_str());
+            changed
+                && !said
+                && c.reason != "Starting"
+                && !(c.type_ == "Ready" && c.status == "True")
+        })
+        .map(|c| {
+            let type_ = if c.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            (
+                type_,
+                c.type_.clone(),
+                c.reason.clone(),
+                truncate_note(c.message.clone()),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
