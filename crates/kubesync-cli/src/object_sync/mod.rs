@@ -368,7 +368,9 @@ impl ObjectSyncController {
                 tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
                 self.report(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
-                self.sweep_withdrawn(ctx, key, &os, owner).await;
+                if sweeps_after(&refusal) {
+                    self.sweep_withdrawn(ctx, key, &os, owner).await;
+                }
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         };
@@ -618,6 +620,16 @@ impl ObjectSyncController {
     }
 }
 
+/// Whether a refused ObjectSync still sweeps the copies whose consent was withdrawn (pure):
+/// not when its kind is not served, or not one the operator may sync at all (its RBAC may not
+/// even let it watch that kind; copies of it cannot have been made under this policy).
+fn sweeps_after(refusal: &Refusal) -> bool {
+    !matches!(
+        refusal.reason,
+        Reason::ResourceNotAllowed | Reason::ResourceNotFound | Reason::CopyNotADeclaration
+    )
+}
+
 /// The key of an ObjectSync's (or ClusterObjectSync's) Event budget.
 fn event_key<K: SyncObject>(os: &K) -> String {
     format!(
@@ -662,5 +674,25 @@ fn requeue_after(report: &Report) -> Action {
         Action::requeue(Duration::from_secs(5))
     } else {
         Action::done()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_spec_sweeps_unless_its_kind_cannot_be_synced_at_all() {
+        for reason in [
+            Reason::InvalidSpec,
+            Reason::SourceNamespaceNotAllowed,
+            Reason::RemoteClusterNotAllowed,
+            Reason::DestinationNotAllowed,
+        ] {
+            assert!(sweeps_after(&Refusal::new(reason, "")), "{reason}");
+        }
+        for reason in [Reason::ResourceNotAllowed, Reason::ResourceNotFound] {
+            assert!(!sweeps_after(&Refusal::new(reason, "")), "{reason}");
+        }
     }
 }
