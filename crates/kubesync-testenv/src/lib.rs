@@ -5,7 +5,7 @@
 //! controllers) started as local processes on free loopback ports, in a temporary directory,
 //! with a certificate authority and an admin token of its own. Several environments can run
 //! side by side in one process; each is stopped and its directory removed when it is dropped,
-//! and no process outlives the test binary (see [`process`](crate::process) for how).
+//! and no process outlives the test binary (the `process` module says how).
 //!
 //! The binaries come from `KUBEBUILDER_ASSETS` when set, otherwise from the project's cache
 //! (`~/.cache/kubesync/control-plane/<release>`), which `scripts/control-plane.sh` fills on

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::error::Result;
 
 /// A typed object (`Secret`, a custom resource type, …) as a [`DynamicObject`] for the
-/// [`Writer`].
+/// [`Writer`](crate::writer::Writer).
 pub fn to_dynamic<K: serde::Serialize>(obj: &K) -> Result<DynamicObject> {
     Ok(serde_json::from_value(serde_json::to_value(obj)?)?)
 }

@@ -193,7 +193,7 @@ impl Writer {
 
     /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `status`, `json` or
     /// `replace`) by `field_manager` to the object `observed` is done already, decided on a
-    /// store that does not show it yet (see [`superseded`]). Then the caller sends nothing.
+    /// store that does not show it yet (see `superseded`). Then the caller sends nothing.
     pub fn already_written(
         &self,
         cluster: &Cluster,

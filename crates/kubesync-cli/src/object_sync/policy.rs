@@ -7,7 +7,7 @@
 //!
 //! Tenancy: ObjectSyncs in the operator's trusted namespaces write wherever the flags allow.
 //! Everyone else writes by an allow-list: without consent (into their own namespace) and
-//! under a [`SyncGrant`] that names no kinds, only the default-grantable kinds (ConfigMaps,
+//! under a [`SyncGrant`](crate::crd::SyncGrant) that names no kinds, only the default-grantable kinds (ConfigMaps,
 //! and Secrets that are not service-account tokens; `--grantable-resource` adds kinds); every
 //! other kind only where a SyncGrant names it — in their own namespace too, where whoever
 //! holds RBAC rights there makes the grant ([`grant_admits`]). kubesync's own kinds are never

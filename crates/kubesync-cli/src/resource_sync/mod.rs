@@ -75,7 +75,7 @@ pub const MAX_DRIFT_EVENTS_PER_MINUTE: u32 = 10;
 #[derive(Debug, Default)]
 struct Drifts(parking_lot::Mutex<DriftLog>);
 
-/// What [`Drifts`] holds.
+/// What a running sync's drift log holds.
 #[derive(Debug, Default)]
 pub struct DriftLog {
     /// How many were found.

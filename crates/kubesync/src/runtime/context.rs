@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 
 /// What a reconciler sees: the clusters, the watch stores and the runtime's state. Cheap to
-/// clone; also available before and after [`Controller::run`] via [`Controller::context`].
+/// clone; also available before and after [`Controller::run`](crate::runtime::Controller::run) via
+/// [`Controller::context`](crate::runtime::Controller::context).
 #[derive(Clone)]
 pub struct Context {
     pub(super) shared: Arc<Shared>,

@@ -1,6 +1,6 @@
 //! Graceful shutdown on SIGTERM or Ctrl-C.
 
-/// A future that resolves on SIGTERM or Ctrl-C (SIGINT), for [`Controller::run`].
+/// A future that resolves on SIGTERM or Ctrl-C (SIGINT), for [`Controller::run`](crate::runtime::Controller::run).
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]

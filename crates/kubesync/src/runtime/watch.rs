@@ -71,7 +71,7 @@ impl Watch {
     /// client-go's informers do: no quorum read from etcd, no paging through it. The list may
     /// be a moment old; the watch that follows starts at its resourceVersion, so every later
     /// change still arrives. Decisions to delete are never taken from a store's absence
-    /// alone (see [`Context::confirm_absent`]).
+    /// alone (see [`Context::confirm_absent`](crate::runtime::Context::confirm_absent)).
     pub fn dynamic(resource: ApiResource) -> Self {
         let mut config = watcher::Config::default().any_semantic();
         config.page_size = None;

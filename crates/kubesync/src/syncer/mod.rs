@@ -16,7 +16,7 @@
 //! target object is never taken for a twin. `sync_up` only runs while the source cluster's
 //! watches are healthy: an unreachable source is never read as "the source is gone".
 //!
-//! Writes go through the [`Writer`](crate::writer::Writer) in the [`SyncContext`].
+//! Writes go through the [`Writer`] in the [`SyncContext`].
 //!
 //! For target objects that exist because *other* objects need them (no 1:1 source), see
 //! [`virtual_syncer`].

@@ -2,7 +2,7 @@
 //! stores are read through [`Stores`], nothing is written, nothing waits.
 //!
 //! [`plan`] chooses the destinations (never the source itself), decides per destination with
-//! [`rules::decide`], and deletes this declaration's copies that are no longer wanted — except
+//! [`rules::decide()`], and deletes this declaration's copies that are no longer wanted — except
 //! in clusters that cannot be checked and in namespaces the Namespace store does not show yet.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -297,7 +297,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     plan
 }
 
-/// [`Mode::Report`](super::spec::Mode::Report): the statuses of the destinations a plan
+/// [`Mode::Report`]: the statuses of the destinations a plan
 /// would write to or delete, instead of writing (each [`DestinationState::OutOfSync`], with
 /// what would be done, the fields an update would change, and who changed the copy).
 pub fn reported(writes: Vec<Write>, deletes: Vec<Delete>) -> Vec<DestinationStatus> {
@@ -351,7 +351,7 @@ pub fn consented<S: Stores>(
 
 /// The deletes of copies whose consent no longer holds (their namespace's owners withdrew
 /// it), apart from the others: (withdrawn, others). A copy stands for its source here (same
-/// kind, and as written). In [`Mode::Report`](super::spec::Mode::Report) the first are still
+/// kind, and as written). In [`Mode::Report`] the first are still
 /// carried out: consent ends when it is withdrawn, whatever mode the declaration is in.
 pub fn withdrawn<S: Stores>(
     consent: &Consent,

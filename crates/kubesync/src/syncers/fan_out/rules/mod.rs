@@ -1,6 +1,6 @@
 //! The pure rules of the fan-out, each in its own module: which namespaces are destinations
-//! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`]),
-//! which fields of a copy changed and who changed them ([`drift`]),
+//! ([`select`]), what a copy looks like ([`copy`]), what to do at a destination ([`decide`](mod@decide)),
+//! which fields of a copy changed and who changed them ([`drift`](mod@drift)),
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
 //! per-destination overrides ([`patch`]), how copies are held without their bulk
 //! ([`digest`]), and how one destination's write is carried to an end ([`settle`]). No IO.
