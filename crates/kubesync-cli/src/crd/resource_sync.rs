@@ -50,7 +50,7 @@ pub enum PropagationPolicy {
 pub struct ResourceSyncSpec {
     /// The synced resource type (needs spec and a status subresource).
     pub resource: ResourceRef,
-    /// Name of the [`RemoteCluster`](super::RemoteCluster) holding the remote objects.
+    /// Name of the RemoteCluster holding the remote objects.
     #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
     pub remote_cluster: String,
     /// Suffix of remote names for this cluster's shard (removed locally).
