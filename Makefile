@@ -18,6 +18,7 @@
 #                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
 #                       under ~/.cache/kubesync/control-plane/<version>
 #   make crds           regenerate config/crd/bases/kubesync.io.yaml (and the Helm chart's copy)
+#   make reference      regenerate the book's generated reference pages (docs/src/reference/flags.md)
 #                       from the Rust types
 #   make helm           the pinned helm (hack/helm/go.mod) built from Go modules, cached
 #   make helm-lint      helm lint --strict of charts/kubesync, with its defaults and every option
@@ -30,7 +31,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds image image-test docs clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -81,6 +82,9 @@ bench-memory: control-plane
 crds:
 	$(CARGO) run --quiet -p kubesync-cli -- crds > config/crd/bases/kubesync.io.yaml
 	cp config/crd/bases/kubesync.io.yaml charts/kubesync/crds/kubesync.io.yaml
+
+reference:
+	KUBESYNC_UPDATE_REFERENCE=1 $(CARGO) test --quiet -p kubesync-cli --test reference
 
 helm:
 	@bash scripts/helm.sh >/dev/null

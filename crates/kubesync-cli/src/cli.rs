@@ -137,6 +137,94 @@ struct RunArgs {
     list_strategy: kubesync::cluster::ListStrategy,
 }
 
+/// The reference of every command and flag, as Markdown, generated from the command line's
+/// own definitions (`docs/src/reference/flags.md`; a test keeps the committed page equal to
+/// this).
+pub fn flags_reference() -> String {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let mut out = String::from(
+        "# Flags\n\n<!-- Generated from the command line's definitions: `make reference` writes this page, and a test fails when it differs. -->\n\n",
+    );
+    let one_line = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let table = |out: &mut String, args: Vec<&clap::Arg>| {
+        out.push_str("| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n");
+        for arg in args {
+            let Some(long) = arg.get_long() else { continue };
+            let value = match arg.get_action() {
+                clap::ArgAction::SetTrue | clap::ArgAction::SetFalse => String::new(),
+                _ => arg
+                    .get_value_names()
+                    .and_then(|n| n.first())
+                    .map(|n| format!(" {n}"))
+                    .unwrap_or_else(|| format!(" {}", long.to_uppercase().replace('-', "_"))),
+            };
+            let env = arg
+                .get_env()
+                .map(|e| format!("`{}`", e.to_string_lossy()))
+                .unwrap_or_default();
+            let default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|d| format!("`{}`", d.to_string_lossy()))
+                .collect();
+            let mut help = one_line(
+                arg.get_long_help()
+                    .or(arg.get_help())
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            );
+            if !help.is_empty() && !help.ends_with('.') {
+                help.push('.');
+            }
+            let flag = matches!(
+                arg.get_action(),
+                clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+            );
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .map(|v| format!("`{}`", v.get_name()))
+                .collect();
+            if !values.is_empty() && !flag {
+                help.push_str(&format!(" One of {}.", values.join(", ")));
+            }
+            if matches!(arg.get_action(), clap::ArgAction::Append)
+                && !help.to_lowercase().contains("repeatable")
+            {
+                help.push_str(" Repeatable.");
+            }
+            out.push_str(&format!(
+                "| `--{long}{value}` | {env} | {} | {} |\n",
+                default.join(", "),
+                help.replace('|', "\\|")
+            ));
+        }
+    };
+    out.push_str("## Global flags\n\n");
+    table(
+        &mut out,
+        cli.get_arguments().filter(|a| a.is_global_set()).collect(),
+    );
+    for sub in cli.get_subcommands() {
+        out.push_str(&format!("\n## `kubesync {}`\n\n", sub.get_name()));
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            out.push_str(&one_line(about.to_string()));
+            out.push_str(".\n\n");
+        }
+        let args: Vec<&clap::Arg> = sub
+            .get_arguments()
+            .filter(|a| !a.is_global_set() && a.get_long().is_some())
+            .collect();
+        if args.is_empty() {
+            out.push_str("No flags but the global ones.\n");
+        } else {
+            table(&mut out, args);
+        }
+    }
+    out
+}
+
 fn parse_list_strategy(text: &str) -> Result<kubesync::cluster::ListStrategy, String> {
     kubesync::cluster::ListStrategy::parse(text)
         .ok_or_else(|| format!("{text:?} is not auto, list-watch or streaming-list"))
