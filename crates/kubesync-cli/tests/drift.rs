@@ -10,10 +10,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
-use kubesync::Cluster;
 use kubesync_cli::crd::{CopyState, DestinationStatusEntry, ObjectSync, PlannedAction};
-use kubesync_cli::object_sync::ObjectSyncPolicy;
-use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::eventually;
 
 /// Values that must never appear in a status or an Event (base64 too).
@@ -69,16 +66,7 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     ))
     .await
     .expect("objectsync");
-    let running = start_operator(
-        Cluster::new("local", client.clone()),
-        OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["*".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    );
+    let running = start_trusting(&env, &["*"]);
     let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
     let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
     eventually("both copies synced", T, || async {
@@ -420,16 +408,7 @@ async fn large_copies_are_held_as_digests_and_judged_as_before() {
     env.apply_yaml(&sync("Enforce", "[{namespace: team-a}]"))
         .await
         .expect("objectsync");
-    let running = start_operator(
-        Cluster::new("local", client.clone()),
-        OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["*".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    );
+    let running = start_trusting(&env, &["*"]);
     let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
     let blob_of = |ns: &'static str| {
         let maps = maps(ns);
@@ -578,16 +557,7 @@ async fn edits_of_a_copy_make_at_most_ten_events_a_minute() {
     let env = operator_cluster("event-cap", false, &["apps", "team-a"]).await;
     let client = env.client().expect("client");
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: noisy, namespace: apps}\ndata: {k: original}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: noisy, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: noisy}\n  destinations: [{namespace: team-a}]\n").await.expect("objectsync");
-    let running = start_operator(
-        Cluster::new("local", client.clone()),
-        OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["*".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    );
+    let running = start_trusting(&env, &["*"]);
     let copies = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "team-a");
     let value = || async { copies.get_opt("noisy").await.ok()??.data?.get("k").cloned() };
     eventually("the copy", T, || async {

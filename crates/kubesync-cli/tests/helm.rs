@@ -244,6 +244,16 @@ fn assert_same_objects(what: &str, chart: &[Value], kustomize: &[Value]) {
 }
 
 /// The container of the Deployment kubesync among `objects`.
+/// The value of a container's environment variable `name`, as rendered.
+fn env_value(c: &Value, name: &str) -> Option<Value> {
+    c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].clone())
+}
+
 fn container(objects: &[Value]) -> &Value {
     &find(objects, "Deployment", "kubesync")["spec"]["template"]["spec"]["containers"][0]
 }
@@ -457,14 +467,6 @@ fn metrics_and_monitoring_values_render_their_overlays() {
 /// verifies it; `insecure` serves plain HTTP and the ServiceMonitor scrapes it so.
 #[test]
 fn metrics_values_render_the_certificate_and_plain_http() {
-    let env_of = |c: &Value, name: &str| {
-        c["env"]
-            .as_array()
-            .expect("env")
-            .iter()
-            .find(|e| e["name"] == name)
-            .map(|e| e["value"].clone())
-    };
     let monitored = "metrics.service.enabled=true,metrics.serviceMonitor.enabled=true";
     let tls = render(&[
         "--set",
@@ -472,11 +474,11 @@ fn metrics_values_render_the_certificate_and_plain_http() {
     ]);
     let c = container(&tls);
     assert_eq!(
-        env_of(c, "KUBESYNC_METRICS_CERT_DIR"),
+        env_value(c, "KUBESYNC_METRICS_CERT_DIR"),
         Some(json!("/etc/kubesync/metrics-tls"))
     );
     assert_eq!(
-        env_of(c, "KUBESYNC_METRICS_ADDRESS"),
+        env_value(c, "KUBESYNC_METRICS_ADDRESS"),
         Some(json!("0.0.0.0:9443"))
     );
     assert_eq!(
@@ -501,7 +503,10 @@ fn metrics_values_render_the_certificate_and_plain_http() {
 
     let plain = render(&["--set", &format!("{monitored},metrics.insecure=true")]);
     let c = container(&plain);
-    assert_eq!(env_of(c, "KUBESYNC_METRICS_INSECURE"), Some(json!("true")));
+    assert_eq!(
+        env_value(c, "KUBESYNC_METRICS_INSECURE"),
+        Some(json!("true"))
+    );
     assert_eq!(c["volumeMounts"], Value::Null);
     let endpoint = &find(&plain, "ServiceMonitor", "kubesync")["spec"]["endpoints"][0];
     assert_eq!(endpoint["scheme"], Value::Null);
@@ -528,17 +533,9 @@ fn values_reach_the_deployment() {
     assert_eq!(c["image"], "registry.example/kubesync:9.9.9");
     assert_eq!(c["imagePullPolicy"], "Always");
     assert_eq!(c["args"], json!(["run", "--trusted-namespace=platform"]));
-    let env = |name: &str| {
-        c["env"]
-            .as_array()
-            .expect("env")
-            .iter()
-            .find(|e| e["name"] == name)
-            .map(|e| e["value"].clone())
-    };
-    assert_eq!(env("KUBESYNC_LOG_FORMAT"), Some(json!("text")));
+    assert_eq!(env_value(c, "KUBESYNC_LOG_FORMAT"), Some(json!("text")));
     assert_eq!(
-        env("KUBESYNC_TELEMETRY_ADDRESS"),
+        env_value(c, "KUBESYNC_TELEMETRY_ADDRESS"),
         Some(json!("0.0.0.0:9090"))
     );
     assert_eq!(c["ports"][0]["containerPort"], 9090);
