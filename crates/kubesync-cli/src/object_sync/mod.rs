@@ -49,11 +49,11 @@ use self::status::{Observation, object_sync_status};
 use crate::crd::{
     ClusterObjectSync, ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
     ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
-    ObjectSyncStatus, SyncGrant, SyncMode,
+    ObjectSyncStatus, RemoteCluster, SyncGrant, SyncMode,
 };
 use crate::events;
 use crate::freshness::{DestinationKey, Lags, behind};
-use crate::remote::{LOCAL, RemoteClusters, display_name};
+use crate::remote::{LOCAL, RemoteClusters, display_name, runtime_name};
 use crate::status::{OwnWrites, Reason, Refusal};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
@@ -263,21 +263,24 @@ impl ObjectSyncController {
         };
         // Only clusters this namespace may reach now: a refused spec connects nowhere new.
         let mut reachable = os.sync_spec().clone();
-        let mut allowed = Vec::new();
-        for d in std::mem::take(&mut reachable.destinations) {
-            let ok = match d.cluster.as_deref() {
+        let remotes = declare::remote_clusters(ctx, &reachable);
+        let labels = match remotes.is_empty() {
+            true => None,
+            false => Some(self.namespace_labels(&own).await),
+        };
+        reachable
+            .destinations
+            .retain(|d| match d.cluster.as_deref() {
                 None => true,
-                Some(c) => self.check_remote_allowed(ctx, &own, c).await.is_ok(),
-            };
-            if ok {
-                allowed.push(d);
-            }
-        }
-        reachable.destinations = allowed;
+                Some(c) => remotes.get(c).is_some_and(|rc| {
+                    rc.as_ref()
+                        .is_ok_and(|rc| declare::admitted(rc, &own, labels.as_ref()).is_ok())
+                }),
+            });
         let Some(mut spec) = self.clean_up_spec(Some(&own), &reachable, ctx).await else {
             return;
         };
-        spec.consent = Some(self.consent(&own, &spec.source.resource));
+        spec.consent = Some(declare::consent(&self.policy, &own, &spec.source.resource));
         let decl = Declaration {
             key: key.clone(),
             owner,
