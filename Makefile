@@ -18,7 +18,7 @@
 #                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
 #                       under ~/.cache/kubesync/control-plane/<version>
 #   make crds           regenerate config/crd/bases/kubesync.io.yaml (and the Helm chart's copy)
-#   make reference      regenerate the book's generated reference pages (docs/src/reference/flags.md)
+#   make reference      regenerate the book's generated reference pages (flags, CRD fields, metrics)
 #                       from the Rust types
 #   make helm           the pinned helm (hack/helm/go.mod) built from Go modules, cached
 #   make helm-lint      helm lint --strict of charts/kubesync, with its defaults and every option

@@ -15,6 +15,64 @@ use common::{
 use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
 use serde_json::Value;
 
+/// One metric family as served: its `# TYPE`, its `# HELP` text, and the label names of each
+/// of its samples (a histogram's `le` aside).
+#[derive(Debug, Default)]
+struct Family {
+    kind: String,
+    help: String,
+    label_sets: Vec<BTreeSet<String>>,
+}
+
+async fn m_all(port: u16) -> String {
+    request(port, "GET", "/metrics")
+        .await
+        .map(|r| r.1)
+        .expect("/metrics answers")
+}
+
+/// The families of a Prometheus text exposition, by name.
+fn scrape_families(text: &str) -> std::collections::BTreeMap<String, Family> {
+    let mut families: std::collections::BTreeMap<String, Family> = Default::default();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("a help line");
+            families.entry(name.into()).or_default().help = help.into();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("a type line");
+            families.entry(name.into()).or_default().kind = kind.into();
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let series = line.rsplit_once(' ').expect("a sample").0;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|f| families.get(*f).is_some_and(|f| f.kind == "histogram"))
+                })
+                .unwrap_or(name);
+            // Label values here are names of objects (no `",` inside them).
+            let names: BTreeSet<String> = labels
+                .split("\",")
+                .filter_map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, _)| k.trim_start_matches(',').to_string())
+                })
+                .filter(|k| !k.is_empty() && k != "le")
+                .collect();
+            families
+                .get_mut(family)
+                .unwrap_or_else(|| panic!("a sample of {family} before its # TYPE line"))
+                .label_sets
+                .push(names);
+        }
+    }
+    families
+}
+
 /// Every PromQL expression of the dashboard: panel targets' `expr`, and template variables'
 /// `query` (a string, or an object with a `query`).
 fn dashboard_expressions() -> Vec<String> {
@@ -193,6 +251,31 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
+
+    // Every family served is in the metrics catalog (the book's metrics page is generated
+    // from it), with its type, help and label names, and every metric of the catalog is
+    // served once the operator has synced something of each kind.
+    let served = scrape_families(&m_all(port).await);
+    let catalog = kubesync_cli::telemetry::catalog::ALL;
+    for (name, family) in &served {
+        let entry = kubesync_cli::telemetry::catalog::entry(name)
+            .unwrap_or_else(|| panic!("{name} is served but not in the metrics catalog"));
+        assert_eq!(family.kind, entry.kind.as_str(), "{name}'s type");
+        assert_eq!(family.help, format!("{}.", entry.help), "{name}'s help");
+        let expected: BTreeSet<String> = entry.labels.iter().map(|(l, _)| l.to_string()).collect();
+        for labels in &family.label_sets {
+            assert_eq!(labels, &expected, "{name}'s labels");
+        }
+    }
+    let missing: Vec<&str> = catalog
+        .iter()
+        .map(|e| e.name)
+        .filter(|n| !served.contains_key(*n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "in the catalog, not served: {missing:?}"
+    );
 
     // The RemoteCluster goes down: not reachable, its watches restart; back up, it is
     // contacted again.

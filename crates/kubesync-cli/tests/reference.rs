@@ -9,19 +9,30 @@ fn page(name: &str) -> PathBuf {
         .join(name)
 }
 
-#[test]
-fn the_flags_page_is_generated_from_the_command_line() {
-    let generated = kubesync_cli::cli::flags_reference();
-    let path = page("flags.md");
+/// Checks (or, under `make reference`, writes) the generated page `name`.
+fn check_page(name: &str, generated: &str, what: &str) {
+    let path = page(name);
     if std::env::var("KUBESYNC_UPDATE_REFERENCE").as_deref() == Ok("1") {
-        std::fs::write(&path, &generated).expect("write the page");
+        std::fs::write(&path, generated).expect("write the page");
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{} differs from the command line's definitions: run `make reference`",
+        "{} differs from {what}: run `make reference`",
         path.display()
     );
+}
+
+#[test]
+fn the_crd_fields_page_is_generated_from_the_schemas() {
+    let generated = kubesync_cli::crd::fields_reference();
+    check_page("crd-fields.md", &generated, "the CRDs' schemas");
+}
+
+#[test]
+fn the_flags_page_is_generated_from_the_command_line() {
+    let generated = kubesync_cli::cli::flags_reference();
+    check_page("flags.md", &generated, "the command line's definitions");
     // Every flag of `kubesync run` is there.
     for flag in [
         "--metrics-address",
@@ -31,4 +42,43 @@ fn the_flags_page_is_generated_from_the_command_line() {
     ] {
         assert!(generated.contains(flag), "{flag} missing");
     }
+}
+
+/// Replaces the part of `page` between its `begin generated` and `end generated` markers with
+/// `generated`.
+fn with_generated(page: &str, generated: &str) -> String {
+    let (begin, end) = ("<!-- begin generated -->\n", "<!-- end generated -->");
+    let a = page.find(begin).expect("the page has a begin marker") + begin.len();
+    let b = page.find(end).expect("the page has an end marker");
+    format!("{}{generated}{}", &page[..a], &page[b..])
+}
+
+/// Checks (or, under `make reference`, writes) the page `name` whose generated part is
+/// `generated`.
+fn check_part(name: &str, generated: &str, what: &str) {
+    let path = page(name);
+    let committed = std::fs::read_to_string(&path).expect("the page exists");
+    let expected = with_generated(&committed, generated);
+    if std::env::var("KUBESYNC_UPDATE_REFERENCE").as_deref() == Ok("1") {
+        std::fs::write(&path, &expected).expect("write the page");
+        return;
+    }
+    assert!(
+        committed == expected,
+        "{} differs from {what}: run `make reference`",
+        path.display()
+    );
+}
+
+#[test]
+fn the_metrics_page_is_generated_from_the_catalog_the_registry_uses() {
+    let generated = kubesync_cli::telemetry::catalog::reference();
+    for e in kubesync_cli::telemetry::catalog::ALL {
+        assert!(
+            generated.contains(&format!("| `{}` |", e.name)),
+            "{}",
+            e.name
+        );
+    }
+    check_part("metrics.md", &generated, "the metrics catalog");
 }

@@ -37,11 +37,13 @@ pub(crate) mod pattern {
 }
 
 mod object_sync;
+mod reference;
 mod remote_cluster;
 mod resource_sync;
 mod sync_grant;
 
 pub use object_sync::*;
+pub use reference::fields_reference;
 pub use remote_cluster::*;
 pub use resource_sync::*;
 pub use sync_grant::*;

@@ -1,0 +1,258 @@
+//! The Prometheus registry filled with the operator's state at each scrape. Every metric's
+//! name, type, labels and help come from the [`catalog`](super::catalog); a test of the served
+//! exposition checks that nothing is registered outside it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
+
+use super::catalog::{self, Entry};
+use crate::operator::Operator;
+
+/// A counter whose value is read from the operator at each scrape.
+///
+/// Registered under its full name (`…_total`) and encoded as the Prometheus text format
+/// 0.0.4 writes counters: prometheus-client's own `Counter` follows OpenMetrics, whose
+/// `# TYPE` line names the family without `_total` — a change of the exposition that
+/// scrapers and kubesync's tests would see.
+#[derive(Debug, Default)]
+struct ScrapedCounter(AtomicU64);
+
+impl ScrapedCounter {
+    fn set(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for ScrapedCounter {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for ScrapedCounter {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.load(Ordering::Relaxed))
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+fn counter(value: u64) -> ScrapedCounter {
+    let c = ScrapedCounter::default();
+    c.set(value);
+    c
+}
+
+fn gauge(value: impl TryInto<i64>) -> Gauge {
+    let g = Gauge::default();
+    g.set(value.try_into().unwrap_or(i64::MAX));
+    g
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ComponentLabels {
+    component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CategoryLabels {
+    category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectSyncLabels {
+    namespace: String,
+    objectsync: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceSyncLabels {
+    resourcesync: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemoteLabels {
+    remotecluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DestinationLabels {
+    namespace: String,
+    objectsync: String,
+    state: String,
+}
+
+/// The operator's state as a Prometheus registry (help texts without their final period:
+/// the registry adds it).
+async fn registry(operator: &Operator) -> Registry {
+    let mut r = Registry::default();
+    if let Some(ctx) = operator.context() {
+        let m = ctx.metrics();
+        add(&mut r, &catalog::RECONCILES, counter(m.reconciles()));
+        let failures = Family::<CategoryLabels, ScrapedCounter>::default();
+        for category in kubesync::error::CATEGORIES {
+            failures
+                .get_or_create(&CategoryLabels {
+                    category: category.into(),
+                })
+                .set(0);
+        }
+        for (category, value) in m.failures_by_category() {
+            failures
+                .get_or_create(&CategoryLabels {
+                    category: category.into(),
+                })
+                .set(value);
+        }
+        add(&mut r, &catalog::RECONCILE_FAILURES, failures);
+        add(&mut r, &catalog::QUEUE_DEPTH, gauge(m.queued()));
+        add(&mut r, &catalog::IN_FLIGHT, gauge(m.in_flight()));
+        add(&mut r, &catalog::KEYS_FAILING, gauge(m.failing()));
+    }
+    if let Some(leading) = operator.leader() {
+        add(&mut r, &catalog::LEADER, gauge(u8::from(leading)));
+    }
+    let writes = Family::<ComponentLabels, ScrapedCounter>::default();
+    for (component, value) in operator.writes_by_component().await {
+        writes
+            .get_or_create(&ComponentLabels {
+                component: component.into(),
+            })
+            .set(value);
+    }
+    add(&mut r, &catalog::WRITES, writes);
+    add(
+        &mut r,
+        &catalog::OBJECT_SYNC_WATCHES,
+        gauge(operator.fan_out_watches()),
+    );
+    add(
+        &mut r,
+        &catalog::RESOURCE_SYNC_ENGINES,
+        gauge(operator.running().await.len()),
+    );
+    let ready = Family::<ObjectSyncLabels, Gauge>::default();
+    let destinations = Family::<DestinationLabels, Gauge>::default();
+    let stale = Family::<ObjectSyncLabels, Gauge>::default();
+    let oldest = Family::<ObjectSyncLabels, Gauge<f64, AtomicU64>>::default();
+    let drifts = Family::<ObjectSyncLabels, ScrapedCounter>::default();
+    for ((namespace, objectsync), g) in operator.object_sync_gauges() {
+        let labels = ObjectSyncLabels {
+            namespace: namespace.clone(),
+            objectsync: objectsync.clone(),
+        };
+        ready
+            .get_or_create(&labels)
+            .set(i64::from(u8::from(g.ready)));
+        stale.get_or_create(&labels).set(i64::from(g.stale));
+        oldest
+            .get_or_create(&labels)
+            .set(g.oldest_stale.as_secs_f64());
+        drifts.get_or_create(&labels).set(g.drifts);
+        for (state, count) in &g.destinations {
+            destinations
+                .get_or_create(&DestinationLabels {
+                    namespace: namespace.clone(),
+                    objectsync: objectsync.clone(),
+                    state: state.as_str().into(),
+                })
+                .set(i64::from(*count));
+        }
+    }
+    add(&mut r, &catalog::OBJECT_SYNC_READY, ready);
+    add(&mut r, &catalog::OBJECT_SYNC_DESTINATIONS, destinations);
+    add(&mut r, &catalog::OBJECT_SYNC_STALE, stale);
+    add(&mut r, &catalog::OBJECT_SYNC_OLDEST_STALE, oldest);
+    add(&mut r, &catalog::OBJECT_SYNC_DRIFTS, drifts);
+    let objects = Family::<ResourceSyncLabels, Gauge>::default();
+    let stale_objects = Family::<ResourceSyncLabels, Gauge>::default();
+    let oldest_stale_object = Family::<ResourceSyncLabels, Gauge<f64, AtomicU64>>::default();
+    let local_drifts = Family::<ResourceSyncLabels, ScrapedCounter>::default();
+    for (name, counts) in operator.resource_sync_counts().await {
+        let labels = ResourceSyncLabels { resourcesync: name };
+        objects
+            .get_or_create(&labels)
+            .set(i64::from(counts.objects));
+        stale_objects
+            .get_or_create(&labels)
+            .set(i64::from(counts.objects.saturating_sub(counts.in_sync)));
+        oldest_stale_object
+            .get_or_create(&labels)
+            .set(counts.oldest_stale.as_secs_f64());
+        local_drifts.get_or_create(&labels).set(counts.drifts);
+    }
+    add(&mut r, &catalog::RESOURCE_SYNC_OBJECTS, objects);
+    add(&mut r, &catalog::RESOURCE_SYNC_STALE, stale_objects);
+    add(
+        &mut r,
+        &catalog::RESOURCE_SYNC_OLDEST_STALE,
+        oldest_stale_object,
+    );
+    add(&mut r, &catalog::RESOURCE_SYNC_DRIFTS, local_drifts);
+    let reachable = Family::<RemoteLabels, Gauge>::default();
+    let contact = Family::<RemoteLabels, Gauge<f64, AtomicU64>>::default();
+    let restarts = Family::<RemoteLabels, ScrapedCounter>::default();
+    for h in operator.remote_cluster_health().await {
+        let labels = RemoteLabels {
+            remotecluster: h.name,
+        };
+        reachable
+            .get_or_create(&labels)
+            .set(i64::from(u8::from(h.reachable)));
+        let at = h
+            .last_contact
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        contact.get_or_create(&labels).set(at);
+        restarts.get_or_create(&labels).set(h.watch_restarts);
+    }
+    add(&mut r, &catalog::REMOTE_REACHABLE, reachable);
+    add(&mut r, &catalog::REMOTE_LAST_CONTACT, contact);
+    add(&mut r, &catalog::REMOTE_WATCH_RESTARTS, restarts);
+    add(&mut r, &catalog::PROPAGATION_LAG, operator.lags().family());
+    r
+}
+
+/// Registers `metric` under its catalog entry's name and help.
+fn add(r: &mut Registry, entry: &Entry, metric: impl Metric) {
+    r.register(entry.name, entry.help, metric);
+}
+
+/// The Prometheus text exposition of the operator's state.
+pub async fn metrics(operator: &Operator) -> Result<String, std::fmt::Error> {
+    let registry = registry(operator).await;
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode_registry(&mut out, &registry)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_keep_the_prometheus_text_type_line() {
+        let mut r = Registry::default();
+        r.register("x_total", "An x", counter(3));
+        let labelled = Family::<ObjectSyncLabels, Gauge>::default();
+        labelled
+            .get_or_create(&ObjectSyncLabels {
+                namespace: "a\"b\\c\nd".into(),
+                objectsync: "s".into(),
+            })
+            .set(1);
+        r.register("y", "A y", labelled);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, &r).expect("encode");
+        assert_eq!(
+            out,
+            "# HELP x_total An x.\n# TYPE x_total counter\nx_total 3\n\
+             # HELP y A y.\n# TYPE y gauge\ny{namespace=\"a\\\"b\\\\c\\nd\",objectsync=\"s\"} 1\n"
+        );
+    }
+}
