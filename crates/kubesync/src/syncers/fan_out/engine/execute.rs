@@ -5,6 +5,29 @@
 use super::*;
 
 impl FanOut {
+    /// What later events need: first sightings pruned now and then, the report's destinations
+    /// in order, and the objects in the way (a `Conflict`) indexed, so that their change
+    /// (deleted, unprotected) wakes this declaration instead of the next periodic pass.
+    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, report: &mut Report) {
+        if self.seen.needs_prune() {
+            self.seen
+                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
+        }
+        report.destinations.sort_by(|a, b| {
+            (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
+        });
+        let ar = &decl.spec.source.resource;
+        let blocked: Vec<ObjectKey> = report
+            .destinations
+            .iter()
+            .filter(|d| d.state == DestinationState::Conflict)
+            .map(|d| {
+                DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
+            })
+            .collect();
+        self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
+    }
+
     /// Carries out `plan`: every write and delete; in Report mode (and for a refused spec)
     /// only the deletes whose consent was withdrawn, the rest reported as what would be done.
     pub(super) async fn carry_out(

@@ -44,6 +44,8 @@ mod execute;
 mod observe;
 mod watches;
 
+use observe::ContextStores;
+
 /// How long the first sight of a version is kept after its object is gone (a deleted copy's
 /// recreation counts its lag from the deletion).
 const SEEN_FOR: Duration = Duration::from_secs(600);
@@ -102,24 +104,6 @@ struct Facts {
     unreachable: BTreeSet<String>,
 }
 
-impl Facts {
-    /// What the report says of them.
-    fn describe(&self, report: &mut Report) {
-        report.unreachable = self.unreachable.iter().cloned().collect();
-        report.source_found = !self.sources.is_empty();
-        report.sources = self.sources.len();
-        report.remaining_copies = self.owned.len();
-        report.source_versions = self
-            .sources
-            .iter()
-            .map(|s| {
-                let rv = s.metadata.resource_version.clone().unwrap_or_default();
-                (s.name_any(), rv)
-            })
-            .collect();
-    }
-}
-
 /// The key of `decl`'s single source (its name is empty for a selection).
 fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
     let source = &decl.spec.source;
@@ -129,71 +113,6 @@ fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
         source.namespace().map(String::from),
         &source.name,
     )
-}
-
-/// The runtime's stores, as the plan reads them.
-struct ContextStores<'a> {
-    ctx: &'a Context,
-    resource: &'a ApiResource,
-    namespace_type: &'a ApiResource,
-    /// Consent objects by (cluster, namespace), gathered once per reconcile.
-    consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
-    /// This declaration's copies, read once per reconcile (their store is packed: every read
-    /// parses).
-    owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
-}
-
-impl<'a> ContextStores<'a> {
-    fn new(
-        ctx: &'a Context,
-        decl: &'a Declaration,
-        namespace_type: &'a ApiResource,
-        clusters: &[String],
-        owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
-    ) -> Self {
-        let mut consents: HashMap<(String, String), Vec<Arc<DynamicObject>>> = HashMap::new();
-        if let Some(consent) = &decl.spec.consent {
-            for c in clusters {
-                for obj in ctx.list(c, &consent.resource) {
-                    let key = (c.clone(), obj.namespace().unwrap_or_default());
-                    consents.entry(key).or_default().push(obj);
-                }
-            }
-        }
-        Self {
-            ctx,
-            resource: &decl.spec.source.resource,
-            namespace_type,
-            consents,
-            owned,
-        }
-    }
-}
-
-impl Stores for ContextStores<'_> {
-    fn namespaces(&self, cluster: &str) -> Vec<Arc<DynamicObject>> {
-        self.ctx.list_metadata(cluster, self.namespace_type)
-    }
-
-    fn has_namespace(&self, cluster: &str, namespace: &str) -> bool {
-        let key = ObjectKey::new(cluster, self.namespace_type, None, namespace);
-        self.ctx.get_metadata(&key).is_some()
-    }
-
-    /// A copy in full; anything else at that name as metadata only.
-    fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
-        if let Some(copy) = self.owned.get(at) {
-            return Some(Arc::clone(copy));
-        }
-        self.ctx.get_metadata(&at.key(self.resource))
-    }
-
-    fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>> {
-        self.consents
-            .get(&(cluster.to_string(), namespace.to_string()))
-            .cloned()
-            .unwrap_or_default()
-    }
 }
 
 impl FanOut {
@@ -239,10 +158,11 @@ impl FanOut {
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
     ///
-    /// A pipeline: `watch` (the watches it needs, and their health) → `observe` (its sources
-    /// and copies, absences confirmed live) → the pure [`plan`] → `carry_out` (writes and
-    /// deletes, or in Report mode only what withdrawn consent ends) → `note` (what later
-    /// events need).
+    /// A pipeline, one file per step: `watch` (`watches.rs`: the watches it needs, and their
+    /// health) → `observe` (`observe.rs`: its sources and copies, absences confirmed live, and
+    /// the stores the plan reads) → the pure [`plan`] → `carry_out` and `note`
+    /// (`execute.rs`: writes and deletes, or in Report mode only what withdrawn consent ends;
+    /// then what later events need).
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
         let ar = &decl.spec.source.resource;
         if decl.refused
@@ -254,8 +174,7 @@ impl FanOut {
             // removed on a spec that may be a typo; they go once it is valid.
             return Ok(Report::default());
         }
-        self.retire_previous_type(ctx, decl).await?;
-        let watched = self.watch(ctx, decl)?;
+        let watched = self.watch(ctx, decl).await?;
         let mut report = Report {
             ready: watched.ready,
             watch_errors: watched.errors.clone(),
@@ -268,13 +187,8 @@ impl FanOut {
             }
             Observed::Ready(facts) => facts,
         };
-        let stores = ContextStores::new(
-            ctx,
-            decl,
-            &self.namespace_type,
-            &watched.clusters,
-            &facts.owned,
-        );
+        facts.describe(&mut report);
+        let stores = ContextStores::new(ctx, decl, self, &watched.clusters, &facts.owned);
         let plan = plan::plan(&Snapshot {
             local: &self.local,
             declaration: decl,
@@ -292,34 +206,10 @@ impl FanOut {
             deletes = plan.deletes.len(),
             "fan-out planned"
         );
-        facts.describe(&mut report);
         self.carry_out(ctx, decl, plan, &stores, &facts.owned, &mut report)
             .await;
         self.note(ctx, decl, &mut report);
         Ok(report)
-    }
-
-    /// What later events need: first sightings pruned now and then, the report's destinations
-    /// in order, and the objects in the way (a `Conflict`) indexed, so that their change
-    /// (deleted, unprotected) wakes this declaration instead of the next periodic pass.
-    fn note(&self, ctx: &Context, decl: &Declaration, report: &mut Report) {
-        if self.seen.needs_prune() {
-            self.seen
-                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
-        }
-        report.destinations.sort_by(|a, b| {
-            (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
-        });
-        let ar = &decl.spec.source.resource;
-        let blocked: Vec<ObjectKey> = report
-            .destinations
-            .iter()
-            .filter(|d| d.state == DestinationState::Conflict)
-            .map(|d| {
-                DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
-            })
-            .collect();
-        self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
     }
 }
 

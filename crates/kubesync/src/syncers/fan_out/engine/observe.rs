@@ -108,3 +108,88 @@ impl FanOut {
         }))
     }
 }
+
+impl Facts {
+    /// What the report says of them.
+    pub(super) fn describe(&self, report: &mut Report) {
+        report.unreachable = self.unreachable.iter().cloned().collect();
+        report.source_found = !self.sources.is_empty();
+        report.sources = self.sources.len();
+        report.remaining_copies = self.owned.len();
+        report.source_versions = self
+            .sources
+            .iter()
+            .map(|s| {
+                let rv = s.metadata.resource_version.clone().unwrap_or_default();
+                (s.name_any(), rv)
+            })
+            .collect();
+    }
+}
+
+/// The runtime's stores, as the plan reads them.
+pub(super) struct ContextStores<'a> {
+    ctx: &'a Context,
+    resource: &'a ApiResource,
+    namespace_type: &'a ApiResource,
+    /// Consent objects by (cluster, namespace), gathered once per reconcile.
+    consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
+    /// This declaration's copies, read once per reconcile (their store is packed: every read
+    /// parses).
+    owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
+}
+
+impl<'a> ContextStores<'a> {
+    /// The stores as `decl`'s plan reads them; the consent objects of `clusters` gathered
+    /// once.
+    pub(super) fn new(
+        ctx: &'a Context,
+        decl: &'a Declaration,
+        fan_out: &'a FanOut,
+        clusters: &[String],
+        owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    ) -> Self {
+        let mut consents: HashMap<(String, String), Vec<Arc<DynamicObject>>> = HashMap::new();
+        if let Some(consent) = &decl.spec.consent {
+            for c in clusters {
+                for obj in ctx.list(c, &consent.resource) {
+                    let key = (c.clone(), obj.namespace().unwrap_or_default());
+                    consents.entry(key).or_default().push(obj);
+                }
+            }
+        }
+        Self {
+            ctx,
+            resource: &decl.spec.source.resource,
+            namespace_type: &fan_out.namespace_type,
+            consents,
+            owned,
+        }
+    }
+}
+
+impl Stores for ContextStores<'_> {
+    fn namespaces(&self, cluster: &str) -> Vec<Arc<DynamicObject>> {
+        self.ctx.list_metadata(cluster, self.namespace_type)
+    }
+
+    fn has_namespace(&self, cluster: &str, namespace: &str) -> bool {
+        let key = ObjectKey::new(cluster, self.namespace_type, None, namespace);
+        self.ctx.get_metadata(&key).is_some()
+    }
+
+    /// A copy in full; anything else at that name as metadata only.
+    fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
+        if let Some(copy) = self.owned.get(at) {
+            return Some(Arc::clone(copy));
+        }
+        self.ctx.get_metadata(&at.key(self.resource))
+    }
+
+    fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>> {
+        self.consents
+            .get(&(cluster.to_string(), namespace.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+}

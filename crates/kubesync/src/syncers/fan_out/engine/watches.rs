@@ -205,8 +205,11 @@ impl FanOut {
 
     /// The watches `decl` needs in every cluster it touches, started if need be (shared with
     /// other declarations through the index), and whether they have listed and are healthy.
-    /// A watch that has not listed, or fails, wakes the declaration when it lists.
-    pub(super) fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
+    /// A watch that has not listed, or fails, wakes the declaration when it lists. A
+    /// declaration that now copies another kind first retires the old kind's copies and
+    /// watches ([`Self::retire_previous_type`]).
+    pub(super) async fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
+        self.retire_previous_type(ctx, decl).await?;
         let spec = &decl.spec;
         let source_key = source_key(&self.local, decl);
         let source_scope = match &spec.source.select {
