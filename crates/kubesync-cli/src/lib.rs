@@ -8,7 +8,7 @@ pub mod access;
 pub mod cli;
 pub mod crd;
 pub mod events;
-pub mod freshness;
+pub mod lag;
 pub mod leader;
 pub mod object_sync;
 pub mod operator;

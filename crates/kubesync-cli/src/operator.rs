@@ -17,7 +17,7 @@ use kubesync::runtime::{Action, Context, Controller, Reconciler, Watch};
 use kubesync::{Cluster, ObjectKey};
 
 use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, ResourceSync};
-use crate::freshness::Lags;
+use crate::lag::Lags;
 pub use crate::object_sync::ObjectSyncGauge;
 use crate::object_sync::{ObjectSyncController, ObjectSyncPolicy};
 pub use crate::remote::LOCAL;
@@ -215,13 +215,13 @@ impl Operator {
 
     /// Each RemoteCluster's health, by name: whether it is reachable (its last probe answered
     /// and no watch of it fails), when it last answered a probe or a watch, and how many of
-    /// its watches failed or expired and started again (the operator's and every engine's).
+    /// its watches failed or expired and started again (the operator's and every sync's).
     pub async fn remote_cluster_health(&self) -> Vec<RemoteHealth> {
         let Some(ctx) = self.context() else {
             return Vec::new();
         };
         let mut contexts = vec![ctx.clone()];
-        contexts.extend(self.resource_syncs.engine_contexts().await);
+        contexts.extend(self.resource_syncs.sync_contexts().await);
         let rc_type = kube::core::ApiResource::erase::<RemoteCluster>(&());
         let mut health = Vec::new();
         for rc in ctx.list(LOCAL, &rc_type) {
@@ -253,7 +253,7 @@ impl Operator {
     }
 
     /// Write requests sent so far, by component: the operator's own (statuses, finalizers),
-    /// ObjectSync copies, ResourceSync engines.
+    /// ObjectSync copies, running ResourceSyncs.
     pub async fn writes_by_component(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("operator", self.writes.writer().writes()),
@@ -261,11 +261,11 @@ impl Operator {
                 "objectsync",
                 self.object_syncs.fan_out().write_counter().writes(),
             ),
-            ("resourcesync", self.engine_writes().await),
+            ("resourcesync", self.sync_writes().await),
         ]
     }
 
-    /// Names of the `ResourceSync`s whose engines run now.
+    /// Names of the `ResourceSync`s whose syncs run now.
     pub async fn running(&self) -> Vec<String> {
         self.resource_syncs.running().await
     }
@@ -276,12 +276,12 @@ impl Operator {
         self.object_syncs.fan_out().watch_count()
     }
 
-    /// Write requests sent by all running engines.
-    pub async fn engine_writes(&self) -> u64 {
-        self.resource_syncs.engine_writes().await
+    /// Write requests sent by all running syncs.
+    pub async fn sync_writes(&self) -> u64 {
+        self.resource_syncs.sync_writes().await
     }
 
-    /// Runs until `shutdown` resolves, then stops every engine.
+    /// Runs until `shutdown` resolves, then stops every sync.
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()> + Send,

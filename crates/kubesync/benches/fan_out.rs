@@ -44,7 +44,7 @@ use kube::core::ApiResource;
 use kubesync::syncers::fan_out::FIELD_MANAGER;
 use kubesync::syncers::fan_out::rules::{self, CopyRules, NamespaceRule, OnConflict, Owner};
 use kubesync::syncers::fan_out::{Declaration, Destination, FanOut, FanOutSpec, SourceRef};
-use kubesync::syncers::fan_out::{DestinationState, Report, Selection};
+use kubesync::syncers::fan_out::{DestinationState, Outcome, Selection};
 use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
 use kubesync_testenv::TestEnv;
 use tokio::sync::{mpsc, oneshot};
@@ -130,7 +130,7 @@ async fn copies(env: &TestEnv, uid: &str, versions: &[String], want: usize) -> a
 }
 
 /// A reconcile's report: (declaration, when the reconcile started, when it completed, report).
-type Reported = (String, Instant, Instant, Report);
+type Reported = (String, Instant, Instant, Outcome);
 
 /// Reports of the engine's reconciles, as they complete; and when the first reconcile that
 /// found its watches listed started.
@@ -377,7 +377,7 @@ impl Engine {
                             key.name.clone(),
                             started,
                             Instant::now(),
-                            Report::default(),
+                            Outcome::default(),
                         ));
                         return Ok(Action::done());
                     };

@@ -30,7 +30,7 @@ pub use runtime::{
 };
 pub use writer::Writer;
 
-/// The book's code samples (docs/src), compiled as doctests: "Embedding the engine".
+/// The book's code samples (docs/src), compiled as doctests: "Embedding the library".
 #[doc = include_str!("../../../docs/src/library/embedding.md")]
 #[cfg(doctest)]
 pub struct EmbeddingDoctests;

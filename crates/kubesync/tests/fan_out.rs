@@ -15,7 +15,7 @@ use kubesync::syncers::fan_out::rules::{
     CopyRules, DataFilter, KeyFilter, NamespaceRule, OnConflict, Owner, Strategy,
 };
 use kubesync::syncers::fan_out::{
-    Declaration, Destination, DestinationState, FanOut, FanOutSpec, Report, SourceRef,
+    Declaration, Destination, DestinationState, FanOut, FanOutSpec, Outcome, SourceRef,
 };
 use kubesync::{Action, Controller, Watch, reconciler_fn};
 use kubesync_testenv::{TestEnv, eventually};
@@ -23,7 +23,7 @@ use kubesync_testenv::{TestEnv, eventually};
 const T: Duration = Duration::from_secs(40);
 
 type Specs = Arc<Mutex<HashMap<String, FanOutSpec>>>;
-type Reports = Arc<Mutex<HashMap<String, Report>>>;
+type Reports = Arc<Mutex<HashMap<String, Outcome>>>;
 
 /// Runs a fan-out controller: each ConfigMap in `control` is a declaration whose spec is in
 /// `specs` under its name; deleting the ConfigMap deletes the declaration.
@@ -31,10 +31,10 @@ fn run_fan_out(
     env: &TestEnv,
     control: &str,
     specs: Specs,
-    reports: Reports,
+    outcomes: Reports,
     extra: Vec<kubesync::Cluster>,
 ) -> Running {
-    run_fan_out_seen(env, control, specs, reports, extra).0
+    run_fan_out_seen(env, control, specs, outcomes, extra).0
 }
 
 /// [`run_fan_out`], also returning the controller's context (to look into its stores).
@@ -42,10 +42,10 @@ fn run_fan_out_seen(
     env: &TestEnv,
     control: &str,
     specs: Specs,
-    reports: Reports,
+    outcomes: Reports,
     extra: Vec<kubesync::Cluster>,
 ) -> (Running, kubesync::Context) {
-    let (running, ctx, _) = run_fan_out_counted(env, control, specs, reports, extra);
+    let (running, ctx, _) = run_fan_out_counted(env, control, specs, outcomes, extra);
     (running, ctx)
 }
 
@@ -54,7 +54,7 @@ fn run_fan_out_counted(
     env: &TestEnv,
     control: &str,
     specs: Specs,
-    reports: Reports,
+    outcomes: Reports,
     extra: Vec<kubesync::Cluster>,
 ) -> (Running, kubesync::Context, kubesync::Writer) {
     let fan_out = Arc::new(FanOut::new("local"));
@@ -75,10 +75,10 @@ fn run_fan_out_counted(
     let running = start(
         controller,
         reconciler_fn(move |key, ctx| {
-            let (fan_out, specs, reports, cm_type, control) = (
+            let (fan_out, specs, outcomes, cm_type, control) = (
                 fan_out.clone(),
                 specs.clone(),
-                reports.clone(),
+                outcomes.clone(),
                 cm_type.clone(),
                 control.clone(),
             );
@@ -106,17 +106,17 @@ fn run_fan_out_counted(
                     deleting,
                     refused: false,
                 };
-                let report = fan_out.reconcile(&ctx, &decl).await?;
-                let again = !report.ready
-                    || report
+                let outcome = fan_out.reconcile(&ctx, &decl).await?;
+                let again = !outcome.ready
+                    || outcome
                         .destinations
                         .iter()
                         .any(|d| d.state == DestinationState::Error)
-                    || (deleting && report.remaining_copies > 0);
-                reports
+                    || (deleting && outcome.remaining_copies > 0);
+                outcomes
                     .lock()
                     .expect("lock")
-                    .insert(key.name.clone(), report);
+                    .insert(key.name.clone(), outcome);
                 Ok::<_, kubesync::Error>(if again {
                     Action::requeue(Duration::from_millis(500))
                 } else {
@@ -263,12 +263,12 @@ async fn fan_out_to_100_namespaces_follows_source_namespaces_and_drift_then_clea
     }
     put_secret(env, &source_ns, "pull", &[("token", "v1")], "Opaque", &[]).await;
     let specs: Specs = Arc::default();
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     specs.lock().expect("lock").insert(
         "share".into(),
         spec(&source_ns, "pull", vec![all_with_label(&tag)]),
     );
-    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    let running = run_fan_out(env, &control, specs.clone(), outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "share", &[], &[])).await;
 
     eventually("100 copies", T, || async {
@@ -277,7 +277,7 @@ async fn fan_out_to_100_namespaces_follows_source_namespaces_and_drift_then_clea
     .await;
     // 101 namespaces carry the label, the source's among them: it is never copied onto itself
     // (the source is counted once).
-    let r = reports.lock().expect("lock")["share"].clone();
+    let r = outcomes.lock().expect("lock")["share"].clone();
     assert_eq!(r.destinations.len(), 100);
     assert!(
         r.destinations
@@ -384,7 +384,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     )
     .await;
     let specs: Specs = Arc::default();
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     {
         let mut s = specs.lock().expect("lock");
         s.insert("skipper".into(), spec(&src, "s", vec![to(&skip_ns)]));
@@ -394,7 +394,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
         // A second declaration for the same destination as the adopter.
         s.insert("second".into(), spec(&src, "s", vec![to(&adopt_ns)]));
     }
-    let (running, ctx) = run_fan_out_seen(env, &control, specs.clone(), reports.clone(), vec![]);
+    let (running, ctx) = run_fan_out_seen(env, &control, specs.clone(), outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "skipper", &[], &[])).await;
     apply_cm(env, &configmap(&control, "adopter", &[], &[])).await;
     let get = |ns: &str| {
@@ -407,13 +407,13 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     .await;
     apply_cm(env, &configmap(&control, "second", &[], &[])).await;
     let state = |decl: &str, ns: &str| {
-        reports
+        outcomes
             .lock()
             .expect("lock")
             .get(decl)
             .and_then(|r| r.destinations.iter().find(|d| d.namespace == ns).cloned())
     };
-    eventually("second reports a conflict", T, || async {
+    eventually("second outcomes a conflict", T, || async {
         state("second", &adopt_ns).filter(|d| d.state == DestinationState::Conflict)
     })
     .await;
@@ -623,9 +623,9 @@ async fn a_second_cluster_as_destination_and_its_outage() {
     let specs: Specs = Arc::new(Mutex::new(
         [("mc".to_string(), spec(&src, "s", vec![dest]))].into(),
     ));
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     let other_cluster = kubesync::Cluster::new("other", other.client().expect("client"));
-    let running = run_fan_out(env, &control, specs, reports.clone(), vec![other_cluster]);
+    let running = run_fan_out(env, &control, specs, outcomes.clone(), vec![other_cluster]);
     apply_cm(env, &configmap(&control, "mc", &[], &[])).await;
     let remote_api: Api<Secret> =
         Api::namespaced(other.client().expect("client"), &format!("{tag}-remote"));
@@ -637,7 +637,7 @@ async fn a_second_cluster_as_destination_and_its_outage() {
     other.stop_apiserver();
     put_secret(env, &src, "s", &[("token", "two")], "Opaque", &[]).await;
     let r = eventually("status says the cluster is unreachable", T, || async {
-        reports
+        outcomes
             .lock()
             .expect("lock")
             .get("mc")
@@ -702,13 +702,13 @@ async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
         ]
         .into(),
     ));
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     let other_cluster = |o: &TestEnv| kubesync::Cluster::new("other", o.client().expect("client"));
     let (running, _, writes) = run_fan_out_counted(
         env,
         &control,
         specs.clone(),
-        reports.clone(),
+        outcomes.clone(),
         vec![other_cluster(&other)],
     );
     for name in ["src-gone", "unselect"] {
@@ -748,9 +748,9 @@ async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
             .then_some(())
     })
     .await;
-    let report = reports.lock().expect("lock").get("src-gone").cloned();
+    let outcome = outcomes.lock().expect("lock").get("src-gone").cloned();
     assert_eq!(
-        report.map(|r| r.unreachable),
+        outcome.map(|r| r.unreachable),
         Some(vec!["other".to_string()]),
         "the reconcile that removed the local copy saw the cluster unreachable"
     );
@@ -769,7 +769,7 @@ async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
     )
     .await;
     eventually("the changed spec decided on", T, || async {
-        reports
+        outcomes
             .lock()
             .expect("lock")
             .get("unselect")
@@ -789,16 +789,16 @@ async fn nothing_is_deleted_in_an_unreachable_destination_cluster() {
 
     // A restart during the outage: the new engine's stores of `other` are empty.
     running.stop().await;
-    reports.lock().expect("lock").clear();
+    outcomes.lock().expect("lock").clear();
     let (running, _, writes) = run_fan_out_counted(
         env,
         &control,
         specs.clone(),
-        reports.clone(),
+        outcomes.clone(),
         vec![other_cluster(&other)],
     );
     eventually("both reconciled after the restart", T, || async {
-        let r = reports.lock().expect("lock");
+        let r = outcomes.lock().expect("lock");
         (r.contains_key("src-gone") && r.contains_key("unselect")).then_some(())
     })
     .await;
@@ -870,32 +870,37 @@ async fn a_restart_over_a_thousand_copies_in_sync_writes_nothing() {
     let specs: Specs = Arc::new(Mutex::new(
         [("z".to_string(), spec(&src, "s", vec![all_with_label(&tag)]))].into(),
     ));
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     let all_synced = || {
-        let reports = reports.clone();
+        let outcomes = outcomes.clone();
         async move {
-            reports.lock().expect("lock").get("z").cloned().filter(|r| {
-                r.destinations.len() == 1000
-                    && r.destinations
-                        .iter()
-                        .all(|d| d.state == DestinationState::Synced)
-            })
+            outcomes
+                .lock()
+                .expect("lock")
+                .get("z")
+                .cloned()
+                .filter(|r| {
+                    r.destinations.len() == 1000
+                        && r.destinations
+                            .iter()
+                            .all(|d| d.state == DestinationState::Synced)
+                })
         }
     };
     let (running, _, writes) =
-        run_fan_out_counted(&env, &control, specs.clone(), reports.clone(), vec![]);
+        run_fan_out_counted(&env, &control, specs.clone(), outcomes.clone(), vec![]);
     apply_cm(&env, &configmap(&control, "z", &[], &[])).await;
     eventually("1000 copies", Duration::from_secs(120), all_synced).await;
     assert!(writes.writes() >= 1000, "the first run wrote the copies");
     running.stop().await;
 
-    reports.lock().expect("lock").clear();
+    outcomes.lock().expect("lock").clear();
     let (running, _, writes) =
-        run_fan_out_counted(&env, &control, specs.clone(), reports.clone(), vec![]);
+        run_fan_out_counted(&env, &control, specs.clone(), outcomes.clone(), vec![]);
     eventually("all decided after the restart", T, all_synced).await;
     assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
     // Once more, on a later reconcile of the same declaration.
-    reports.lock().expect("lock").clear();
+    outcomes.lock().expect("lock").clear();
     apply_cm(&env, &configmap(&control, "z", &[("touched", "1")], &[])).await;
     eventually("decided again", T, all_synced).await;
     assert_eq!(writes.writes(), 0, "a reconcile in sync writes nothing");
@@ -1148,15 +1153,15 @@ async fn unrelated_objects_are_held_as_metadata_only() {
     }
     put_secret(env, &blocked, "s", &[("token", "theirs")], "Opaque", &[]).await;
     let specs: Specs = Arc::default();
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     specs
         .lock()
         .expect("lock")
         .insert("d".into(), spec(&src, "s", vec![to(&dst), to(&blocked)]));
-    let (running, ctx) = run_fan_out_seen(env, &control, specs, reports.clone(), vec![]);
+    let (running, ctx) = run_fan_out_seen(env, &control, specs, outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "d", &[], &[])).await;
     eventually("synced and blocked", T, || async {
-        let r = reports.lock().expect("lock").get("d").cloned()?;
+        let r = outcomes.lock().expect("lock").get("d").cloned()?;
         let state = |ns: &str| {
             r.destinations
                 .iter()
@@ -1280,9 +1285,9 @@ async fn many_sources_by_selector_follow_their_labels_under_prefixed_names_and_n
         },
     );
     let specs: Specs = Arc::default();
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     specs.lock().expect("lock").insert("tls".into(), spec);
-    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    let running = run_fan_out(env, &control, specs.clone(), outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "tls", &[], &[])).await;
 
     let expect =
@@ -1311,7 +1316,7 @@ async fn many_sources_by_selector_follow_their_labels_under_prefixed_names_and_n
         )
     })
     .await;
-    let r = reports.lock().expect("lock")["tls"].clone();
+    let r = outcomes.lock().expect("lock")["tls"].clone();
     assert_eq!((r.sources, r.destinations.len()), (2, 6));
     assert!(
         r.destinations
@@ -1411,9 +1416,9 @@ async fn cluster_scoped_objects_selected_by_label_to_a_second_cluster() {
         ..Default::default()
     }];
     let specs: Specs = Arc::new(Mutex::new([("cs".to_string(), spec)].into()));
-    let reports: Reports = Arc::default();
+    let outcomes: Reports = Arc::default();
     let other_cluster = kubesync::Cluster::new("other", other.client().expect("client"));
-    let running = run_fan_out(env, &control, specs, reports.clone(), vec![other_cluster]);
+    let running = run_fan_out(env, &control, specs, outcomes.clone(), vec![other_cluster]);
     apply_cm(env, &configmap(&control, "cs", &[], &[])).await;
 
     let remote: Api<ClusterRole> = Api::all(other.client().expect("client"));
@@ -1437,7 +1442,7 @@ async fn cluster_scoped_objects_selected_by_label_to_a_second_cluster() {
     )
     .await;
     let r = eventually("the foreign one is a conflict", T, || async {
-        reports
+        outcomes
             .lock()
             .expect("lock")
             .get("cs")
@@ -1523,8 +1528,8 @@ async fn a_declaration_goes_though_its_source_cannot_be_read() {
     let specs: Specs = Arc::new(Mutex::new(
         [("d".to_string(), spec(&src, "s", vec![into_namespace(&dst)]))].into(),
     ));
-    let reports: Reports = Arc::default();
-    let running = run_fan_out(env, &control, specs.clone(), reports.clone(), vec![]);
+    let outcomes: Reports = Arc::default();
+    let running = run_fan_out(env, &control, specs.clone(), outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "d", &[], &[])).await;
     let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), &dst);
     let copy = eventually("the copy", T, || async {
@@ -1548,8 +1553,8 @@ async fn a_declaration_goes_though_its_source_cannot_be_read() {
     specs.lock().expect("lock").insert("d".into(), bad);
     apply_cm(env, &configmap(&control, "d", &[("touch", "1")], &[])).await;
     let error = eventually("the source watch fails", T, || async {
-        let reports = reports.lock().expect("lock");
-        let r = reports.get("d")?;
+        let outcomes = outcomes.lock().expect("lock");
+        let r = outcomes.get("d")?;
         r.watch_errors
             .iter()
             .find(|(_, e)| e.starts_with("reading the source"))
@@ -1578,8 +1583,8 @@ async fn a_declaration_goes_though_its_source_cannot_be_read() {
     apply_cm(env, &going).await;
     eventually("the copy is gone and the deletion is done", T, || async {
         let gone = secrets.get_opt("s").await.expect("get").is_none();
-        let reports = reports.lock().expect("lock");
-        let r = reports.get("d")?;
+        let outcomes = outcomes.lock().expect("lock");
+        let r = outcomes.get("d")?;
         (gone && r.ready && r.remaining_copies == 0).then_some(())
     })
     .await;

@@ -1,5 +1,5 @@
 //! The ObjectSync controller: one object copied to many namespaces and clusters, run on the
-//! library's fan-out engine. It also runs ClusterObjectSyncs: the same spec and status,
+//! library's fan-out. It also runs ClusterObjectSyncs: the same spec and status,
 //! declared by cluster admins, for cluster-scoped kinds and sources in any namespace.
 //!
 //! Resolves an ObjectSync's spec (checked against the operator's [`ObjectSyncPolicy`]) into a
@@ -7,7 +7,7 @@
 //! purely ([`status::object_sync_status`]) and written through [`OwnWrites`]; condition
 //! changes become Kubernetes Events; the per-ObjectSync gauges are kept for `/metrics`.
 //!
-//! Never touches ResourceSyncs or their engines, and never writes but through [`OwnWrites`]
+//! Never touches ResourceSyncs or their running syncs, and never writes but through [`OwnWrites`]
 //! (copies are written by the fan-out's own writer; Events by kube's recorder, or, about a
 //! ClusterObjectSync, by one create in [`events::CLUSTER_EVENTS_NAMESPACE`]).
 
@@ -38,7 +38,7 @@ use kubesync::syncers::fan_out::rules::{
 use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
-    FanOutSpec, Mode, Report, Selection, SourceRef,
+    FanOutSpec, Mode, Outcome, Selection, SourceRef,
 };
 use kubesync::validate;
 
@@ -52,7 +52,7 @@ use crate::crd::{
     ObjectSyncStatus, RemoteCluster, SyncGrant, SyncMode,
 };
 use crate::events;
-use crate::freshness::{DestinationKey, Lags, behind};
+use crate::lag::{DestinationKey, Lags, behind};
 use crate::remote::{LOCAL, RemoteClusters, display_name, runtime_name};
 use crate::status::{OwnWrites, Reason, Refusal};
 
@@ -191,7 +191,7 @@ impl ObjectSyncController {
         }
     }
 
-    /// The fan-out engine (its watches and write counts).
+    /// The fan-out (its watches and write counts).
     pub fn fan_out(&self) -> &FanOut {
         &self.fan_out
     }
@@ -289,8 +289,8 @@ impl ObjectSyncController {
             refused: true,
         };
         match self.fan_out.reconcile(ctx, &decl).await {
-            Ok(report) => {
-                tracing::debug!(objectsync = %key, remaining = report.remaining_copies, "refused spec: copies whose consent was withdrawn removed");
+            Ok(outcome) => {
+                tracing::debug!(objectsync = %key, remaining = outcome.remaining_copies, "refused spec: copies whose consent was withdrawn removed");
             }
             Err(e) => {
                 tracing::warn!(objectsync = %key, error = %e, "cannot remove the copies whose consent was withdrawn yet")
@@ -326,7 +326,7 @@ impl ObjectSyncController {
                         "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
                     ),
                 );
-                self.report(&os, Observation::Refused(&refusal), Vec::new())
+                self.publish_status(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
             }
             return Ok(Action::done());
@@ -369,7 +369,7 @@ impl ObjectSyncController {
             }
             Err(refusal) => {
                 tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
-                self.report(&os, Observation::Refused(&refusal), Vec::new())
+                self.publish_status(&os, Observation::Refused(&refusal), Vec::new())
                     .await?;
                 if sweeps_after(&refusal) {
                     self.sweep_withdrawn(ctx, key, &os, owner).await;
@@ -400,12 +400,12 @@ impl ObjectSyncController {
                 .await?;
             return Ok(Action::done());
         }
-        let report = self.fan_out.reconcile(ctx, &decl).await?;
-        for (cluster, lag) in &report.propagated {
+        let outcome = self.fan_out.reconcile(ctx, &decl).await?;
+        for (cluster, lag) in &outcome.propagated {
             self.lags.observe("ObjectSync", cluster, *lag);
         }
         if deleting {
-            if report.ready && report.remaining_copies == 0 && report.unreachable.is_empty() {
+            if outcome.ready && outcome.remaining_copies == 0 && outcome.unreachable.is_empty() {
                 self.forget(ctx, key);
                 self.writes
                     .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
@@ -415,11 +415,11 @@ impl ObjectSyncController {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         let selection_text = selection_text(&os.sync_spec().source);
-        let events = self.track(&os, &decl, &report);
-        self.report(
+        let events = self.track(&os, &decl, &outcome);
+        self.publish_status(
             &os,
-            Observation::Reported {
-                report: &report,
+            Observation::Reconciled {
+                outcome: &outcome,
                 source_namespace: &decl.spec.source.namespace,
                 source_name: &decl.spec.source.name,
                 selection: selection_text.as_deref(),
@@ -428,12 +428,12 @@ impl ObjectSyncController {
             events,
         )
         .await?;
-        Ok(requeue_after(&report))
+        Ok(requeue_after(&outcome))
     }
 
     /// Assembles the status, remembers the gauge, publishes the Events of condition changes
     /// and writes the status when it changed.
-    async fn report<K: SyncObject>(
+    async fn publish_status<K: SyncObject>(
         &self,
         os: &K,
         observed: Observation<'_>,
@@ -538,15 +538,15 @@ impl ObjectSyncController {
         &self,
         os: &K,
         decl: &Declaration,
-        report: &Report,
+        outcome: &Outcome,
     ) -> Vec<(String, ObjectReference)> {
         let mut records = self.lock();
         let record = records
             .entry((os.namespace().unwrap_or_default(), os.name_any()))
             .or_default();
-        record.behind = behind(&record.behind, report, Instant::now());
+        record.behind = behind(&record.behind, outcome, Instant::now());
         let mut current: HashMap<(&str, &str), u32> = HashMap::new();
-        for d in &report.destinations {
+        for d in &outcome.destinations {
             if d.state == DestinationState::Synced {
                 *current
                     .entry((d.source.as_str(), d.source_resource_version.as_str()))
@@ -554,7 +554,7 @@ impl ObjectSyncController {
             }
         }
         let source = &decl.spec.source;
-        record.sources = report
+        record.sources = outcome
             .source_versions
             .iter()
             .map(|(name, rv)| {
@@ -572,7 +572,7 @@ impl ObjectSyncController {
         // reports it once, when it reverts it (also a change Report mode found before).
         let mut found = HashMap::new();
         let mut reverted = Vec::new();
-        for d in &report.destinations {
+        for d in &outcome.destinations {
             if let Some(drift) = &d.drift {
                 let key = (d.cluster.clone(), d.namespace.clone(), d.name.clone());
                 let text = drift.to_string();
@@ -615,7 +615,7 @@ impl ObjectSyncController {
         events
     }
 
-    /// Forgets an ObjectSync that is gone: its engine state and its metrics.
+    /// Forgets an ObjectSync that is gone: its fan-out state and its metrics.
     fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.fan_out.forget(ctx, key);
         self.lock()
@@ -666,10 +666,10 @@ fn mode(spec: &ObjectSyncSpec) -> Mode {
 
 /// When to look again (pure): soon while the watches have not listed, in a few seconds while a
 /// destination is in error, else on the next event.
-fn requeue_after(report: &Report) -> Action {
-    if !report.ready {
+fn requeue_after(outcome: &Outcome) -> Action {
+    if !outcome.ready {
         Action::requeue(Duration::from_millis(500))
-    } else if report
+    } else if outcome
         .destinations
         .iter()
         .any(|d| d.state == DestinationState::Error)

@@ -1,12 +1,12 @@
-//! The ResourceSync and RemoteCluster controller: runs one spec/status sync engine per valid
+//! The ResourceSync and RemoteCluster controller: runs one spec/status sync per valid
 //! `ResourceSync` and reports the reachability of each `RemoteCluster`.
 //!
-//! Creating, changing or deleting a `ResourceSync` starts, reconfigures or stops its engine at
+//! Creating, changing or deleting a `ResourceSync` starts, reconfigures or stops its sync at
 //! run time. An invalid spec gets a `Ready=False` condition with a reason and a message; the
 //! other syncs are unaffected. Statuses are assembled by pure functions
 //! ([`resource_sync_status`], [`remote_cluster_status`]) and written through [`OwnWrites`].
 //!
-//! Never touches ObjectSyncs, and never writes but through [`OwnWrites`] (its engines write
+//! Never touches ObjectSyncs, and never writes but through [`OwnWrites`] (its syncs write
 //! through their own library writers).
 
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ use crate::crd::{
     ResourceSync, ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
 };
 use crate::events;
-use crate::freshness::Lags;
+use crate::lag::Lags;
 use crate::remote::{LOCAL, RemoteClusters};
 use crate::status::{self, OwnWrites, Reason, Refusal, with_transition};
 
@@ -45,7 +45,7 @@ pub use judge::*;
 /// released first, so they can be deleted later without kubesync.
 pub const RESOURCE_SYNC_FINALIZER: &str = "kubesync.io/resourcesync-cleanup";
 
-struct Engine {
+struct RunningSync {
     fingerprint: String,
     remote: String,
     resource: ApiResource,
@@ -71,7 +71,7 @@ struct Engine {
 pub const MAX_DRIFT_EVENTS_PER_MINUTE: u32 = 10;
 
 /// The local copies of one running sync found changed by someone else (shared with its
-/// engine's drift observer).
+/// sync's drift observer).
 #[derive(Debug, Default)]
 struct Drifts(parking_lot::Mutex<DriftLog>);
 
@@ -118,7 +118,7 @@ impl Drifts {
     }
 }
 
-impl Engine {
+impl RunningSync {
     async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -132,7 +132,7 @@ pub struct ResourceSyncController {
     local: Cluster,
     writes: OwnWrites,
     remotes: Arc<RemoteClusters>,
-    engines: tokio::sync::Mutex<HashMap<String, Engine>>,
+    syncs: tokio::sync::Mutex<HashMap<String, RunningSync>>,
     status_refresh: Duration,
     /// The propagation lags of the generations applied.
     lags: Lags,
@@ -172,7 +172,7 @@ impl ResourceSyncController {
             local,
             writes,
             remotes,
-            engines: tokio::sync::Mutex::new(HashMap::new()),
+            syncs: tokio::sync::Mutex::new(HashMap::new()),
             status_refresh,
             lags,
             reporter: events::reporter(),
@@ -190,16 +190,16 @@ impl ResourceSyncController {
             .collect()
     }
 
-    /// Names of the `ResourceSync`s whose engines run now.
+    /// Names of the `ResourceSync`s whose syncs run now.
     pub async fn running(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.engines.lock().await.keys().cloned().collect();
+        let mut v: Vec<String> = self.syncs.lock().await.keys().cloned().collect();
         v.sort();
         v
     }
 
-    /// Write requests sent by all running engines.
-    pub async fn engine_writes(&self) -> u64 {
-        self.engines
+    /// Write requests sent by all running syncs.
+    pub async fn sync_writes(&self) -> u64 {
+        self.syncs
             .lock()
             .await
             .values()
@@ -209,7 +209,7 @@ impl ResourceSyncController {
 
     /// The counts of every running sync, by ResourceSync name.
     pub async fn all_counts(&self) -> Vec<(String, Counts)> {
-        let names: Vec<String> = self.engines.lock().await.keys().cloned().collect();
+        let names: Vec<String> = self.syncs.lock().await.keys().cloned().collect();
         let mut all = Vec::with_capacity(names.len());
         for name in names {
             let counts = self.counts(&name).await;
@@ -218,9 +218,9 @@ impl ResourceSyncController {
         all
     }
 
-    /// The runtime contexts of the running engines (their watches of remote clusters).
-    pub async fn engine_contexts(&self) -> Vec<Context> {
-        self.engines
+    /// The runtime contexts of the running syncs (their watches of remote clusters).
+    pub async fn sync_contexts(&self) -> Vec<Context> {
+        self.syncs
             .lock()
             .await
             .values()
@@ -228,15 +228,15 @@ impl ResourceSyncController {
             .collect()
     }
 
-    /// Stops every engine.
+    /// Stops every sync.
     pub async fn shutdown(&self) {
-        let engines: Vec<Engine> = self.engines.lock().await.drain().map(|(_, e)| e).collect();
-        for engine in engines {
-            engine.shutdown().await;
+        let syncs: Vec<RunningSync> = self.syncs.lock().await.drain().map(|(_, e)| e).collect();
+        for sync in syncs {
+            sync.shutdown().await;
         }
     }
 
-    /// Reconciles one ResourceSync: starts, reconfigures or stops its engine, and reports.
+    /// Reconciles one ResourceSync: starts, reconfigures or stops its sync, and reports.
     pub async fn reconcile_resource_sync(
         &self,
         key: &ObjectKey,
@@ -244,9 +244,9 @@ impl ResourceSyncController {
     ) -> kubesync::Result<Action> {
         let name = key.name.clone();
         let Some(rs) = ctx.get_as::<ResourceSync>(key)? else {
-            if let Some(engine) = self.engines.lock().await.remove(&name) {
+            if let Some(sync) = self.syncs.lock().await.remove(&name) {
                 tracing::info!(resourcesync = %name, "ResourceSync gone; stopping its sync");
-                engine.shutdown().await;
+                sync.shutdown().await;
             }
             return Ok(Action::done());
         };
@@ -262,17 +262,17 @@ impl ResourceSyncController {
 
         let condition = match self.resolve(&rs, ctx).await {
             Err(refusal) => {
-                if let Some(engine) = self.engines.lock().await.remove(&name) {
+                if let Some(sync) = self.syncs.lock().await.remove(&name) {
                     tracing::info!(resourcesync = %name, reason = %refusal.reason, "invalid ResourceSync; stopping its sync");
-                    engine.shutdown().await;
+                    sync.shutdown().await;
                 }
                 tracing::warn!(resourcesync = %name, reason = %refusal.reason, message = %refusal.message, "ResourceSync refused");
                 status::refused(&refusal)
             }
             Ok((ar, remote, kubeconfig_hash, repair_interval)) => {
-                self.ensure_engine(&rs, ar, remote, &kubeconfig_hash, repair_interval)
+                self.ensure_running(&rs, ar, remote, &kubeconfig_hash, repair_interval)
                     .await?;
-                self.engine_condition(&name).await
+                self.running_condition(&name).await
             }
         };
         let counts = self.counts(&name).await;
@@ -292,7 +292,7 @@ impl ResourceSyncController {
         Ok(Action::requeue(self.status_refresh))
     }
 
-    async fn ensure_engine(
+    async fn ensure_running(
         &self,
         rs: &ResourceSync,
         ar: ApiResource,
@@ -308,15 +308,15 @@ impl ResourceSyncController {
             serde_json::to_string(&ar).unwrap_or_default(),
             kubeconfig_hash
         );
-        let mut engines = self.engines.lock().await;
-        if engines
+        let mut syncs = self.syncs.lock().await;
+        if syncs
             .get(&name)
             .is_some_and(|e| e.fingerprint == fingerprint && !e.task.is_finished())
         {
             return Ok(());
         }
         let drifts = Arc::new(Drifts::default());
-        if let Some(old) = engines.remove(&name) {
+        if let Some(old) = syncs.remove(&name) {
             tracing::info!(resourcesync = %name, "ResourceSync changed; restarting its sync");
             old.shutdown().await;
         }
@@ -341,9 +341,9 @@ impl ResourceSyncController {
             })
             .on_drift(self.drift_observer(rs, &ar, drifts.clone()));
         let remote_name = remote.name().to_string();
-        let engine = builder.build(remote, self.local.clone());
-        let writer = engine.write_counter();
-        let (controller, reconciler) = engine.into_parts().await?;
+        let sync = builder.build(remote, self.local.clone());
+        let writer = sync.write_counter();
+        let (controller, reconciler) = sync.into_parts().await?;
         let secret_repair = reconciler.syncer().secret_repair();
         let freshness = reconciler.syncer().freshness();
         let ctx = controller.context();
@@ -352,9 +352,9 @@ impl ResourceSyncController {
             let _ = stopped.await;
         }));
         tracing::info!(resourcesync = %name, remote = %remote_name, kind = %ar.kind, "sync started");
-        engines.insert(
+        syncs.insert(
             name,
-            Engine {
+            RunningSync {
                 fingerprint,
                 remote: remote_name,
                 resource: ar,
@@ -373,9 +373,9 @@ impl ResourceSyncController {
         Ok(())
     }
 
-    async fn engine_condition(&self, name: &str) -> Condition {
-        let engines = self.engines.lock().await;
-        let Some(e) = engines.get(name) else {
+    async fn running_condition(&self, name: &str) -> Condition {
+        let syncs = self.syncs.lock().await;
+        let Some(e) = syncs.get(name) else {
             return status::ready(false, "NotRunning", "the sync is not running");
         };
         match (e.ctx.cluster_status(&e.remote), e.ctx.cluster_status(LOCAL)) {
@@ -397,8 +397,8 @@ impl ResourceSyncController {
     /// The counts of a running sync and how it repairs remote Secrets (zero and `None` when
     /// it does not run).
     async fn counts(&self, name: &str) -> Counts {
-        let engines = self.engines.lock().await;
-        let Some(e) = engines.get(name) else {
+        let syncs = self.syncs.lock().await;
+        let Some(e) = syncs.get(name) else {
             return Counts::default();
         };
         let mut counts = Counts {
@@ -460,11 +460,11 @@ impl ResourceSyncController {
 
     /// The last local copy the running sync found changed by someone else.
     async fn last_drift(&self, name: &str) -> Option<LocalDriftRecord> {
-        let engines = self.engines.lock().await;
-        engines.get(name)?.drifts.lock().last.clone()
+        let syncs = self.syncs.lock().await;
+        syncs.get(name)?.drifts.lock().last.clone()
     }
 
-    /// Told by the engine of `rs` of each local copy it found changed by someone else and
+    /// Told by the sync of `rs` of each local copy it found changed by someone else and
     /// reverted: recorded in `drifts`, and a Warning Event `CopyChanged` on the ResourceSync
     /// (in [`events::CLUSTER_EVENTS_NAMESPACE`]), related to the copy, names the fields and
     /// their field managers.
@@ -516,7 +516,7 @@ impl ResourceSyncController {
         })
     }
 
-    /// A ResourceSync is being deleted: stop its engine, release the remote objects' sync
+    /// A ResourceSync is being deleted: stop its sync, release the remote objects' sync
     /// finalizers (local objects stay), then remove the ResourceSync's finalizer.
     ///
     /// A release that fails keeps the ResourceSync (and its finalizer): the failure is logged,
@@ -525,8 +525,8 @@ impl ResourceSyncController {
     /// without a release, with a warning.
     async fn finalize(&self, rs: &ResourceSync, ctx: &Context) -> kubesync::Result<Action> {
         let name = rs.name_any();
-        if let Some(engine) = self.engines.lock().await.remove(&name) {
-            engine.shutdown().await;
+        if let Some(sync) = self.syncs.lock().await.remove(&name) {
+            sync.shutdown().await;
         }
         let failure = match self.resolve(rs, ctx).await {
             Ok((ar, remote, _, _)) => {

@@ -114,7 +114,7 @@ pub const RESOURCE_SYNC_ENGINES: Entry = Entry {
     name: "kubesync_resourcesync_engines",
     kind: Kind::Gauge,
     labels: &[],
-    help: "ResourceSync engines running",
+    help: "ResourceSyncs running",
     more: "",
 };
 /// An ObjectSync's readiness.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Planned, Report};
+use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Outcome, Planned};
 
 use crate::crd::{
     Condition, CopyFailure, CopyState, DestinationStatusEntry, DriftRecord, ObjectSyncStatus,
@@ -17,9 +17,9 @@ pub enum Observation<'a> {
     /// The spec was refused (invalid, or not allowed by the operator's policy).
     Refused(&'a Refusal),
     /// The fan-out reconciled it.
-    Reported {
-        /// The fan-out's report.
-        report: &'a Report,
+    Reconciled {
+        /// The fan-out's outcome.
+        outcome: &'a Outcome,
         /// Namespace of the source object.
         source_namespace: &'a str,
         /// Name of the source object (one source).
@@ -48,21 +48,21 @@ pub fn object_sync_status(
     observed: Observation<'_>,
     now: jiff::Timestamp,
 ) -> ObjectSyncStatus {
-    // Many sources also report how many there are and the first failing copies.
+    // Many sources also say how many there are and the first failing copies.
     let mut many: (Option<u32>, Vec<CopyFailure>) = (None, Vec::new());
     let (conditions, destinations) = match observed {
-        Observation::Reported { report, .. }
-            if !report.ready
-                && report.watch_errors.is_empty()
+        Observation::Reconciled { outcome, .. }
+            if !outcome.ready
+                && outcome.watch_errors.is_empty()
                 && !old.conditions.is_empty()
                 && old.observed_generation == generation =>
         {
             return old.clone();
         }
         Observation::Refused(refusal) => (vec![status::refused(refusal)], Vec::new()),
-        Observation::Reported { report, .. } if !report.ready => {
+        Observation::Reconciled { outcome, .. } if !outcome.ready => {
             // A watch that cannot list (forbidden, unreachable) says why.
-            let condition = match report.watch_errors.first() {
+            let condition = match outcome.watch_errors.first() {
                 Some((cluster, m)) => status::ready(
                     false,
                     "WatchFailed",
@@ -76,8 +76,8 @@ pub fn object_sync_status(
             };
             (vec![condition], Vec::new())
         }
-        Observation::Reported {
-            report,
+        Observation::Reconciled {
+            outcome,
             source_namespace,
             source_name,
             selection,
@@ -85,17 +85,17 @@ pub fn object_sync_status(
         } => {
             let (entries, mut ready) = match selection {
                 None => {
-                    let entries = destination_entries(old, report, now);
-                    let ready = ready_condition(report, &entries, source_namespace, source_name);
+                    let entries = destination_entries(old, outcome, now);
+                    let ready = ready_condition(outcome, &entries, source_namespace, source_name);
                     (entries, ready)
                 }
                 Some(selection) => {
                     many = (
-                        Some(u32::try_from(report.sources).unwrap_or(u32::MAX)),
-                        failures(old, report, now),
+                        Some(u32::try_from(outcome.sources).unwrap_or(u32::MAX)),
+                        failures(old, outcome, now),
                     );
-                    let entries = namespace_entries(old, report, now);
-                    let ready = selection_ready(report, &entries, source_namespace, selection);
+                    let entries = namespace_entries(old, outcome, now);
+                    let ready = selection_ready(outcome, &entries, source_namespace, selection);
                     (entries, ready)
                 }
             };
@@ -112,7 +112,7 @@ pub fn object_sync_status(
                     ready.message.replacen("copying", "comparing", 1)
                 );
             }
-            let conditions = vec![ready, synced_condition(report, &entries)];
+            let conditions = vec![ready, synced_condition(outcome, &entries)];
             (conditions, entries)
         }
     };
@@ -149,16 +149,16 @@ fn drift_record(
 }
 
 /// The first [`MAX_FAILURES`] copies that are not current, refusals first.
-fn failures(old: &ObjectSyncStatus, report: &Report, now: jiff::Timestamp) -> Vec<CopyFailure> {
+fn failures(old: &ObjectSyncStatus, outcome: &Outcome, now: jiff::Timestamp) -> Vec<CopyFailure> {
     let failing = |d: &&DestinationStatus| d.state != DestinationState::Synced;
     let refused = |d: &&DestinationStatus| d.state == DestinationState::Refused;
-    report
+    outcome
         .destinations
         .iter()
         .filter(failing)
         .filter(refused)
         .chain(
-            report
+            outcome
                 .destinations
                 .iter()
                 .filter(failing)
@@ -193,11 +193,11 @@ fn failures(old: &ObjectSyncStatus, report: &Report, now: jiff::Timestamp) -> Ve
 /// a newer source version.
 fn namespace_entries(
     old: &ObjectSyncStatus,
-    report: &Report,
+    outcome: &Outcome,
     now: jiff::Timestamp,
 ) -> Vec<DestinationStatusEntry> {
     let mut by_namespace: BTreeMap<(String, String), Vec<&DestinationStatus>> = BTreeMap::new();
-    for d in &report.destinations {
+    for d in &outcome.destinations {
         by_namespace
             .entry((d.cluster.clone(), d.namespace.clone()))
             .or_default()
@@ -254,7 +254,7 @@ fn namespace_entries(
 }
 
 fn selection_ready(
-    report: &Report,
+    outcome: &Outcome,
     entries: &[DestinationStatusEntry],
     source_namespace: &str,
     selection: &str,
@@ -265,13 +265,13 @@ fn selection_ready(
     } else {
         format!(" in {source_namespace}")
     };
-    if report.source_found {
+    if outcome.source_found {
         status::ready(
             true,
             "Syncing",
             format!(
                 "copying {} sources ({selection}{place}) to {} destinations",
-                report.sources,
+                outcome.sources,
                 entries.len()
             ),
         )
@@ -292,10 +292,10 @@ fn count<T>(items: impl Iterator<Item = T>) -> u32 {
 /// current with another source version.
 fn destination_entries(
     old: &ObjectSyncStatus,
-    report: &Report,
+    outcome: &Outcome,
     now: jiff::Timestamp,
 ) -> Vec<DestinationStatusEntry> {
-    report
+    outcome
         .destinations
         .iter()
         .map(|d| {
@@ -332,12 +332,12 @@ fn destination_entries(
 }
 
 fn ready_condition(
-    report: &Report,
+    outcome: &Outcome,
     entries: &[DestinationStatusEntry],
     source_namespace: &str,
     source_name: &str,
 ) -> Condition {
-    if report.source_found {
+    if outcome.source_found {
         status::ready(
             true,
             "Syncing",
@@ -357,7 +357,7 @@ fn ready_condition(
     }
 }
 
-fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Condition {
+fn synced_condition(outcome: &Outcome, entries: &[DestinationStatusEntry]) -> Condition {
     let synced = CopyState::Synced;
     // Refusals first: they name the rule and what would admit the copy.
     let refused = |e: &&DestinationStatusEntry| e.state == CopyState::Refused;
@@ -369,13 +369,13 @@ fn synced_condition(report: &Report, entries: &[DestinationStatusEntry]) -> Cond
         .map(|e| format!("{}/{}: {} {}", e.cluster, e.namespace, e.state, e.message))
         .collect();
     let planned = |p: Planned| {
-        report
+        outcome
             .destinations
             .iter()
             .filter(|d| d.planned == Some(p))
             .count()
     };
-    if problems.is_empty() && !report.source_found {
+    if problems.is_empty() && !outcome.source_found {
         // Nothing out of sync, and nothing to copy either: not "all synced".
         status::condition(
             "Synced",

@@ -1,4 +1,4 @@
-//! Status assembly from reports, conditions and their transitions.
+//! Status assembly from outcomes, conditions and their transitions.
 
 use super::*;
 
@@ -29,8 +29,8 @@ fn dest(cluster: &str, ns: &str, state: DestinationState, message: &str) -> Dest
     DestinationStatus::new(&at, state, message.into(), "42")
 }
 
-fn report(destinations: Vec<DestinationStatus>) -> Report {
-    Report {
+fn outcome(destinations: Vec<DestinationStatus>) -> Outcome {
+    Outcome {
         ready: true,
         source_found: true,
         destinations,
@@ -38,14 +38,14 @@ fn report(destinations: Vec<DestinationStatus>) -> Report {
     }
 }
 
-fn assemble(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
-    assemble_with(old, report, now, None)
+fn assemble(old: &ObjectSyncStatus, outcome: &Outcome, now: &str) -> ObjectSyncStatus {
+    assemble_with(old, outcome, now, None)
 }
 
 /// What the fan-out reported for source `apps/settings`.
-fn settings(report: &Report) -> Observation<'_> {
-    Observation::Reported {
-        report,
+fn settings(outcome: &Outcome) -> Observation<'_> {
+    Observation::Reconciled {
+        outcome,
         source_namespace: "apps",
         source_name: "settings",
         selection: None,
@@ -56,15 +56,15 @@ fn settings(report: &Report) -> Observation<'_> {
 /// The status of source `apps/settings`, or of a `selection` in `apps`.
 fn assemble_with(
     old: &ObjectSyncStatus,
-    report: &Report,
+    outcome: &Outcome,
     now: &str,
     selection: Option<&str>,
 ) -> ObjectSyncStatus {
     object_sync_status(
         old,
         Some(2),
-        Observation::Reported {
-            report,
+        Observation::Reconciled {
+            outcome,
             source_namespace: "apps",
             source_name: "settings",
             selection,
@@ -109,13 +109,13 @@ fn report_mode_lists_planned_actions_and_keeps_a_drift_found_earlier() {
         "would create",
     );
     create.planned = Some(Planned::Create);
-    let r = report(vec![update, create]);
+    let r = outcome(vec![update, create]);
     let status = |old: &ObjectSyncStatus, now: &str| {
         object_sync_status(
             old,
             Some(2),
-            Observation::Reported {
-                report: &r,
+            Observation::Reconciled {
+                outcome: &r,
                 source_namespace: "apps",
                 source_name: "settings",
                 selection: None,
@@ -161,7 +161,7 @@ fn report_mode_lists_planned_actions_and_keeps_a_drift_found_earlier() {
 
 #[test]
 fn all_synced() {
-    let r = report(vec![
+    let r = outcome(vec![
         dest("local", "team-a", DestinationState::Synced, ""),
         dest("remote:eu", "edge-1", DestinationState::Synced, ""),
     ]);
@@ -182,7 +182,7 @@ fn all_synced() {
     assert_eq!(synced.message, "2 of 2 destinations in sync");
     assert_eq!(s.destinations[1].cluster, "eu", "the RemoteCluster's name");
     assert!(s.destinations.iter().all(|d| d.last_sync_time.is_some()));
-    // A later reconcile with the same report changes nothing (no write, no Event).
+    // A later reconcile with the same outcome changes nothing (no write, no Event).
     let again = assemble(&s, &r, "2024-01-01T00:10:00Z");
     assert_eq!(again, s);
     // A new source version moves lastSyncTime.
@@ -218,8 +218,8 @@ fn pair(ns: &str, source: &str, state: DestinationState, rv: &str) -> Destinatio
     }
 }
 
-fn assemble_many(old: &ObjectSyncStatus, report: &Report, now: &str) -> ObjectSyncStatus {
-    assemble_with(old, report, now, Some("selector app=tls"))
+fn assemble_many(old: &ObjectSyncStatus, outcome: &Outcome, now: &str) -> ObjectSyncStatus {
+    assemble_with(old, outcome, now, Some("selector app=tls"))
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn many_sources_are_counted_per_namespace_with_a_bounded_list_of_failures() {
         })
         .collect();
     copies.push(pair("team-b", "s99", DestinationState::Refused, ""));
-    let mut r = report(copies);
+    let mut r = outcome(copies);
     r.sources = 51;
     let s = assemble_many(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
     assert_eq!(s.sources, Some(51));
@@ -272,12 +272,12 @@ fn many_sources_are_counted_per_namespace_with_a_bounded_list_of_failures() {
         find(&s, "Ready").message,
         "copying 51 sources (selector app=tls in apps) to 2 destinations"
     );
-    // The same report later changes nothing.
+    // The same outcome later changes nothing.
     assert_eq!(assemble_many(&s, &r, "2024-01-01T00:10:00Z"), s);
     // Nothing selected: SourceNotFound.
-    let none = Report {
+    let none = Outcome {
         source_found: false,
-        ..report(vec![])
+        ..outcome(vec![])
     };
     let s = assemble_many(&s, &none, "2024-01-01T00:20:00Z");
     assert_eq!(find(&s, "Ready").reason, "SourceNotFound");
@@ -286,7 +286,7 @@ fn many_sources_are_counted_per_namespace_with_a_bounded_list_of_failures() {
 
 #[test]
 fn a_conflict() {
-    let r = report(vec![
+    let r = outcome(vec![
         dest("local", "team-a", DestinationState::Synced, ""),
         dest("local", "team-c", DestinationState::Conflict, "not ours"),
     ]);
@@ -307,7 +307,7 @@ fn a_conflict() {
 
 #[test]
 fn source_not_found() {
-    let mut r = report(Vec::new());
+    let mut r = outcome(Vec::new());
     r.source_found = false;
     let s = assemble(&ObjectSyncStatus::default(), &r, "2024-01-01T00:00:00Z");
     let ready = find(&s, "Ready");
@@ -330,11 +330,11 @@ fn source_not_found() {
 
 #[test]
 fn a_cluster_scoped_source_is_named_without_a_namespace() {
-    let mut r = report(Vec::new());
+    let mut r = outcome(Vec::new());
     r.source_found = false;
     let ready = |source_name, selection| {
-        let observed = Observation::Reported {
-            report: &r,
+        let observed = Observation::Reconciled {
+            outcome: &r,
             source_namespace: "",
             source_name,
             selection,
@@ -360,7 +360,7 @@ fn a_cluster_scoped_source_is_named_without_a_namespace() {
 
 #[test]
 fn watch_errors_and_unreachable_destinations() {
-    let failing = Report {
+    let failing = Outcome {
         ready: false,
         watch_errors: vec![("remote:eu".into(), "widgets is forbidden".into())],
         ..Default::default()
@@ -379,7 +379,7 @@ fn watch_errors_and_unreachable_destinations() {
     assert_eq!(ready.message, "eu: widgets is forbidden");
     assert!(s.destinations.is_empty());
     // A destination cluster that cannot be reached: Error, never "no copies".
-    let r = report(vec![dest(
+    let r = outcome(vec![dest(
         "remote:eu",
         "edge-1",
         DestinationState::Error,
@@ -395,10 +395,10 @@ fn watch_errors_and_unreachable_destinations() {
 fn a_decided_status_is_kept_while_the_watches_are_only_starting() {
     let decided = assemble(
         &ObjectSyncStatus::default(),
-        &report(vec![dest("local", "team-a", DestinationState::Synced, "")]),
+        &outcome(vec![dest("local", "team-a", DestinationState::Synced, "")]),
         "2024-01-01T00:00:00Z",
     );
-    let starting = Report::default();
+    let starting = Outcome::default();
     let kept = object_sync_status(
         &decided,
         decided.observed_generation,
@@ -414,7 +414,7 @@ fn a_decided_status_is_kept_while_the_watches_are_only_starting() {
         t("2024-01-01T00:05:00Z"),
     );
     assert_eq!(find(&next, "Ready").reason, "Starting");
-    let failing = Report {
+    let failing = Outcome {
         watch_errors: vec![("local".into(), "secrets is forbidden".into())],
         ..Default::default()
     };
@@ -429,7 +429,7 @@ fn a_decided_status_is_kept_while_the_watches_are_only_starting() {
 
 #[test]
 fn not_ready_and_refused() {
-    let starting = Report::default();
+    let starting = Outcome::default();
     let s = assemble(
         &ObjectSyncStatus::default(),
         &starting,
@@ -503,7 +503,7 @@ fn long_event_notes_are_cut_at_a_character_boundary() {
 
 #[test]
 fn refused_destinations_are_reported_first_with_their_reason() {
-    let report = Report {
+    let outcome = Outcome {
         ready: true,
         source_found: true,
         destinations: vec![
@@ -520,8 +520,8 @@ fn refused_destinations_are_reported_first_with_their_reason() {
     let st = object_sync_status(
         &ObjectSyncStatus::default(),
         Some(1),
-        Observation::Reported {
-            report: &report,
+        Observation::Reconciled {
+            outcome: &outcome,
             source_namespace: "t1",
             source_name: "s",
             selection: None,

@@ -1,6 +1,6 @@
 //! Which declarations an event concerns, and which watches they use. Pure: no IO, no locks.
 //!
-//! The engine keeps one [`Index`] behind a [`SharedIndex`], whose every method takes the lock
+//! The fan-out keeps one [`Index`] behind a [`SharedIndex`], whose every method takes the lock
 //! once, so each operation is atomic: a watch mapper never sees a declaration half registered
 //! or half forgotten, and two reconciles never start the same watch twice.
 
@@ -370,7 +370,7 @@ impl Index {
     }
 }
 
-/// The engine's [`Index`], shared with its watch mappers. Every method locks once.
+/// The fan-out's [`Index`], shared with its watch mappers. Every method locks once.
 #[derive(Clone, Debug, Default)]
 pub struct SharedIndex(Arc<Mutex<Index>>);
 

@@ -7,22 +7,22 @@
 //!   statuses out;
 //! - [`index`]: which declarations an event concerns and which watches they share (pure,
 //!   one lock per operation);
-//! - [`engine`]: the [`FanOut`] engine — reads the stores, runs the plan, writes through the
+//! - [`pipeline`]: [`FanOut`], a reconcile as a pipeline — reads the stores, runs the plan, writes through the
 //!   [`Writer`](crate::writer::Writer). The only module here that does IO.
 //!
 //! Ownership is read from the copies' marks — a `kubesync.io/managed-by` label with the
 //! declaration's uid and annotations naming the declaration and the source — never from
 //! memory, so deletion works after restarts.
 
-pub mod engine;
 pub mod index;
+pub mod pipeline;
 pub mod plan;
 pub mod rules;
 pub mod seen;
 pub mod spec;
 
-pub use engine::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
+pub use pipeline::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
 pub use spec::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOutSpec,
-    Mode, Planned, Report, Selection, SourceRef,
+    Mode, Outcome, Planned, Selection, SourceRef,
 };

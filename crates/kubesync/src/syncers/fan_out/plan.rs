@@ -17,7 +17,7 @@ use super::spec::{
     Planned,
 };
 
-/// What the plan reads from the engine's stores.
+/// What the plan reads from the fan-out's stores.
 pub trait Stores {
     /// The namespaces of `cluster`, as its Namespace store shows them.
     fn namespaces(&self, cluster: &str) -> Vec<Arc<DynamicObject>>;
@@ -31,7 +31,7 @@ pub trait Stores {
 
 /// What one reconcile observed.
 pub struct Snapshot<'a, S> {
-    /// The engine's own cluster, where sources live.
+    /// The fan-out's own cluster, where sources live.
     pub local: &'a str,
     /// The declaration.
     pub declaration: &'a Declaration,
@@ -300,7 +300,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
 /// [`Mode::Report`]: the statuses of the destinations a plan
 /// would write to or delete, instead of writing (each [`DestinationState::OutOfSync`], with
 /// what would be done, the fields an update would change, and who changed the copy).
-pub fn reported(writes: Vec<Write>, deletes: Vec<Delete>) -> Vec<DestinationStatus> {
+pub fn report_mode_statuses(writes: Vec<Write>, deletes: Vec<Delete>) -> Vec<DestinationStatus> {
     let writes = writes.into_iter().map(|w| {
         let (planned, message) = match w.decision {
             Decision::Create => (Planned::Create, "would create the copy".to_string()),
@@ -746,7 +746,7 @@ mod tests {
             drift: None,
             changed: changed.iter().map(|c| c.to_string()).collect(),
         };
-        let statuses = reported(
+        let statuses = report_mode_statuses(
             vec![
                 write(Decision::Create, &[]),
                 write(Decision::Update, &["data.x", "data[\"tls.crt\"]"]),

@@ -63,7 +63,7 @@ impl fmt::Display for DestinationRef {
     }
 }
 
-/// The source of a fan-out (in the engine's own cluster): one object, or every object of
+/// The source of a fan-out (in the fan-out's own cluster): one object, or every object of
 /// its namespace that a [`Selection`] selects.
 ///
 /// A cluster-scoped kind (ClusterRole, StorageClass, PriorityClass, a cluster-scoped custom
@@ -169,7 +169,7 @@ impl Selection {
 /// Where copies go.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Destination {
-    /// Cluster name (registered in the runtime context); `None`: the engine's own cluster.
+    /// Cluster name (registered in the runtime context); `None`: the fan-out's own cluster.
     pub cluster: Option<String>,
     /// Which namespaces.
     pub namespaces: NamespaceRule,
@@ -243,13 +243,13 @@ pub type Refusal = Arc<dyn Fn(&DynamicObject, &DestinationRef) -> String + Send 
 pub type Exempts = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
 
 /// Copies go only where the destination namespace's owners consent: into `exempt` (e.g. the
-/// declaration's own namespace, in the engine's own cluster) for the sources
+/// declaration's own namespace, in the fan-out's own cluster) for the sources
 /// [`exempts`](Consent::exempts) lets through there, or into a namespace holding an object of
 /// type `resource` (e.g. kubesync's `SyncGrant`) that [`admits`](Consent::admits) the copy.
 /// Adopting an object the declaration did not create needs a consent object that
 /// [`adopts`](Consent::adopts) it, in every namespace (the exempt ones too); else that
 /// destination is a `Conflict` and nothing is written. A declaration that needs consent makes
-/// at most [`max_copies`](Consent::max_copies) copies. The engine watches `resource` in every destination cluster: a consent that
+/// at most [`max_copies`](Consent::max_copies) copies. The fan-out watches `resource` in every destination cluster: a consent that
 /// appears brings the copy, one withdrawn removes it.
 ///
 /// A namespace a destination names explicitly and no consent admits is reported
@@ -259,7 +259,7 @@ pub type Exempts = Arc<dyn Fn(&DynamicObject) -> bool + Send + Sync>;
 pub struct Consent {
     /// The type of the consent objects.
     pub resource: ApiResource,
-    /// Namespaces of the engine's own cluster that need no consent for the sources
+    /// Namespaces of the fan-out's own cluster that need no consent for the sources
     /// [`exempts`](Consent::exempts) lets through.
     pub exempt: Vec<String>,
     /// Which sources (as they will be written) the exempt namespaces take without consent.
@@ -386,7 +386,7 @@ pub struct DestinationStatus {
 
 /// The outcome of one reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Report {
+pub struct Outcome {
     /// Every watch the declaration needs has listed (otherwise nothing was decided).
     pub ready: bool,
     /// The source exists and is not being deleted (a selection: at least one object is

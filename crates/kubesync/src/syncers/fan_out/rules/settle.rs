@@ -1,11 +1,11 @@
 //! How one destination's write is carried through to an end: the copy-safety rules of the
-//! engine's executor, as a pure state machine (the engine does the IO each [`Step`] asks for
+//! fan-out's executor, as a pure state machine (the fan-out does the IO each [`Step`] asks for
 //! and reports what happened).
 //!
 //! - **Adopt only after a live read**: the stores hold objects kubesync did not create as
 //!   metadata only, so an adoption is decided again on the whole object, read now.
 //! - **Re-decide after a 409 on create**: a create that finds the name taken (the store did
-//!   not show the object yet: this engine's own copy from a moment ago, or someone else's new
+//!   not show the object yet: this fan-out's own copy from a moment ago, or someone else's new
 //!   object) reads the object and decides once more — once.
 //! - **Back off on a uid precondition**: an apply carries the uid of the object it was decided
 //!   on; when the apiserver refuses it, that object was deleted or replaced, and nothing is
@@ -18,10 +18,10 @@
 use super::decide::{Decision, Strategy};
 use crate::syncers::fan_out::spec::DestinationState;
 
-/// What the engine does next at the destination.
+/// What the fan-out does next at the destination.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Write the copy with the current decision on the object the engine holds.
+    /// Write the copy with the current decision on the object the fan-out holds.
     Write,
     /// Read the object live and report [`Settling::found`].
     LookAgain,
@@ -99,7 +99,7 @@ enum Reading {
 #[derive(Clone, Debug)]
 pub struct Settling {
     decision: Decision,
-    /// Whether the engine holds an object for the destination.
+    /// Whether the fan-out holds an object for the destination.
     existing: bool,
     strategy: Strategy,
     /// Whether the object held comes from a live read (at most one is made).

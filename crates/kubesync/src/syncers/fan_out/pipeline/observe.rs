@@ -110,13 +110,13 @@ impl FanOut {
 }
 
 impl Facts {
-    /// What the report says of them.
-    pub(super) fn describe(&self, report: &mut Report) {
-        report.unreachable = self.unreachable.iter().cloned().collect();
-        report.source_found = !self.sources.is_empty();
-        report.sources = self.sources.len();
-        report.remaining_copies = self.owned.len();
-        report.source_versions = self
+    /// What the outcome says of them.
+    pub(super) fn describe(&self, outcome: &mut Outcome) {
+        outcome.unreachable = self.unreachable.iter().cloned().collect();
+        outcome.source_found = !self.sources.is_empty();
+        outcome.sources = self.sources.len();
+        outcome.remaining_copies = self.owned.len();
+        outcome.source_versions = self
             .sources
             .iter()
             .map(|s| {

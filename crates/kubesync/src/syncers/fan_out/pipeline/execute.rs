@@ -5,19 +5,19 @@
 use super::*;
 
 impl FanOut {
-    /// What later events need: first sightings pruned now and then, the report's destinations
+    /// What later events need: first sightings pruned now and then, the outcome's destinations
     /// in order, and the objects in the way (a `Conflict`) indexed, so that their change
     /// (deleted, unprotected) wakes this declaration instead of the next periodic pass.
-    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, report: &mut Report) {
+    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, outcome: &mut Outcome) {
         if self.seen.needs_prune() {
             self.seen
                 .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
         }
-        report.destinations.sort_by(|a, b| {
+        outcome.destinations.sort_by(|a, b| {
             (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
         });
         let ar = &decl.spec.source.resource;
-        let blocked: Vec<ObjectKey> = report
+        let blocked: Vec<ObjectKey> = outcome
             .destinations
             .iter()
             .filter(|d| d.state == DestinationState::Conflict)
@@ -37,16 +37,16 @@ impl FanOut {
         plan: plan::Plan,
         stores: &ContextStores<'_>,
         owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
-        report: &mut Report,
+        outcome: &mut Outcome,
     ) {
         let spec = &decl.spec;
-        report.destinations = plan.statuses;
+        outcome.destinations = plan.statuses;
         if spec.mode == Mode::Enforce && !decl.refused {
             let (written, deleted, propagated) =
                 self.execute(ctx, decl, plan.writes, plan.deletes).await;
-            report.destinations.extend(written);
-            report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
-            report.propagated = propagated;
+            outcome.destinations.extend(written);
+            outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
+            outcome.propagated = propagated;
             return;
         }
         let since: Vec<Option<Instant>> = plan
@@ -61,18 +61,18 @@ impl FanOut {
                     plan::withdrawn(consent, &self.local, stores, owned, plan.deletes);
                 if !withdrawn.is_empty() {
                     let (done, deleted, _) = self.execute(ctx, decl, Vec::new(), withdrawn).await;
-                    report.destinations.extend(done);
-                    report.remaining_copies = report.remaining_copies.saturating_sub(deleted);
+                    outcome.destinations.extend(done);
+                    outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
                 }
                 others
             }
             None => plan.deletes,
         };
-        let mut statuses = plan::reported(plan.writes, deletes);
+        let mut statuses = plan::report_mode_statuses(plan.writes, deletes);
         for (st, since) in statuses.iter_mut().zip(since) {
             st.behind_since = since;
         }
-        report.destinations.extend(statuses);
+        outcome.destinations.extend(statuses);
     }
 
     /// Since when the copy `w` writes has been behind, as first seen by the watches (see

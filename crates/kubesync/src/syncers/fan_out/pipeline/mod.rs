@@ -1,4 +1,4 @@
-//! The fan-out engine: reconciles declarations ("copy this source to these destinations")
+//! The fan-out: reconciles declarations ("copy this source to these destinations")
 //! on the multi-cluster runtime. It gathers what the stores show, asks the pure [`plan`] what
 //! to do, and carries that out through the [`Writer`].
 //!
@@ -31,7 +31,7 @@ use super::rules::settle::{Failure, Settling, Step, WriteOutcome};
 use super::rules::{self, Decision, Strategy};
 use super::seen::Seen;
 use super::spec::{
-    Declaration, DestinationRef, DestinationState, DestinationStatus, Mode, Report, Selection,
+    Declaration, DestinationRef, DestinationState, DestinationStatus, Mode, Outcome, Selection,
 };
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -50,7 +50,7 @@ use observe::ContextStores;
 /// recreation counts its lag from the deletion).
 const SEEN_FOR: Duration = Duration::from_secs(600);
 
-/// The fan-out engine. Cheap to share (`Arc`); one per process serves every declaration.
+/// The fan-out. Cheap to share (`Arc`); one per process serves every declaration.
 pub struct FanOut {
     local: String,
     writer: Writer,
@@ -116,7 +116,7 @@ fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
 }
 
 impl FanOut {
-    /// An engine whose sources live in the cluster named `local`; copies are written with at
+    /// A fan-out whose sources live in the cluster named `local`; copies are written with at
     /// most 16 requests in flight per reconcile.
     pub fn new(local: &str) -> Self {
         Self {
@@ -140,12 +140,12 @@ impl FanOut {
         self
     }
 
-    /// The writer whose counts this engine updates.
+    /// The writer whose counts this fan-out updates.
     pub fn write_counter(&self) -> Writer {
         self.writer.clone()
     }
 
-    /// When the latest version of `key` (a source) was first seen by this engine's watches,
+    /// When the latest version of `key` (a source) was first seen by this fan-out's watches,
     /// and which version that is.
     pub fn source_seen(&self, key: &ObjectKey) -> Option<(String, std::time::Instant)> {
         self.seen.latest(key)
@@ -163,7 +163,7 @@ impl FanOut {
     /// the stores the plan reads) → the pure [`plan`] → `carry_out` and `note`
     /// (`execute.rs`: writes and deletes, or in Report mode only what withdrawn consent ends;
     /// then what later events need).
-    pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Report> {
+    pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Outcome> {
         let ar = &decl.spec.source.resource;
         if decl.refused
             && self
@@ -172,22 +172,22 @@ impl FanOut {
         {
             // A refused spec that also names another kind: the old kind's copies are not
             // removed on a spec that may be a typo; they go once it is valid.
-            return Ok(Report::default());
+            return Ok(Outcome::default());
         }
         let watched = self.watch(ctx, decl).await?;
-        let mut report = Report {
+        let mut outcome = Outcome {
             ready: watched.ready,
             watch_errors: watched.errors.clone(),
             ..Default::default()
         };
         let facts = match self.observe(ctx, decl, &watched).await? {
             Observed::NotReady => {
-                report.ready = false;
-                return Ok(report);
+                outcome.ready = false;
+                return Ok(outcome);
             }
             Observed::Ready(facts) => facts,
         };
-        facts.describe(&mut report);
+        facts.describe(&mut outcome);
         let stores = ContextStores::new(ctx, decl, self, &watched.clusters, &facts.owned);
         let plan = plan::plan(&Snapshot {
             local: &self.local,
@@ -206,10 +206,10 @@ impl FanOut {
             deletes = plan.deletes.len(),
             "fan-out planned"
         );
-        self.carry_out(ctx, decl, plan, &stores, &facts.owned, &mut report)
+        self.carry_out(ctx, decl, plan, &stores, &facts.owned, &mut outcome)
             .await;
-        self.note(ctx, decl, &mut report);
-        Ok(report)
+        self.note(ctx, decl, &mut outcome);
+        Ok(outcome)
     }
 }
 
@@ -232,7 +232,7 @@ pub fn is_uid_precondition_failure(e: &Error) -> bool {
                 .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")))
 }
 
-/// A consent object as the engine holds it: its name, namespace, labels (kubesync's mark
+/// A consent object as the fan-out holds it: its name, namespace, labels (kubesync's mark
 /// among them) and `spec`; no annotations, no managedFields, nothing else. What a consent
 /// says is in its spec; the rest would only cost memory (a tenant may fill annotations up to
 /// 256 KiB per object).

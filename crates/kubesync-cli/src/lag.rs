@@ -1,10 +1,10 @@
-//! How fresh the copies are: the propagation-lag histogram, and which copies are behind their
+//! How far copies lag behind their sources: the propagation-lag histogram, and which copies are behind their
 //! source since when. The bookkeeping is pure (times are parameters); `/metrics` reads it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kubesync::syncers::fan_out::Report;
+use kubesync::syncers::fan_out::Outcome;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -61,15 +61,15 @@ impl Lags {
 /// A destination: cluster (runtime name), namespace, name.
 pub type DestinationKey = (String, String, String);
 
-/// The destinations of `report` that are behind their source (see [`CopyState::is_behind`]),
+/// The destinations of `outcome` that are behind their source (see [`CopyState::is_behind`]),
 /// each since when: the earliest of `before` (what the previous reconcile found), the time the
 /// fan-out knows (the first sight of the change), and `now`.
 pub fn behind(
     before: &HashMap<DestinationKey, Instant>,
-    report: &Report,
+    outcome: &Outcome,
     now: Instant,
 ) -> HashMap<DestinationKey, Instant> {
-    report
+    outcome
         .destinations
         .iter()
         .filter(|d| CopyState::from(d.state).is_behind())
@@ -106,7 +106,7 @@ mod tests {
     fn copies_stay_behind_since_their_first_sight() {
         let t0 = Instant::now();
         let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
-        let report = Report {
+        let outcome = Outcome {
             destinations: vec![
                 status("a", DestinationState::Pending, Some(t1)),
                 status("b", DestinationState::Error, None),
@@ -116,13 +116,13 @@ mod tests {
             ],
             ..Default::default()
         };
-        let first = behind(&HashMap::new(), &report, t2);
+        let first = behind(&HashMap::new(), &outcome, t2);
         let key = |ns: &str| ("local".to_string(), ns.to_string(), "c".to_string());
         assert_eq!(first.len(), 3, "Synced and Conflict are not behind");
         assert_eq!(first[&key("a")], t1, "since the change was seen");
         assert_eq!(first[&key("b")], t2, "unknown: since now");
         // Later, the error persists: it stays behind since its first sight.
-        let later = behind(&first, &report, t2 + Duration::from_secs(5));
+        let later = behind(&first, &outcome, t2 + Duration::from_secs(5));
         assert_eq!(later[&key("b")], t2);
         assert!(later.contains_key(&key("e")));
     }
