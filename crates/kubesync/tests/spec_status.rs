@@ -1360,3 +1360,102 @@ async fn an_object_missing_from_a_healthy_store_is_confirmed_absent_before_a_tea
     assert!(get(&widgets(remote, &ns), "w").await.is_some());
     running.stop().await;
 }
+
+#[tokio::test]
+async fn the_counter_counts_objects_in_sync_paused_and_how_long_behind() {
+    use kubesync::syncers::spec_status::counts::Counts;
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("counts");
+    remote.create_namespace(&ns).await.expect("ns");
+    let outside = unique_ns("elsewhere");
+    remote.create_namespace(&outside).await.expect("ns");
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let (controller, reconciler) = engine.into_parts().await.expect("parts");
+    let counter = reconciler.syncer().counter();
+    let ctx = controller.context();
+    let running = start(controller, reconciler);
+    let count = |at: std::time::Instant| counter.count(&ctx, remote.name(), local.name(), at);
+
+    apply_widget(
+        remote,
+        &ns,
+        "synced",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    apply_widget(
+        remote,
+        &ns,
+        "held",
+        serde_json::json!({
+            "metadata": {"annotations": {"kubesync.io/paused": "true"}}, "spec": {"size": 1}
+        }),
+    )
+    .await;
+    // Outside the shard: never counted.
+    apply_widget(
+        remote,
+        &outside,
+        "other",
+        serde_json::json!({"spec": {"size": 1}}),
+    )
+    .await;
+    let l = widgets(local, &ns);
+    until(&l, "synced", "synced copied", |o| {
+        o.data["spec"]["size"] == 1
+    })
+    .await;
+    let first = eventually("one in sync, one paused", T, || async {
+        let now = std::time::Instant::now();
+        let c = count(now);
+        (c.objects == 2 && c.in_sync == 1 && c.paused == 1).then_some((now, c))
+    })
+    .await;
+    // The paused one is behind, since it was first seen or first counted: the clock is a
+    // parameter, so a later count says how long, without waiting.
+    let later = first.0 + Duration::from_secs(90);
+    let c = count(later);
+    assert_eq!(
+        Counts {
+            oldest_behind: Duration::ZERO,
+            ..c
+        },
+        Counts {
+            objects: 2,
+            in_sync: 1,
+            paused: 1,
+            oldest_behind: Duration::ZERO,
+        }
+    );
+    assert!(
+        c.oldest_behind >= Duration::from_secs(90),
+        "behind for at least the 90 s between the counts: {:?}",
+        c.oldest_behind
+    );
+    // Unpaused, it is copied: every object in sync, nothing behind.
+    widgets(remote, &ns)
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": null}}}),
+            ),
+        )
+        .await
+        .expect("unpause");
+    eventually("both in sync", T, || async {
+        let c = count(std::time::Instant::now());
+        (c == Counts {
+            objects: 2,
+            in_sync: 2,
+            paused: 0,
+            oldest_behind: Duration::ZERO,
+        })
+        .then_some(())
+    })
+    .await;
+    running.stop().await;
+}

@@ -18,8 +18,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use kubesync::Writer;
 use kubesync::runtime::{Action, ClusterStatus, Context};
-use kubesync::syncers::spec_status::freshness::Freshness;
-use kubesync::syncers::spec_status::plan::{Marks, is_paused, local_current};
+use kubesync::syncers::spec_status::counts::Counter;
+use kubesync::syncers::spec_status::plan::Marks;
 use kubesync::syncers::spec_status::{
     LocalDrift, Observer, SECRET_REPAIR_INTERVAL, SecretRepair, SpecStatusSync,
 };
@@ -49,19 +49,14 @@ struct RunningSync {
     fingerprint: String,
     remote: String,
     resource: ApiResource,
-    names: SuffixTranslator,
-    marks: Marks,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<kubesync::Result<()>>,
     ctx: Context,
     writer: Writer,
     /// How its remote Secrets are repaired (with secret names).
     secret_repair: Option<SecretRepair>,
-    /// Remote generations seen and not yet applied locally.
-    freshness: Arc<Freshness>,
-    /// Remote objects a count found behind without a first sight of their generation (a
-    /// local copy missing, a deletion not carried out locally), since then.
-    noticed: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
+    /// Counts its objects from its stores.
+    counter: Counter,
     /// Local copies found changed by someone else.
     drifts: Arc<Drifts>,
 }
@@ -345,7 +340,7 @@ impl ResourceSyncController {
         let writer = sync.write_counter();
         let (controller, reconciler) = sync.into_parts().await?;
         let secret_repair = reconciler.syncer().secret_repair();
-        let freshness = reconciler.syncer().freshness();
+        let counter = reconciler.syncer().counter();
         let ctx = controller.context();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(controller.run(reconciler, async {
@@ -358,15 +353,12 @@ impl ResourceSyncController {
                 fingerprint,
                 remote: remote_name,
                 resource: ar,
-                names: names(spec),
-                marks: Marks::new(domain),
                 stop: Some(stop),
                 task,
                 ctx,
                 writer,
                 secret_repair,
-                freshness,
-                noticed: Default::default(),
+                counter,
                 drifts,
             },
         );
@@ -405,54 +397,11 @@ impl ResourceSyncController {
             secret_repair: e.secret_repair,
             ..Counts::default()
         };
-        let now = Instant::now();
-        let mut oldest = now;
-        let mut noticed = e.noticed.lock();
-        let mut still_noticed = HashMap::new();
-        for remote in e.ctx.list(&e.remote, &e.resource) {
-            let source = ObjectName {
-                namespace: remote.metadata.namespace.clone(),
-                name: remote.name_any(),
-            };
-            let Some(target) = e.names.to_target(&source) else {
-                continue;
-            };
-            counts.objects += 1;
-            let local = e.ctx.get(&ObjectKey::new(
-                LOCAL,
-                &e.resource,
-                target.namespace,
-                target.name,
-            ));
-            if is_paused(&remote, &e.marks)
-                || local.as_deref().is_some_and(|l| is_paused(l, &e.marks))
-            {
-                counts.paused += 1;
-            }
-            if local_current(&remote, local.is_some(), &e.marks) {
-                counts.in_sync += 1;
-            } else {
-                // Keys are built for the objects behind only: this runs at every scrape.
-                let key = ObjectKey::for_object(&e.remote, &e.resource, &remote);
-                let generation = remote.metadata.generation.unwrap_or(0);
-                let since = match e.freshness.since(&key, generation) {
-                    Some(seen) => seen,
-                    None => {
-                        let since = noticed.get(&key).copied().unwrap_or(now);
-                        still_noticed.insert(key, since);
-                        since
-                    }
-                };
-                oldest = oldest.min(since);
-            }
-        }
-        *noticed = still_noticed;
-        drop(noticed);
-        // Deleted remote objects' entries go (their last event does not say they are gone).
-        if !e.freshness.is_empty() {
-            e.freshness.retain(|k| e.ctx.get(k).is_some());
-        }
-        counts.oldest_stale = now.saturating_duration_since(oldest);
+        let shown = e.counter.count(&e.ctx, &e.remote, LOCAL, Instant::now());
+        counts.objects = shown.objects;
+        counts.in_sync = shown.in_sync;
+        counts.paused = shown.paused;
+        counts.oldest_stale = shown.oldest_behind;
         counts.failing = u32::try_from(e.ctx.metrics().failing()).unwrap_or(u32::MAX);
         counts.drifts = e.drifts.lock().count;
         counts

@@ -26,6 +26,7 @@
 //! With `domain = "cloud.teleport.dev"` every annotation and the finalizer are
 //! sync-controller's, so a sync-controller deployment can be replaced in place.
 
+pub mod counts;
 pub mod freshness;
 pub mod plan;
 
@@ -165,6 +166,19 @@ impl SpecStatusSync {
     /// sync has seen it (shared: read it while the engine runs).
     pub fn freshness(&self) -> Arc<Freshness> {
         self.freshness.clone()
+    }
+
+    /// Counts this sync's objects from the runtime's stores while it runs (take it before
+    /// the sync starts: the syncer moves into its engine). Each counter remembers on its own
+    /// since when it found objects behind whose generation was not seen.
+    pub fn counter(&self) -> counts::Counter {
+        counts::Counter {
+            resource: self.config.resource.clone(),
+            names: self.config.names.clone(),
+            marks: self.config.marks.clone(),
+            freshness: self.freshness.clone(),
+            noticed: Arc::default(),
+        }
     }
 
     /// A remote generation was applied locally with this write: tell its lag.
