@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::core::ApiResource;
 
+use super::SpecStatusSync;
 use super::freshness::Freshness;
 use super::plan::{Marks, is_paused, local_current};
 use crate::key::ObjectKey;
@@ -33,7 +34,7 @@ pub struct Counts {
 }
 
 /// Counts a running sync from its context's stores; cheap to clone (taken from
-/// [`SpecStatusSync::counter`](super::SpecStatusSync::counter) before the sync starts).
+/// [`SpecStatusSync::counter`] before the sync starts).
 #[derive(Clone)]
 pub struct Counter {
     pub(super) resource: ApiResource,
@@ -43,6 +44,21 @@ pub struct Counter {
     /// Remote objects a count found behind without a first sight of their generation, since
     /// then (kept from one count to the next; only those still behind).
     pub(super) noticed: Arc<Mutex<HashMap<ObjectKey, Instant>>>,
+}
+
+impl SpecStatusSync {
+    /// Counts this sync's objects from the runtime's stores while it runs (take it before
+    /// the sync starts: the syncer moves into its engine). Each counter remembers on its own
+    /// since when it found objects behind whose generation was not seen.
+    pub fn counter(&self) -> Counter {
+        Counter {
+            resource: self.config.resource.clone(),
+            names: self.config.names.clone(),
+            marks: self.config.marks.clone(),
+            freshness: self.freshness.clone(),
+            noticed: Arc::default(),
+        }
+    }
 }
 
 impl Counter {

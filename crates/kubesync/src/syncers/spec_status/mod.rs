@@ -168,19 +168,6 @@ impl SpecStatusSync {
         self.freshness.clone()
     }
 
-    /// Counts this sync's objects from the runtime's stores while it runs (take it before
-    /// the sync starts: the syncer moves into its engine). Each counter remembers on its own
-    /// since when it found objects behind whose generation was not seen.
-    pub fn counter(&self) -> counts::Counter {
-        counts::Counter {
-            resource: self.config.resource.clone(),
-            names: self.config.names.clone(),
-            marks: self.config.marks.clone(),
-            freshness: self.freshness.clone(),
-            noticed: Arc::default(),
-        }
-    }
-
     /// A remote generation was applied locally with this write: tell its lag.
     fn propagated(&self, key: &ObjectKey, generation: Option<i64>) {
         if let Some(lag) = self
