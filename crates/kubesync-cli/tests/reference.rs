@@ -82,3 +82,41 @@ fn the_metrics_page_is_generated_from_the_catalog_the_registry_uses() {
     }
     check_part("metrics.md", &generated, "the metrics catalog");
 }
+
+#[test]
+fn the_table_of_fields_never_copied_is_the_rules() {
+    use kubesync::syncers::fan_out::rules::allocated::RULES;
+    let mut generated =
+        String::from("| kind | field | why | a patch may set it |\n| --- | --- | --- | --- |\n");
+    for r in RULES {
+        let kind = match r.group {
+            "" => r.kind.to_string(),
+            group => format!("{}.{group}", r.kind),
+        };
+        let field = match r.path {
+            ["metadata", map, key] => format!("{} `{key}`", map.trim_end_matches('s')),
+            path => {
+                let mut out = String::new();
+                for (i, p) in path.iter().enumerate() {
+                    match *p {
+                        "*" => out.push_str("[]"),
+                        p if p.contains(['.', '/']) => out.push_str(&format!("[\"{p}\"]")),
+                        p if i == 0 => out.push_str(p),
+                        p => out.push_str(&format!(".{p}")),
+                    }
+                }
+                format!("`{out}`")
+            }
+        };
+        generated.push_str(&format!(
+            "| {kind} | {field} | {} | {} |\n",
+            r.why,
+            if r.pinnable { "yes" } else { "no" }
+        ));
+    }
+    check_part(
+        "../guide/objectsync.md",
+        &generated,
+        "the allocated-field rules",
+    );
+}

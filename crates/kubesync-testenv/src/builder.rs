@@ -16,6 +16,9 @@ pub struct TestEnvBuilder {
     pub(crate) startup_timeout: Duration,
     pub(crate) apiserver_args: Vec<String>,
     pub(crate) audit: bool,
+    /// Run every controller of kube-controller-manager's default set, not only those of
+    /// [`TestEnvBuilder::with_controller_manager`].
+    pub(crate) all_controllers: bool,
 }
 
 impl TestEnvBuilder {
@@ -29,6 +32,7 @@ impl TestEnvBuilder {
             startup_timeout: Duration::from_secs(60),
             apiserver_args: Vec::new(),
             audit: false,
+            all_controllers: false,
         }
     }
 
@@ -42,6 +46,15 @@ impl TestEnvBuilder {
     /// controllers), so that namespace deletion and ownerReference cascades really happen.
     pub fn with_controller_manager(mut self, enabled: bool) -> Self {
         self.controller_manager = enabled;
+        self
+    }
+
+    /// Run `kube-controller-manager` with its default set of controllers (deployment, job,
+    /// endpoints, service accounts, volume binding, …): copies live beside the controllers
+    /// they live beside in a real cluster. (No scheduler or kubelet runs: Pods stay pending.)
+    pub fn with_all_controllers(mut self) -> Self {
+        self.controller_manager = true;
+        self.all_controllers = true;
         self
     }
 

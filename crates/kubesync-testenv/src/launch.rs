@@ -105,8 +105,13 @@ impl TestEnv {
             let kubeconfig = write("controller-manager.kubeconfig", &env.kubeconfig_yaml())?;
             let args: Vec<String> = vec![
                 format!("--kubeconfig={}", kubeconfig.display()),
-                "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token"
-                    .into(),
+                match builder.all_controllers {
+                    true => "--controllers=*".into(),
+                    false => {
+                        "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token"
+                            .into()
+                    }
+                },
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 format!("--service-account-private-key-file={}", sa_key.display()),

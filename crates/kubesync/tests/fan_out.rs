@@ -152,6 +152,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         consent: None,
         deletion_policy: Default::default(),
         mode: Default::default(),
+        update_policy: Default::default(),
     }
 }
 

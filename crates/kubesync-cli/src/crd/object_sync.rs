@@ -109,6 +109,19 @@ pub struct ObjectSyncDestination {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub patches: Vec<DestinationPatch>,
+    /// Fields of the copies at this destination left to others, as JSON pointers (RFC 6901, e.g. `/spec/replicas`,
+    /// `/metadata/annotations/sidecar.istio.io~1status`): kubesync neither reverts nor reports
+    /// them, and writes them only when it creates a copy. Of the metadata, only labels and
+    /// annotations (not kubesync's own). At most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50), inner(length(max = 512)))]
+    pub ignore_fields: Vec<String>,
+    /// Field managers whose fields in the copies are theirs (e.g. an autoscaler's, a mesh's
+    /// injector): whatever they own in a copy's managedFields is left to them, as with
+    /// `ignoreFields`. At most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), inner(length(min = 1, max = 128)))]
+    pub ignore_managers: Vec<String>,
 }
 
 /// One override of a destination's copies: exactly one of `merge` and `json`.
@@ -162,6 +175,18 @@ pub enum ObjectSyncDeletionPolicy {
     /// The copies stay, with kubesync's label and annotations removed: ordinary objects that
     /// nothing manages any more.
     Orphan,
+}
+
+/// Whether an ObjectSync updates its copies once they exist.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum UpdatePolicy {
+    /// Copies follow their source; changes made to them are reverted (default).
+    #[default]
+    Sync,
+    /// A copy is created where it is missing (again when it is deleted) and never updated:
+    /// afterwards it is its destination's. The status says which copies differ from their
+    /// source. Cleanup follows `deletionPolicy`.
+    CreateOnly,
 }
 
 /// Whether an ObjectSync writes its copies.
@@ -323,6 +348,23 @@ pub struct ObjectSyncSpec {
     /// destination; the status says per destination what would be done.
     #[serde(default)]
     pub mode: SyncMode,
+    /// `Sync` (default): copies follow their source. `CreateOnly`: a copy is created where it
+    /// is missing and never updated afterwards.
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+    /// Fields of every copy left to others (each destination may add its own), as JSON pointers (RFC 6901, e.g. `/spec/replicas`,
+    /// `/metadata/annotations/sidecar.istio.io~1status`): kubesync neither reverts nor reports
+    /// them, and writes them only when it creates a copy. Of the metadata, only labels and
+    /// annotations (not kubesync's own). At most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50), inner(length(max = 512)))]
+    pub ignore_fields: Vec<String>,
+    /// Field managers whose fields in the copies are theirs (e.g. an autoscaler's, a mesh's
+    /// injector): whatever they own in a copy's managedFields is left to them, as with
+    /// `ignoreFields`. At most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), inner(length(min = 1, max = 128)))]
+    pub ignore_managers: Vec<String>,
 }
 
 /// Cluster-scoped objects (ClusterRole, StorageClass, PriorityClass, cluster-scoped custom

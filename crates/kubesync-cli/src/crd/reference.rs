@@ -179,7 +179,10 @@ fn constraints(field: &JSONSchemaProps) -> Vec<String> {
         out.push(format!("default `{}`", d.0));
     }
     if let Some(n) = field.min_length {
-        out.push(format!("at least {n} characters"));
+        out.push(format!(
+            "at least {n} character{}",
+            if n == 1 { "" } else { "s" }
+        ));
     }
     if let Some(n) = field.max_length {
         out.push(format!("at most {n} characters"));

@@ -103,7 +103,9 @@ pub(super) fn is_name_char(c: char) -> bool {
 /// name), and per destination its namespace selector and patches.
 pub(super) struct Checked {
     pub(super) selection: Option<Selection>,
-    pub(super) destinations: Vec<(Option<kube::core::Selector>, Vec<CopyPatch>)>,
+    /// Per destination: its namespace selector, its patches, and the fields its copies leave
+    /// to others (the spec's and its own).
+    pub(super) destinations: Vec<(Option<kube::core::Selector>, Vec<CopyPatch>, Ignore)>,
 }
 
 /// Every field of an ObjectSync's spec that can be judged without a request, judged the way
@@ -179,6 +181,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         ));
     }
     let mut destinations = Vec::new();
+    let every = ignore_of("spec", &spec.ignore_fields, &spec.ignore_managers)?;
     for (i, d) in spec.destinations.iter().enumerate() {
         let at = |field: &str| format!("spec.destinations[{i}]{field}");
         check_copy_names(d, selection.is_some()).map_err(|m| invalid(at(""), m))?;
@@ -217,7 +220,11 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         }
         let patches = copy_patches(&d.patches)
             .map_err(|m| Refusal::new(Reason::InvalidPatch, format!("{}: {m}", at(""))))?;
-        destinations.push((selector, patches));
+        let own = ignore_of(&at(""), &d.ignore_fields, &d.ignore_managers)?;
+        let mut ignore = every.clone();
+        ignore.pointers.extend(own.pointers);
+        ignore.managers.extend(own.managers);
+        destinations.push((selector, patches, ignore));
     }
     for (field, filter) in [("labels", &spec.labels), ("annotations", &spec.annotations)] {
         for (list, entries) in [("include", &filter.include), ("exclude", &filter.exclude)] {
@@ -241,6 +248,42 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         selection,
         destinations,
     })
+}
+
+/// The fields left to others under `path` (`spec` or a destination): each pointer parsed
+/// (RFC 6901; never apiVersion, kind, kubesync's marks or metadata but labels and
+/// annotations), each manager named and not kubesync's own.
+pub(super) fn ignore_of(
+    path: &str,
+    fields: &[String],
+    managers: &[String],
+) -> Result<Ignore, Refusal> {
+    let invalid = |at: String, m: String| Refusal::new(Reason::InvalidSpec, format!("{at}: {m}"));
+    let mut ignore = Ignore::default();
+    for (j, f) in fields.iter().enumerate() {
+        ignore
+            .pointers
+            .push(Pointer::parse(f).map_err(|m| invalid(format!("{path}.ignoreFields[{j}]"), m))?);
+    }
+    for (j, m) in managers.iter().enumerate() {
+        let at = format!("{path}.ignoreManagers[{j}]");
+        if m.is_empty() || m.len() > 128 {
+            return Err(invalid(
+                at,
+                "a field manager's name has 1 to 128 characters".into(),
+            ));
+        }
+        if m == FIELD_MANAGER {
+            return Err(invalid(
+                at,
+                format!(
+                    "{m:?} is kubesync's own field manager: its fields are what kubesync writes"
+                ),
+            ));
+        }
+        ignore.managers.push(m.clone());
+    }
+    Ok(ignore)
 }
 
 /// A destination's copy names: `name` only for a single source and not with a prefix or
@@ -512,6 +555,32 @@ mod tests {
         );
         let dest = |d| Some(refusal_of(d).message);
         says(
+            dest(serde_json::json!({"ignoreFields": ["/spec/replicas", "spec/x"]})),
+            "spec.destinations[0].ignoreFields[1]: ",
+            "is not a JSON pointer",
+        );
+        says(
+            dest(serde_json::json!({"ignoreFields": ["/metadata/labels/kubesync.io~1managed-by"]})),
+            "spec.destinations[0].ignoreFields[0]: ",
+            "kubesync's own marks",
+        );
+        says(
+            dest(serde_json::json!({"ignoreManagers": ["kubesync"]})),
+            "spec.destinations[0].ignoreManagers[0]: ",
+            "kubesync's own field manager",
+        );
+        says(
+            check_spec(&spec(serde_json::json!({
+                "source": {"kind": "ConfigMap", "name": "x"},
+                "destinations": [{}],
+                "ignoreFields": ["/metadata/name"],
+            })))
+            .err()
+            .map(|r| r.message),
+            "spec.ignoreFields[0]: ",
+            "only a label or an annotation",
+        );
+        says(
             dest(serde_json::json!({"namespaceSelector": {"matchExpressions":
                 [{"key": "team", "operator": "In", "values": ["a", "b c"]}]}})),
             "spec.destinations[0].namespaceSelector.matchExpressions[0].values[1]: ",
@@ -559,6 +628,21 @@ mod tests {
             filters(serde_json::json!({"labels": {"include": ["example.com/", "app*"]}})),
             None
         );
+    }
+
+    #[test]
+    fn a_destination_leaves_to_others_what_the_spec_and_it_name() {
+        let s = spec(serde_json::json!({
+            "source": {"kind": "ConfigMap", "name": "x"},
+            "destinations": [{"namespace": "a", "ignoreManagers": ["istio"]}, {"namespace": "b"}],
+            "ignoreFields": ["/data/local"],
+        }));
+        let checked = check_spec(&s).expect("valid");
+        let (a, b) = (&checked.destinations[0].2, &checked.destinations[1].2);
+        assert_eq!(a.pointers.len(), 1);
+        assert_eq!(a.managers, vec!["istio".to_string()]);
+        assert_eq!(b.pointers.len(), 1);
+        assert!(b.managers.is_empty());
     }
 
     #[test]

@@ -181,6 +181,7 @@ impl ObjectSyncController {
             rules: CopyRules::default(),
             deletion_policy: deletion_policy(spec),
             mode: mode(spec),
+            update_policy: Default::default(),
         })
     }
 }
@@ -262,7 +263,7 @@ pub(super) fn declare(
         .destinations
         .iter()
         .zip(checked.destinations)
-        .map(|(d, (selector, patches))| {
+        .map(|(d, (selector, patches, ignore))| {
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(policy.deny_destination_namespaces.iter().cloned());
             Destination {
@@ -281,6 +282,7 @@ pub(super) fn declare(
                     CopyStrategy::Replace => Strategy::Replace,
                 },
                 patches,
+                ignore,
             }
         })
         .collect();
@@ -312,6 +314,10 @@ pub(super) fn declare(
         },
         deletion_policy: deletion_policy(spec),
         mode: mode(spec),
+        update_policy: match spec.update_policy {
+            crate::crd::UpdatePolicy::Sync => UpdatePolicy::Sync,
+            crate::crd::UpdatePolicy::CreateOnly => UpdatePolicy::CreateOnly,
+        },
     })
 }
 

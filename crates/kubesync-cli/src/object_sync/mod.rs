@@ -32,13 +32,13 @@ use kubesync::error::describe_kube;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::rules::{
-    CopyPatch, CopyRules, DataFilter, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceRule,
-    OnConflict, Owner, Strategy, selector,
+    CopyPatch, CopyRules, DataFilter, DeletionPolicy, FIELD_MANAGER, Ignore, KeyFilter, MANAGED_BY,
+    NamespaceRule, OnConflict, Owner, Pointer, Strategy, selector,
 };
 use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
-    FanOutSpec, Mode, Outcome, Selection, SourceRef,
+    FanOutSpec, Mode, Outcome, Selection, SourceRef, UpdatePolicy,
 };
 use kubesync::validate;
 

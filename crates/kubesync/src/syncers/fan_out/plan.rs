@@ -14,7 +14,7 @@ use kube::api::DynamicObject;
 use super::rules::{self, Decision, Strategy};
 use super::spec::{
     Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Mode,
-    Planned,
+    Planned, UpdatePolicy,
 };
 
 /// What the plan reads from the fan-out's stores.
@@ -57,6 +57,8 @@ pub struct Write {
     pub desired: DynamicObject,
     /// What the store showed there (the decision was made on it).
     pub existing: Option<Arc<DynamicObject>>,
+    /// The fields there left to others: an update writes the copy's own values there.
+    pub ignore: rules::Ignore,
     /// How it is written.
     pub strategy: Strategy,
     /// [`Decision::Create`], [`Decision::Update`] or [`Decision::Adopt`].
@@ -213,9 +215,18 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             continue;
         }
         let existing = stores.object(at);
+        // Fields left to others are compared nowhere (an update writes the copy's own
+        // values there).
+        let theirs = match &existing {
+            Some(copy) if !dest.ignore.is_empty() => rules::ignore::resolve(copy, &dest.ignore),
+            _ => Vec::new(),
+        };
         let decision = rules::decide(
-            existing.as_deref(),
-            &desired,
+            existing
+                .as_deref()
+                .map(|e| rules::ignore::without(e, &theirs))
+                .as_deref(),
+            &rules::ignore::without(&desired, &theirs),
             &decl.owner,
             dest.strategy,
             spec.on_conflict,
@@ -238,6 +249,14 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                 plan.statuses
                     .push(status(DestinationState::Synced, String::new(), &source_rv));
             }
+            // Created once, then the destination's: never updated.
+            Decision::Update if spec.update_policy == UpdatePolicy::CreateOnly => {
+                plan.statuses.push(status(
+                    DestinationState::Synced,
+                    "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)".into(),
+                    "",
+                ));
+            }
             Decision::Conflict(message) => {
                 plan.statuses
                     .push(status(DestinationState::Conflict, message, ""));
@@ -248,7 +267,12 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                 // The paths are kept for Report mode only (Enforce writes at once).
                 let (changed, drift) = match (&decision, &existing) {
                     (Decision::Update, Some(copy)) => {
-                        let changed = rules::changed_fields(copy, &desired, dest.strategy);
+                        let copy = &*rules::ignore::without(copy, &theirs);
+                        let changed = rules::changed_fields(
+                            copy,
+                            &rules::ignore::without(&desired, &theirs),
+                            dest.strategy,
+                        );
                         let drift = rules::drift(copy, &desired, &changed, rules::FIELD_MANAGER);
                         let changed = match spec.mode {
                             Mode::Report => changed.iter().map(ToString::to_string).collect(),
@@ -262,6 +286,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     at: at.clone(),
                     desired,
                     existing,
+                    ignore: dest.ignore.clone(),
                     strategy: dest.strategy,
                     decision,
                     source: source_name.to_string(),
@@ -576,7 +601,7 @@ mod tests {
     use crate::syncers::fan_out::spec::{Destination, FanOutSpec, SourceRef};
 
     /// Stores held in maps.
-    #[derive(Default)]
+    #[derive(Clone, Default)]
     struct Fake {
         namespaces: HashMap<String, Vec<Arc<DynamicObject>>>,
         objects: HashMap<DestinationRef, Arc<DynamicObject>>,
@@ -661,6 +686,7 @@ mod tests {
                 consent: None,
                 deletion_policy: Default::default(),
                 mode: Default::default(),
+                update_policy: Default::default(),
             },
             deleting: false,
             refused: false,
@@ -739,6 +765,7 @@ mod tests {
             at: at("local", "a"),
             desired: source(),
             existing: None,
+            ignore: Default::default(),
             strategy: Strategy::Apply,
             decision,
             source: "ca".into(),
@@ -1037,6 +1064,31 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn create_only_creates_where_missing_and_never_updates() {
+        let mut decl = declaration(vec![destination(None, "*")]);
+        decl.spec.update_policy = UpdatePolicy::CreateOnly;
+        // In a: a copy of an older source (it differs); b: none.
+        let stores = Fake::default()
+            .with_namespaces("local", &[("a", json!({})), ("b", json!({}))])
+            .with_object(&at("local", "a"), copy("c", "uid-d"));
+        let plan = Run::new(decl.clone(), stores.clone()).plan();
+        let written: Vec<String> = plan.writes.iter().map(|w| w.at.to_string()).collect();
+        assert_eq!(written, ["local/b/ca"]);
+        assert_eq!(plan.writes[0].decision, Decision::Create);
+        let held = plan
+            .statuses
+            .iter()
+            .find(|s| s.namespace == "a")
+            .expect("a's status");
+        assert_eq!(held.state, DestinationState::Synced);
+        assert!(held.message.contains("CreateOnly"), "{}", held.message);
+        // The same store under Sync: the differing copy is updated.
+        decl.spec.update_policy = UpdatePolicy::Sync;
+        let plan = Run::new(decl, stores).plan();
+        assert_eq!(plan.writes.len(), 2);
     }
 
     #[test]

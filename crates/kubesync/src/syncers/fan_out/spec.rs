@@ -9,7 +9,7 @@ use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
 use super::rules::{
-    CopyPatch, CopyRules, DeletionPolicy, Drift, NamespaceRule, OnConflict, Owner, Strategy,
+    CopyPatch, CopyRules, DeletionPolicy, Drift, Ignore, NamespaceRule, OnConflict, Owner, Strategy,
 };
 use crate::key::ObjectKey;
 
@@ -186,6 +186,9 @@ pub struct Destination {
     /// Overrides of the copies here, applied in order after the filters (the drift check
     /// compares against the patched copy).
     pub patches: Vec<CopyPatch>,
+    /// Fields of the copies here left to others: never reverted or reported, written only
+    /// when a copy is created.
+    pub ignore: Ignore,
 }
 
 /// A resolved fan-out declaration.
@@ -206,6 +209,20 @@ pub struct FanOutSpec {
     pub deletion_policy: DeletionPolicy,
     /// Whether copies are written ([`Mode::Enforce`]) or only reported ([`Mode::Report`]).
     pub mode: Mode,
+    /// Whether copies are updated once they exist.
+    pub update_policy: UpdatePolicy,
+}
+
+/// Whether a declaration's copies are updated once they exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpdatePolicy {
+    /// Copies follow their source, and changes made to them are reverted.
+    #[default]
+    Sync,
+    /// A copy is created where it is missing (again when it was deleted) and never updated
+    /// afterwards: it is its destination's. The plan reports it `Synced`, saying so when it
+    /// differs from what kubesync would write. Deletion follows the [`DeletionPolicy`].
+    CreateOnly,
 }
 
 /// Whether a declaration's copies are written.

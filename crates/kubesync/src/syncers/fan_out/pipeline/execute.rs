@@ -231,7 +231,10 @@ impl FanOut {
                     );
                 }
                 Step::LookAgain => {
-                    match self.look_again(ctx, decl, at, desired, w.strategy).await {
+                    match self
+                        .look_again(ctx, decl, at, desired, w.strategy, &w.ignore)
+                        .await
+                    {
                         Ok((found, again)) => {
                             let exists = found.is_some();
                             existing = found;
@@ -241,9 +244,7 @@ impl FanOut {
                     }
                 }
                 Step::Write => {
-                    let written = self
-                        .write_copy(ctx, ar, at, desired, existing.as_deref(), w.strategy)
-                        .await;
+                    let written = self.write_copy(ctx, ar, w, existing.as_deref()).await;
                     match &written {
                         Err(e) if is_uid_precondition_failure(e) => {
                             tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
@@ -280,12 +281,14 @@ impl FanOut {
         at: &DestinationRef,
         desired: &DynamicObject,
         strategy: Strategy,
+        ignore: &rules::Ignore,
     ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
         match self.read(ctx, &decl.spec.source.resource, at).await {
             Ok(found) => {
-                let decision = rules::decide(
+                let decision = rules::ignore::decide_leaving(
                     found.as_ref(),
                     desired,
+                    ignore,
                     &decl.owner,
                     strategy,
                     decl.spec.on_conflict,
@@ -313,20 +316,23 @@ impl FanOut {
         Ok(api.get_opt(&at.name).await?)
     }
 
+    /// Writes the copy `w` decided at its destination, over `existing` (the object the
+    /// decision was made on, if any).
     pub(super) async fn write_copy(
         &self,
         ctx: &Context,
         ar: &ApiResource,
-        at: &DestinationRef,
-        desired: &DynamicObject,
+        w: &Write,
         existing: Option<&DynamicObject>,
-        strategy: Strategy,
     ) -> Result<bool> {
+        let (at, desired, strategy, ignore) = (&w.at, &w.desired, w.strategy, &w.ignore);
         let cluster = ctx.require_cluster(&at.cluster)?;
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
                 // Conditional on the object decided on: never takes over an object that
-                // replaced it after the store was read.
+                // replaced it after the store was read. Fields left to others keep the
+                // copy's values.
+                let desired = &*rules::ignore::body(desired, existing, ignore);
                 let mut body = desired.clone();
                 body.metadata.uid = rules::apply_precondition(Some(existing));
                 // Decided on a store that does not show this writer's last apply yet, which
@@ -368,8 +374,9 @@ impl FanOut {
                     .await?;
             }
             (Strategy::Replace, Some(existing)) => {
-                let mut body = desired.clone();
+                let mut body = rules::ignore::body(desired, existing, ignore).into_owned();
                 body.metadata.resource_version = existing.metadata.resource_version.clone();
+                rules::allocated::carry_over(existing, &mut body);
                 match self
                     .writer
                     .replace(&cluster, ar, &body, FIELD_MANAGER)

@@ -92,7 +92,7 @@ impl FanOut {
                     Watch::dynamic(ar.clone())
                         .labels(rules::MANAGED_BY)
                         .index_label(rules::MANAGED_BY)
-                        .transform(rules::digest::shrink)
+                        .transform(rules::hold)
                         .packed()
                 },
             )?,

@@ -113,8 +113,9 @@ pub fn source_mark(resource: &ApiResource, namespace: &str, name: &str) -> Strin
 }
 
 /// The copy of `source` to `namespace`/`name`: the source's content minus identity and
-/// server-managed fields (status too), filtered labels and annotations, and the ownership
-/// marks.
+/// server-managed fields (status too, and what the apiserver allocated or controllers wrote
+/// for the source: [`allocated`](super::allocated)), filtered labels and annotations, and the
+/// ownership marks.
 pub fn desired_copy(
     resource: &ApiResource,
     source: &DynamicObject,
@@ -162,6 +163,7 @@ pub fn desired_copy(
             }
         }
     }
+    super::allocated::strip(&mut copy);
     copy
 }
 

@@ -91,6 +91,7 @@ pub enum Decision {
 /// metadata and status equal (a value the store holds as a [`digest`] compared by it), and the desired labels and annotations present with their values
 /// (with `Replace`, also no other labels or annotations than desired).
 pub fn in_sync(existing: &DynamicObject, desired: &DynamicObject, strategy: Strategy) -> bool {
+    let existing = &*super::allocated::comparable(existing, desired);
     let fields_equal = desired.data.as_object().is_none_or(|m| {
         m.iter()
             .all(|(k, v)| existing.data.get(k).is_some_and(|h| digest::same(h, v)))

@@ -47,6 +47,7 @@ pub fn changed_fields(
     desired: &DynamicObject,
     strategy: Strategy,
 ) -> Vec<FieldPath> {
+    let existing = &*super::allocated::comparable(existing, desired);
     let mut out = Vec::new();
     let empty = serde_json::Map::new();
     let want = desired.data.as_object().unwrap_or(&empty);

@@ -3,12 +3,15 @@
 //! which fields of a copy changed and who changed them ([`drift`](mod@drift)),
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
 //! per-destination overrides ([`patch`]), how copies are held without their bulk
-//! ([`digest`]), and how one destination's write is carried to an end ([`settle`]). No IO.
+//! ([`digest`]), the fields the apiserver allocates or controllers own, never copied
+//! ([`allocated`]), the fields a destination leaves to others ([`ignore`]), and how one destination's write is carried to an end ([`settle`]). No IO.
 
+pub mod allocated;
 pub mod copy;
 pub mod decide;
 pub mod digest;
 pub mod drift;
+pub mod ignore;
 pub mod ownership;
 pub mod patch;
 pub mod select;
@@ -20,9 +23,18 @@ pub use decide::{
     release_patch,
 };
 pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, changes_by_others, drift};
+pub use ignore::{Ignore, Pointer};
 pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
 pub use select::{NamespaceRule, glob, selector};
+
+/// A copy as kubesync holds it in its stores (a watch transform): without the fields no
+/// destination may set ([`allocated::strip_held`]), and its large values as digests
+/// ([`digest::shrink`]).
+pub fn hold(copy: &mut kube::api::DynamicObject) {
+    allocated::strip_held(copy);
+    digest::shrink(copy);
+}
 
 /// Field manager of every copy write.
 pub const FIELD_MANAGER: &str = "kubesync";
