@@ -788,11 +788,12 @@ async fn every_everyday_kind_copies_follows_its_source_and_settles() {
         env.apply_yaml(&manifest(entry)).await.expect(entry.0);
     }
     let declare = |name: &str, group: &str, kind: &str, exclude: &str| {
+        let sync = format!("{name}-{}", kind.to_lowercase());
         format!(
-            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{{namespace: team-a}}]\n  labels: {{exclude: [{exclude}]}}\n",
-            format!("{name}-{}", kind.to_lowercase()),
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {sync}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{{namespace: team-a}}]\n  labels: {{exclude: [{exclude}]}}\n"
         )
     };
+
     let declare_priority = |exclude: &str| {
         format!(
             "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {{name: m-priority}}\nspec:\n  source: {{group: scheduling.k8s.io, kind: PriorityClass, name: m-priority}}\n  destinations: [{{name: m-priority-copy}}]\n  labels: {{exclude: [{exclude}]}}\n"
