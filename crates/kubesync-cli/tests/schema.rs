@@ -129,6 +129,63 @@ async fn the_apiserver_refuses_what_the_schema_rules_out() {
         "may not be more than 253 bytes",
     )
     .await;
+    // Fields left to others: 51 pointers, a 513-character one, 21 managers, an empty name;
+    // an update policy that is not one.
+    let pointers: Vec<String> = (0..51).map(|i| format!("/data/k{i}")).collect();
+    refused(
+        object_sync(
+            "many-pointers",
+            "{kind: ConfigMap, name: a}",
+            &format!(
+                "[{{namespace: b, ignoreFields: [{}]}}]",
+                pointers.join(", ")
+            ),
+        ),
+        "must have at most 50 items",
+    )
+    .await;
+    refused(
+        object_sync(
+            "long-pointer",
+            "{kind: ConfigMap, name: a}",
+            &format!(
+                "[{{namespace: b, ignoreFields: [/data/{}]}}]",
+                "k".repeat(508)
+            ),
+        ),
+        "may not be more than 512 bytes",
+    )
+    .await;
+    let managers: Vec<String> = (0..21).map(|i| format!("m{i}")).collect();
+    refused(
+        object_sync(
+            "many-managers",
+            "{kind: ConfigMap, name: a}",
+            &format!(
+                "[{{namespace: b, ignoreManagers: [{}]}}]",
+                managers.join(", ")
+            ),
+        ),
+        "must have at most 20 items",
+    )
+    .await;
+    refused(
+        object_sync(
+            "empty-manager",
+            "{kind: ConfigMap, name: a}",
+            "[{namespace: b, ignoreManagers: ['']}]",
+        ),
+        "should be at least 1 chars long",
+    )
+    .await;
+    refused(
+        format!(
+            "{}  updatePolicy: Sometimes\n",
+            object_sync("policy", "{kind: ConfigMap, name: a}", "[{namespace: b}]")
+        ),
+        "Unsupported value: \"Sometimes\"",
+    )
+    .await;
     // A SyncGrant admitting from 101 namespaces.
     let from: Vec<String> = (0..101).map(|i| format!("{{namespace: n{i}}}")).collect();
     refused(
