@@ -258,6 +258,27 @@ async fn allocated_and_controller_owned_fields_are_not_copied_and_copies_settle(
         [] as [String; 0],
         "copies were written again after they settled"
     );
+
+    // A node port a destination pins with a patch is written as given: where it is taken
+    // (the source's own), that destination says so, in the apiserver's words.
+    let taken = port(&edge).expect("the source's node port");
+    env.create_namespace("team-b").await.expect("ns");
+    env.apply_yaml(&format!(
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: pinned, namespace: apps}}\nspec:\n  source: {{kind: Service, name: edge}}\n  destinations: [{{namespace: team-b, patches: [{{json: [{{op: add, path: /spec/ports/0/nodePort, value: {taken}}}]}}]}}]\n"
+    ))
+    .await
+    .expect("objectsync");
+    let message = eventually(
+        "the pinned port's conflict on its destination",
+        T,
+        || async {
+            let st = syncs.get("pinned").await.ok()?.status?;
+            let d = st.destinations.first()?;
+            (d.state == kubesync_cli::crd::CopyState::Error).then(|| d.message.clone())
+        },
+    )
+    .await;
+    assert!(message.contains("already allocated"), "{message}");
     running.stop().await;
 }
 
