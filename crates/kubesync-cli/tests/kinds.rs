@@ -100,22 +100,31 @@ fn is_true(conditions: &[kubesync_cli::crd::Condition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
-/// Every ObjectSync has reconciled its current generation, is Ready and its copies Synced.
+/// Waits until the declaration `name` (an ObjectSync or a ClusterObjectSync, through `api`)
+/// has reconciled its current generation, is Ready and its copies Synced.
+async fn settled<K>(api: &Api<K>, name: &str)
+where
+    K: kubesync_cli::object_sync::SyncObject + std::fmt::Debug,
+{
+    eventually(
+        &format!("{name} Ready and Synced at its generation"),
+        T,
+        || async {
+            let os = api.get(name).await.ok()?;
+            let st = os.sync_status()?;
+            (st.observed_generation == os.meta().generation
+                && is_true(&st.conditions, "Ready")
+                && is_true(&st.conditions, "Synced"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Every ObjectSync of [`SYNCED`] settled.
 async fn all_ready(syncs: &Api<ObjectSync>) {
     for (name, ..) in SYNCED {
-        eventually(
-            &format!("ObjectSync {name} Ready at its generation"),
-            T,
-            || async {
-                let os = syncs.get(name).await.ok()?;
-                let st = os.status?;
-                (st.observed_generation == os.metadata.generation
-                    && is_true(&st.conditions, "Ready")
-                    && is_true(&st.conditions, "Synced"))
-                .then_some(())
-            },
-        )
-        .await;
+        settled(syncs, name).await;
     }
 }
 
@@ -840,35 +849,11 @@ async fn every_everyday_kind_copies_follows_its_source_and_settles() {
         Api::all(env.client().expect("client"));
     let all_ready = || async {
         for (name, _, kind, ..) in MATRIX {
-            let sync = format!("{name}-{}", kind.to_lowercase());
-            eventually(
-                &format!("ObjectSync {sync} Ready at its generation"),
-                T,
-                || async {
-                    let os = syncs.get(&sync).await.ok()?;
-                    let st = os.status?;
-                    (st.observed_generation == os.metadata.generation
-                        && is_true(&st.conditions, "Ready")
-                        && is_true(&st.conditions, "Synced"))
-                    .then_some(())
-                },
-            )
-            .await;
+            settled(&syncs, &format!("{name}-{}", kind.to_lowercase())).await;
         }
-        eventually(
-            "ClusterObjectSync m-priority Ready at its generation",
-            T,
-            || async {
-                let os = cluster_syncs.get("m-priority").await.ok()?;
-                let st = os.status?;
-                (st.observed_generation == os.metadata.generation
-                    && is_true(&st.conditions, "Ready")
-                    && is_true(&st.conditions, "Synced"))
-                .then_some(())
-            },
-        )
-        .await;
+        settled(&cluster_syncs, "m-priority").await;
     };
+
     let copy_label = |group: &'static str, kind: &'static str, name: &'static str| {
         let env = &env;
         async move {

@@ -7,12 +7,12 @@
 //! they are left out of every comparison ([`without`]), and an update writes the copy's own
 //! values there ([`keep_theirs`]). A new copy starts from the source's values.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
+use super::path::{Step, get, remove, set};
 use crate::object::fields_v1;
 
 /// What a destination leaves to others.
@@ -100,20 +100,6 @@ impl fmt::Display for Pointer {
         }
         Ok(())
     }
-}
-
-/// One step into an object: a map's key, a list's index, or the element of a keyed list
-/// whose fields have these values (as `managedFields` names it, e.g. a container by name).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Step {
-    /// A map's key.
-    Key(String),
-    /// A list's element by index.
-    Index(usize),
-    /// A list's element whose fields have these values.
-    Element(Map<String, Value>),
-    /// A set's element: this value.
-    Value(Value),
 }
 
 /// The fields of `copy` left to others under `ignore`: the pointers, and what the named
@@ -265,137 +251,11 @@ pub fn body<'a>(
     std::borrow::Cow::Owned(out)
 }
 
-/// The label or annotation map a `metadata` path names, and the key.
-fn meta(path: &[Step]) -> Option<(&str, &str)> {
-    match path {
-        [Step::Key(m), Step::Key(map), Step::Key(key)] if m == "metadata" => {
-            Some((map.as_str(), key.as_str()))
-        }
-        _ => None,
-    }
-}
-
-fn meta_map<'a>(obj: &'a DynamicObject, map: &str) -> Option<&'a BTreeMap<String, String>> {
-    match map {
-        "labels" => obj.metadata.labels.as_ref(),
-        "annotations" => obj.metadata.annotations.as_ref(),
-        _ => None,
-    }
-}
-
-/// The index of the element of `items` that `step` names.
-fn index(items: &[Value], step: &Step) -> Option<usize> {
-    match step {
-        Step::Index(i) => (*i < items.len()).then_some(*i),
-        Step::Element(fields) => items.iter().position(|item| {
-            fields
-                .iter()
-                .all(|(k, v)| item.get(k).is_some_and(|have| have == v))
-        }),
-        Step::Value(v) => items.iter().position(|item| item == v),
-        Step::Key(_) => None,
-    }
-}
-
-/// The value at `path` in `obj`.
-fn get(obj: &DynamicObject, path: &[Step]) -> Option<Value> {
-    if let Some((map, key)) = meta(path) {
-        return meta_map(obj, map)?
-            .get(key)
-            .map(|v| Value::String(v.clone()));
-    }
-    let mut node = &obj.data;
-    for step in path {
-        node = match (step, node) {
-            (Step::Key(k), Value::Object(map)) => map.get(k)?,
-            (step, Value::Array(items)) => &items[index(items, step)?],
-            _ => return None,
-        };
-    }
-    Some(node.clone())
-}
-
-/// Removes the field at `path` from `obj`.
-fn remove(obj: &mut DynamicObject, path: &[Step]) {
-    if let Some((map, key)) = meta(path) {
-        let map = match map {
-            "labels" => &mut obj.metadata.labels,
-            _ => &mut obj.metadata.annotations,
-        };
-        if let Some(m) = map {
-            m.remove(key);
-        }
-        return;
-    }
-    let Some((last, parent)) = path.split_last() else {
-        return;
-    };
-    let Some(node) = walk_mut(&mut obj.data, parent) else {
-        return;
-    };
-    match (last, node) {
-        (Step::Key(k), Value::Object(map)) => {
-            map.remove(k);
-        }
-        (step, Value::Array(items)) => {
-            if let Some(i) = index(items, step) {
-                items.remove(i);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Sets the field at `path` of `obj` to `value` (its parent must exist; a list element that
-/// is missing is appended).
-fn set(obj: &mut DynamicObject, path: &[Step], value: Value) {
-    if let Some((map, key)) = meta(path) {
-        if let Value::String(v) = value {
-            let map = match map {
-                "labels" => &mut obj.metadata.labels,
-                _ => &mut obj.metadata.annotations,
-            };
-            map.get_or_insert_with(BTreeMap::new)
-                .insert(key.to_string(), v);
-        }
-        return;
-    }
-    let Some((last, parent)) = path.split_last() else {
-        return;
-    };
-    let Some(node) = walk_mut(&mut obj.data, parent) else {
-        return;
-    };
-    match (last, node) {
-        (Step::Key(k), Value::Object(map)) => {
-            map.insert(k.clone(), value);
-        }
-        (step, Value::Array(items)) => match index(items, step) {
-            Some(i) => items[i] = value,
-            None => items.push(value),
-        },
-        _ => {}
-    }
-}
-
-fn walk_mut<'a>(mut node: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
-    for step in path {
-        node = match (step, node) {
-            (Step::Key(k), Value::Object(map)) => map.get_mut(k)?,
-            (step, Value::Array(items)) => {
-                let i = index(items, step)?;
-                &mut items[i]
-            }
-            _ => return None,
-        };
-    }
-    Some(node)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn obj(v: Value) -> DynamicObject {
         serde_json::from_value(v).expect("object")

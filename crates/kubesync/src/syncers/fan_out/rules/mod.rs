@@ -4,7 +4,8 @@
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
 //! per-destination overrides ([`patch`]), how copies are held without their bulk
 //! ([`digest`]), the fields the apiserver allocates or controllers own, never copied
-//! ([`allocated`]), the fields a destination leaves to others ([`ignore`]), and how one destination's write is carried to an end ([`settle`]). No IO.
+//! ([`allocated`]), the fields a destination leaves to others ([`ignore`]), fields as steps into an object
+//! ([`path`]), and how one destination's write is carried to an end ([`settle`]). No IO.
 
 pub mod allocated;
 pub mod copy;
@@ -14,6 +15,7 @@ pub mod drift;
 pub mod ignore;
 pub mod ownership;
 pub mod patch;
+pub mod path;
 pub mod select;
 pub mod settle;
 

@@ -19,10 +19,11 @@
 //! [`RULES`] is the table; the book's ObjectSync chapter lists it.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use kube::api::DynamicObject;
 use serde_json::Value;
+
+use super::path::{self, Step};
 
 /// One field never copied.
 #[derive(Clone, Copy, Debug)]
@@ -82,18 +83,18 @@ fn strip_where(copy: &mut DynamicObject, which: impl Fn(&Rule) -> bool) {
     let (group, kind) = (group.to_string(), kind.to_string());
     let mut gone = Vec::new();
     for rule in rules_of(&group, &kind).filter(|r| which(r)) {
-        for path in concrete(copy, rule.path) {
-            let kept = match (rule.keep, lookup(copy, &path)) {
+        for at in concrete(copy, rule.path) {
+            let kept = match (rule.keep, path::get(copy, &at)) {
                 (Some(keep), Some(value)) => keep(copy, &value),
                 _ => false,
             };
             if !kept {
-                gone.push(path);
+                gone.push(at);
             }
         }
     }
-    for path in &gone {
-        remove(copy, path);
+    for at in &gone {
+        path::remove(copy, at);
     }
 }
 
@@ -106,16 +107,16 @@ pub fn comparable<'a>(
     let Some((group, kind)) = group_kind(desired).or_else(|| group_kind(existing)) else {
         return Cow::Borrowed(existing);
     };
-    let absent: Vec<Vec<String>> = rules_of(group, kind)
+    let absent: Vec<Vec<Step>> = rules_of(group, kind)
         .flat_map(|r| concrete(existing, r.path))
-        .filter(|path| lookup(desired, path).is_none())
+        .filter(|at| !path::has(desired, at))
         .collect();
     if absent.is_empty() {
         return Cow::Borrowed(existing);
     }
     let mut out = existing.clone();
-    for path in &absent {
-        remove(&mut out, path);
+    for at in &absent {
+        path::remove(&mut out, at);
     }
     Cow::Owned(out)
 }
@@ -131,140 +132,54 @@ pub fn carry_over(existing: &DynamicObject, body: &mut DynamicObject) {
     };
     let (group, kind) = (group.to_string(), kind.to_string());
     for rule in rules_of(&group, &kind) {
-        for path in concrete(existing, rule.path) {
-            if lookup(body, &path).is_none()
-                && let Some(value) = lookup(existing, &path)
+        for at in concrete(existing, rule.path) {
+            if !path::has(body, &at)
+                && let Some(value) = path::get(existing, &at)
             {
-                insert(body, &path, value.into_owned());
+                path::set(body, &at, value);
             }
         }
     }
 }
 
-/// The label or annotation map a `metadata` path names.
-fn meta_map<'a>(obj: &'a DynamicObject, map: &str) -> Option<&'a BTreeMap<String, String>> {
-    match map {
-        "labels" => obj.metadata.labels.as_ref(),
-        "annotations" => obj.metadata.annotations.as_ref(),
-        _ => None,
-    }
-}
-
-/// The paths in `obj` that `pattern` names (`*` expanded to each index of a list).
-fn concrete(obj: &DynamicObject, pattern: &[&str]) -> Vec<Vec<String>> {
+/// The fields of `obj` that `pattern` names (`*` expanded to each index of a list).
+fn concrete(obj: &DynamicObject, pattern: &[&str]) -> Vec<Vec<Step>> {
+    let key = |k: &str| Step::Key(k.to_string());
     match pattern {
-        ["metadata", map, key] => meta_map(obj, map)
-            .filter(|m| m.contains_key(*key))
-            .map(|_| {
-                vec![vec![
-                    "metadata".to_string(),
-                    map.to_string(),
-                    key.to_string(),
-                ]]
-            })
+        ["metadata", map, name] => path::meta_map(obj, map)
+            .filter(|m| m.contains_key(*name))
+            .map(|_| vec![vec![key("metadata"), key(map), key(name)]])
             .unwrap_or_default(),
         pattern => concrete_in(&obj.data, pattern),
     }
 }
 
-fn concrete_in(value: &Value, pattern: &[&str]) -> Vec<Vec<String>> {
+fn concrete_in(value: &Value, pattern: &[&str]) -> Vec<Vec<Step>> {
     let Some((first, rest)) = pattern.split_first() else {
         return vec![Vec::new()];
     };
-    let children: Vec<(String, &Value)> = match (*first, value) {
+    let children: Vec<(Step, &Value)> = match (*first, value) {
         ("*", Value::Array(items)) => items
             .iter()
             .enumerate()
-            .map(|(i, v)| (i.to_string(), v))
+            .map(|(i, v)| (Step::Index(i), v))
             .collect(),
         (key, Value::Object(map)) => map
             .get(key)
-            .map(|v| (key.to_string(), v))
+            .map(|v| (Step::Key(key.to_string()), v))
             .into_iter()
             .collect(),
         _ => Vec::new(),
     };
     children
         .into_iter()
-        .flat_map(|(key, child)| {
+        .flat_map(|(step, child)| {
             concrete_in(child, rest).into_iter().map(move |mut tail| {
-                tail.insert(0, key.clone());
+                tail.insert(0, step.clone());
                 tail
             })
         })
         .collect()
-}
-
-/// The value at `path` in `obj` (a label's or annotation's as a string).
-fn lookup<'a>(obj: &'a DynamicObject, path: &[String]) -> Option<Cow<'a, Value>> {
-    match path {
-        [meta, map, key] if meta == "metadata" => meta_map(obj, map)?
-            .get(key)
-            .map(|v| Cow::Owned(Value::String(v.clone()))),
-        path => path
-            .iter()
-            .try_fold(&obj.data, |v, key| match v {
-                Value::Object(map) => map.get(key),
-                Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
-                _ => None,
-            })
-            .map(Cow::Borrowed),
-    }
-}
-
-/// Removes the field at `path` from `obj` (labels and annotations from its metadata).
-fn remove(obj: &mut DynamicObject, path: &[String]) {
-    match path {
-        [meta, map, key] if meta == "metadata" => {
-            let map = match map.as_str() {
-                "labels" => &mut obj.metadata.labels,
-                "annotations" => &mut obj.metadata.annotations,
-                _ => return,
-            };
-            if let Some(m) = map {
-                m.remove(key);
-            }
-        }
-        [parent @ .., last] => {
-            let parent = parent.iter().try_fold(&mut obj.data, |v, key| match v {
-                Value::Object(map) => map.get_mut(key),
-                Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
-                _ => None,
-            });
-            if let Some(Value::Object(map)) = parent {
-                map.remove(last);
-            }
-        }
-        [] => {}
-    }
-}
-
-/// Sets the field at `path` of `obj` (an existing parent only).
-fn insert(obj: &mut DynamicObject, path: &[String], value: Value) {
-    match path {
-        [meta, map, key] if meta == "metadata" => {
-            let map = match map.as_str() {
-                "labels" => &mut obj.metadata.labels,
-                "annotations" => &mut obj.metadata.annotations,
-                _ => return,
-            };
-            if let Some(v) = value.as_str() {
-                map.get_or_insert_with(BTreeMap::new)
-                    .insert(key.clone(), v.to_string());
-            }
-        }
-        [parent @ .., last] => {
-            let parent = parent.iter().try_fold(&mut obj.data, |v, key| match v {
-                Value::Object(map) => map.get_mut(key),
-                Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
-                _ => None,
-            });
-            if let Some(Value::Object(map)) = parent {
-                map.insert(last.clone(), value);
-            }
-        }
-        [] => {}
-    }
 }
 
 #[cfg(test)]

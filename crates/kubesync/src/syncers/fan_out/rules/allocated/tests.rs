@@ -2,6 +2,7 @@
 
 use super::*;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 fn obj(v: Value) -> DynamicObject {
     serde_json::from_value(v).expect("object")
