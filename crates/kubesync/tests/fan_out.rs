@@ -402,6 +402,12 @@ async fn conflicts_adoption_protection_and_two_declarations() {
         let api: Api<Secret> = Api::namespaced(env.client().expect("client"), ns);
         async move { api.get("s").await.expect("get") }
     };
+    // Someone else's objects, as they were before any declaration ran.
+    let identity = |o: &Secret| (o.metadata.uid.clone(), o.metadata.resource_version.clone());
+    let theirs_before = [
+        identity(&get(&skip_ns).await),
+        identity(&get(&protect_ns).await),
+    ];
     eventually("adopted", T, || async {
         (value(&get(&adopt_ns).await, "token").as_deref() == Some("ours")).then_some(())
     })
@@ -414,7 +420,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
             .get(decl)
             .and_then(|r| r.destinations.iter().find(|d| d.namespace == ns).cloned())
     };
-    eventually("second outcomes a conflict", T, || async {
+    eventually("second reports a conflict", T, || async {
         state("second", &adopt_ns).filter(|d| d.state == DestinationState::Conflict)
     })
     .await;
@@ -447,15 +453,18 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     })
     .await;
     assert!(held.labels().contains_key("kubesync.io/managed-by"));
+    // Untouched: the same objects (uid), never written (resourceVersion), still theirs.
     assert_eq!(
-        value(&get(&skip_ns).await, "token").as_deref(),
-        Some("theirs"),
+        [
+            identity(&get(&skip_ns).await),
+            identity(&get(&protect_ns).await)
+        ],
+        theirs_before,
         "untouched"
     );
     assert_eq!(
-        value(&get(&protect_ns).await, "token").as_deref(),
-        Some("theirs"),
-        "untouched"
+        value(&get(&skip_ns).await, "token").as_deref(),
+        Some("theirs")
     );
     let adopted = get(&adopt_ns).await;
     assert!(adopted.labels().contains_key("kubesync.io/managed-by"));
