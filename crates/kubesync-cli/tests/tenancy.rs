@@ -835,3 +835,77 @@ async fn a_grant_withdrawn_while_the_spec_is_refused_removes_its_copies() {
     );
     running.stop().await;
 }
+
+/// `--allow-destination-namespace` and `--deny-destination-namespace`, end to end through the
+/// binary's flags: a declaration for every namespace copies only into those allowed and not
+/// denied, and one naming a namespace outside them is refused, saying which flag.
+#[tokio::test]
+async fn destination_namespace_flags_bound_every_declaration() {
+    let env = operator_cluster(
+        "dest-flags",
+        false,
+        &["apps", "team-a", "team-b", "team-secret", "prod"],
+    )
+    .await;
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {a: '1'}\n")
+        .await
+        .expect("source");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: everywhere, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: '*'}]\n")
+        .await
+        .expect("objectsync");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: to-prod, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: prod}]\n")
+        .await
+        .expect("objectsync");
+    let port = free_port();
+    let _operator = RunningBinary(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().expect("kubeconfig"))
+            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", "none"])
+            .args(["--trusted-namespace", "apps"])
+            .args(["--allow-destination-namespace", "team-*"])
+            .args(["--deny-destination-namespace", "team-secret"])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("run kubesync"),
+    );
+    let client = env.client().expect("client");
+    let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
+    let refused = eventually("to-prod refused", T, || async {
+        let st = syncs.get("to-prod").await.ok()?.status?;
+        let (status, reason) = ready_condition(&st.conditions)?;
+        (status == "False").then(|| (reason, st.conditions))
+    })
+    .await;
+    assert_eq!(refused.0, "DestinationNotAllowed");
+    // Every namespace but those: copies in team-a and team-b only, and the declaration in sync.
+    eventually("everywhere in sync", T, || async {
+        let os = syncs.get("everywhere").await.ok()?;
+        let st = os.status?;
+        (st.observed_generation == os.metadata.generation
+            && st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Synced" && c.status == "True"))
+        .then_some(())
+    })
+    .await;
+    let mut copied = Vec::new();
+    for ns in ["team-a", "team-b", "team-secret", "prod", "apps"] {
+        let copy = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt("settings")
+            .await
+            .expect("get");
+        if copy.is_some_and(|c| {
+            c.metadata
+                .labels
+                .unwrap_or_default()
+                .contains_key("kubesync.io/managed-by")
+        }) {
+            copied.push(ns);
+        }
+    }
+    assert_eq!(copied, ["team-a", "team-b"]);
+}
