@@ -172,6 +172,42 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
 
 /// `/healthz` turns 503 when the operator's loop stands still (here: it was stopped while its
 /// telemetry goes on), and says for how long.
+/// `/readyz` answers 503, saying why, while the operator's watches fail (its cluster's
+/// apiserver is down), and 200 again once they have listed anew; `/healthz` stays 200
+/// throughout (the loop turns: restarting would not help).
+#[tokio::test]
+async fn readiness_fails_while_the_watches_fail_and_returns_after() {
+    let mut env = operator_cluster("readiness", false, &["apps"]).await;
+    let port = free_port();
+    let _operator = RunningBinary(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().expect("kubeconfig"))
+            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", "none"])
+            .env("RUST_LOG", "error")
+            .spawn()
+            .expect("run kubesync"),
+    );
+    let probe = |path: &'static str, want: u16| async move {
+        eventually(&format!("{path} answers {want}"), T, || async {
+            request(port, "GET", path)
+                .await
+                .filter(|(code, _)| *code == want)
+        })
+        .await
+    };
+    probe("/readyz", 200).await;
+    env.stop_apiserver();
+    let (_, why) = probe("/readyz", 503).await;
+    assert!(why.contains("watches fail"), "{why}");
+    let (code, _) = request(port, "GET", "/healthz").await.expect("healthz");
+    assert_eq!(code, 200, "alive while its cluster is away");
+    env.restart_apiserver().await.expect("restart");
+    probe("/readyz", 200).await;
+}
+
 #[tokio::test]
 async fn liveness_fails_when_the_loop_stalls() {
     use common::start_operator;
