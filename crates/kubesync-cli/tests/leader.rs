@@ -103,8 +103,53 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
     let (code, body) = request(port_b, "GET", "/readyz").await.expect("readyz");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("standby"), "{body}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(leading(port_b).await, Some(false), "still one leader");
+    // The leader renews its Lease: for three Lease durations, one holder throughout, its
+    // renewTime advancing (never a gap of a Lease duration, so it never expired), no
+    // transition; the standby never leads. Facts of the Lease, read every second.
+    let spec = || async {
+        Api::<Lease>::namespaced(env.client().expect("client"), "kube-system")
+            .get("kubesync")
+            .await
+            .expect("lease")
+            .spec
+            .unwrap_or_default()
+    };
+    let first = spec().await;
+    let duration = Duration::from_secs(
+        u64::try_from(first.lease_duration_seconds.expect("duration")).expect("positive"),
+    );
+    let renewed = |s: &k8s_openapi::api::coordination::v1::LeaseSpec| {
+        s.renew_time.as_ref().expect("renewTime").0
+    };
+    let (mut last, mut renewals) = (renewed(&first), 0);
+    let until = Instant::now() + duration * 3;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = spec().await;
+        assert_eq!(
+            now.holder_identity, first.holder_identity,
+            "one holder throughout"
+        );
+        assert_eq!(
+            now.lease_transitions, first.lease_transitions,
+            "no transition"
+        );
+        assert_eq!(leading(port_b).await, Some(false), "still one leader");
+        let at = renewed(&now);
+        if at > last {
+            let gap = at.duration_since(last);
+            assert!(
+                gap < jiff::SignedDuration::try_from(duration).expect("duration"),
+                "renewed {gap:?} after the last renewal: the Lease had expired"
+            );
+            renewals += 1;
+            last = at;
+        }
+    }
+    assert!(
+        renewals >= 3,
+        "renewed {renewals} times in three Lease durations"
+    );
 
     // A leader stopped with SIGTERM releases the Lease: the standby takes over without
     // waiting for it to expire (15 s). Checked on the Lease, not on the clock: the moment the
