@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
@@ -10,11 +11,11 @@ use crate::common::T;
 use crate::fleet::{Fleet, OPERATORS, Operator, Writes, size};
 use kubesync_testenv::eventually;
 
-/// The latest a standby of `kubesync run --leader-elect` may take over after the leader's
-/// death: the leader's last renewal may come just before the kill, the standby sees it at its
-/// next look (up to a retry period later), and takes over at its first look once the Lease
-/// has not changed for the Lease duration on its own clock (up to another retry period); one
-/// more second for the requests themselves. With client-go's timing: 15 + 2 + 2 + 1 s.
+/// The latest a standby of `kubesync run --leader-elect` may take over after the leader's last
+/// renewal: the standby sees that renewal at its next look (up to a retry period later), and
+/// takes over at its first look once the Lease has not changed for the Lease duration on its
+/// own clock (up to another retry period); one more second for the requests themselves. With
+/// client-go's timing: 15 + 2 + 2 + 1 s.
 fn takeover_bound() -> Duration {
     let t = kubesync_cli::leader::Timing::default();
     t.lease_duration + 2 * t.retry_period + Duration::from_secs(1)
@@ -55,6 +56,10 @@ async fn a_killed_leader_is_replaced_and_no_copy_is_written_by_both() {
     .await;
     leader.kill();
     let killed = Instant::now();
+    // The Lease as the killed leader left it: its last renewal.
+    let leases = Api::<Lease>::namespaced(fleet.client(), "kube-system");
+    let lease = |l: Lease| l.spec.unwrap_or_default();
+    let left_by_leader = lease(leases.get("kubesync").await.expect("lease"));
     let left = fleet.state(&["fleet"]).await;
     let undone = left.missing + left.unequal;
     assert!(undone > 0, "the leader finished before it was killed");
@@ -81,10 +86,29 @@ async fn a_killed_leader_is_replaced_and_no_copy_is_written_by_both() {
         outcome.written_by_both,
         outcome.converged_in.as_secs_f64()
     );
+    // Judged by the Lease, not by the test's clock: the standby took it over one transition
+    // later, no sooner than the Lease expired (its last renewal plus the Lease duration), and
+    // no later than the bound after that renewal.
+    let taken = lease(leases.get("kubesync").await.expect("lease"));
+    assert_ne!(taken.holder_identity, left_by_leader.holder_identity);
+    assert_eq!(
+        taken.lease_transitions.unwrap_or_default(),
+        left_by_leader.lease_transitions.unwrap_or_default() + 1
+    );
+    let last_renewal = left_by_leader.renew_time.expect("renewTime").0;
+    let acquired = taken.acquire_time.expect("acquireTime").0;
+    let waited = acquired.duration_since(last_renewal);
+    let (duration, bound) = (
+        kubesync_cli::leader::Timing::default().lease_duration,
+        takeover_bound(),
+    );
     assert!(
-        takeover < takeover_bound(),
-        "takeover took {takeover:?} (at most {:?})",
-        takeover_bound()
+        waited >= jiff::SignedDuration::try_from(duration).expect("duration"),
+        "taken over {waited:?} after the last renewal, before the Lease expired"
+    );
+    assert!(
+        waited <= jiff::SignedDuration::try_from(bound).expect("bound"),
+        "taken over {waited:?} after the last renewal (at most {bound:?})"
     );
     assert!(writes.by(b) >= undone, "the standby finished the work");
     assert_eq!(outcome.written_by_both, 0, "no copy written by both");
