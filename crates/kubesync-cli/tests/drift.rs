@@ -52,8 +52,28 @@ fn data(s: &Secret) -> BTreeMap<String, String> {
 /// fields. A later edit by a third manager is reverted and named too. Never a value.
 #[tokio::test]
 async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers() {
-    let env = operator_cluster("drift", false, &["apps", "team-a", "team-b", "team-c"]).await;
+    let env = operator_cluster_from(
+        kubesync_testenv::TestEnv::builder()
+            .name("drift")
+            .audit(true),
+        &["apps", "team-a", "team-b", "team-c"],
+    )
+    .await;
     let client = env.client().expect("client");
+    // kubesync's writes to the destinations' Secrets (its field manager, or a delete), from the
+    // audit log.
+    let kubesync_writes = || {
+        env.audit()
+            .expect("audit")
+            .iter()
+            .filter(|e| {
+                e.resource() == "secrets"
+                    && e.namespace().starts_with("team-")
+                    && (e.verb == "delete"
+                        || (e.is_write() && e.request_uri.contains("fieldManager=kubesync")))
+            })
+            .count()
+    };
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: apps}\ntype: Opaque\nstringData: {user: admin, password: s3cr3t, host: db1}\n").await.expect("secret");
     let sync = |mode: &str, destinations: &str| {
         format!(
@@ -76,6 +96,11 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     .await;
 
     // Report mode, team-b dropped and team-c added: nothing is written.
+    let written_before_report = kubesync_writes();
+    assert!(
+        written_before_report >= 2,
+        "the audit log shows kubesync's creates"
+    );
     env.apply_yaml(&sync(
         "Report",
         "[{namespace: team-a}, {namespace: team-c}]",
@@ -216,6 +241,14 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
             copy["host"].as_str()
         ),
         (ALICE, BOB, "db1"),
+        "Report mode wrote"
+    );
+    // Counted from the audit log: no create, update, patch or delete by kubesync at any
+    // destination while in Report mode (the status above, at the edits, is the witness that
+    // it reconciled them).
+    assert_eq!(
+        kubesync_writes(),
+        written_before_report,
         "Report mode wrote"
     );
     let status_text = serde_json::to_string(&os.status).expect("json");

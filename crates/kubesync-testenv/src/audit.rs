@@ -32,8 +32,8 @@ rules:
 pub struct AuditEvent {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
     pub verb: String,
-    /// The request's URI.
-    #[serde(default)]
+    /// The request's URI, with its query (`?fieldManager=…`).
+    #[serde(default, rename = "requestURI")]
     pub request_uri: String,
     /// Who sent it.
     pub user: AuditUser,
