@@ -109,16 +109,32 @@ async fn secret_value(env: &TestEnv, ns: &str, name: &str, key: &str) -> Option<
     Some(String::from_utf8_lossy(&s.data?.get(key)?.0).to_string())
 }
 
-/// Every line of the logs that reports a Forbidden answer.
+/// Every line of the logs that reports a Forbidden answer. Each log must hold the operator's
+/// start line (logged at `info`): an empty list from a log that was never written, or not
+/// read, would prove nothing.
 fn forbidden_lines(logs: &[PathBuf]) -> Vec<String> {
-    logs.iter()
-        .flat_map(|l| {
+    let lines: Vec<Vec<String>> = logs
+        .iter()
+        .map(|l| {
             std::fs::read_to_string(l)
                 .unwrap_or_default()
                 .lines()
                 .map(String::from)
-                .collect::<Vec<_>>()
+                .collect()
         })
+        .collect();
+    for (log, lines) in logs.iter().zip(&lines) {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("kubesync operator starting")),
+            "{} holds no start line: the log is not read",
+            log.display()
+        );
+    }
+    lines
+        .into_iter()
+        .flatten()
         .filter(|l| l.to_lowercase().contains("forbidden"))
         .collect()
 }

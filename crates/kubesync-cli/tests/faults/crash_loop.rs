@@ -72,6 +72,14 @@ async fn a_crash_loop_loses_nothing_and_touches_nothing_foreign() {
         pending.iter().filter(|p| **p > 0).count(),
         outcome.converged_in.as_secs_f64()
     );
+    // The log is read as it is written (JSON lines): the start line of the last life is in
+    // it, so an empty list of errors is not an unreadable log.
+    let started_lines = operator
+        .log_lines(&["INFO"])
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "kubesync operator starting")
+        .count();
+    assert!(started_lines >= 1, "the operator's log is not read");
     assert!(errors.is_empty(), "{errors:?}");
     assert!(
         pending.iter().any(|p| *p > 0),
