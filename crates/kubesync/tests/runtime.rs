@@ -98,6 +98,7 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
             max: Duration::from_secs(10),
             factor: 2.0,
         });
+    let ctx = controller.context();
     let running = start(
         controller,
         reconciler_fn(move |_key, _ctx| {
@@ -121,8 +122,18 @@ async fn failing_reconciles_are_retried_with_growing_delays() {
         async move { (n >= 6).then_some(()) }
     })
     .await;
-    // After the success nothing more happens (no events, resync far away).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // After the success nothing more is scheduled: a turn of the loop after it shows no key
+    // queued (retries waiting included), none in flight and none failing, and without events
+    // (none come: nothing changes in the namespace, resync is far away) nothing can run.
+    eventually("nothing left to do", Duration::from_secs(30), || {
+        let m = ctx.metrics();
+        let done = attempts.lock().expect("lock").len() >= 6
+            && m.queued() == 0
+            && m.in_flight() == 0
+            && m.failing() == 0;
+        async move { done.then_some(()) }
+    })
+    .await;
     let times = attempts.lock().expect("lock").clone();
     assert_eq!(times.len(), 6, "retries stop after the success");
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
@@ -452,10 +463,20 @@ async fn secondary_watches_map_events_across_clusters() {
         (mapped.cluster.as_str(), mapped.name.as_str()),
         ("east", "primary")
     );
-    // The unlabelled ConfigMap never produced a key.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    while let Ok(k) = rx.try_recv() {
-        assert_ne!(k.name, "ignored");
+    // The unlabelled ConfigMap never produces a key, also when it changes: it changes, then a
+    // labelled one is created; the labelled one's event comes after on the same watch, so
+    // every key up to its own is all the watch delivered.
+    apply_cm(east, &configmap(&ns, "ignored", &[], &[("changed", "1")])).await;
+    apply_cm(east, &configmap(&ns, "witness", &[("pick", "yes")], &[])).await;
+    loop {
+        let k = next(&mut rx, "the witness's key", Duration::from_secs(20)).await;
+        assert_ne!(
+            k.name, "ignored",
+            "the label selector let an object through"
+        );
+        if k.name == "witness" {
+            break;
+        }
     }
     running.stop().await;
 }
