@@ -193,6 +193,39 @@ impl Fleet {
         self.env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{kind: ConfigMap, selector: {{matchLabels: {{share: {share}}}}}}}\n  destinations: [{{namespaceSelector: {{matchLabels: {{{FLEET_LABEL}: \"yes\"}}}}}}]\n")).await.expect("objectsync");
     }
 
+    /// Makes every declaration in `declared` reconcile once more and waits for it: a spec
+    /// change that changes no copy (one more label to leave out, found on no source),
+    /// witnessed by its status at the new generation. Work in flight before finishes first
+    /// (one key is never reconciled twice at once), so its writes are in the audit log after.
+    pub async fn reconciled_again(&self, declared: &[&str]) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static ROUND: AtomicUsize = AtomicUsize::new(0);
+        let round = ROUND.fetch_add(1, Ordering::Relaxed);
+        let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(self.client(), "apps");
+        for name in declared {
+            let patched = syncs
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({
+                        "spec": {"labels": {"exclude": [format!("kubesync-witness-{round}")]}}
+                    })),
+                )
+                .await
+                .expect("reconcile again");
+            let generation = patched.metadata.generation;
+            kubesync_testenv::eventually(
+                &format!("{name} reconciled at generation {generation:?}"),
+                crate::common::T,
+                || async {
+                    let st = syncs.get(name).await.ok()?.status?;
+                    (st.observed_generation == generation).then_some(())
+                },
+            )
+            .await;
+        }
+    }
+
     /// Starts `kubesync run` on the fleet's cluster (see [`Operator::start`]).
     pub fn operator(&self, user: &'static str, args: &[&str], log: &str) -> Operator {
         Operator::start(&self.env, user, args, log)
@@ -282,8 +315,9 @@ impl Fleet {
     }
 
     /// Waits until the state is converged (every copy present and equal, no orphan, no
-    /// namespace still terminating) and returns it with the time since `since`; then, after
-    /// `settle` more (for late writes to show), adds the audit log's figures.
+    /// namespace still terminating) and returns it with the time since `since`; then, once
+    /// every declaration has reconciled again after it ([`Self::reconciled_again`]: late
+    /// writes are done), adds the audit log's figures.
     pub async fn converge(&self, declared: &[&str], since: Instant, timeout: Duration) -> Outcome {
         let mut last;
         loop {
@@ -298,7 +332,7 @@ impl Fleet {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let took = since.elapsed();
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.reconciled_again(declared).await;
         let mut outcome = self.state(declared).await;
         outcome.converged_in = took;
         let writes = Writes::of(&self.env, "configmaps");
