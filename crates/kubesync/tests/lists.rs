@@ -133,6 +133,7 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     let env = TestEnv::builder()
         .name("lists-off")
         .apiserver_arg("--feature-gates=WatchList=false")
+        .audit(true)
         .start()
         .await
         .expect("start");
@@ -140,6 +141,22 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     let auto = cluster(&env);
     let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
     assert!(lists >= 1.0, "fell back to a LIST ({lists})");
+    // Served from the apiserver's watch cache (resourceVersion=0), never a quorum read from
+    // etcd: every LIST of the namespace's ConfigMaps in the audit log says so.
+    let list_uris: Vec<String> = env
+        .audit()
+        .expect("audit")
+        .into_iter()
+        .filter(|e| e.verb == "list" && e.resource() == "configmaps" && e.namespace() == ns)
+        .map(|e| e.request_uri)
+        .collect();
+    assert!(!list_uris.is_empty(), "the audit log shows the LIST");
+    for uri in &list_uris {
+        assert!(
+            uri.contains("resourceVersion=0"),
+            "a LIST not served from the watch cache: {uri}"
+        );
+    }
     assert!(
         !auto
             .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
