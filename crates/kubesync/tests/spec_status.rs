@@ -1459,3 +1459,41 @@ async fn the_counter_counts_objects_in_sync_paused_and_how_long_behind() {
     .await;
     running.stop().await;
 }
+
+/// A local object with no status yet uploads nothing: the remote's status stays as it is
+/// (sync-controller wiped it with an empty one), and the local status, once there, goes up.
+#[tokio::test]
+async fn a_local_object_without_a_status_uploads_nothing() {
+    init_tracing();
+    let (remote, local) = clusters().await;
+    let ns = unique_ns("nostatus");
+    remote.create_namespace(&ns).await.expect("ns");
+    apply_widget(remote, &ns, "s", serde_json::json!({"spec": {"size": 1}})).await;
+    set_status(remote, &ns, "s", serde_json::json!({"phase": "Remote"})).await;
+    let engine = SpecStatusSync::builder(widget_type())
+        .namespace_prefix(&ns)
+        .build(cluster(remote), cluster(local));
+    let running = common::start_engine(engine).await;
+    let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
+    let copy = until(&l, "s", "local created", |_| true).await;
+    assert!(
+        copy.data
+            .get("status")
+            .is_none_or(|s| s.is_null() || s == &serde_json::json!({}))
+    );
+    // The pass that writes the generation marks decided on the status first (status up, then
+    // spec down, then the marks): it left the remote status alone.
+    let rw = until(&r, "s", "generation marks", |o| {
+        o.annotations()
+            .contains_key("kubesync.io/sync-local-generation")
+    })
+    .await;
+    assert_eq!(rw.data["status"], serde_json::json!({"phase": "Remote"}));
+    // Once the local object has a status, it goes up.
+    set_status(local, &ns, "s", serde_json::json!({"phase": "Local"})).await;
+    until(&r, "s", "the local status uploaded", |o| {
+        o.data["status"]["phase"] == "Local"
+    })
+    .await;
+    running.stop().await;
+}
