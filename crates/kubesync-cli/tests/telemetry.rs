@@ -179,17 +179,7 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
 async fn readiness_fails_while_the_watches_fail_and_returns_after() {
     let mut env = operator_cluster("readiness", false, &["apps"]).await;
     let port = free_port();
-    let _operator = RunningBinary(
-        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(env.kubeconfig_path().expect("kubeconfig"))
-            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-address", "none"])
-            .env("RUST_LOG", "error")
-            .spawn()
-            .expect("run kubesync"),
-    );
+    let _operator = common::run_binary(&env, port, &[]);
     let probe = |path: &'static str, want: u16| async move {
         eventually(&format!("{path} answers {want}"), T, || async {
             request(port, "GET", path)

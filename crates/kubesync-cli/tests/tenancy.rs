@@ -857,19 +857,17 @@ async fn destination_namespace_flags_bound_every_declaration() {
         .await
         .expect("objectsync");
     let port = free_port();
-    let _operator = RunningBinary(
-        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(env.kubeconfig_path().expect("kubeconfig"))
-            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-address", "none"])
-            .args(["--trusted-namespace", "apps"])
-            .args(["--allow-destination-namespace", "team-*"])
-            .args(["--deny-destination-namespace", "team-secret"])
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("run kubesync"),
+    let _operator = run_binary(
+        &env,
+        port,
+        &[
+            "--trusted-namespace",
+            "apps",
+            "--allow-destination-namespace",
+            "team-*",
+            "--deny-destination-namespace",
+            "team-secret",
+        ],
     );
     let client = env.client().expect("client");
     let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");

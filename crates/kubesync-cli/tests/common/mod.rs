@@ -125,6 +125,22 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
 /// A `kubesync` process, killed when the test ends, however it ends.
 pub struct RunningBinary(pub std::process::Child);
 
+/// `kubesync run` on `env`, its probes on `port`, `/metrics` off, with `args` more.
+pub fn run_binary(env: &kubesync_testenv::TestEnv, port: u16, args: &[&str]) -> RunningBinary {
+    RunningBinary(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().expect("kubeconfig"))
+            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", "none"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("run kubesync"),
+    )
+}
+
 impl Drop for RunningBinary {
     fn drop(&mut self) {
         let _ = self.0.kill();

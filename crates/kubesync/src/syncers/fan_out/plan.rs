@@ -221,12 +221,13 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             Some(copy) if !dest.ignore.is_empty() => rules::ignore::resolve(copy, &dest.ignore),
             _ => Vec::new(),
         };
+        let compared = existing
+            .as_deref()
+            .map(|e| rules::ignore::without(e, &theirs));
+        let wanted = rules::ignore::without(&desired, &theirs);
         let decision = rules::decide(
-            existing
-                .as_deref()
-                .map(|e| rules::ignore::without(e, &theirs))
-                .as_deref(),
-            &rules::ignore::without(&desired, &theirs),
+            compared.as_deref(),
+            &wanted,
             &decl.owner,
             dest.strategy,
             spec.on_conflict,
@@ -265,14 +266,9 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                 // A copy (held in full) that is updated: what changes, and whether someone
                 // else changed it. Objects to adopt are held as metadata only.
                 // The paths are kept for Report mode only (Enforce writes at once).
-                let (changed, drift) = match (&decision, &existing) {
+                let (changed, drift) = match (&decision, compared.as_deref()) {
                     (Decision::Update, Some(copy)) => {
-                        let copy = &*rules::ignore::without(copy, &theirs);
-                        let changed = rules::changed_fields(
-                            copy,
-                            &rules::ignore::without(&desired, &theirs),
-                            dest.strategy,
-                        );
+                        let changed = rules::changed_fields(copy, &wanted, dest.strategy);
                         let drift = rules::drift(copy, &desired, &changed, rules::FIELD_MANAGER);
                         let changed = match spec.mode {
                             Mode::Report => changed.iter().map(ToString::to_string).collect(),
