@@ -307,6 +307,7 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
         deletion_policy: Default::default(),
         mode: Default::default(),
         update_policy: Default::default(),
+        adoptable: None,
     }
 }
 

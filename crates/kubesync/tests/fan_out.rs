@@ -153,6 +153,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         deletion_policy: Default::default(),
         mode: Default::default(),
         update_policy: Default::default(),
+        adoptable: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn all_with_label(label: &str) -> Destination {
             )])),
             exclude_namespaces: vec![],
             only_namespaces: vec![],
+            matcher: None,
         },
         ..Default::default()
     }
@@ -539,6 +541,7 @@ async fn replace_recreates_on_an_immutable_field_and_filters_apply() {
             include: vec!["ca.crt".into()],
             rename: [("ca.crt".to_string(), "bundle.pem".to_string())].into(),
         }),
+        ..Default::default()
     };
     let specs: Specs = Arc::new(Mutex::new([("r".to_string(), s)].into()));
     let running = run_fan_out(env, &control, specs, Arc::default(), vec![]);

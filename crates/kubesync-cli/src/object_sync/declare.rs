@@ -182,6 +182,7 @@ impl ObjectSyncController {
             deletion_policy: deletion_policy(spec),
             mode: mode(spec),
             update_policy: Default::default(),
+            adoptable: None,
         })
     }
 }
@@ -273,6 +274,7 @@ pub(super) fn declare(
                     namespace_selector: selector,
                     exclude_namespaces: exclude,
                     only_namespaces: policy.allow_destination_namespaces.clone(),
+                    matcher: None,
                 },
                 name: d.name.clone(),
                 name_prefix: d.name_prefix.clone(),
@@ -311,6 +313,7 @@ pub(super) fn declare(
                 include: d.include.clone(),
                 rename: d.rename.clone(),
             }),
+            ..Default::default()
         },
         deletion_policy: deletion_policy(spec),
         mode: mode(spec),
@@ -318,6 +321,7 @@ pub(super) fn declare(
             crate::crd::UpdatePolicy::Sync => UpdatePolicy::Sync,
             crate::crd::UpdatePolicy::CreateOnly => UpdatePolicy::CreateOnly,
         },
+        adoptable: None,
     })
 }
 
@@ -377,7 +381,7 @@ pub(super) fn admitted(
 /// The consent an ObjectSync in the untrusted `namespace` needs (pure): its own namespace
 /// takes the default-grantable kinds without a grant; everything else needs a SyncGrant that
 /// admits it, and an adoption one that says `adopt: true` (see [`policy`]).
-pub(super) fn consent(
+pub(crate) fn consent(
     policy: &Arc<ObjectSyncPolicy>,
     namespace: &str,
     resource: &ApiResource,

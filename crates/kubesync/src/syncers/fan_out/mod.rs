@@ -23,6 +23,6 @@ pub mod spec;
 
 pub use pipeline::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
 pub use spec::{
-    Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOutSpec,
-    Mode, Outcome, Planned, Selection, SourceRef, UpdatePolicy,
+    Adoptable, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus,
+    FanOutSpec, Mode, Outcome, Planned, Selection, SourceRef, UpdatePolicy,
 };

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
-use super::rules::{self, Decision, Strategy};
+use super::rules::{self, Decision, OnConflict, Strategy};
 use super::spec::{
-    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Mode,
-    Planned, UpdatePolicy,
+    Adoptable, Consent, Declaration, Destination, DestinationRef, DestinationState,
+    DestinationStatus, Mode, Planned, UpdatePolicy,
 };
 
 /// What the plan reads from the fan-out's stores.
@@ -71,6 +71,10 @@ pub struct Write {
     pub drift: Option<rules::Drift>,
     /// An update in [`Mode::Report`]: the fields that change (paths, never values).
     pub changed: Vec<String>,
+    /// Why adopting an object found here is refused by its namespace's consent (`None`:
+    /// consent allows it); a decision made again on a live read is held to it
+    /// ([`gate_adoption`]).
+    pub adoption_refused: Option<String>,
 }
 
 /// A copy of this declaration to delete, or to release.
@@ -233,18 +237,26 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             spec.on_conflict,
         );
         // Adopting someone else's object needs the consent of its namespace's owners, also
-        // where copies need none.
-        let decision = match (&spec.consent, decision) {
-            (Some(consent), Decision::Adopt)
-                if !adoption_consented(consent, *stores, source, at) =>
+        // where copies need none, and the declaration's adoption rule.
+        let adoption_refused = match &spec.consent {
+            Some(consent)
+                if spec.on_conflict == OnConflict::Adopt
+                    && !adoption_consented(consent, *stores, source, at) =>
             {
-                Decision::Conflict(format!(
+                Some(format!(
                     "{} exists and kubesync did not create it; adopting it (onConflict: adopt) needs a SyncGrant in {} with adopt: true that admits this declaration",
                     at.name, at.namespace
                 ))
             }
-            (_, decision) => decision,
+            _ => None,
         };
+        let decision = gate_adoption(
+            decision,
+            adoption_refused.as_deref(),
+            spec.adoptable.as_ref(),
+            existing.as_deref(),
+            &desired,
+        );
         match decision {
             Decision::InSync => {
                 plan.statuses
@@ -289,6 +301,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     source_resource_version: source_rv,
                     drift,
                     changed,
+                    adoption_refused,
                 });
             }
         }
@@ -386,6 +399,31 @@ pub fn withdrawn<S: Stores>(
             .get(&d.at)
             .is_some_and(|copy| !consented(consent, local, stores, copy, &d.at))
     })
+}
+
+/// A decision to adopt the object `there`, held to the destination's consent (`refused`: why
+/// it does not allow adoption) and the declaration's adoption rule (judged on the object and
+/// the `desired` copy); any other decision is kept (pure). The plan decides with it, and so
+/// does a decision made again on a live read.
+pub fn gate_adoption(
+    decision: Decision,
+    refused: Option<&str>,
+    adoptable: Option<&Adoptable>,
+    there: Option<&DynamicObject>,
+    desired: &DynamicObject,
+) -> Decision {
+    if decision != Decision::Adopt {
+        return decision;
+    }
+    if let Some(why) = refused {
+        return Decision::Conflict(why.to_string());
+    }
+    match adoptable {
+        Some(a) if !there.is_some_and(|e| (a.admits)(e, desired)) => {
+            Decision::Conflict(a.refusal.clone())
+        }
+        _ => decision,
+    }
 }
 
 /// Whether the owners of `at`'s namespace consent to kubesync adopting the object there as
@@ -683,6 +721,7 @@ mod tests {
                 deletion_policy: Default::default(),
                 mode: Default::default(),
                 update_policy: Default::default(),
+                adoptable: None,
             },
             deleting: false,
             refused: false,
@@ -768,6 +807,7 @@ mod tests {
             source_resource_version: "42".into(),
             drift: None,
             changed: changed.iter().map(|c| c.to_string()).collect(),
+            adoption_refused: None,
         };
         let statuses = report_mode_statuses(
             vec![
@@ -1060,6 +1100,33 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn an_adoption_rule_adopts_only_what_it_admits() {
+        let mut decl = declaration(vec![destination(None, "*")]);
+        decl.spec.on_conflict = OnConflict::Adopt;
+        decl.spec.adoptable = Some(Adoptable {
+            admits: Arc::new(|there, copy| {
+                there.annotations().get("made-from") == copy.annotations().get(rules::SOURCE)
+            }),
+            refusal: "not made from this source".into(),
+        });
+        let mut theirs = obj(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "ca", "namespace": "a", "uid": "t",
+                "annotations": {"made-from": "core/Secret/src/ca"}}}));
+        let stores = Fake::default()
+            .with_namespaces("local", &[("a", json!({})), ("b", json!({}))])
+            .with_object(&at("local", "a"), theirs.clone());
+        theirs.metadata.annotations = None;
+        let stores = stores.with_object(&at("local", "b"), theirs);
+        let plan = Run::new(decl, stores).plan();
+        assert_eq!(written(&plan), [(at("local", "a"), Decision::Adopt)]);
+        assert_eq!(
+            states(&plan),
+            [("local/b".into(), DestinationState::Conflict)]
+        );
+        assert_eq!(plan.statuses[0].message, "not made from this source");
     }
 
     #[test]

@@ -211,6 +211,38 @@ pub struct FanOutSpec {
     pub mode: Mode,
     /// Whether copies are updated once they exist.
     pub update_policy: UpdatePolicy,
+    /// With [`OnConflict::Adopt`]: if given, only the objects it admits are adopted; every
+    /// other object kubesync did not create is a `Conflict`.
+    pub adoptable: Option<Adoptable>,
+}
+
+/// What an [`Adoptable`] calls: `(object there, desired copy) -> bool`.
+pub type AdoptionRule = dyn Fn(&DynamicObject, &DynamicObject) -> bool + Send + Sync;
+
+/// Which objects kubesync did not create a declaration may adopt (with
+/// [`OnConflict::Adopt`]), e.g. the copies another tool made of the same source.
+#[derive(Clone)]
+pub struct Adoptable {
+    /// `(object there, desired copy)`: whether the object there (as the stores hold it:
+    /// metadata at least; or as read live) may be adopted as that copy (which carries
+    /// kubesync's marks, the source's among them).
+    pub admits: Arc<AdoptionRule>,
+    /// The Conflict's message for an object it does not admit.
+    pub refusal: String,
+}
+
+impl fmt::Debug for Adoptable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adoptable")
+            .field("refusal", &self.refusal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Adoptable {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.admits, &other.admits) && self.refusal == other.refusal
+    }
 }
 
 /// Whether a declaration's copies are updated once they exist.

@@ -214,7 +214,7 @@ impl FanOut {
         w: &Write,
     ) -> (DestinationStatus, bool) {
         let ar = &decl.spec.source.resource;
-        let (at, desired) = (&w.at, &w.desired);
+        let at = &w.at;
         let mut existing = w.existing.clone();
         let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy);
         let mut step = settling.start();
@@ -230,19 +230,14 @@ impl FanOut {
                         end.sent,
                     );
                 }
-                Step::LookAgain => {
-                    match self
-                        .look_again(ctx, decl, at, desired, w.strategy, &w.ignore)
-                        .await
-                    {
-                        Ok((found, again)) => {
-                            let exists = found.is_some();
-                            existing = found;
-                            settling.found(exists, again)
-                        }
-                        Err(status) => return (status, false),
+                Step::LookAgain => match self.look_again(ctx, decl, w).await {
+                    Ok((found, again)) => {
+                        let exists = found.is_some();
+                        existing = found;
+                        settling.found(exists, again)
                     }
-                }
+                    Err(status) => return (status, false),
+                },
                 Step::Write => {
                     let written = self.write_copy(ctx, ar, w, existing.as_deref()).await;
                     match &written {
@@ -278,20 +273,26 @@ impl FanOut {
         &self,
         ctx: &Context,
         decl: &Declaration,
-        at: &DestinationRef,
-        desired: &DynamicObject,
-        strategy: Strategy,
-        ignore: &rules::Ignore,
+        w: &Write,
     ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
+        let at = &w.at;
         match self.read(ctx, &decl.spec.source.resource, at).await {
             Ok(found) => {
                 let decision = rules::ignore::decide_leaving(
                     found.as_ref(),
-                    desired,
-                    ignore,
+                    &w.desired,
+                    &w.ignore,
                     &decl.owner,
-                    strategy,
+                    w.strategy,
                     decl.spec.on_conflict,
+                );
+                // Held to the same consent and adoption rule as the plan's decision.
+                let decision = plan::gate_adoption(
+                    decision,
+                    w.adoption_refused.as_deref(),
+                    decl.spec.adoptable.as_ref(),
+                    found.as_ref(),
+                    &w.desired,
                 );
                 Ok((found.map(Arc::new), decision))
             }

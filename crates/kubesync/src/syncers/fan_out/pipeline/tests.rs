@@ -60,6 +60,7 @@ fn declaration(ar: ApiResource) -> Declaration {
             deletion_policy: Default::default(),
             mode: Default::default(),
             update_policy: Default::default(),
+            adoptable: None,
         },
         deleting: false,
         refused: false,
@@ -89,6 +90,7 @@ async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStat
         source_resource_version: "7".into(),
         drift: None,
         changed: Vec::new(),
+        adoption_refused: None,
     };
     fan.settle(ctx, &decl, &write).await.0
 }

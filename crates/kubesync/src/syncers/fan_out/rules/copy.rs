@@ -90,6 +90,41 @@ pub struct Owner {
     pub uid: String,
 }
 
+/// Annotations a copy carries besides the source's: `(source, copy) -> annotations`, computed
+/// from the copy as built (filtered, marked) and its source, e.g. another tool's bookkeeping.
+/// Must be a function of its arguments (the plan compares the copy it builds with the one
+/// there). Never overrides kubesync's marks ([`OWNER`], [`SOURCE`], [`SOURCE_VERSION`]).
+/// Compared by identity.
+#[derive(Clone)]
+pub struct Annotator(pub std::sync::Arc<Annotate>);
+
+/// What an [`Annotator`] calls: `(source, copy) -> annotations`.
+pub type Annotate =
+    dyn Fn(&DynamicObject, &DynamicObject) -> BTreeMap<String, String> + Send + Sync;
+
+impl Annotator {
+    /// An annotator from a function.
+    pub fn new(
+        f: impl Fn(&DynamicObject, &DynamicObject) -> BTreeMap<String, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for Annotator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Annotator(..)")
+    }
+}
+
+impl PartialEq for Annotator {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Annotator {}
+
 /// What the copy must carry besides the source's content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CopyRules {
@@ -99,6 +134,10 @@ pub struct CopyRules {
     pub annotations: KeyFilter,
     /// Secret/ConfigMap key control (ignored for other kinds).
     pub data: Option<DataFilter>,
+    /// Labels every copy carries besides the source's (never the `managed-by` mark).
+    pub extra_labels: BTreeMap<String, String>,
+    /// Annotations computed for each copy (see [`Annotator`]).
+    pub annotate: Option<Annotator>,
 }
 
 /// The value of the [`SOURCE`] mark: `<group>/<kind>/<namespace>/<name>` (`core` for the core
@@ -164,6 +203,23 @@ pub fn desired_copy(
         }
     }
     super::allocated::strip(&mut copy);
+    // Never the marks.
+    if let Some(labels) = copy.metadata.labels.as_mut() {
+        for (k, v) in rules.extra_labels.iter().filter(|(k, _)| *k != MANAGED_BY) {
+            labels.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(annotate) = &rules.annotate {
+        let extra = (annotate.0)(source, &copy);
+        if let Some(annotations) = copy.metadata.annotations.as_mut() {
+            let marks = [OWNER, SOURCE, SOURCE_VERSION];
+            annotations.extend(
+                extra
+                    .into_iter()
+                    .filter(|(k, _)| !marks.contains(&k.as_str())),
+            );
+        }
+    }
     copy
 }
 
@@ -215,6 +271,19 @@ mod tests {
                 include: vec!["ca.crt".into()],
                 rename: [("ca.crt".to_string(), "bundle.pem".to_string())].into(),
             }),
+            extra_labels: labels(&[("tool", "x"), (MANAGED_BY, "forged")]),
+            annotate: Some(Annotator::new(|source, copy| {
+                let keys = copy.data["data"].as_object().map(|m| m.len()).unwrap_or(0);
+                [
+                    ("copied-keys".to_string(), keys.to_string()),
+                    (
+                        "from".to_string(),
+                        source.metadata.name.clone().unwrap_or_default(),
+                    ),
+                    (OWNER.to_string(), "forged".to_string()),
+                ]
+                .into()
+            })),
         };
         let c = desired_copy(
             &secret_type(),
@@ -236,9 +305,11 @@ mod tests {
         assert_eq!(v["metadata"].get("ownerReferences"), None);
         assert_eq!(
             v["metadata"]["labels"],
-            json!({"app": "ca", MANAGED_BY: "uid-1"})
+            json!({"app": "ca", "tool": "x", MANAGED_BY: "uid-1"})
         );
         assert_eq!(v["metadata"]["annotations"]["note"], "hi");
+        assert_eq!(v["metadata"]["annotations"]["copied-keys"], "1");
+        assert_eq!(v["metadata"]["annotations"]["from"], "ca");
         assert_eq!(v["metadata"]["annotations"].get(LAST_APPLIED), None);
         assert_eq!(v["metadata"]["annotations"][OWNER], "local/apps/share-ca");
         assert_eq!(v["metadata"]["annotations"][SOURCE], "core/Secret/certs/ca");

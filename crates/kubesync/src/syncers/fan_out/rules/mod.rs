@@ -19,7 +19,9 @@ pub mod path;
 pub mod select;
 pub mod settle;
 
-pub use copy::{CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark};
+pub use copy::{
+    Annotator, CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark,
+};
 pub use decide::{
     Decision, DeletionPolicy, OnConflict, Strategy, apply_precondition, decide, in_sync, orphans,
     release_patch,
@@ -28,7 +30,7 @@ pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, changes_by_othe
 pub use ignore::{Ignore, Pointer};
 pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
-pub use select::{NamespaceRule, glob, selector};
+pub use select::{NamespaceMatcher, NamespaceRule, glob, selector};
 
 /// A copy as kubesync holds it in its stores (a watch transform): without the fields no
 /// destination may set ([`allocated::strip_held`]), and its large values as digests

@@ -37,6 +37,37 @@ pub fn glob(pattern: &str, text: &str) -> bool {
     }
     p[pi..].iter().all(|c| *c == '*')
 }
+/// A namespace predicate beyond names, globs and selectors: `(name, labels) -> bool`, e.g.
+/// another tool's pattern language. Compared by identity.
+#[derive(Clone)]
+pub struct NamespaceMatcher(pub std::sync::Arc<NamespacePredicate>);
+
+/// What a [`NamespaceMatcher`] calls: `(name, labels) -> bool`.
+pub type NamespacePredicate = dyn Fn(&str, &BTreeMap<String, String>) -> bool + Send + Sync;
+
+impl NamespaceMatcher {
+    /// A matcher from a predicate.
+    pub fn new(
+        f: impl Fn(&str, &BTreeMap<String, String>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for NamespaceMatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NamespaceMatcher(..)")
+    }
+}
+
+impl PartialEq for NamespaceMatcher {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for NamespaceMatcher {}
+
 /// Which namespaces of a cluster receive a copy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NamespaceRule {
@@ -49,6 +80,8 @@ pub struct NamespaceRule {
     /// If not empty, only namespaces matching one of these names or globs (an operator's
     /// allow list, on top of the rule).
     pub only_namespaces: Vec<String>,
+    /// If given, only namespaces it matches too (on top of everything above).
+    pub matcher: Option<NamespaceMatcher>,
 }
 
 impl NamespaceRule {
@@ -79,6 +112,7 @@ impl NamespaceRule {
             && !self.exclude_namespaces.iter().any(|g| glob(g, name))
             && (self.only_namespaces.is_empty()
                 || self.only_namespaces.iter().any(|g| glob(g, name)))
+            && self.matcher.as_ref().is_none_or(|m| (m.0)(name, labels))
     }
 }
 
@@ -137,6 +171,21 @@ mod tests {
         assert!(selected.matches("x", &labels(&[("env", "prod")]), false));
         assert!(!selected.matches("x", &labels(&[("env", "prod"), ("tier", "legacy")]), false));
         assert!(!selected.matches("x", &labels(&[("env", "dev")]), false));
+        let matched = NamespaceRule {
+            exclude_namespaces: vec!["team-x".into()],
+            matcher: Some(NamespaceMatcher::new(|name, labels| {
+                name.starts_with("team-") || labels.contains_key("shared")
+            })),
+            ..Default::default()
+        };
+        assert!(matched.matches("team-a", &labels(&[]), false));
+        assert!(matched.matches("x", &labels(&[("shared", "")]), false));
+        assert!(!matched.matches("x", &labels(&[]), false));
+        assert!(
+            !matched.matches("team-x", &labels(&[]), false),
+            "the other rules still apply"
+        );
+        assert!(!matched.matches("team-a", &labels(&[]), true));
     }
 
     #[test]
