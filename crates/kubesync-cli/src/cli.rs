@@ -135,6 +135,11 @@ struct RunArgs {
     /// `list-watch` or `streaming-list`.
     #[arg(long, default_value = "auto", env = "KUBESYNC_LIST_STRATEGY", value_parser = parse_list_strategy)]
     list_strategy: kubesync::cluster::ListStrategy,
+    /// Honour another copier's annotations on Secrets, ConfigMaps (and, for `replicator`,
+    /// Roles, RoleBindings and ServiceAccounts) as implicit declarations: `reflector`
+    /// (emberstack) or `replicator` (mittwald); repeatable. Off by default.
+    #[arg(long = "compat", value_enum)]
+    compat: Vec<crate::compat::Tool>,
 }
 
 /// The reference of every command and flag, as Markdown, generated from the command line's
@@ -255,6 +260,7 @@ pub async fn main() -> ExitCode {
                 leader_election_namespace,
                 leader_election_name,
                 list_strategy,
+                compat,
             } = *args;
             if let Ok(own) = std::env::var("POD_NAMESPACE")
                 && !own.is_empty()
@@ -296,6 +302,7 @@ pub async fn main() -> ExitCode {
                 endpoints,
                 election,
                 list_strategy,
+                compat,
             )
             .await
         }
@@ -371,6 +378,7 @@ async fn run(
     endpoints: crate::telemetry::Endpoints,
     election: Option<Election>,
     list_strategy: kubesync::cluster::ListStrategy,
+    compat: Vec<crate::compat::Tool>,
 ) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
@@ -390,6 +398,7 @@ async fn run(
     tracing::info!("kubesync operator starting");
     let options = crate::operator::OperatorOptions {
         policy,
+        compat,
         ..Default::default()
     };
     let operator = crate::operator::Operator::with_options(local, options);

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod cli;
+pub mod compat;
 pub mod crd;
 pub mod events;
 pub mod lag;

@@ -16,6 +16,7 @@ use kubesync::Writer;
 use kubesync::runtime::{Action, Context, Controller, Reconciler, Watch};
 use kubesync::{Cluster, ObjectKey};
 
+use crate::compat::CompatController;
 use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, ResourceSync};
 use crate::lag::Lags;
 pub use crate::object_sync::ObjectSyncGauge;
@@ -94,6 +95,8 @@ pub struct Operator {
     leader: Mutex<Option<bool>>,
     /// Liveness fails when the loop has not turned for this long.
     stuck_after: Duration,
+    /// With `--compat`: the annotation-declared syncs.
+    compat: Option<CompatController>,
 }
 
 /// Options of an [`Operator`].
@@ -109,6 +112,8 @@ pub struct OperatorOptions {
     /// [`STUCK_AFTER`], 60 s; the loop turns at least every
     /// few seconds when idle).
     pub stuck_after: Duration,
+    /// The tools whose annotations are honoured as implicit declarations (none by default).
+    pub compat: Vec<crate::compat::Tool>,
 }
 
 impl Default for OperatorOptions {
@@ -118,6 +123,7 @@ impl Default for OperatorOptions {
             policy: Default::default(),
             fan_out_concurrency: 16,
             stuck_after: STUCK_AFTER,
+            compat: Vec::new(),
         }
     }
 }
@@ -134,7 +140,11 @@ impl Operator {
         let writes = OwnWrites::new(local.clone(), Writer::new());
         let remotes = Arc::new(RemoteClusters::new(local.clone()));
         let lags = Lags::default();
+        let policy = Arc::new(options.policy.clone());
+        let compat = (!options.compat.is_empty())
+            .then(|| CompatController::new(local.client().clone(), options.compat, policy));
         Arc::new(Self {
+            compat,
             object_syncs: ObjectSyncController::new(
                 local.clone(),
                 writes.clone(),
@@ -308,6 +318,20 @@ impl Operator {
                 Watch::of::<RemoteCluster>().metadata_only(),
                 move |key, _| ResourceSyncController::users_of_remote_cluster(&ctx, key),
             )?;
+        // With --compat: the annotated objects are declarations too, and a copy they declared
+        // maps back to its source (also when the source is gone).
+        let mut controller = controller;
+        for (ar, (annotated, copies)) in self
+            .compat
+            .iter()
+            .flat_map(|c| c.resources().iter().cloned().zip(c.watches()))
+        {
+            controller = controller.watch(LOCAL, annotated)?.watch_mapped(
+                LOCAL,
+                copies,
+                move |_, copy| CompatController::source_of(&ar, copy),
+            )?;
+        }
         controller
             .run(OperatorReconciler(self.clone()), shutdown)
             .await?;
@@ -336,7 +360,10 @@ impl Reconciler for OperatorReconciler {
             Some(Managed::RemoteCluster) => {
                 op.resource_syncs.reconcile_remote_cluster(key, ctx).await
             }
-            None => Ok(Action::done()),
+            None => match &op.compat {
+                Some(compat) => compat.reconcile(key, ctx, op.object_syncs.fan_out()).await,
+                None => Ok(Action::done()),
+            },
         }
     }
 }

@@ -12,7 +12,7 @@
 //! ClusterObjectSync, by one create in [`events::CLUSTER_EVENTS_NAMESPACE`]).
 
 mod check;
-mod declare;
+pub(crate) mod declare;
 pub mod policy;
 pub mod status;
 

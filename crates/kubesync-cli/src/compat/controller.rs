@@ -1,0 +1,489 @@
+//! The compat controller: each object whose annotations declare a push (reflector's
+//! `reflection-auto-enabled`, replicator's `replicate-to`/`replicate-to-matching`) is an
+//! implicit declaration, keyed by the object itself, reconciled on the same fan-out as
+//! ObjectSyncs.
+//!
+//! A reconcile reads like an ObjectSync's: gather (the object's annotations from the
+//! operator's store, the copies its earlier selves made, found by their marks) → decide (the
+//! pure [`declared`](super::declared) reading, the operator's policy) → the fan-out, which
+//! writes. What it could not do (a same-named object it did not make, an unreadable pattern,
+//! a refusal) is said in Events on the source, once per change. The source is never written:
+//! it holds no finalizer, and a deleted source's copies are found by their marks
+//! ([`DECLARED_BY`](super::DECLARED_BY) and the uid in `managed-by`), also after a restart.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync::ObjectKey;
+use kubesync::runtime::{Action, Context, Watch};
+use kubesync::syncers::fan_out::rules::{
+    Annotator, CopyRules, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceMatcher, NamespaceRule,
+    OnConflict, Owner,
+};
+use kubesync::syncers::fan_out::{
+    Adoptable, Declaration, Destination, DestinationState, FanOut, FanOutSpec, Mode, Outcome,
+    SourceRef, UpdatePolicy,
+};
+use parking_lot::Mutex;
+
+use super::declared::{self, Declared, REFLECTOR, REPLICATOR, marked_source};
+use super::{DECLARED_BY, DECLARED_BY_ANNOTATIONS, Tool};
+use crate::events;
+use crate::object_sync::ObjectSyncPolicy;
+use crate::remote::LOCAL;
+
+/// The compat controller (see the module's documentation).
+pub struct CompatController {
+    tools: Vec<Tool>,
+    resources: Vec<ApiResource>,
+    policy: Arc<ObjectSyncPolicy>,
+    client: kube::Client,
+    reporter: kube::runtime::events::Reporter,
+    budget: events::EventBudget,
+    /// Per declaration, the notes last published as Events (each is published once, until it
+    /// no longer holds).
+    announced: Mutex<HashMap<ObjectKey, BTreeSet<String>>>,
+}
+
+/// A source's copies a reconcile found by their marks: each owner uid that made some.
+type Makers = BTreeSet<String>;
+
+impl CompatController {
+    /// A controller honouring the annotations of `tools`, under the operator's `policy`.
+    pub fn new(client: kube::Client, tools: Vec<Tool>, policy: Arc<ObjectSyncPolicy>) -> Self {
+        let mut tools = tools;
+        tools.sort();
+        tools.dedup();
+        let mut kinds: Vec<(&str, &str)> = tools
+            .iter()
+            .flat_map(|t| declared::kinds(*t).iter().copied())
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let resources = kinds
+            .into_iter()
+            .map(|(group, kind)| {
+                let version = "v1";
+                let gvk = GroupVersionKind::gvk(group, version, kind);
+                ApiResource::from_gvk_with_plural(&gvk, &plural(kind))
+            })
+            .collect();
+        Self {
+            tools,
+            resources,
+            policy,
+            client,
+            reporter: events::reporter(),
+            budget: events::EventBudget::default(),
+            announced: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The tools turned on.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// The kinds whose objects may be annotated.
+    pub fn resources(&self) -> &[ApiResource] {
+        &self.resources
+    }
+
+    /// The type of `key`, if it is one of [`resources`](Self::resources) in this cluster.
+    pub fn resource_of(&self, key: &ObjectKey) -> Option<&ApiResource> {
+        (key.cluster == LOCAL)
+            .then(|| self.resources.iter().find(|ar| key.is_of(ar)))
+            .flatten()
+    }
+
+    /// The watches the controller needs, per kind: the annotated objects (metadata only,
+    /// holding only the tools' annotations and never kubesync's copies), whose keys are its
+    /// declarations; and the copies annotations declared (metadata only), each mapped to
+    /// the key of the source its marks name.
+    pub fn watches(&self) -> Vec<(Watch, Watch)> {
+        self.resources
+            .iter()
+            .map(|ar| {
+                let annotated = Watch::dynamic(ar.clone())
+                    .metadata_only()
+                    .labels(&format!("!{MANAGED_BY}"))
+                    .transform(keep_tool_annotations);
+                let copies = Watch::dynamic(ar.clone())
+                    .metadata_only()
+                    .labels(&format!("{DECLARED_BY}={DECLARED_BY_ANNOTATIONS}"))
+                    .transform(|o| o.metadata.managed_fields = None);
+                (annotated, copies)
+            })
+            .collect()
+    }
+
+    /// The key of the source a copy's marks name (the mapper of the copies' watch).
+    pub fn source_of(ar: &ApiResource, copy: &DynamicObject) -> Vec<ObjectKey> {
+        marked_source(copy)
+            .map(|(ns, name)| ObjectKey::new(LOCAL, ar, Some(ns), &name))
+            .into_iter()
+            .collect()
+    }
+
+    /// Reconciles the implicit declaration of the object `key` on `fan_out`.
+    pub async fn reconcile(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+        fan_out: &FanOut,
+    ) -> kubesync::Result<Action> {
+        let Some(ar) = self.resource_of(key).cloned() else {
+            return Ok(Action::done());
+        };
+        // Gather: the object as the store shows it, and who made copies of it.
+        let object = ctx
+            .get_metadata(key)
+            .filter(|o| o.metadata.deletion_timestamp.is_none())
+            .filter(|o| {
+                // kubesync's copies are never sources.
+                !o.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(MANAGED_BY))
+            });
+        let makers = makers(ctx, &ar, key);
+        let declared = object.as_ref().map(|o| {
+            let none = BTreeMap::new();
+            let annotations = o.metadata.annotations.as_ref().unwrap_or(&none);
+            Declared::read(&self.tools, &ar, annotations)
+        });
+        let uid = object
+            .as_ref()
+            .and_then(|o| o.metadata.uid.clone())
+            .unwrap_or_default();
+        let pushes = declared.as_ref().is_some_and(Declared::pushes);
+
+        // Copies made by another object of that name (deleted and made again), or by this
+        // one when it no longer declares a push: they go.
+        let mut cleaning = false;
+        for maker in makers.iter().filter(|m| !pushes || **m != uid) {
+            let decl = Declaration {
+                key: key.clone(),
+                owner: owner(key, maker),
+                spec: clean_up_spec(&ar, key),
+                deleting: true,
+                refused: false,
+            };
+            let outcome = fan_out.reconcile(ctx, &decl).await?;
+            if !outcome.ready || outcome.remaining_copies > 0 {
+                cleaning = true;
+            }
+        }
+        let (Some(object), Some(declared)) = (object, declared.filter(Declared::pushes)) else {
+            if cleaning {
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            fan_out.forget(ctx, key);
+            self.announced.lock().remove(key);
+            return Ok(Action::done());
+        };
+
+        // Decide: the operator's policy, then the declaration.
+        let namespace = key.namespace.clone().unwrap_or_default();
+        let mut notes: BTreeSet<String> = declared.problems.iter().cloned().collect();
+        if let Err(refusal) =
+            self.policy
+                .check(Some(&namespace), &namespace, &ar.group, &ar.kind, &[])
+        {
+            notes.insert(format!("not copied: {}", refusal.message));
+            self.announce(key, &object, &ar, notes).await;
+            return Ok(Action::done());
+        }
+        let decl = Declaration {
+            key: key.clone(),
+            owner: owner(key, &uid),
+            spec: self.spec(&ar, key, &namespace, declared),
+            deleting: false,
+            refused: false,
+        };
+        // Act: the fan-out writes.
+        let outcome = fan_out.reconcile(ctx, &decl).await?;
+        notes.extend(destination_notes(&outcome));
+        self.announce(key, &object, &ar, notes).await;
+        Ok(if cleaning || !outcome.ready {
+            Action::requeue(Duration::from_millis(500))
+        } else if outcome
+            .destinations
+            .iter()
+            .any(|d| d.state == DestinationState::Error)
+        {
+            Action::requeue(Duration::from_secs(5))
+        } else {
+            Action::done()
+        })
+    }
+
+    /// The fan-out declaration of a push the annotations of `key` declare (pure but for the
+    /// policy it reads).
+    fn spec(
+        &self,
+        ar: &ApiResource,
+        key: &ObjectKey,
+        namespace: &str,
+        declared: Declared,
+    ) -> FanOutSpec {
+        let tools = declared.tools();
+        let labels = match declared.copies_labels() {
+            true => KeyFilter::default(),
+            false => nothing(),
+        };
+        let untrusted = !self.policy.is_trusted(namespace);
+        let mut exclude = vec![namespace.to_string()];
+        exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
+        let refusal = format!(
+            "exists and was made neither by kubesync nor by {} as a copy of this source: left untouched",
+            tools
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ")
+        );
+        let adopt_tools = tools.clone();
+        let declared = Arc::new(declared);
+        FanOutSpec {
+            source: SourceRef::one(ar.clone(), namespace, key.name.clone()),
+            destinations: vec![Destination {
+                namespaces: NamespaceRule {
+                    namespace: None,
+                    namespace_selector: None,
+                    exclude_namespaces: exclude,
+                    only_namespaces: self.policy.allow_destination_namespaces.clone(),
+                    matcher: Some(NamespaceMatcher::new(move |name, labels| {
+                        declared.admits(name, labels)
+                    })),
+                },
+                ..Destination::default()
+            }],
+            on_conflict: OnConflict::Adopt,
+            adoptable: Some(Adoptable {
+                admits: Arc::new(move |there, copy| declared::made_by(&adopt_tools, there, copy)),
+                refusal,
+            }),
+            rules: CopyRules {
+                labels,
+                annotations: nothing(),
+                data: None,
+                extra_labels: [(DECLARED_BY.to_string(), DECLARED_BY_ANNOTATIONS.to_string())]
+                    .into(),
+                annotate: Some(Annotator::new(move |source, copy| {
+                    declared::bookkeeping(&tools, source, copy)
+                })),
+            },
+            consent: untrusted
+                .then(|| crate::object_sync::declare::consent(&self.policy, namespace, ar)),
+            deletion_policy: DeletionPolicy::Delete,
+            mode: Mode::Enforce,
+            update_policy: UpdatePolicy::Sync,
+        }
+    }
+
+    /// Publishes the notes about `key` not published already, as Warning Events on the
+    /// object, and remembers what holds now.
+    async fn announce(
+        &self,
+        key: &ObjectKey,
+        object: &DynamicObject,
+        ar: &ApiResource,
+        notes: BTreeSet<String>,
+    ) {
+        let new: Vec<String> = {
+            let announced = self.announced.lock();
+            let before = announced.get(key);
+            notes
+                .iter()
+                .filter(|n| before.is_none_or(|b| !b.contains(*n)))
+                .cloned()
+                .collect()
+        };
+        self.announced.lock().insert(key.clone(), notes);
+        let regarding = ObjectReference {
+            api_version: Some(ar.api_version.clone()),
+            kind: Some(ar.kind.clone()),
+            namespace: key.namespace.clone(),
+            name: Some(key.name.clone()),
+            uid: object.metadata.uid.clone(),
+            ..Default::default()
+        };
+        for note in new {
+            if !self.budget.allow(&key.to_string(), Instant::now()) {
+                break;
+            }
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: "NotCopied".into(),
+                note: Some(crate::object_sync::status::truncate_note(note)),
+                action: "Sync".into(),
+                secondary: None,
+            };
+            if let Err(e) = events::create(&self.client, &self.reporter, &event, &regarding).await {
+                tracing::warn!(source = %key, error = %e, "could not publish an event");
+            }
+        }
+    }
+}
+
+/// The notes an outcome calls for: each destination kubesync could not write, and why.
+fn destination_notes(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .destinations
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.state,
+                DestinationState::Conflict | DestinationState::Error | DestinationState::Refused
+            )
+        })
+        .map(|d| format!("not copied to namespace {}: {}", d.namespace, d.message))
+        .collect()
+}
+
+/// A key filter that lets nothing through.
+fn nothing() -> KeyFilter {
+    KeyFilter {
+        include: Vec::new(),
+        exclude: vec!["*".into()],
+    }
+}
+
+/// The owner of the copies an object with uid `uid` declared.
+fn owner(key: &ObjectKey, uid: &str) -> Owner {
+    Owner {
+        reference: format!(
+            "{LOCAL}/{}/{} ({} annotations)",
+            key.namespace.as_deref().unwrap_or_default(),
+            key.name,
+            key.kind
+        ),
+        uid: uid.to_string(),
+    }
+}
+
+/// What removing every copy of `key` needs: the kind, the source, this cluster.
+fn clean_up_spec(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
+    FanOutSpec {
+        source: SourceRef::one(
+            ar.clone(),
+            key.namespace.clone().unwrap_or_default(),
+            key.name.clone(),
+        ),
+        destinations: vec![Destination::default()],
+        on_conflict: OnConflict::Skip,
+        adoptable: None,
+        rules: CopyRules::default(),
+        consent: None,
+        deletion_policy: DeletionPolicy::Delete,
+        mode: Mode::Enforce,
+        update_policy: UpdatePolicy::Sync,
+    }
+}
+
+/// The uids that made the copies of `key` the store shows (by their marks).
+fn makers(ctx: &Context, ar: &ApiResource, key: &ObjectKey) -> Makers {
+    let wanted = (key.namespace.clone().unwrap_or_default(), key.name.clone());
+    ctx.list_metadata(LOCAL, ar)
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(DECLARED_BY))
+                .is_some_and(|v| v == DECLARED_BY_ANNOTATIONS)
+        })
+        .filter(|c| marked_source(c).as_ref() == Some(&wanted))
+        .filter_map(|c| c.metadata.labels.as_ref()?.get(MANAGED_BY).cloned())
+        .collect()
+}
+
+/// The watch transform of annotated objects: only the tools' annotations and the
+/// `managed-by` label are kept (a store of every Secret's metadata holds little more than
+/// names).
+fn keep_tool_annotations(o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.retain(|k, _| k.starts_with(REFLECTOR) || k.starts_with(REPLICATOR));
+    }
+    if let Some(l) = o.metadata.labels.as_mut() {
+        l.retain(|k, _| k == MANAGED_BY);
+    }
+}
+
+/// The resource name of one of the tools' kinds.
+fn plural(kind: &str) -> String {
+    format!("{}s", kind.to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubesync::syncers::fan_out::rules::SOURCE;
+    use serde_json::json;
+
+    #[test]
+    fn a_copy_names_its_source_by_its_mark() {
+        let copy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "team-a",
+                "annotations": {SOURCE: "core/Secret/ops/db"}},
+        }))
+        .expect("copy");
+        assert_eq!(marked_source(&copy), Some(("ops".into(), "db".into())));
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        assert_eq!(
+            CompatController::source_of(&ar, &copy),
+            vec![ObjectKey::new(LOCAL, &ar, Some("ops".into()), "db")]
+        );
+    }
+
+    #[test]
+    fn the_store_keeps_only_the_tools_annotations() {
+        let mut o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "ops",
+                "labels": {"app": "x", MANAGED_BY: "u"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    declared::REPLICATE_TO: ".*", declared::REFLECTS: "a/b"}},
+        }))
+        .expect("object");
+        keep_tool_annotations(&mut o);
+        let a = o.metadata.annotations.expect("annotations");
+        assert_eq!(
+            a.keys().cloned().collect::<Vec<_>>(),
+            [declared::REFLECTS, declared::REPLICATE_TO]
+        );
+        assert_eq!(
+            o.metadata
+                .labels
+                .expect("labels")
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>(),
+            [MANAGED_BY]
+        );
+    }
+
+    #[test]
+    fn the_kinds_are_those_of_the_tools_turned_on() {
+        let client_free = |tools: Vec<Tool>| {
+            let mut kinds: Vec<(&str, &str)> = tools
+                .iter()
+                .flat_map(|t| declared::kinds(*t).iter().copied())
+                .collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            kinds.len()
+        };
+        assert_eq!(client_free(vec![Tool::Reflector]), 2);
+        assert_eq!(client_free(vec![Tool::Reflector, Tool::Replicator]), 5);
+        assert_eq!(plural("RoleBinding"), "rolebindings");
+        assert_eq!(plural("ServiceAccount"), "serviceaccounts");
+    }
+}

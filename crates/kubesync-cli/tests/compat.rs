@@ -1,0 +1,353 @@
+//! `--compat`: reflector's and kubernetes-replicator's annotations honoured as implicit
+//! declarations, on a real control plane — as each tool documents them, and safe where they
+//! are not: a same-named object kubesync did not make is never touched (an Event on the
+//! source says so), the source is never written, edited or deleted copies are repaired, an
+//! unreadable pattern matches nothing and says so while the others work, the tools' own
+//! copies are taken over (migration), a deleted source's copies go also when it was deleted
+//! while the operator was down, and an untrusted namespace's push needs its destinations'
+//! consent. Writes are counted from the apiserver's audit log.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kubesync::Cluster;
+use kubesync_cli::compat::Tool;
+use kubesync_cli::compat::declared::*;
+use kubesync_cli::operator::OperatorOptions;
+use kubesync_testenv::{TestEnv, eventually};
+
+/// The user the operator runs as (its writes are told apart in the audit log).
+const OPERATOR: &str = "kubesync-operator";
+
+fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
+    start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+        OperatorOptions {
+            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+                trusted_namespaces: trusted.iter().map(|t| t.to_string()).collect(),
+                ..Default::default()
+            },
+            compat: tools.to_vec(),
+            ..Default::default()
+        },
+    )
+}
+
+/// The operator's write requests to `resource` named `name` in `namespace`, from the audit
+/// log.
+fn operator_writes(env: &TestEnv, resource: &str, namespace: &str, name: &str) -> Vec<String> {
+    env.audit()
+        .expect("audit")
+        .iter()
+        .filter(|e| {
+            e.is_write()
+                && e.user.username == OPERATOR
+                && e.resource() == resource
+                && e.namespace() == namespace
+                && e.name() == name
+        })
+        .map(|e| e.verb.clone())
+        .collect()
+}
+
+fn annotations(o: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    o.clone().unwrap_or_default()
+}
+
+/// Waits for a Warning Event on the source `namespace/name` whose note contains `text`.
+async fn note_on(env: &TestEnv, namespace: &str, name: &str, text: &str) -> String {
+    let event = event_where(env, namespace, &format!("an Event saying {text:?}"), |e| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            && e.reason.as_deref() == Some("NotCopied")
+            && e.note.as_deref().is_some_and(|n| n.contains(text))
+    })
+    .await;
+    event.note.unwrap_or_default()
+}
+
+async fn secret_data(secrets: &Api<Secret>, name: &str) -> Option<String> {
+    let s = secrets.get_opt(name).await.ok()??;
+    let v = s.data?.get("password")?.0.clone();
+    String::from_utf8(v).ok()
+}
+
+#[tokio::test]
+async fn reflector_annotations_push_where_they_say_and_nowhere_unsafe() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-reflector")
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        &["ops", "team-a", "team-b", "dev-x", "other"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    // Someone else's Secret of the same name in team-b, and reflector's own mirror in dev-x
+    // (made before the swap: it is taken over).
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: team-b}\nstringData: {password: mine}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: dev-x\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflects: ops/db\n    reflector.v1.k8s.emberstack.com/auto-reflects: \"True\"\n    reflector.v1.k8s.emberstack.com/reflected-version: \"1\"\nstringData: {password: old}\n",
+    )
+    .await
+    .expect("objects there before");
+    let theirs = secrets("team-b").get("db").await.expect("theirs");
+    // The source: allowed in team-*, dev-* and its own namespace; automatic in four of them
+    // (one pattern unreadable) and wherever a namespace is labelled mirror=yes.
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: ops\n  labels: {app: db}\n  annotations:\n    note: not copied\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-allowed-namespaces: \"team-.*,dev-.*,ops\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-namespaces: \"team-a,team-b,dev-x,ops,*\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-namespaces-selector: mirror=yes\ntype: Opaque\nstringData: {password: s3cret}\n",
+    )
+    .await
+    .expect("source");
+    let source = secrets("ops").get("db").await.expect("source");
+    let source_uid = source.metadata.uid.clone().expect("uid");
+    let running = start(&env, &[Tool::Reflector], &["ops"]);
+
+    // A mirror in team-a, as reflector makes one: the data and type, no labels, no source
+    // annotations, reflector's bookkeeping — and kubesync's marks.
+    eventually("the mirror in team-a", T, || async {
+        (secret_data(&secrets("team-a"), "db").await? == "s3cret").then_some(())
+    })
+    .await;
+    let mirror = secrets("team-a").get("db").await.expect("mirror");
+    let a = annotations(&mirror.metadata.annotations);
+    assert_eq!(a[REFLECTS], "ops/db");
+    assert_eq!(a[AUTO_REFLECTS], "True");
+    assert_eq!(
+        a[REFLECTED_VERSION],
+        source.metadata.resource_version.clone().expect("rv")
+    );
+    assert!(a[REFLECTED_AT].ends_with("+00:00"), "{}", a[REFLECTED_AT]);
+    assert!(!a.contains_key("note"), "reflector copies no annotation");
+    let labels = mirror.metadata.labels.clone().unwrap_or_default();
+    assert!(!labels.contains_key("app"), "reflector copies no label");
+    assert_eq!(labels["kubesync.io/managed-by"], source_uid);
+    assert_eq!(mirror.type_.as_deref(), Some("Opaque"));
+
+    // reflector's own mirror is taken over and brought up to date.
+    eventually("reflector's mirror in dev-x taken over", T, || async {
+        let s = secrets("dev-x").get("db").await.ok()?;
+        let managed = s.metadata.labels?.get("kubesync.io/managed-by")? == &source_uid;
+        (managed && secret_data(&secrets("dev-x"), "db").await? == "s3cret").then_some(())
+    })
+    .await;
+
+    // Someone else's Secret is left alone and the source says so; so does the unreadable
+    // pattern, while the others work.
+    let note = note_on(&env, "ops", "db", "namespace team-b").await;
+    assert!(note.contains("left untouched"), "{note}");
+    let note = note_on(&env, "ops", "db", "\"*\"").await;
+    assert!(note.contains("matches no namespace"), "{note}");
+    let still = secrets("team-b").get("db").await.expect("theirs");
+    assert_eq!(
+        (still.metadata.uid, still.metadata.resource_version),
+        (
+            theirs.metadata.uid.clone(),
+            theirs.metadata.resource_version.clone()
+        ),
+        "never written"
+    );
+    assert!(operator_writes(&env, "secrets", "team-b", "db").is_empty());
+    // Not allowed there: nothing in `other`; and the source, in a namespace its own pattern
+    // names, is never written.
+    assert!(secrets("other").get_opt("db").await.expect("get").is_none());
+    assert!(operator_writes(&env, "secrets", "ops", "db").is_empty());
+
+    // No version gate: an edited mirror is repaired, a deleted one made again.
+    secrets("team-a")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": "edited"}})),
+        )
+        .await
+        .expect("edit the mirror");
+    eventually("the edited mirror repaired", T, || async {
+        (secret_data(&secrets("team-a"), "db").await? == "s3cret").then_some(())
+    })
+    .await;
+    secrets("team-a")
+        .delete("db", &DeleteParams::default())
+        .await
+        .expect("delete the mirror");
+    eventually("the deleted mirror made again", T, || async {
+        (secret_data(&secrets("team-a"), "db").await? == "s3cret").then_some(())
+    })
+    .await;
+
+    // A namespace labelled later gets a mirror, and loses it with the label.
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-c, labels: {mirror: \"yes\"}}\n",
+    )
+    .await
+    .expect("team-c");
+    eventually("the mirror in the labelled namespace", T, || async {
+        (secret_data(&secrets("team-c"), "db").await? == "s3cret").then_some(())
+    })
+    .await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            "team-c",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"mirror": null}}})),
+        )
+        .await
+        .expect("unlabel");
+    eventually("the mirror gone with the label", T, || async {
+        secrets("team-c")
+            .get_opt("db")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // The source deleted while the operator is down: its mirrors go once it is back (found by
+    // their marks); someone else's Secret stays.
+    running.stop().await;
+    secrets("ops")
+        .delete("db", &DeleteParams::default())
+        .await
+        .expect("delete the source");
+    let running = start(&env, &[Tool::Reflector], &["ops"]);
+    for ns in ["team-a", "dev-x"] {
+        eventually(&format!("the mirror in {ns} gone"), T, || async {
+            secrets(ns)
+                .get_opt("db")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    let still = secrets("team-b").get("db").await.expect("theirs stays");
+    assert_eq!(still.metadata.uid, theirs.metadata.uid);
+    assert!(operator_writes(&env, "secrets", "team-b", "db").is_empty());
+    assert!(operator_writes(&env, "secrets", "ops", "db").is_empty());
+    running.assert_no_panic();
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cleans_up() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-replicator")
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        &["ops", "tenant", "team-a", "team-b", "team-a-extra"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    let maps = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: labelled, labels: {shared: \"yes\"}}\n",
+    )
+    .await
+    .expect("labelled");
+    // `team-a|team-b` is exactly those two (replicator's `^team-a|team-b$` would also take
+    // team-a-extra), plus every namespace labelled shared=yes.
+    env.apply_yaml(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: ops\n  labels: {app: settings}\n  annotations:\n    replicator.v1.mittwald.de/replicate-to: \"team-a|team-b\"\n    replicator.v1.mittwald.de/replicate-to-matching: shared=yes\ndata: {b: \"2\", a: \"1\"}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: reader\n  namespace: ops\n  annotations: {replicator.v1.mittwald.de/replicate-to: team-a}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tenant-settings\n  namespace: tenant\n  annotations: {replicator.v1.mittwald.de/replicate-to: \".*\"}\ndata: {x: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-tenant, namespace: team-a}\nspec:\n  from: [{namespace: tenant}]\n",
+    )
+    .await
+    .expect("sources");
+    let running = start(&env, &[Tool::Replicator], &["ops"]);
+
+    for ns in ["team-a", "team-b", "labelled"] {
+        eventually(&format!("the copy in {ns}"), T, || async {
+            let cm = maps(ns).get_opt("settings").await.ok()??;
+            (cm.data?.get("a")? == "1").then_some(())
+        })
+        .await;
+    }
+    let copy = maps("team-a").get("settings").await.expect("copy");
+    let a = annotations(&copy.metadata.annotations);
+    assert_eq!(a[REPLICATED_KEYS], "a,b");
+    let source = maps("ops").get("settings").await.expect("source");
+    assert_eq!(
+        a[REPLICATED_FROM_VERSION],
+        source.metadata.resource_version.clone().expect("rv")
+    );
+    assert!(a.contains_key(REPLICATED_AT));
+    assert!(!a.contains_key(REPLICATE_TO), "the push is not copied");
+    assert_eq!(
+        copy.metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get("app")
+            .map(String::as_str),
+        Some("settings"),
+        "replicator copies labels"
+    );
+    // The Role too.
+    let roles = Api::<Role>::namespaced(client.clone(), "team-a");
+    eventually("the Role copied", T, || async {
+        roles.get_opt("reader").await.ok()?.map(|_| ())
+    })
+    .await;
+    // The tenant's push reaches only where a SyncGrant consents (team-a), not team-b.
+    eventually("the tenant's copy in team-a", T, || async {
+        maps("team-a")
+            .get_opt("tenant-settings")
+            .await
+            .ok()?
+            .map(|_| ())
+    })
+    .await;
+    // Everything the operator will write has been written by now (its reconcile of
+    // `settings` and of `tenant-settings` are done): nothing where it must not.
+    for ns in ["team-a-extra", "ops"] {
+        assert!(
+            operator_writes(&env, "configmaps", ns, "settings").is_empty(),
+            "{ns}"
+        );
+    }
+    for ns in ["team-b", "labelled", "team-a-extra", "ops"] {
+        assert!(
+            operator_writes(&env, "configmaps", ns, "tenant-settings").is_empty(),
+            "{ns}: no consent"
+        );
+    }
+    assert!(operator_writes(&env, "configmaps", "tenant", "tenant-settings").is_empty());
+
+    // Removing the push removes its copies (replicator leaves them).
+    maps("ops")
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "replicator.v1.mittwald.de/replicate-to": null,
+                "replicator.v1.mittwald.de/replicate-to-matching": null}}})),
+        )
+        .await
+        .expect("remove the push");
+    for ns in ["team-a", "team-b", "labelled"] {
+        eventually(&format!("the copy in {ns} gone"), T, || async {
+            maps(ns)
+                .get_opt("settings")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    assert!(
+        maps("ops")
+            .get_opt("settings")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert!(operator_writes(&env, "configmaps", "ops", "settings").is_empty());
+    running.assert_no_panic();
+    running.stop().await;
+}
