@@ -142,7 +142,7 @@ impl Operator {
         let lags = Lags::default();
         let policy = Arc::new(options.policy.clone());
         let compat = (!options.compat.is_empty())
-            .then(|| CompatController::new(local.client().clone(), options.compat, policy));
+            .then(|| CompatController::new(local.clone(), options.compat, policy));
         Arc::new(Self {
             compat,
             object_syncs: ObjectSyncController::new(

@@ -351,3 +351,138 @@ async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cle
     running.assert_no_panic();
     running.stop().await;
 }
+
+/// The keys of a Secret and their values, decoded.
+async fn secret_keys(secrets: &Api<Secret>, name: &str) -> Option<BTreeMap<String, String>> {
+    let s = secrets.get_opt(name).await.ok()??;
+    Some(
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect(),
+    )
+}
+
+fn keys(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_those_back() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-pull")
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        &["ops", "team-a", "team-b"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    let maps = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
+    // Targets made before their sources (reflector leaves such a mirror empty for up to an
+    // hour): team-a's with a key of its own; team-b's, which the source does not admit; a
+    // ConfigMap pulled without consent (replicator copies ConfigMaps without asking); a
+    // reflector mirror.
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: team-a\n  annotations: {replicator.v1.mittwald.de/replicate-from: ops/creds}\nstringData: {own: mine}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: team-b\n  annotations: {replicator.v1.mittwald.de/replicate-from: ops/creds}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: team-a\n  annotations: {replicator.v1.mittwald.de/replicate-from: ops/cfg}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: mirror\n  namespace: team-a\n  annotations: {reflector.v1.k8s.emberstack.com/reflects: ops/refl}\n",
+    )
+    .await
+    .expect("targets");
+    let running = start(&env, &[Tool::Reflector, Tool::Replicator], &[]);
+    env.apply_yaml(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: ops\n  annotations:\n    replicator.v1.mittwald.de/replication-allowed: \"true\"\n    replicator.v1.mittwald.de/replication-allowed-namespaces: team-a\nstringData: {password: s3cret, user: app}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: ops}\ndata: {internal: \"1\"}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: refl\n  namespace: ops\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-allowed-namespaces: team-.*\nstringData: {token: t0k}\n",
+    )
+    .await
+    .expect("sources");
+
+    // The source's keys merged into the target's own, with replicator's bookkeeping.
+    let merged = keys(&[("own", "mine"), ("password", "s3cret"), ("user", "app")]);
+    eventually("team-a's pull", T, || async {
+        (secret_keys(&secrets("team-a"), "creds").await? == merged).then_some(())
+    })
+    .await;
+    let target = secrets("team-a").get("creds").await.expect("target");
+    let a = annotations(&target.metadata.annotations);
+    assert_eq!(a[REPLICATED_KEYS], "password,user");
+    eventually("the reflector mirror filled", T, || async {
+        (secret_keys(&secrets("team-a"), "mirror").await? == keys(&[("token", "t0k")]))
+            .then_some(())
+    })
+    .await;
+    // Refused where the source does not consent, for ConfigMaps too; said on the target.
+    let note = note_on(&env, "team-b", "creds", "not pulled from ops/creds").await;
+    assert!(note.contains("does not admit namespace team-b"), "{note}");
+    let note = note_on(&env, "team-a", "cfg", "not pulled from ops/cfg").await;
+    assert!(note.contains("replication-allowed"), "{note}");
+    assert!(operator_writes(&env, "secrets", "team-b", "creds").is_empty());
+    assert!(operator_writes(&env, "configmaps", "team-a", "cfg").is_empty());
+    assert_eq!(
+        maps("team-a").get("cfg").await.expect("cfg").data,
+        None,
+        "nothing pulled"
+    );
+
+    // A pulled key edited in the target is repaired; a key that leaves the source leaves the
+    // target; the target's own key stays.
+    secrets("team-a")
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": "edited"}})),
+        )
+        .await
+        .expect("edit");
+    eventually("the edited key repaired", T, || async {
+        (secret_keys(&secrets("team-a"), "creds").await? == merged).then_some(())
+    })
+    .await;
+    secrets("ops")
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(serde_json::json!([{"op": "remove", "path": "/data/user"}]))
+                    .expect("patch"),
+            ),
+        )
+        .await
+        .expect("drop a key from the source");
+    let smaller = keys(&[("own", "mine"), ("password", "s3cret")]);
+    eventually("the dropped key gone from the target", T, || async {
+        (secret_keys(&secrets("team-a"), "creds").await? == smaller).then_some(())
+    })
+    .await;
+
+    // The sources deleted: the replicator pull's keys go (only those); the reflector mirror
+    // keeps its data, as reflector does.
+    for name in ["creds", "refl"] {
+        secrets("ops")
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete the source");
+    }
+    eventually("only the target's own key left", T, || async {
+        (secret_keys(&secrets("team-a"), "creds").await? == keys(&[("own", "mine")])).then_some(())
+    })
+    .await;
+    let target = secrets("team-a").get("creds").await.expect("target");
+    assert!(
+        !annotations(&target.metadata.annotations).contains_key(REPLICATED_KEYS),
+        "its bookkeeping goes with it"
+    );
+    assert_eq!(
+        secret_keys(&secrets("team-a"), "mirror").await,
+        Some(keys(&[("token", "t0k")]))
+    );
+    for name in ["creds", "refl", "cfg"] {
+        assert!(operator_writes(&env, "secrets", "ops", name).is_empty());
+        assert!(operator_writes(&env, "configmaps", "ops", name).is_empty());
+    }
+    running.assert_no_panic();
+    running.stop().await;
+}

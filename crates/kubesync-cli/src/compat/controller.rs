@@ -38,10 +38,12 @@ use crate::remote::LOCAL;
 
 /// The compat controller (see the module's documentation).
 pub struct CompatController {
-    tools: Vec<Tool>,
+    pub(super) tools: Vec<Tool>,
     resources: Vec<ApiResource>,
-    policy: Arc<ObjectSyncPolicy>,
-    client: kube::Client,
+    pub(super) policy: Arc<ObjectSyncPolicy>,
+    pub(super) local: kubesync::Cluster,
+    /// Which object pulls from which source, as the last reconcile of each puller read it.
+    pub(super) pulls: Mutex<super::pulls::Pulls>,
     reporter: kube::runtime::events::Reporter,
     budget: events::EventBudget,
     /// Per declaration, the notes last published as Events (each is published once, until it
@@ -54,7 +56,7 @@ type Makers = BTreeSet<String>;
 
 impl CompatController {
     /// A controller honouring the annotations of `tools`, under the operator's `policy`.
-    pub fn new(client: kube::Client, tools: Vec<Tool>, policy: Arc<ObjectSyncPolicy>) -> Self {
+    pub fn new(local: kubesync::Cluster, tools: Vec<Tool>, policy: Arc<ObjectSyncPolicy>) -> Self {
         let mut tools = tools;
         tools.sort();
         tools.dedup();
@@ -76,7 +78,8 @@ impl CompatController {
             tools,
             resources,
             policy,
-            client,
+            local,
+            pulls: Mutex::default(),
             reporter: events::reporter(),
             budget: events::EventBudget::default(),
             announced: Mutex::new(HashMap::new()),
@@ -129,7 +132,8 @@ impl CompatController {
             .collect()
     }
 
-    /// Reconciles the implicit declaration of the object `key` on `fan_out`.
+    /// Reconciles the implicit declarations of the object `key`: the push it declares (on
+    /// `fan_out`), and the pull; then wakes the objects that pull from it.
     pub async fn reconcile(
         &self,
         key: &ObjectKey,
@@ -139,37 +143,75 @@ impl CompatController {
         let Some(ar) = self.resource_of(key).cloned() else {
             return Ok(Action::done());
         };
-        // Gather: the object as the store shows it, and who made copies of it.
+        // The object as the store shows it (only the tools' annotations); kubesync's copies
+        // are never declarations.
         let object = ctx
             .get_metadata(key)
             .filter(|o| o.metadata.deletion_timestamp.is_none())
             .filter(|o| {
-                // kubesync's copies are never sources.
                 !o.metadata
                     .labels
                     .as_ref()
                     .is_some_and(|l| l.contains_key(MANAGED_BY))
             });
-        let makers = makers(ctx, &ar, key);
-        let declared = object.as_ref().map(|o| {
+        let mut notes = BTreeSet::new();
+        let push = self
+            .push(key, &ar, object.as_deref(), ctx, fan_out, &mut notes)
+            .await?;
+        let pull = self
+            .pull(
+                key,
+                &ar,
+                object.as_deref(),
+                &fan_out.write_counter(),
+                &mut notes,
+            )
+            .await;
+        match &object {
+            Some(object) => self.announce(key, object, &ar, notes).await,
+            None => {
+                self.announced.lock().remove(key);
+            }
+        }
+        for target in self.pullers_of(key) {
+            ctx.enqueue(target);
+        }
+        Ok(sooner(push, pull))
+    }
+
+    /// The push `object`'s annotations declare (none when it is gone): gather (who made
+    /// copies of it) → decide (the operator's policy, the declaration) → the fan-out writes.
+    async fn push(
+        &self,
+        key: &ObjectKey,
+        ar: &ApiResource,
+        object: Option<&DynamicObject>,
+        ctx: &Context,
+        fan_out: &FanOut,
+        notes: &mut BTreeSet<String>,
+    ) -> kubesync::Result<Action> {
+        let makers = makers(ctx, ar, key);
+        let declared = object.map(|o| {
             let none = BTreeMap::new();
             let annotations = o.metadata.annotations.as_ref().unwrap_or(&none);
-            Declared::read(&self.tools, &ar, annotations)
+            Declared::read(&self.tools, ar, annotations)
         });
         let uid = object
-            .as_ref()
             .and_then(|o| o.metadata.uid.clone())
             .unwrap_or_default();
-        let pushes = declared.as_ref().is_some_and(Declared::pushes);
+        if let Some(declared) = &declared {
+            notes.extend(declared.problems.iter().cloned());
+        }
+        let declared = declared.filter(Declared::pushes);
 
         // Copies made by another object of that name (deleted and made again), or by this
         // one when it no longer declares a push: they go.
         let mut cleaning = false;
-        for maker in makers.iter().filter(|m| !pushes || **m != uid) {
+        for maker in makers.iter().filter(|m| declared.is_none() || **m != uid) {
             let decl = Declaration {
                 key: key.clone(),
                 owner: owner(key, maker),
-                spec: clean_up_spec(&ar, key),
+                spec: clean_up_spec(ar, key),
                 deleting: true,
                 refused: false,
             };
@@ -178,37 +220,31 @@ impl CompatController {
                 cleaning = true;
             }
         }
-        let (Some(object), Some(declared)) = (object, declared.filter(Declared::pushes)) else {
+        let Some(declared) = declared else {
             if cleaning {
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
             fan_out.forget(ctx, key);
-            self.announced.lock().remove(key);
             return Ok(Action::done());
         };
 
-        // Decide: the operator's policy, then the declaration.
         let namespace = key.namespace.clone().unwrap_or_default();
-        let mut notes: BTreeSet<String> = declared.problems.iter().cloned().collect();
         if let Err(refusal) =
             self.policy
                 .check(Some(&namespace), &namespace, &ar.group, &ar.kind, &[])
         {
             notes.insert(format!("not copied: {}", refusal.message));
-            self.announce(key, &object, &ar, notes).await;
             return Ok(Action::done());
         }
         let decl = Declaration {
             key: key.clone(),
             owner: owner(key, &uid),
-            spec: self.spec(&ar, key, &namespace, declared),
+            spec: self.spec(ar, key, &namespace, declared),
             deleting: false,
             refused: false,
         };
-        // Act: the fan-out writes.
         let outcome = fan_out.reconcile(ctx, &decl).await?;
         notes.extend(destination_notes(&outcome));
-        self.announce(key, &object, &ar, notes).await;
         Ok(if cleaning || !outcome.ready {
             Action::requeue(Duration::from_millis(500))
         } else if outcome
@@ -324,10 +360,21 @@ impl CompatController {
                 action: "Sync".into(),
                 secondary: None,
             };
-            if let Err(e) = events::create(&self.client, &self.reporter, &event, &regarding).await {
+            if let Err(e) =
+                events::create(self.local.client(), &self.reporter, &event, &regarding).await
+            {
                 tracing::warn!(source = %key, error = %e, "could not publish an event");
             }
         }
+    }
+}
+
+/// The sooner of two actions.
+fn sooner(a: Action, b: Action) -> Action {
+    match (a.requeue_after(), b.requeue_after()) {
+        (Some(x), Some(y)) => Action::requeue(x.min(y)),
+        (Some(_), None) => a,
+        _ => b,
     }
 }
 

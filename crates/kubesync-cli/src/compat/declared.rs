@@ -296,7 +296,7 @@ pub fn marked_source(copy: &DynamicObject) -> Option<(String, String)> {
 /// When the source last changed: the latest time in its managedFields, else its creation.
 /// A function of the source, so the copy a plan builds compares equal while the source
 /// stands still.
-fn changed_at(source: &DynamicObject) -> Option<jiff::Timestamp> {
+pub fn changed_at(source: &DynamicObject) -> Option<jiff::Timestamp> {
     let latest = source
         .metadata
         .managed_fields
@@ -305,6 +305,13 @@ fn changed_at(source: &DynamicObject) -> Option<jiff::Timestamp> {
         .filter_map(|e| e.time.as_ref().map(|t| t.0))
         .max();
     latest.or_else(|| source.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// A time as reflector writes it (.NET's round-trip format: seven fractional digits and the
+/// offset), e.g. `2026-01-01T10:00:00.0000000+00:00`.
+pub fn dotnet_time(at: jiff::Timestamp) -> String {
+    let ticks = at.subsec_nanosecond() / 100;
+    format!("{}.{ticks:07}+00:00", at.strftime("%Y-%m-%dT%H:%M:%S"))
 }
 
 /// The bookkeeping annotations each tool writes on its copies, for the copy of `source` as
@@ -330,13 +337,7 @@ pub fn bookkeeping(
         out.insert(AUTO_REFLECTS.to_string(), "True".to_string());
         out.insert(REFLECTED_VERSION.to_string(), version.clone());
         if let Some(at) = at {
-            // .NET's round-trip format: seven fractional digits and the offset.
-            let ticks = at.subsec_nanosecond() / 100;
-            let seconds = at.strftime("%Y-%m-%dT%H:%M:%S");
-            out.insert(
-                REFLECTED_AT.to_string(),
-                format!("{seconds}.{ticks:07}+00:00"),
-            );
+            out.insert(REFLECTED_AT.to_string(), dotnet_time(at));
         }
     }
     if tools.contains(&Tool::Replicator) {

@@ -60,11 +60,11 @@ pub enum Dialect {
 #[derive(Clone, Debug)]
 enum Matcher {
     /// Reflector, `regex` crate: the first leftmost match must span the namespace.
-    Spanning(regex::Regex),
+    Spanning(regex::bytes::Regex),
     /// Reflector, `fancy-regex` (lookaround, backreferences): the same rule.
     SpanningFancy(fancy_regex::Regex),
     /// Replicator: the entry compiled as `^(?:entry)$`.
-    Anchored(regex::Regex),
+    Anchored(regex::bytes::Regex),
 }
 
 impl Matcher {
@@ -72,13 +72,13 @@ impl Matcher {
         let spans = |start: usize, end: usize| start == 0 && end == namespace.len();
         match self {
             Matcher::Spanning(re) => re
-                .find(namespace)
+                .find(namespace.as_bytes())
                 .is_some_and(|m| spans(m.start(), m.end())),
             // An error while searching (the backtracking limit) is no match.
             Matcher::SpanningFancy(re) => {
                 matches!(re.find(namespace), Ok(Some(m)) if spans(m.start(), m.end()))
             }
-            Matcher::Anchored(re) => re.is_match(namespace),
+            Matcher::Anchored(re) => re.is_match(namespace.as_bytes()),
         }
     }
 }
@@ -189,20 +189,45 @@ fn compile(dialect: Dialect, entry: &str) -> Result<Matcher, String> {
     }
 }
 
-/// `pattern` compiled with the `regex` crate, bounded.
-fn plain(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
+/// `pattern` compiled with the `regex` crate, bounded: an ASCII-only pattern first with
+/// ASCII classes (see [`ascii_first`]), else (or if that fails) with Unicode classes.
+fn plain(pattern: &str) -> Result<regex::bytes::Regex, regex::Error> {
+    let build = |unicode: bool| {
+        regex::bytes::RegexBuilder::new(pattern)
+            .unicode(unicode)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+    };
+    ascii_first(pattern, build)
 }
 
-/// `pattern` compiled with `fancy-regex`, bounded.
+/// `pattern` compiled with `fancy-regex`, bounded, in the modes of [`ascii_first`].
 fn fancy(pattern: &str) -> Result<fancy_regex::Regex, fancy_regex::Error> {
-    fancy_regex::RegexBuilder::new(pattern)
-        .backtrack_limit(BACKTRACK_LIMIT)
-        .delegate_size_limit(REGEX_SIZE_LIMIT)
-        .max_prog_size(MAX_PROGRAM)
-        .build()
+    let build = |unicode: bool| {
+        fancy_regex::RegexBuilder::new(pattern)
+            .unicode_mode(unicode)
+            .backtrack_limit(BACKTRACK_LIMIT)
+            .delegate_size_limit(REGEX_SIZE_LIMIT)
+            .max_prog_size(MAX_PROGRAM)
+            .build()
+    };
+    ascii_first(pattern, build)
+}
+
+/// `build(unicode)` for `pattern`: ASCII classes (`false`) first, then Unicode classes.
+///
+/// Namespace names are ASCII, and on ASCII text `\w`, `\d`, `\s`, `\b`, negated classes and
+/// case-insensitive ASCII letters mean the same in both modes; but a Unicode `\w` compiles to
+/// a program hundreds of times larger, so `\w{63}` would exceed [`REGEX_SIZE_LIMIT`]. ASCII
+/// classes are also what Go (replicator) means by `\w`, `\d` and `\s`. A pattern that is
+/// not ASCII (`[é]`, `(?i)ſ`) is compiled with Unicode classes only, and one that ASCII mode
+/// refuses (`\p{L}`; `.` for `fancy-regex`) falls back to them. The error is Unicode mode's.
+fn ascii_first<T, E>(pattern: &str, build: impl Fn(bool) -> Result<T, E>) -> Result<T, E> {
+    if pattern.is_ascii() {
+        build(false).or_else(|_| build(true))
+    } else {
+        build(true)
+    }
 }
 
 /// A `regex` crate error as one short line.
@@ -722,12 +747,50 @@ mod tests {
     #[test]
     fn huge_compiled_patterns_are_invalid() {
         // Short, but far beyond the compiled-size limit.
-        for value in [r"(\w{100}){100}", r"(?=x)(\w{100}){100}"] {
+        for value in [r"(\w{500}){500}", r"(?=x)(\w{500}){500}"] {
             for list in [reflector(value), replicator(value)] {
                 assert_eq!(list.invalid().len(), 1, "{value}: {:?}", list.entries());
                 assert!(!list.matches("x"));
             }
         }
+    }
+
+    #[test]
+    fn word_classes_fit_the_size_limit() {
+        // A Unicode `\w{63}` would exceed the limit; on namespaces (ASCII) ASCII classes mean
+        // the same and are small.
+        let name = format!("{}-x", "a".repeat(30));
+        for value in [r"\w{63}", r"(\w+-){5}\w+", r"[\w-]{4}", r"(?!kube-)\w{4}"] {
+            let list = reflector(value);
+            assert!(list.invalid().is_empty(), "{value}: {:?}", list.invalid());
+            if !value.contains("?!") {
+                assert!(replicator(value).invalid().is_empty(), "{value}");
+            }
+        }
+        assert!(reflector(r"\w{63}").matches(&"a".repeat(63)));
+        assert!(replicator(r"[\w-]+").matches(&name));
+        assert!(reflector(r"(?!kube-)\w{4}").matches("team"));
+        assert!(!reflector(r"(?!kube)\w{4}").matches("kube"));
+        assert!(reflector(r"(?!kube-)[\w-]+").matches("kube"));
+        assert!(!reflector(r"(?!kube-)[\w-]+").matches("kube-system"));
+        // Case-insensitive ASCII letters, Unicode classes and non-ASCII patterns still work.
+        for list in [reflector("(?i)TEAM-.*"), replicator("(?i)TEAM-.*")] {
+            assert!(list.matches("team-a"));
+        }
+        for list in [
+            reflector(r"\p{Ll}+(-\p{Ll}+)*"),
+            replicator(r"\p{Ll}+(-\p{Ll}+)*"),
+        ] {
+            assert!(list.invalid().is_empty(), "{:?}", list.invalid());
+            assert!(list.matches("team-a"));
+            assert!(!list.matches("team-1"));
+        }
+        for list in [reflector("[é]|team-.*"), replicator("[é]|team-.*")] {
+            assert!(list.invalid().is_empty(), "{:?}", list.invalid());
+            assert!(list.matches("team-a"));
+            assert!(list.matches("é"));
+        }
+        assert!(reflector(r"(?!kube-)\p{Ll}+").matches("default"));
     }
 
     #[test]

@@ -1,0 +1,206 @@
+//! Carrying out pulls: gather (the source and the target, read live; the namespace's labels
+//! when a selector asks) → decide ([`pull`](super::pull): declared? consented? what to
+//! write?) → one server-side apply under [`PULL_MANAGER`], or none when the target shows it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kubesync::ObjectKey;
+use kubesync::runtime::Action;
+
+use super::Tool;
+use super::controller::CompatController;
+use super::declared::{REFLECTED_VERSION, REPLICATED_FROM_VERSION};
+use super::pull::{PULL_MANAGER, Pull, apply_body, consents, declared_pull, in_sync, needs_labels};
+use crate::remote::LOCAL;
+
+/// Which object pulls from which source.
+#[derive(Debug, Default)]
+pub(super) struct Pulls {
+    by_target: HashMap<ObjectKey, ObjectKey>,
+    by_source: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+}
+
+impl Pulls {
+    /// `target` pulls from `source` now (`None`: from nothing).
+    fn set(&mut self, target: &ObjectKey, source: Option<ObjectKey>) {
+        if let Some(old) = self.by_target.remove(target)
+            && let Some(set) = self.by_source.get_mut(&old)
+        {
+            set.remove(target);
+            if set.is_empty() {
+                self.by_source.remove(&old);
+            }
+        }
+        if let Some(source) = source {
+            self.by_source
+                .entry(source.clone())
+                .or_default()
+                .insert(target.clone());
+            self.by_target.insert(target.clone(), source);
+        }
+    }
+}
+
+/// What a pull reconcile ends with: nothing to do, or an apply of this body.
+enum Next {
+    Nothing,
+    Apply(Box<DynamicObject>),
+}
+
+impl CompatController {
+    /// The objects that pull from `source`.
+    pub(super) fn pullers_of(&self, source: &ObjectKey) -> Vec<ObjectKey> {
+        self.pulls
+            .lock()
+            .by_source
+            .get(source)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The pull `object`'s annotations declare; when it declares none (or cannot be read,
+    /// or its source refuses, or the source of a replicator pull is gone) and a pull wrote
+    /// into it before, what that pull brought is removed. Failures are notes, retried.
+    pub(super) async fn pull(
+        &self,
+        key: &ObjectKey,
+        ar: &ApiResource,
+        object: Option<&DynamicObject>,
+        writer: &kubesync::Writer,
+        notes: &mut BTreeSet<String>,
+    ) -> Action {
+        let Some(object) = object else {
+            self.pulls.lock().set(key, None);
+            return Action::done();
+        };
+        let none = BTreeMap::new();
+        let annotations = object.metadata.annotations.as_ref().unwrap_or(&none);
+        let declared = declared_pull(&self.tools, ar, annotations);
+        let pull = match declared {
+            Ok(pull) => pull,
+            Err(why) => {
+                notes.insert(why);
+                None
+            }
+        };
+        self.pulls.lock().set(
+            key,
+            pull.as_ref()
+                .map(|p| ObjectKey::new(LOCAL, ar, Some(p.namespace.clone()), &p.name)),
+        );
+        // Only an object a pull (or the tool) wrote bookkeeping into may hold what a pull
+        // brought: the others are not read at all.
+        let bookkept = [REPLICATED_FROM_VERSION, REFLECTED_VERSION]
+            .iter()
+            .any(|k| annotations.contains_key(*k));
+        if pull.is_none() && !bookkept {
+            return Action::done();
+        }
+        match self.decide_pull(key, ar, pull.as_ref(), notes).await {
+            Ok(Next::Nothing) => Action::done(),
+            Ok(Next::Apply(body)) => match writer.apply(&self.local, ar, &body, PULL_MANAGER).await
+            {
+                Ok(_) => Action::done(),
+                Err(e) => {
+                    notes.insert(format!("not pulled: {e}"));
+                    Action::requeue(Duration::from_secs(5))
+                }
+            },
+            Err(why) => {
+                notes.insert(why);
+                Action::requeue(Duration::from_secs(5))
+            }
+        }
+    }
+
+    /// Reads the target and the source, and decides what to apply (`Err`: a read failed).
+    async fn decide_pull(
+        &self,
+        key: &ObjectKey,
+        ar: &ApiResource,
+        pull: Option<&Pull>,
+        notes: &mut BTreeSet<String>,
+    ) -> Result<Next, String> {
+        let namespace = key.namespace.clone().unwrap_or_default();
+        let api =
+            |ns: &str| Api::<DynamicObject>::namespaced_with(self.local.client().clone(), ns, ar);
+        let target = match api(&namespace).get_opt(&key.name).await {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(Next::Nothing),
+            Err(e) => return Err(format!("not pulled: the object could not be read: {e}")),
+        };
+        let Some(pull) = pull else {
+            return Ok(end(ar, &target, Tool::Replicator));
+        };
+        let from = format!("{}/{}", pull.namespace, pull.name);
+        let source = match api(&pull.namespace).get_opt(&pull.name).await {
+            Ok(s) => s,
+            Err(e) => return Err(format!("not pulled from {from}: it could not be read: {e}")),
+        };
+        let Some(source) = source else {
+            notes.insert(format!("not pulled from {from}: it does not exist"));
+            // reflector keeps a mirror's data when its source goes; replicator's keys go.
+            return Ok(match pull.tool {
+                Tool::Reflector => Next::Nothing,
+                Tool::Replicator => end(ar, &target, pull.tool),
+            });
+        };
+        let none = BTreeMap::new();
+        let consenting = source.metadata.annotations.as_ref().unwrap_or(&none);
+        let labels = match needs_labels(pull.tool, consenting) {
+            true => self.namespace_labels(&namespace).await,
+            false => None,
+        };
+        let consent = consents(pull.tool, consenting, &namespace, labels.as_ref());
+        let consent = consent.and_then(|()| self.grantable(&namespace, ar, &source));
+        if let Err(why) = consent {
+            notes.insert(format!("not pulled from {from}: {why}"));
+            return Ok(end(ar, &target, pull.tool));
+        }
+        let body = apply_body(ar, &target, pull.tool, Some(&source));
+        Ok(match in_sync(&target, &body) {
+            true => Next::Nothing,
+            false => Next::Apply(Box::new(body)),
+        })
+    }
+
+    /// A pull needs no SyncGrant (its source consents), but outside the trusted namespaces
+    /// its kind must be one a grant need not name (as the source will be written).
+    fn grantable(
+        &self,
+        namespace: &str,
+        ar: &ApiResource,
+        source: &DynamicObject,
+    ) -> Result<(), String> {
+        if self.policy.is_trusted(namespace) || !self.policy.must_be_named(ar, source) {
+            return Ok(());
+        }
+        Err(format!(
+            "namespace {namespace} may pull only kinds a SyncGrant need not name (ConfigMaps, Secrets that are no service-account tokens, and those of --grantable-resource); this is a {}",
+            ar.kind
+        ))
+    }
+
+    /// The labels of `namespace` (read live; `None` when it cannot be read: no selector
+    /// matches then).
+    async fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        Api::<Namespace>::all(self.local.client().clone())
+            .get(namespace)
+            .await
+            .ok()
+            .map(|ns| ns.metadata.labels.unwrap_or_default())
+    }
+}
+
+/// The pull ends: remove what it brought, if it brought anything.
+fn end(ar: &ApiResource, target: &DynamicObject, tool: Tool) -> Next {
+    let body = apply_body(ar, target, tool, None);
+    match in_sync(target, &body) {
+        true => Next::Nothing,
+        false => Next::Apply(Box::new(body)),
+    }
+}
