@@ -56,6 +56,34 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         timeout: u64,
     },
+    /// The syncs that reflector's and kubernetes-replicator's annotations declare (what
+    /// `kubesync run --compat` honours).
+    Compat {
+        #[command(subcommand)]
+        command: CompatCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CompatCommand {
+    /// Prints every sync the annotations declare in a cluster with its state (a push: how
+    /// many of the namespaces it selects hold its copy, and where someone else's object
+    /// stands; a pull: whether its source exists and consents); with --as-objectsync, the
+    /// ObjectSyncs that declare the same pushes instead. Reads only.
+    List {
+        /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context.
+        #[arg(long)]
+        context: Option<String>,
+        /// Whose annotations (repeatable; default: both).
+        #[arg(long = "compat", value_enum)]
+        tools: Vec<crate::compat::Tool>,
+        /// Print ObjectSync YAML for each push instead of the table.
+        #[arg(long)]
+        as_objectsync: bool,
+    },
 }
 
 /// The flags of `kubesync run`.
@@ -321,7 +349,48 @@ pub async fn main() -> ExitCode {
             contexts,
             timeout,
         } => check(kubeconfig, contexts, Duration::from_secs(timeout)).await,
+        Command::Compat {
+            command:
+                CompatCommand::List {
+                    kubeconfig,
+                    context,
+                    tools,
+                    as_objectsync,
+                },
+        } => compat_list(kubeconfig, context, tools, as_objectsync).await,
     }
+}
+
+async fn compat_list(
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+    tools: Vec<crate::compat::Tool>,
+    as_objectsync: bool,
+) -> ExitCode {
+    use crate::compat::{Tool, list};
+    let tools = match tools.is_empty() {
+        true => vec![Tool::Reflector, Tool::Replicator],
+        false => tools,
+    };
+    let cluster = match load(&kubeconfig, context.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubesync: cannot connect: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match list::gather(cluster.client(), &tools).await {
+        Ok(facts) if as_objectsync => print!("{}", list::objectsyncs(&facts, &tools)),
+        Ok(facts) => print!("{}", list::table(&list::rows(&facts, &tools))),
+        Err(e) => {
+            eprintln!(
+                "kubesync: cannot list: {}",
+                kubesync::error::describe_kube(&e)
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn init_logging(format: LogFormat, filter: &str) {

@@ -157,6 +157,43 @@ async fn reflector_annotations_push_where_they_say_and_nowhere_unsafe() {
     assert!(secrets("other").get_opt("db").await.expect("get").is_none());
     assert!(operator_writes(&env, "secrets", "ops", "db").is_empty());
 
+    // `kubesync compat list` shows the push and its state; `--as-objectsync` the ObjectSync
+    // declaring the same, which the apiserver accepts.
+    let listed = compat_list(&env, &[]);
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("Secret ops/db\treflector\tpush\t"))
+        .unwrap_or_else(|| panic!("no row for the push: {listed}"));
+    assert!(
+        row.contains("copies 2/3; someone else's object in team-b"),
+        "{row}"
+    );
+    assert!(row.contains("matches no namespace"), "{row}");
+    let yaml = compat_list(&env, &["--as-objectsync"]);
+    let docs: Vec<kubesync_cli::crd::ObjectSync> = yaml
+        .split("\n---\n")
+        .filter_map(|d| serde_saphyr::from_str(d).ok())
+        .collect();
+    assert_eq!(docs.len(), 1, "{yaml}");
+    let mut destinations: Vec<_> = docs[0]
+        .spec
+        .destinations
+        .iter()
+        .filter_map(|d| d.namespace.clone())
+        .collect();
+    destinations.sort();
+    assert_eq!(destinations, ["dev-x", "team-a", "team-b"]);
+    Api::<kubesync_cli::crd::ObjectSync>::namespaced(client.clone(), "ops")
+        .create(
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &docs[0],
+        )
+        .await
+        .expect("the apiserver accepts the ObjectSync");
+
     // No version gate: an edited mirror is repaired, a deleted one made again.
     secrets("team-a")
         .patch(
@@ -352,6 +389,22 @@ async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cle
     running.stop().await;
 }
 
+/// `kubesync compat list` on `env` with `args` more: its output.
+fn compat_list(env: &TestEnv, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .args(["compat", "list", "--kubeconfig"])
+        .arg(env.kubeconfig_path().expect("kubeconfig"))
+        .args(args)
+        .output()
+        .expect("run kubesync compat list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 /// The keys of a Secret and their values, decoded.
 async fn secret_keys(secrets: &Api<Secret>, name: &str) -> Option<BTreeMap<String, String>> {
     let s = secrets.get_opt(name).await.ok()??;
@@ -419,6 +472,32 @@ async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_thos
     assert!(note.contains("does not admit namespace team-b"), "{note}");
     let note = note_on(&env, "team-a", "cfg", "not pulled from ops/cfg").await;
     assert!(note.contains("replication-allowed"), "{note}");
+    let listed = compat_list(&env, &[]);
+    for (row, state) in [
+        (
+            "Secret team-a/creds\treplicator\tpull\t",
+            "from ops/creds: pulled",
+        ),
+        (
+            "Secret team-b/creds\treplicator\tpull\t",
+            "from ops/creds: refused",
+        ),
+        (
+            "Secret team-a/mirror\treflector\tpull\t",
+            "from ops/refl: pulled",
+        ),
+        (
+            "ConfigMap team-a/cfg\treplicator\tpull\t",
+            "from ops/cfg: refused",
+        ),
+    ] {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.starts_with(row) && l.contains(state)),
+            "{row}{state}: {listed}"
+        );
+    }
     assert!(operator_writes(&env, "secrets", "team-b", "creds").is_empty());
     assert!(operator_writes(&env, "configmaps", "team-a", "cfg").is_empty());
     assert_eq!(

@@ -8,11 +8,13 @@
 //! - [`declared`]: what an object's annotations declare, what its copies carry and which
 //!   objects were that tool's copies of it, pure;
 //! - [`pull`]: what a pull declares, whether its source consents, and what it writes, pure;
+//! - [`list`]: `kubesync compat list`, every declared sync with its state, or as ObjectSyncs;
 //! - [`controller`]: gathers the annotated objects and their copies, lets the fan-out
 //!   reconcile them, and says what it could not do in Events on the source.
 
 pub mod controller;
 pub mod declared;
+pub mod list;
 pub mod parse;
 pub mod pull;
 mod pulls;
