@@ -6,7 +6,9 @@
 //! east and a `ResourceSync` for a demo `Widget` CRD: objects created on east come down, status
 //! written in west goes up, deletion on east cleans up west. Part 3 has the same operator keep a
 //! Secret in sync in every team namespace with an `ObjectSync`, and copies ClusterRoles from
-//! west to east with a `ClusterObjectSync`. Everything is stopped and removed at the end.
+//! west to east with a `ClusterObjectSync`, and takes over objects annotated for reflector and
+//! kubernetes-replicator with no manifest change (`--compat`). Everything is stopped and
+//! removed at the end.
 //!
 //! With `KUBESYNC_DEMO_METRICS=<file>` (as `make dashboard` runs it), the operator's `/metrics`
 //! are sampled every 50 ms while it runs and written to that file, one JSON object a line
@@ -276,7 +278,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(29, "Stopping the control planes");
+    step(30, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -750,6 +752,60 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         Ok(fleet().await?.is_empty())
     })
     .await?;
+    migrate(west).await
+}
+
+/// Step 28: objects annotated for reflector and kubernetes-replicator, and a mirror reflector
+/// left behind, taken over by the same operator with no manifest change.
+async fn migrate(west: &TestEnv) -> anyhow::Result<()> {
+    step(
+        28,
+        "Migrating from reflector and kubernetes-replicator: their annotations, unchanged",
+    );
+    west.create_namespace("legacy").await?;
+    println!(
+        "   a Secret annotated for reflector, a ConfigMap for replicator, and reflector's old mirror in team-a"
+    );
+    west.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: pull-secret\n  namespace: team-a\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflects: legacy/pull-secret\n    reflector.v1.k8s.emberstack.com/auto-reflects: \"True\"\nstringData: {token: stale}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: pull-secret\n  namespace: legacy\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-allowed-namespaces: \"team-a,team-b\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"\nstringData: {token: current}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: feature-flags\n  namespace: legacy\n  annotations: {replicator.v1.mittwald.de/replicate-to: \"team-(c|d)\"}\ndata: {beta: \"on\"}\n").await?;
+    let token = |ns: &'static str| async move {
+        let s = Api::<Secret>::namespaced(west.client()?, ns)
+            .get_opt("pull-secret")
+            .await?;
+        Ok::<_, anyhow::Error>(s.and_then(|s| s.data?.get("token").map(|v| v.0.clone())))
+    };
+    wait(
+        "reflector's mirror in team-a taken over and current; a new one in team-b",
+        || async {
+            Ok(token("team-a").await?.as_deref() == Some(&b"current"[..])
+                && token("team-b").await?.as_deref() == Some(&b"current"[..]))
+        },
+    )
+    .await?;
+    wait("the ConfigMap in team-c and team-d", || async {
+        let mut n = 0;
+        for ns in ["team-c", "team-d"] {
+            if Api::<ConfigMap>::namespaced(west.client()?, ns)
+                .get_opt("feature-flags")
+                .await?
+                .is_some()
+            {
+                n += 1;
+            }
+        }
+        Ok(n == 2)
+    })
+    .await?;
+    println!("   kubesync compat list:");
+    let tools = [
+        kubesync_cli::compat::Tool::Reflector,
+        kubesync_cli::compat::Tool::Replicator,
+    ];
+    let facts = kubesync_cli::compat::list::gather(&west.client()?, &tools).await?;
+    for line in
+        kubesync_cli::compat::list::table(&kubesync_cli::compat::list::rows(&facts, &tools)).lines()
+    {
+        println!("     {line}");
+    }
     Ok(())
 }
 
@@ -804,9 +860,14 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         kubesync_cli::operator::OperatorOptions {
             status_refresh: Duration::from_secs(1),
             policy: kubesync_cli::object_sync::ObjectSyncPolicy {
-                trusted_namespaces: vec!["platform".into()],
+                trusted_namespaces: vec!["platform".into(), "legacy".into()],
                 ..Default::default()
             },
+            // `kubesync run --compat reflector --compat replicator` (step 28).
+            compat: vec![
+                kubesync_cli::compat::Tool::Reflector,
+                kubesync_cli::compat::Tool::Replicator,
+            ],
             ..Default::default()
         },
     );
@@ -963,7 +1024,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(east, west).await?;
 
-    step(28, "Stopping the operator");
+    step(29, "Stopping the operator");
     if let Some((stop, sampler)) = sampler {
         let _ = stop.send(());
         let written = sampler.await??;

@@ -363,6 +363,16 @@ fn the_default_values_render_config_default() {
 }
 
 #[test]
+fn compat_renders_config_compat() {
+    let chart = render(&["--set-json", r#"compat=["reflector","replicator"]"#]);
+    let config: Vec<Value> = kustomize("compat")
+        .into_iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .collect();
+    assert_same_objects("compat vs config/compat", &chart, &config);
+}
+
+#[test]
 fn restricted_renders_config_restricted() {
     let chart = render(&["--set", "restricted.enabled=true"]);
     let config: Vec<Value> = kustomize("restricted")
