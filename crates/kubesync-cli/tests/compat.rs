@@ -295,6 +295,14 @@ async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cle
     )
     .await
     .expect("sources");
+    // The tenant also tries to push a Role everywhere (team-a's grant names no kinds; one of
+    // its patterns is unreadable, and the Event saying so witnesses the reconcile), and to
+    // pull a service-account token Secret that ops lets anyone pull: neither is written.
+    env.apply_yaml(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: everything\n  namespace: tenant\n  annotations: {replicator.v1.mittwald.de/replicate-to: \".*,*\"}\nrules: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer, namespace: ops}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: deployer-token\n  namespace: ops\n  annotations:\n    kubernetes.io/service-account.name: deployer\n    replicator.v1.mittwald.de/replication-allowed: \"true\"\n    replicator.v1.mittwald.de/replication-allowed-namespaces: \".*\"\ntype: kubernetes.io/service-account-token\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: stolen\n  namespace: tenant\n  annotations: {replicator.v1.mittwald.de/replicate-from: ops/deployer-token}\n",
+    )
+    .await
+    .expect("the tenant's attempts");
     let running = start(&env, &[Tool::Replicator], &["ops"]);
 
     for ns in ["team-a", "team-b", "labelled"] {
@@ -354,6 +362,23 @@ async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cle
         );
     }
     assert!(operator_writes(&env, "configmaps", "tenant", "tenant-settings").is_empty());
+    let note = note_on(
+        &env,
+        "tenant",
+        "stolen",
+        "not pulled from ops/deployer-token",
+    )
+    .await;
+    assert!(note.contains("SyncGrant need not name"), "{note}");
+    assert!(operator_writes(&env, "secrets", "tenant", "stolen").is_empty());
+    // Its unreadable pattern's Event is published after the reconcile that wrote nothing.
+    note_on(&env, "tenant", "everything", "\"*\"").await;
+    for ns in ["team-a", "team-b", "ops", "labelled"] {
+        assert!(
+            operator_writes(&env, "roles", ns, "everything").is_empty(),
+            "{ns}: a Role needs a grant that names it"
+        );
+    }
 
     // Removing the push removes its copies (replicator leaves them).
     maps("ops")
