@@ -20,7 +20,7 @@ pub const LAG_BUCKETS: [f64; 16] = [
 /// Labels of the propagation-lag histogram: bounded by the sync kinds and the clusters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LagLabels {
-    /// `ObjectSync` or `ResourceSync`.
+    /// `ObjectSync`, `ResourceSync` or `Annotations` (a push an annotation declares).
     pub sync: String,
     /// The destination cluster: `local`, or a RemoteCluster's name.
     pub cluster: String,

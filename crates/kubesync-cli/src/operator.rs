@@ -142,7 +142,7 @@ impl Operator {
         let lags = Lags::default();
         let policy = Arc::new(options.policy.clone());
         let compat = (!options.compat.is_empty())
-            .then(|| CompatController::new(local.clone(), options.compat, policy));
+            .then(|| CompatController::new(local.clone(), options.compat, policy, lags.clone()));
         Arc::new(Self {
             compat,
             object_syncs: ObjectSyncController::new(
@@ -211,6 +211,11 @@ impl Operator {
     /// was in flight when one was deleted may have recorded it after it was forgotten).
     pub fn object_sync_gauges(&self) -> Vec<((String, String), ObjectSyncGauge)> {
         self.object_syncs.gauges(self.ctx.get())
+    }
+
+    /// With `--compat`: the annotation-declared syncs, counted.
+    pub fn compat_counts(&self) -> Option<crate::compat::controller::CompatCounts> {
+        self.compat.as_ref().map(CompatController::counts)
     }
 
     /// The propagation lags of the copies written, by sync kind and cluster.

@@ -205,6 +205,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
     add_remote_cluster(&local, &remote, "edge", "apps").await;
     local.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("source");
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}, {cluster: edge, namespace: edge-apps}]\n").await.expect("objectsync");
+    local.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: mirrored\n  namespace: apps\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-namespaces: team-a\nstringData: {token: t0k3n}\n").await.expect("an annotated source");
     remote.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: w1, namespace: ops-a}\nspec: {size: 1}\n").await.expect("widget");
     local.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: edge\n  namespacePrefix: ops-\n").await.expect("resourcesync");
 
@@ -218,6 +219,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
             .args(["--metrics-address", &format!("127.0.0.1:{port}")])
             .arg("--metrics-insecure")
             .args(["--trusted-namespace", "apps", "--leader-elect"])
+            .args(["--compat", "reflector", "--compat", "replicator"])
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("run kubesync"),
@@ -229,6 +231,8 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exposed() {
         "kubesync_propagation_lag_seconds_count{sync=\"ObjectSync\",cluster=\"edge\"}",
         "kubesync_remotecluster_reachable{remotecluster=\"edge\"}",
         "kubesync_resourcesync_objects{resourcesync=\"widgets\"}",
+        "kubesync_compat_destinations{state=\"Synced\"}",
+        "kubesync_propagation_lag_seconds_count{sync=\"Annotations\",cluster=\"local\"}",
     ];
     let deadline = std::time::Instant::now() + T;
     loop {

@@ -49,6 +49,33 @@ pub struct CompatController {
     /// Per declaration, the notes last published as Events (each is published once, until it
     /// no longer holds).
     announced: Mutex<HashMap<ObjectKey, BTreeSet<String>>>,
+    /// What each declaring object declares, as its last reconcile found it (for `/metrics`).
+    summaries: Mutex<HashMap<ObjectKey, Summary>>,
+    /// The propagation lags of the copies written.
+    lags: crate::lag::Lags,
+}
+
+/// What one object declares, as its last reconcile found it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Summary {
+    /// The tools whose push it declares.
+    pub(super) push: Vec<Tool>,
+    /// Its push's destinations by state.
+    pub(super) destinations: BTreeMap<String, u32>,
+    /// The tool whose pull it declares, and whether the pull stands (its source exists,
+    /// consents, and the target shows it).
+    pub(super) pull: Option<(Tool, bool)>,
+}
+
+/// The annotation-declared syncs, counted for `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompatCounts {
+    /// By (tool, `push` or `pull`): how many are declared (every pair present).
+    pub syncs: BTreeMap<(Tool, &'static str), u32>,
+    /// The pushes' destinations by state, summed.
+    pub destinations: BTreeMap<String, u32>,
+    /// Pulls that do not stand: the source is missing or refuses, or the write failed.
+    pub pulls_not_pulled: u32,
 }
 
 /// A source's copies a reconcile found by their marks: each owner uid that made some.
@@ -56,7 +83,12 @@ type Makers = BTreeSet<String>;
 
 impl CompatController {
     /// A controller honouring the annotations of `tools`, under the operator's `policy`.
-    pub fn new(local: kubesync::Cluster, tools: Vec<Tool>, policy: Arc<ObjectSyncPolicy>) -> Self {
+    pub fn new(
+        local: kubesync::Cluster,
+        tools: Vec<Tool>,
+        policy: Arc<ObjectSyncPolicy>,
+        lags: crate::lag::Lags,
+    ) -> Self {
         let mut tools = tools;
         tools.sort();
         tools.dedup();
@@ -83,6 +115,8 @@ impl CompatController {
             reporter: events::reporter(),
             budget: events::EventBudget::default(),
             announced: Mutex::new(HashMap::new()),
+            summaries: Mutex::default(),
+            lags,
         }
     }
 
@@ -155,16 +189,27 @@ impl CompatController {
                     .is_some_and(|l| l.contains_key(MANAGED_BY))
             });
         let mut notes = BTreeSet::new();
+        let mut summary = Summary::default();
         let push = self
-            .push(key, &ar, object.as_deref(), ctx, fan_out, &mut notes)
+            .push(
+                key,
+                &ar,
+                object.as_deref(),
+                ctx,
+                fan_out,
+                &mut notes,
+                &mut summary,
+            )
             .await?;
+        let writer = fan_out.write_counter();
         let pull = self
             .pull(
                 key,
                 &ar,
                 object.as_deref(),
-                &fan_out.write_counter(),
+                &writer,
                 &mut notes,
+                &mut summary,
             )
             .await;
         match &object {
@@ -173,6 +218,10 @@ impl CompatController {
                 self.announced.lock().remove(key);
             }
         }
+        match summary == Summary::default() {
+            true => self.summaries.lock().remove(key),
+            false => self.summaries.lock().insert(key.clone(), summary),
+        };
         for target in self.pullers_of(key) {
             ctx.enqueue(target);
         }
@@ -189,6 +238,7 @@ impl CompatController {
         ctx: &Context,
         fan_out: &FanOut,
         notes: &mut BTreeSet<String>,
+        summary: &mut Summary,
     ) -> kubesync::Result<Action> {
         let makers = makers(ctx, ar, key);
         let declared = object.map(|o| {
@@ -236,6 +286,7 @@ impl CompatController {
             notes.insert(format!("not copied: {}", refusal.message));
             return Ok(Action::done());
         }
+        summary.push = declared.tools();
         let decl = Declaration {
             key: key.clone(),
             owner: owner(key, &uid),
@@ -244,6 +295,15 @@ impl CompatController {
             refused: false,
         };
         let outcome = fan_out.reconcile(ctx, &decl).await?;
+        for d in &outcome.destinations {
+            *summary
+                .destinations
+                .entry(format!("{:?}", d.state))
+                .or_default() += 1;
+        }
+        for (cluster, lag) in &outcome.propagated {
+            self.lags.observe("Annotations", cluster, *lag);
+        }
         notes.extend(destination_notes(&outcome));
         Ok(if cleaning || !outcome.ready {
             Action::requeue(Duration::from_millis(500))
@@ -256,6 +316,29 @@ impl CompatController {
         } else {
             Action::done()
         })
+    }
+
+    /// The annotation-declared syncs, counted (for `/metrics`).
+    pub fn counts(&self) -> CompatCounts {
+        let mut counts = CompatCounts::default();
+        for tool in &self.tools {
+            for direction in ["push", "pull"] {
+                counts.syncs.insert((*tool, direction), 0);
+            }
+        }
+        for s in self.summaries.lock().values() {
+            for tool in &s.push {
+                *counts.syncs.entry((*tool, "push")).or_default() += 1;
+            }
+            for (state, n) in &s.destinations {
+                *counts.destinations.entry(state.clone()).or_default() += n;
+            }
+            if let Some((tool, stands)) = s.pull {
+                *counts.syncs.entry((tool, "pull")).or_default() += 1;
+                counts.pulls_not_pulled += u32::from(!stands);
+            }
+        }
+        counts
     }
 
     /// The fan-out declaration of a push the annotations of `key` declare (pure but for the

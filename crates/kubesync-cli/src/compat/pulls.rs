@@ -72,6 +72,7 @@ impl CompatController {
         object: Option<&DynamicObject>,
         writer: &kubesync::Writer,
         notes: &mut BTreeSet<String>,
+        summary: &mut super::controller::Summary,
     ) -> Action {
         let Some(object) = object else {
             self.pulls.lock().set(key, None);
@@ -100,21 +101,26 @@ impl CompatController {
         if pull.is_none() && !bookkept {
             return Action::done();
         }
-        match self.decide_pull(key, ar, pull.as_ref(), notes).await {
+        let before = notes.len();
+        let action = match self.decide_pull(key, ar, pull.as_ref(), notes).await {
             Ok(Next::Nothing) => Action::done(),
-            Ok(Next::Apply(body)) => match writer.apply(&self.local, ar, &body, PULL_MANAGER).await
-            {
-                Ok(_) => Action::done(),
-                Err(e) => {
-                    notes.insert(format!("not pulled: {e}"));
-                    Action::requeue(Duration::from_secs(5))
+            Ok(Next::Apply(body)) => {
+                match writer.apply(&self.local, ar, &body, PULL_MANAGER).await {
+                    Ok(_) => Action::done(),
+                    Err(e) => {
+                        notes.insert(format!("not pulled: {e}"));
+                        Action::requeue(Duration::from_secs(5))
+                    }
                 }
-            },
+            }
             Err(why) => {
                 notes.insert(why);
                 Action::requeue(Duration::from_secs(5))
             }
-        }
+        };
+        // A pull stands when nothing was said about it (the push's notes come before).
+        summary.pull = pull.map(|p| (p.tool, notes.len() == before));
+        action
     }
 
     /// Reads the target and the source, and decides what to apply (`Err`: a read failed).

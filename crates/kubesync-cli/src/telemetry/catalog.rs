@@ -225,11 +225,42 @@ pub const PROPAGATION_LAG: Entry = Entry {
     name: "kubesync_propagation_lag_seconds",
     kind: Kind::Histogram,
     labels: &[
-        ("sync", "`ObjectSync`, `ResourceSync`"),
+        ("sync", "`ObjectSync`, `ResourceSync`, `Annotations`"),
         ("cluster", "`local` or a RemoteCluster"),
     ],
     help: "Seconds from a change first seen by a watch (a source's new version, a new or relabelled namespace, a deleted copy) to the copy written with it, by sync kind and destination cluster",
     more: "ResourceSync (`cluster=\"local\"`): from the first sight of a remote object's new generation by the remote watch to the local write that applies it. Buckets 5 ms to 10 min. Reverts of someone else's edit (and, for ResourceSync, label-only changes) are not propagation, and not observed.",
+};
+
+/// Annotation-declared syncs.
+pub const COMPAT_SYNCS: Entry = Entry {
+    name: "kubesync_compat_syncs",
+    kind: Kind::Gauge,
+    labels: &[
+        ("tool", "`reflector`, `replicator`"),
+        ("direction", "`push`, `pull`"),
+    ],
+    help: "Syncs that reflector's or kubernetes-replicator's annotations declare now (with --compat), by tool and direction",
+    more: "Served only with `--compat`; every pair of a tool turned on is listed from 0.",
+};
+/// Their destinations by state.
+pub const COMPAT_DESTINATIONS: Entry = Entry {
+    name: "kubesync_compat_destinations",
+    kind: Kind::Gauge,
+    labels: &[(
+        "state",
+        "`Synced`, `Pending`, `Conflict`, `Error`, `Refused`",
+    )],
+    help: "Destinations of the annotation-declared pushes, by state, summed over every annotated source",
+    more: "Served only with `--compat`. Summed: a label per source would grow with the cluster's Secrets; `kubesync compat list` and the Events on each source say which.",
+};
+/// Pulls that do not stand.
+pub const COMPAT_PULLS_NOT_PULLED: Entry = Entry {
+    name: "kubesync_compat_pulls_not_pulled",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "Annotation-declared pulls whose source is missing or refuses them, or whose write failed",
+    more: "Served only with `--compat`; each says why in an Event on its target.",
 };
 
 const OBJECT_SYNC: &[(&str, &str)] = &[("namespace", ""), ("objectsync", "")];
@@ -253,6 +284,9 @@ pub const ALL: &[Entry] = &[
     OBJECT_SYNC_OLDEST_STALE,
     OBJECT_SYNC_DRIFTS,
     PROPAGATION_LAG,
+    COMPAT_SYNCS,
+    COMPAT_DESTINATIONS,
+    COMPAT_PULLS_NOT_PULLED,
     RESOURCE_SYNC_OBJECTS,
     RESOURCE_SYNC_STALE,
     RESOURCE_SYNC_OLDEST_STALE,

@@ -55,6 +55,17 @@ fn gauge(value: impl TryInto<i64>) -> Gauge {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CompatLabels {
+    tool: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ComponentLabels {
     component: String,
 }
@@ -215,6 +226,32 @@ async fn registry(operator: &Operator) -> Registry {
     add(&mut r, &catalog::REMOTE_LAST_CONTACT, contact);
     add(&mut r, &catalog::REMOTE_WATCH_RESTARTS, restarts);
     add(&mut r, &catalog::PROPAGATION_LAG, operator.lags().family());
+    if let Some(counts) = operator.compat_counts() {
+        let syncs = Family::<CompatLabels, Gauge>::default();
+        for ((tool, direction), n) in &counts.syncs {
+            syncs
+                .get_or_create(&CompatLabels {
+                    tool: tool.to_string(),
+                    direction: (*direction).into(),
+                })
+                .set(i64::from(*n));
+        }
+        add(&mut r, &catalog::COMPAT_SYNCS, syncs);
+        let destinations = Family::<StateLabels, Gauge>::default();
+        for (state, n) in &counts.destinations {
+            destinations
+                .get_or_create(&StateLabels {
+                    state: state.clone(),
+                })
+                .set(i64::from(*n));
+        }
+        add(&mut r, &catalog::COMPAT_DESTINATIONS, destinations);
+        add(
+            &mut r,
+            &catalog::COMPAT_PULLS_NOT_PULLED,
+            gauge(counts.pulls_not_pulled),
+        );
+    }
     r
 }
 
