@@ -55,6 +55,15 @@ pub struct CompatController {
     lags: crate::lag::Lags,
 }
 
+/// What a reconcile found: what to say in Events, and what to count.
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    /// What could not be done (or read), for people.
+    pub(super) notes: BTreeSet<String>,
+    /// What the object declares.
+    pub(super) summary: Summary,
+}
+
 /// What one object declares, as its last reconcile found it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Summary {
@@ -188,30 +197,15 @@ impl CompatController {
                     .as_ref()
                     .is_some_and(|l| l.contains_key(MANAGED_BY))
             });
-        let mut notes = BTreeSet::new();
-        let mut summary = Summary::default();
+        let mut found = Found::default();
         let push = self
-            .push(
-                key,
-                &ar,
-                object.as_deref(),
-                ctx,
-                fan_out,
-                &mut notes,
-                &mut summary,
-            )
+            .push(key, &ar, object.as_deref(), ctx, fan_out, &mut found)
             .await?;
         let writer = fan_out.write_counter();
         let pull = self
-            .pull(
-                key,
-                &ar,
-                object.as_deref(),
-                &writer,
-                &mut notes,
-                &mut summary,
-            )
+            .pull(key, &ar, object.as_deref(), &writer, &mut found)
             .await;
+        let Found { notes, summary } = found;
         match &object {
             Some(object) => self.announce(key, object, &ar, notes).await,
             None => {
@@ -237,9 +231,9 @@ impl CompatController {
         object: Option<&DynamicObject>,
         ctx: &Context,
         fan_out: &FanOut,
-        notes: &mut BTreeSet<String>,
-        summary: &mut Summary,
+        found: &mut Found,
     ) -> kubesync::Result<Action> {
+        let Found { notes, summary } = found;
         let makers = makers(ctx, ar, key);
         let declared = object.map(|o| {
             let none = BTreeMap::new();

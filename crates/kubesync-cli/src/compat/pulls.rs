@@ -71,9 +71,9 @@ impl CompatController {
         ar: &ApiResource,
         object: Option<&DynamicObject>,
         writer: &kubesync::Writer,
-        notes: &mut BTreeSet<String>,
-        summary: &mut super::controller::Summary,
+        found: &mut super::controller::Found,
     ) -> Action {
+        let super::controller::Found { notes, summary } = found;
         let Some(object) = object else {
             self.pulls.lock().set(key, None);
             return Action::done();
