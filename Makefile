@@ -10,7 +10,8 @@
 #                       (matplotlib from PyPI, in a virtualenv under ~/.cache/kubesync)
 #   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
 #                       (SEED=<n> replays the campaign's seed n; SEEDS=<k> runs k seeds from it)
-#   make bench          benchmarks on local control planes (the engine's, then bench-memory)
+#   make bench          benchmarks on local control planes (the engine's, bench-memory, bench-compat)
+#   make bench-compat   --compat at scale: 100 annotated sources into 1000 namespaces, then churn
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
@@ -31,7 +32,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory control-plane crds reference image image-test docs clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -75,6 +76,10 @@ chaos: control-plane
 bench: control-plane
 	$(CARGO) bench -p kubesync
 	$(CARGO) bench -p kubesync-cli --bench memory
+	$(CARGO) bench -p kubesync-cli --bench compat
+
+bench-compat: control-plane
+	$(CARGO) bench -p kubesync-cli --bench compat
 
 bench-memory: control-plane
 	$(CARGO) bench -p kubesync-cli --bench memory

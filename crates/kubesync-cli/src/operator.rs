@@ -326,16 +326,17 @@ impl Operator {
         // With --compat: the annotated objects are declarations too, and a copy they declared
         // maps back to its source (also when the source is gone).
         let mut controller = controller;
-        for (ar, (annotated, copies)) in self
-            .compat
-            .iter()
-            .flat_map(|c| c.resources().iter().cloned().zip(c.watches()))
-        {
-            controller = controller.watch(LOCAL, annotated)?.watch_mapped(
-                LOCAL,
-                copies,
-                move |_, copy| CompatController::source_of(&ar, copy),
-            )?;
+        if let Some(compat) = &self.compat {
+            for (ar, (annotated, copies)) in
+                compat.resources().iter().cloned().zip(compat.watches())
+            {
+                let index = compat.copies();
+                controller = controller.watch(LOCAL, annotated)?.watch_mapped(
+                    LOCAL,
+                    copies,
+                    move |key, copy| index.note(&ar, key, copy),
+                )?;
+            }
         }
         controller
             .run(OperatorReconciler(self.clone()), shutdown)

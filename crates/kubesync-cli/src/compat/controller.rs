@@ -22,7 +22,7 @@ use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context, Watch};
 use kubesync::syncers::fan_out::rules::{
     Annotator, CopyRules, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceMatcher, NamespaceRule,
-    OnConflict, Owner,
+    OnConflict, Owner, SOURCE,
 };
 use kubesync::syncers::fan_out::{
     Adoptable, Declaration, Destination, DestinationState, FanOut, FanOutSpec, Mode, Outcome,
@@ -42,6 +42,8 @@ pub struct CompatController {
     resources: Vec<ApiResource>,
     pub(super) policy: Arc<ObjectSyncPolicy>,
     pub(super) local: kubesync::Cluster,
+    /// Which copies each source made.
+    copies: Arc<CopyIndex>,
     /// Which object pulls from which source, as the last reconcile of each puller read it.
     pub(super) pulls: Mutex<super::pulls::Pulls>,
     reporter: kube::runtime::events::Reporter,
@@ -121,6 +123,7 @@ impl CompatController {
             policy,
             local,
             pulls: Mutex::default(),
+            copies: Arc::default(),
             reporter: events::reporter(),
             budget: events::EventBudget::default(),
             announced: Mutex::new(HashMap::new()),
@@ -161,18 +164,15 @@ impl CompatController {
                 let copies = Watch::dynamic(ar.clone())
                     .metadata_only()
                     .labels(&format!("{DECLARED_BY}={DECLARED_BY_ANNOTATIONS}"))
-                    .transform(|o| o.metadata.managed_fields = None);
+                    .transform(keep_marks);
                 (annotated, copies)
             })
             .collect()
     }
 
-    /// The key of the source a copy's marks name (the mapper of the copies' watch).
-    pub fn source_of(ar: &ApiResource, copy: &DynamicObject) -> Vec<ObjectKey> {
-        marked_source(copy)
-            .map(|(ns, name)| ObjectKey::new(LOCAL, ar, Some(ns), &name))
-            .into_iter()
-            .collect()
+    /// Which copies each source made (fed by the copies' watch: see [`CopyIndex::note`]).
+    pub fn copies(&self) -> Arc<CopyIndex> {
+        self.copies.clone()
     }
 
     /// Reconciles the implicit declarations of the object `key`: the push it declares (on
@@ -234,7 +234,7 @@ impl CompatController {
         found: &mut Found,
     ) -> kubesync::Result<Action> {
         let Found { notes, summary } = found;
-        let makers = makers(ctx, ar, key);
+        let makers = self.copies.makers(ctx, key);
         let declared = object.map(|o| {
             let none = BTreeMap::new();
             let annotations = o.metadata.annotations.as_ref().unwrap_or(&none);
@@ -510,21 +510,71 @@ fn clean_up_spec(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
     }
 }
 
-/// The uids that made the copies of `key` the store shows (by their marks).
-fn makers(ctx: &Context, ar: &ApiResource, key: &ObjectKey) -> Makers {
-    let wanted = (key.namespace.clone().unwrap_or_default(), key.name.clone());
-    ctx.list_metadata(LOCAL, ar)
-        .into_iter()
-        .filter(|c| {
-            c.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(DECLARED_BY))
-                .is_some_and(|v| v == DECLARED_BY_ANNOTATIONS)
-        })
-        .filter(|c| marked_source(c).as_ref() == Some(&wanted))
-        .filter_map(|c| c.metadata.labels.as_ref()?.get(MANAGED_BY).cloned())
-        .collect()
+/// Which copies each source made, as the copies' watch saw them: a copy's event files it
+/// under the source its mark names; a reconcile of that source reads only those, and drops
+/// the ones the stores no longer show. (A scan of every object of the kind would make each
+/// reconcile grow with the cluster.)
+#[derive(Debug, Default)]
+pub struct CopyIndex(Mutex<HashMap<ObjectKey, BTreeSet<ObjectKey>>>);
+
+impl CopyIndex {
+    /// Files the copy `key` under its source and returns the source's key (the mapper of the
+    /// copies' watch).
+    pub fn note(&self, ar: &ApiResource, key: &ObjectKey, copy: &DynamicObject) -> Vec<ObjectKey> {
+        let Some((ns, name)) = marked_source(copy) else {
+            return Vec::new();
+        };
+        let source = ObjectKey::new(LOCAL, ar, Some(ns), &name);
+        self.0
+            .lock()
+            .entry(source.clone())
+            .or_default()
+            .insert(key.clone());
+        vec![source]
+    }
+
+    /// The uids that made the copies of `source` the stores show (by their marks).
+    fn makers(&self, ctx: &Context, source: &ObjectKey) -> Makers {
+        let filed: Vec<ObjectKey> = self
+            .0
+            .lock()
+            .get(source)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let wanted = (
+            source.namespace.clone().unwrap_or_default(),
+            source.name.clone(),
+        );
+        let mut makers = Makers::new();
+        let mut gone = Vec::new();
+        for key in filed {
+            let uid = ctx.get_metadata(&key).and_then(|c| {
+                let labels = c.metadata.labels.as_ref()?;
+                let ours = labels.get(DECLARED_BY).map(String::as_str)
+                    == Some(DECLARED_BY_ANNOTATIONS)
+                    && marked_source(&c).as_ref() == Some(&wanted);
+                ours.then(|| labels.get(MANAGED_BY).cloned()).flatten()
+            });
+            match uid {
+                Some(uid) => {
+                    makers.insert(uid);
+                }
+                None => gone.push(key),
+            }
+        }
+        if !gone.is_empty() {
+            let mut index = self.0.lock();
+            if let Some(set) = index.get_mut(source) {
+                for key in &gone {
+                    set.remove(key);
+                }
+                if set.is_empty() {
+                    index.remove(source);
+                }
+            }
+        }
+        makers
+    }
 }
 
 /// The watch transform of annotated objects: only the tools' annotations and the
@@ -540,6 +590,18 @@ fn keep_tool_annotations(o: &mut DynamicObject) {
     }
 }
 
+/// The watch transform of the copies annotations declared: only what finds their source and
+/// maker (the `source` mark, the `managed-by` and `declared-by` labels).
+fn keep_marks(o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.retain(|k, _| k == SOURCE);
+    }
+    if let Some(l) = o.metadata.labels.as_mut() {
+        l.retain(|k, _| k == MANAGED_BY || k == DECLARED_BY);
+    }
+}
+
 /// The resource name of one of the tools' kinds.
 fn plural(kind: &str) -> String {
     format!("{}s", kind.to_lowercase())
@@ -548,7 +610,6 @@ fn plural(kind: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubesync::syncers::fan_out::rules::SOURCE;
     use serde_json::json;
 
     #[test]
@@ -561,10 +622,11 @@ mod tests {
         .expect("copy");
         assert_eq!(marked_source(&copy), Some(("ops".into(), "db".into())));
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-        assert_eq!(
-            CompatController::source_of(&ar, &copy),
-            vec![ObjectKey::new(LOCAL, &ar, Some("ops".into()), "db")]
-        );
+        let index = CopyIndex::default();
+        let key = ObjectKey::new(LOCAL, &ar, Some("team-a".into()), "db");
+        let source = ObjectKey::new(LOCAL, &ar, Some("ops".into()), "db");
+        assert_eq!(index.note(&ar, &key, &copy), vec![source.clone()]);
+        assert_eq!(index.0.lock()[&source], BTreeSet::from([key]));
     }
 
     #[test]
