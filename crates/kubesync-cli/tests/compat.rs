@@ -244,6 +244,49 @@ async fn reflector_annotations_push_where_they_say_and_nowhere_unsafe() {
     })
     .await;
 
+    // Reflection turned off on the source: its mirrors go; on again: they come back.
+    let allowed = |value: &str| {
+        serde_json::json!({"metadata": {"annotations": {
+            "reflector.v1.k8s.emberstack.com/reflection-allowed": value}}})
+    };
+    secrets("ops")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(allowed("false")),
+        )
+        .await
+        .expect("turn reflection off");
+    for ns in ["team-a", "dev-x"] {
+        eventually(
+            &format!("the mirror in {ns} gone with the consent"),
+            T,
+            || async {
+                secrets(ns)
+                    .get_opt("db")
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    secrets("ops")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(allowed("true")),
+        )
+        .await
+        .expect("turn reflection on");
+    for ns in ["team-a", "dev-x"] {
+        eventually(&format!("the mirror in {ns} back"), T, || async {
+            (secret_data(&secrets(ns), "db").await? == "s3cret").then_some(())
+        })
+        .await;
+    }
+
     // The source deleted while the operator is down: its mirrors go once it is back (found by
     // their marks); someone else's Secret stays.
     running.stop().await;
@@ -492,6 +535,13 @@ async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_thos
             .then_some(())
     })
     .await;
+    let mirror = secrets("team-a").get("mirror").await.expect("mirror");
+    let refl = secrets("ops").get("refl").await.expect("source");
+    assert_eq!(
+        annotations(&mirror.metadata.annotations)[REFLECTED_VERSION],
+        refl.metadata.resource_version.expect("rv"),
+        "reflector's bookkeeping on a pulled mirror"
+    );
     // Refused where the source does not consent, for ConfigMaps too; said on the target.
     let note = note_on(&env, "team-b", "creds", "not pulled from ops/creds").await;
     assert!(note.contains("does not admit namespace team-b"), "{note}");
