@@ -168,6 +168,11 @@ struct RunArgs {
     /// (emberstack) or `replicator` (mittwald); repeatable. Off by default.
     #[arg(long = "compat", value_enum)]
     compat: Vec<crate::compat::Tool>,
+    /// With --compat: write a copy or a pull only when its source changed since it was
+    /// written, as those tools do (a change made to a copy stays until then). Off by default:
+    /// copies are repaired.
+    #[arg(long)]
+    compat_version_gate: bool,
 }
 
 /// The reference of every command and flag, as Markdown, generated from the command line's
@@ -289,6 +294,7 @@ pub async fn main() -> ExitCode {
                 leader_election_name,
                 list_strategy,
                 compat,
+                compat_version_gate,
             } = *args;
             if let Ok(own) = std::env::var("POD_NAMESPACE")
                 && !own.is_empty()
@@ -330,7 +336,7 @@ pub async fn main() -> ExitCode {
                 endpoints,
                 election,
                 list_strategy,
-                compat,
+                (compat, compat_version_gate),
             )
             .await
         }
@@ -447,7 +453,7 @@ async fn run(
     endpoints: crate::telemetry::Endpoints,
     election: Option<Election>,
     list_strategy: kubesync::cluster::ListStrategy,
-    compat: Vec<crate::compat::Tool>,
+    (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
 ) -> ExitCode {
     let local = if kubeconfig.is_none() && context.is_none() {
         match Cluster::in_cluster(crate::operator::LOCAL) {
@@ -468,6 +474,7 @@ async fn run(
     let options = crate::operator::OperatorOptions {
         policy,
         compat,
+        compat_version_gate,
         ..Default::default()
     };
     let operator = crate::operator::Operator::with_options(local, options);

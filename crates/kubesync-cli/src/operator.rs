@@ -114,6 +114,9 @@ pub struct OperatorOptions {
     pub stuck_after: Duration,
     /// The tools whose annotations are honoured as implicit declarations (none by default).
     pub compat: Vec<crate::compat::Tool>,
+    /// Their copies and pulls are written only when the source changed (the tools' version
+    /// gate; off by default: they are repaired).
+    pub compat_version_gate: bool,
 }
 
 impl Default for OperatorOptions {
@@ -124,6 +127,7 @@ impl Default for OperatorOptions {
             fan_out_concurrency: 16,
             stuck_after: STUCK_AFTER,
             compat: Vec::new(),
+            compat_version_gate: false,
         }
     }
 }
@@ -141,8 +145,10 @@ impl Operator {
         let remotes = Arc::new(RemoteClusters::new(local.clone()));
         let lags = Lags::default();
         let policy = Arc::new(options.policy.clone());
-        let compat = (!options.compat.is_empty())
-            .then(|| CompatController::new(local.clone(), options.compat, policy, lags.clone()));
+        let compat = (!options.compat.is_empty()).then(|| {
+            CompatController::new(local.clone(), options.compat, policy, lags.clone())
+                .with_version_gate(options.compat_version_gate)
+        });
         Arc::new(Self {
             compat,
             object_syncs: ObjectSyncController::new(

@@ -640,3 +640,74 @@ async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_thos
     running.assert_no_panic();
     running.stop().await;
 }
+
+#[tokio::test]
+async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-gate")
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        &["ops", "team-a"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: ops\n  annotations: {replicator.v1.mittwald.de/replicate-to: \"team-.*\"}\nstringData: {password: one}\n").await.expect("source");
+    let running = start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+        OperatorOptions {
+            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+                trusted_namespaces: vec!["ops".into()],
+                ..Default::default()
+            },
+            compat: vec![Tool::Replicator],
+            compat_version_gate: true,
+            ..Default::default()
+        },
+    );
+    eventually("the copy", T, || async {
+        (secret_data(&secrets("team-a"), "db").await? == "one").then_some(())
+    })
+    .await;
+    let writes_before = operator_writes(&env, "secrets", "team-a", "db").len();
+    secrets("team-a")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": "mine"}})),
+        )
+        .await
+        .expect("edit the copy");
+    // A reconcile of the source after the edit (a new namespace it selects) writes there, and
+    // leaves the edited copy as it is.
+    env.create_namespace("team-b").await.expect("team-b");
+    eventually("the copy in team-b", T, || async {
+        (secret_data(&secrets("team-b"), "db").await? == "one").then_some(())
+    })
+    .await;
+    assert_eq!(
+        secret_data(&secrets("team-a"), "db").await.as_deref(),
+        Some("mine")
+    );
+    assert_eq!(
+        operator_writes(&env, "secrets", "team-a", "db").len(),
+        writes_before,
+        "the edited copy is not written while the source stands still"
+    );
+    // The source changes: the copy follows it.
+    secrets("ops")
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"stringData": {"password": "two"}})),
+        )
+        .await
+        .expect("change the source");
+    eventually("the copy follows the changed source", T, || async {
+        (secret_data(&secrets("team-a"), "db").await? == "two").then_some(())
+    })
+    .await;
+    running.assert_no_panic();
+    running.stop().await;
+}

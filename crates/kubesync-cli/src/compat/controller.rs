@@ -44,6 +44,8 @@ pub struct CompatController {
     pub(super) local: kubesync::Cluster,
     /// Which copies each source made.
     copies: Arc<CopyIndex>,
+    /// Copies and pulls are written only when their source changed (`--compat-version-gate`).
+    pub(super) version_gate: bool,
     /// Which object pulls from which source, as the last reconcile of each puller read it.
     pub(super) pulls: Mutex<super::pulls::Pulls>,
     reporter: kube::runtime::events::Reporter,
@@ -124,12 +126,21 @@ impl CompatController {
             local,
             pulls: Mutex::default(),
             copies: Arc::default(),
+            version_gate: false,
             reporter: events::reporter(),
             budget: events::EventBudget::default(),
             announced: Mutex::new(HashMap::new()),
             summaries: Mutex::default(),
             lags,
         }
+    }
+
+    /// Writes copies and pulls only when their source changed since they were written:
+    /// changes made to them stay until then (the tools' version gate; off by default).
+    #[must_use]
+    pub fn with_version_gate(mut self, on: bool) -> Self {
+        self.version_gate = on;
+        self
     }
 
     /// The tools turned on.
@@ -395,7 +406,10 @@ impl CompatController {
                 .then(|| crate::object_sync::declare::consent(&self.policy, namespace, ar)),
             deletion_policy: DeletionPolicy::Delete,
             mode: Mode::Enforce,
-            update_policy: UpdatePolicy::Sync,
+            update_policy: match self.version_gate {
+                true => UpdatePolicy::OnSourceChange,
+                false => UpdatePolicy::Sync,
+            },
         }
     }
 

@@ -167,6 +167,21 @@ impl CompatController {
             notes.insert(format!("not pulled from {from}: {why}"));
             return Ok(end(ar, &target, pull.tool));
         }
+        // The version gate: the target says it carries this version of the source.
+        let carried = match pull.tool {
+            Tool::Reflector => REFLECTED_VERSION,
+            Tool::Replicator => REPLICATED_FROM_VERSION,
+        };
+        if self.version_gate
+            && target
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(carried))
+                == source.metadata.resource_version.as_ref()
+        {
+            return Ok(Next::Nothing);
+        }
         let body = apply_body(ar, &target, pull.tool, Some(&source));
         Ok(match in_sync(&target, &body) {
             true => Next::Nothing,

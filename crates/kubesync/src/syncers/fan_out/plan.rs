@@ -263,6 +263,21 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     .push(status(DestinationState::Synced, String::new(), &source_rv));
             }
             // Created once, then the destination's: never updated.
+            // The version gate: the copy carries the source's version; someone else's change
+            // to it stays until the source changes.
+            Decision::Update
+                if spec.update_policy == UpdatePolicy::OnSourceChange
+                    && existing
+                        .as_deref()
+                        .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
+                        .is_some_and(|v| v == source_rv) =>
+            {
+                plan.statuses.push(status(
+                    DestinationState::Synced,
+                    "held back by the version gate: the source has not changed since this copy was written".into(),
+                    &source_rv,
+                ));
+            }
             Decision::Update if spec.update_policy == UpdatePolicy::CreateOnly => {
                 plan.statuses.push(status(
                     DestinationState::Synced,
@@ -1152,6 +1167,48 @@ mod tests {
         decl.spec.update_policy = UpdatePolicy::Sync;
         let plan = Run::new(decl, stores).plan();
         assert_eq!(plan.writes.len(), 2);
+    }
+
+    #[test]
+    fn the_version_gate_updates_only_copies_of_an_older_source() {
+        let mut decl = declaration(vec![destination(None, "*")]);
+        decl.spec.update_policy = UpdatePolicy::OnSourceChange;
+        // a: an edited copy of the current version (42); b: a copy of an older one; c: none.
+        let mut edited = copy("c", "uid-d");
+        edited
+            .annotations_mut()
+            .insert(rules::SOURCE_VERSION.into(), "42".into());
+        let mut older = copy("o", "uid-d");
+        older
+            .annotations_mut()
+            .insert(rules::SOURCE_VERSION.into(), "41".into());
+        let stores = Fake::default()
+            .with_namespaces(
+                "local",
+                &[("a", json!({})), ("b", json!({})), ("c", json!({}))],
+            )
+            .with_object(&at("local", "a"), edited)
+            .with_object(&at("local", "b"), older);
+        let plan = Run::new(decl, stores).plan();
+        let written: Vec<(String, Decision)> = plan
+            .writes
+            .iter()
+            .map(|w| (w.at.to_string(), w.decision.clone()))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                ("local/b/ca".to_string(), Decision::Update),
+                ("local/c/ca".to_string(), Decision::Create)
+            ]
+        );
+        let held = plan
+            .statuses
+            .iter()
+            .find(|s| s.namespace == "a")
+            .expect("a");
+        assert_eq!(held.state, DestinationState::Synced);
+        assert!(held.message.contains("version gate"), "{}", held.message);
     }
 
     #[test]

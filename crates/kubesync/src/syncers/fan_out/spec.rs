@@ -255,6 +255,11 @@ pub enum UpdatePolicy {
     /// afterwards: it is its destination's. The plan reports it `Synced`, saying so when it
     /// differs from what kubesync would write. Deletion follows the [`DeletionPolicy`].
     CreateOnly,
+    /// A copy is updated only when its source changed since it was written (the source's
+    /// resourceVersion differs from the one the copy's mark carries): a change made to a copy
+    /// stays until the source changes — the version gate of the copiers whose annotations
+    /// kubesync honours, for those who rely on it. A missing copy is created.
+    OnSourceChange,
 }
 
 /// Whether a declaration's copies are written.
