@@ -111,8 +111,12 @@ impl CompatController {
             .collect();
         kinds.sort_unstable();
         kinds.dedup();
+        // Only the kinds the operator may sync (`--allowed-resource`): a restricted install's
+        // RBAC does not let it watch the others, and a watch that never lists would hold back
+        // every reconcile.
         let resources = kinds
             .into_iter()
+            .filter(|(group, kind)| policy.check(None, "", group, kind, &[]).is_ok())
             .map(|(group, kind)| {
                 let version = "v1";
                 let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -668,6 +672,36 @@ mod tests {
                 .collect::<Vec<_>>(),
             [MANAGED_BY]
         );
+    }
+
+    #[tokio::test]
+    async fn only_the_kinds_the_operator_may_sync_are_watched() {
+        let local = kubesync::Cluster::new(
+            LOCAL,
+            kube::Client::try_from(kube::Config::new(
+                "http://127.0.0.1:1".parse().expect("url"),
+            ))
+            .expect("client"),
+        );
+        let restricted = ObjectSyncPolicy {
+            allowed_resources: vec!["ConfigMap".into(), "Secret".into()],
+            ..Default::default()
+        };
+        let c = CompatController::new(
+            local.clone(),
+            vec![Tool::Replicator],
+            Arc::new(restricted),
+            crate::lag::Lags::default(),
+        );
+        let kinds: Vec<&str> = c.resources().iter().map(|r| r.kind.as_str()).collect();
+        assert_eq!(kinds, ["ConfigMap", "Secret"]);
+        let all = CompatController::new(
+            local,
+            vec![Tool::Replicator],
+            Arc::default(),
+            crate::lag::Lags::default(),
+        );
+        assert_eq!(all.resources().len(), 5);
     }
 
     #[test]
