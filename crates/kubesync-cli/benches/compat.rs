@@ -17,14 +17,18 @@
 //!
 //! `KUBESYNC_BENCH_QUICK=1`: 200 namespaces and 20 sources (400 copies).
 
+#[path = "common/running.rs"]
+mod running;
+
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kubesync_testenv::TestEnv;
+use running::Running;
 
 const MIB: f64 = 1024.0 * 1024.0;
 const CONCURRENCY: usize = 16;
@@ -283,36 +287,4 @@ async fn create_sources(client: &kube::Client, sources: usize) -> anyhow::Result
         }
     }
     Ok(())
-}
-
-/// The operator under measurement; killed when dropped.
-struct Running(Child);
-
-impl Running {
-    /// `VmRSS` and `VmHWM`, in bytes.
-    fn memory(&self) -> anyhow::Result<(f64, f64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))?;
-        let field = |name: &str| -> anyhow::Result<f64> {
-            let line = status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/<pid>/status"))?;
-            let kib: f64 = line.trim().trim_end_matches("kB").trim().parse()?;
-            Ok(kib * 1024.0)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.0.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.alive() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
 }

@@ -53,10 +53,13 @@
 //! The plain reflector's binary is this benchmark's (it carries the benchmark's code too);
 //! only the pages a process touches count in its RSS, so that costs it little.
 
+#[path = "common/running.rs"]
+mod running;
+
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -69,6 +72,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::Store};
 use kubesync_testenv::TestEnv;
+use running::Running;
 use tokio::sync::watch;
 
 /// Environment variable that makes this executable the plain reflector controller.
@@ -680,51 +684,6 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-/// A process under measurement; killed when dropped, however the benchmark ends.
-struct Running(Child);
-
-impl Running {
-    /// `VmRSS` and `VmHWM` of the process, in bytes.
-    fn memory(&self) -> anyhow::Result<(f64, f64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))?;
-        let field = |name: &str| -> anyhow::Result<f64> {
-            let line = status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/<pid>/status"))?;
-            let kib: f64 = line.trim().trim_end_matches("kB").trim().parse()?;
-            Ok(kib * 1024.0)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
-    }
-
-    /// Whether the process is still running.
-    fn alive(&mut self) -> bool {
-        matches!(self.0.try_wait(), Ok(None))
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited after 10 s.
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.alive() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Drop kills it if it still runs.
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.alive() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
 }
 
 /// What the observer's watch has seen.

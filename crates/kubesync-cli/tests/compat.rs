@@ -24,6 +24,18 @@ use kubesync_testenv::{TestEnv, eventually};
 /// The user the operator runs as (its writes are told apart in the audit log).
 const OPERATOR: &str = "kubesync-operator";
 
+/// A control plane with an audit log, the operator's user, and these namespaces.
+async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
+    operator_cluster_from(
+        TestEnv::builder()
+            .name(name)
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        namespaces,
+    )
+    .await
+}
+
 fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
     start_operator(
         Cluster::new("local", env.client_as(OPERATOR).expect("client")),
@@ -78,11 +90,8 @@ async fn secret_data(secrets: &Api<Secret>, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn reflector_annotations_push_where_they_say_and_nowhere_unsafe() {
-    let env = operator_cluster_from(
-        TestEnv::builder()
-            .name("compat-reflector")
-            .user(OPERATOR, &["system:masters"])
-            .audit(true),
+    let env = cluster(
+        "compat-reflector",
         &["ops", "team-a", "team-b", "dev-x", "other"],
     )
     .await;
@@ -316,11 +325,8 @@ async fn reflector_annotations_push_where_they_say_and_nowhere_unsafe() {
 
 #[tokio::test]
 async fn replicator_annotations_push_anchored_with_consent_and_their_removal_cleans_up() {
-    let env = operator_cluster_from(
-        TestEnv::builder()
-            .name("compat-replicator")
-            .user(OPERATOR, &["system:masters"])
-            .audit(true),
+    let env = cluster(
+        "compat-replicator",
         &["ops", "tenant", "team-a", "team-b", "team-a-extra"],
     )
     .await;
@@ -494,14 +500,7 @@ fn keys(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_those_back() {
-    let env = operator_cluster_from(
-        TestEnv::builder()
-            .name("compat-pull")
-            .user(OPERATOR, &["system:masters"])
-            .audit(true),
-        &["ops", "team-a", "team-b"],
-    )
-    .await;
+    let env = cluster("compat-pull", &["ops", "team-a", "team-b"]).await;
     let client = env.client().expect("client");
     let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
     let maps = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
@@ -643,14 +642,7 @@ async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_thos
 
 #[tokio::test]
 async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
-    let env = operator_cluster_from(
-        TestEnv::builder()
-            .name("compat-gate")
-            .user(OPERATOR, &["system:masters"])
-            .audit(true),
-        &["ops", "team-a"],
-    )
-    .await;
+    let env = cluster("compat-gate", &["ops", "team-a"]).await;
     let client = env.client().expect("client");
     let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: ops\n  annotations: {replicator.v1.mittwald.de/replicate-to: \"team-.*\"}\nstringData: {password: one}\n").await.expect("source");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context, Watch};
 use kubesync::syncers::fan_out::rules::{
@@ -105,23 +105,12 @@ impl CompatController {
         let mut tools = tools;
         tools.sort();
         tools.dedup();
-        let mut kinds: Vec<(&str, &str)> = tools
-            .iter()
-            .flat_map(|t| declared::kinds(*t).iter().copied())
-            .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
         // Only the kinds the operator may sync (`--allowed-resource`): a restricted install's
         // RBAC does not let it watch the others, and a watch that never lists would hold back
         // every reconcile.
-        let resources = kinds
+        let resources = declared::resources(&tools)
             .into_iter()
-            .filter(|(group, kind)| policy.check(None, "", group, kind, &[]).is_ok())
-            .map(|(group, kind)| {
-                let version = "v1";
-                let gvk = GroupVersionKind::gvk(group, version, kind);
-                ApiResource::from_gvk_with_plural(&gvk, &plural(kind))
-            })
+            .filter(|ar| policy.check(None, "", &ar.group, &ar.kind, &[]).is_ok())
             .collect();
         Self {
             tools,
@@ -314,16 +303,9 @@ impl CompatController {
             self.lags.observe("Annotations", cluster, *lag);
         }
         notes.extend(destination_notes(&outcome));
-        Ok(if cleaning || !outcome.ready {
-            Action::requeue(Duration::from_millis(500))
-        } else if outcome
-            .destinations
-            .iter()
-            .any(|d| d.state == DestinationState::Error)
-        {
-            Action::requeue(Duration::from_secs(5))
-        } else {
-            Action::done()
+        Ok(match cleaning {
+            true => Action::requeue(Duration::from_millis(500)),
+            false => crate::object_sync::requeue_after(&outcome),
         })
     }
 
@@ -620,11 +602,6 @@ fn keep_marks(o: &mut DynamicObject) {
     }
 }
 
-/// The resource name of one of the tools' kinds.
-fn plural(kind: &str) -> String {
-    format!("{}s", kind.to_lowercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -706,18 +683,19 @@ mod tests {
 
     #[test]
     fn the_kinds_are_those_of_the_tools_turned_on() {
-        let client_free = |tools: Vec<Tool>| {
-            let mut kinds: Vec<(&str, &str)> = tools
+        let kinds = |tools: &[Tool]| {
+            declared::resources(tools)
                 .iter()
-                .flat_map(|t| declared::kinds(*t).iter().copied())
-                .collect();
-            kinds.sort_unstable();
-            kinds.dedup();
-            kinds.len()
+                .map(|r| format!("{}/{}", r.kind, r.plural))
+                .collect::<Vec<_>>()
         };
-        assert_eq!(client_free(vec![Tool::Reflector]), 2);
-        assert_eq!(client_free(vec![Tool::Reflector, Tool::Replicator]), 5);
-        assert_eq!(plural("RoleBinding"), "rolebindings");
-        assert_eq!(plural("ServiceAccount"), "serviceaccounts");
+        assert_eq!(
+            kinds(&[Tool::Reflector]),
+            ["ConfigMap/configmaps", "Secret/secrets"]
+        );
+        let both = kinds(&[Tool::Reflector, Tool::Replicator]);
+        assert_eq!(both.len(), 5);
+        assert!(both.contains(&"RoleBinding/rolebindings".to_string()));
+        assert!(both.contains(&"ServiceAccount/serviceaccounts".to_string()));
     }
 }

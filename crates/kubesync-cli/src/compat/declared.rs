@@ -76,6 +76,23 @@ pub fn kinds(tool: Tool) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// The types of the kinds `tools` copy, each once, in order.
+pub fn resources(tools: &[Tool]) -> Vec<ApiResource> {
+    let mut kinds: Vec<(&str, &str)> = tools
+        .iter()
+        .flat_map(|t| kinds(*t).iter().copied())
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|(group, kind)| {
+            let gvk = kube::core::GroupVersionKind::gvk(group, "v1", kind);
+            ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()))
+        })
+        .collect()
+}
+
 /// Whether `tool` copies objects of type `resource`.
 pub fn copies(tool: Tool, resource: &ApiResource) -> bool {
     kinds(tool)

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 
 use super::Tool;
 use super::declared::{self, Declared, made_by};
@@ -40,18 +40,8 @@ pub struct Row {
 
 /// Reads the facts of a listing (metadata lists only).
 pub async fn gather(client: &kube::Client, tools: &[Tool]) -> kube::Result<Facts> {
-    let mut kinds: Vec<(&str, &str)> = tools
-        .iter()
-        .flat_map(|t| declared::kinds(*t).iter().copied())
-        .collect();
-    kinds.sort_unstable();
-    kinds.dedup();
     let mut facts = Facts::default();
-    for (group, kind) in kinds {
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(group, "v1", kind),
-            &format!("{}s", kind.to_lowercase()),
-        );
+    for ar in declared::resources(tools) {
         let list = Api::<DynamicObject>::all_with(client.clone(), &ar)
             .list_metadata(&ListParams::default())
             .await?;

@@ -666,7 +666,7 @@ fn mode(spec: &ObjectSyncSpec) -> Mode {
 
 /// When to look again (pure): soon while the watches have not listed, in a few seconds while a
 /// destination is in error, else on the next event.
-fn requeue_after(outcome: &Outcome) -> Action {
+pub(crate) fn requeue_after(outcome: &Outcome) -> Action {
     if !outcome.ready {
         Action::requeue(Duration::from_millis(500))
     } else if outcome

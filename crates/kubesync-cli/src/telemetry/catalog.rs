@@ -365,7 +365,9 @@ mod tests {
                         "resourcesync",
                         "remotecluster",
                         "sync",
-                        "cluster"
+                        "cluster",
+                        "tool",
+                        "direction"
                     ]
                     .contains(label),
                     "{}: unbounded label {label}",

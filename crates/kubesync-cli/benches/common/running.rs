@@ -1,0 +1,50 @@
+//! A process under measurement, shared by the benchmarks (`#[path]`-included).
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// A process under measurement; killed when dropped, however the benchmark ends.
+pub struct Running(pub Child);
+
+impl Running {
+    /// `VmRSS` and `VmHWM` of the process, in bytes.
+    pub fn memory(&self) -> anyhow::Result<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))?;
+        let field = |name: &str| -> anyhow::Result<f64> {
+            let line = status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/<pid>/status"))?;
+            let kib: f64 = line.trim().trim_end_matches("kB").trim().parse()?;
+            Ok(kib * 1024.0)
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited after 10 s.
+    #[allow(dead_code)]
+    pub async fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Drop kills it if it still runs.
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.alive() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
