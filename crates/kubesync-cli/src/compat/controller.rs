@@ -47,7 +47,7 @@ pub struct CompatController {
     /// Copies and pulls are written only when their source changed (`--compat-version-gate`).
     pub(super) version_gate: bool,
     /// Which object pulls from which source, as the last reconcile of each puller read it.
-    pub(super) pulls: Mutex<super::pulls::Pulls>,
+    pub(super) pulls: Mutex<Pulls>,
     reporter: kube::runtime::events::Reporter,
     budget: events::EventBudget,
     /// Per declaration, the notes last published as Events (each is published once, until it
@@ -57,6 +57,34 @@ pub struct CompatController {
     summaries: Mutex<HashMap<ObjectKey, Summary>>,
     /// The propagation lags of the copies written.
     lags: crate::lag::Lags,
+}
+
+/// Which object pulls from which source.
+#[derive(Debug, Default)]
+pub(super) struct Pulls {
+    pub(super) by_target: HashMap<ObjectKey, ObjectKey>,
+    pub(super) by_source: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+}
+
+impl Pulls {
+    /// `target` pulls from `source` now (`None`: from nothing).
+    pub(super) fn set(&mut self, target: &ObjectKey, source: Option<ObjectKey>) {
+        if let Some(old) = self.by_target.remove(target)
+            && let Some(set) = self.by_source.get_mut(&old)
+        {
+            set.remove(target);
+            if set.is_empty() {
+                self.by_source.remove(&old);
+            }
+        }
+        if let Some(source) = source {
+            self.by_source
+                .entry(source.clone())
+                .or_default()
+                .insert(target.clone());
+            self.by_target.insert(target.clone(), source);
+        }
+    }
 }
 
 /// What a reconcile found: what to say in Events, and what to count.

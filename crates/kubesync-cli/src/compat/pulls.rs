@@ -2,7 +2,7 @@
 //! when a selector asks) → decide ([`pull`](super::pull): declared? consented? what to
 //! write?) → one server-side apply under [`PULL_MANAGER`], or none when the target shows it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -16,34 +16,6 @@ use super::controller::CompatController;
 use super::declared::{REFLECTED_VERSION, REPLICATED_FROM_VERSION};
 use super::pull::{PULL_MANAGER, Pull, apply_body, consents, declared_pull, in_sync, needs_labels};
 use crate::remote::LOCAL;
-
-/// Which object pulls from which source.
-#[derive(Debug, Default)]
-pub(super) struct Pulls {
-    by_target: HashMap<ObjectKey, ObjectKey>,
-    by_source: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
-}
-
-impl Pulls {
-    /// `target` pulls from `source` now (`None`: from nothing).
-    fn set(&mut self, target: &ObjectKey, source: Option<ObjectKey>) {
-        if let Some(old) = self.by_target.remove(target)
-            && let Some(set) = self.by_source.get_mut(&old)
-        {
-            set.remove(target);
-            if set.is_empty() {
-                self.by_source.remove(&old);
-            }
-        }
-        if let Some(source) = source {
-            self.by_source
-                .entry(source.clone())
-                .or_default()
-                .insert(target.clone());
-            self.by_target.insert(target.clone(), source);
-        }
-    }
-}
 
 /// What a pull reconcile ends with: nothing to do, or an apply of this body.
 enum Next {
