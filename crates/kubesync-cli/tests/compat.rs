@@ -703,3 +703,93 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
     running.assert_no_panic();
     running.stop().await;
 }
+
+#[tokio::test]
+async fn pulls_of_roles_bindings_and_service_accounts_bring_only_their_field() {
+    let env = cluster("compat-pull-rbac", &["ops", "team-a"]).await;
+    let client = env.client().expect("client");
+    let consent = "annotations:\n    replicator.v1.mittwald.de/replication-allowed: \"true\"\n    replicator.v1.mittwald.de/replication-allowed-namespaces: team-a";
+    let pull = "annotations: {replicator.v1.mittwald.de/replicate-from: ops/app}";
+    env.apply_yaml(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: app\n  namespace: ops\n  {consent}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: app\n  namespace: ops\n  {consent}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: app}}\nsubjects: [{{kind: ServiceAccount, name: app, namespace: team-a}}]\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app\n  namespace: ops\n  {consent}\nimagePullSecrets: [{{name: regcred}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: app\n  namespace: team-a\n  {pull}\n  labels: {{own: label}}\nrules: []\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: app\n  namespace: team-a\n  {pull}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: app}}\nsubjects: []\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: app\n  namespace: team-a\n  {pull}\n"
+    ))
+    .await
+    .expect("sources and targets");
+    // team-a is trusted: Roles and RoleBindings are kinds a grant must name elsewhere.
+    let running = start(&env, &[Tool::Replicator], &["team-a"]);
+    let roles = Api::<Role>::namespaced(client.clone(), "team-a");
+    eventually("the Role's rules pulled", T, || async {
+        let rules = roles.get("app").await.ok()?.rules?;
+        (rules.len() == 1 && rules[0].verbs == ["get", "list"]).then_some(())
+    })
+    .await;
+    let role = roles.get("app").await.expect("role");
+    assert_eq!(
+        role.metadata
+            .labels
+            .unwrap_or_default()
+            .get("own")
+            .map(String::as_str),
+        Some("label"),
+        "only the rules are the pull's"
+    );
+    let bindings =
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), "team-a");
+    eventually("the RoleBinding's subjects pulled", T, || async {
+        let subjects = bindings.get("app").await.ok()?.subjects?;
+        (subjects.len() == 1 && subjects[0].name == "app").then_some(())
+    })
+    .await;
+    let accounts =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), "team-a");
+    eventually(
+        "the ServiceAccount's image pull secrets pulled",
+        T,
+        || async {
+            let secrets = accounts.get("app").await.ok()?.image_pull_secrets?;
+            (secrets.len() == 1 && secrets[0].name == "regcred").then_some(())
+        },
+    )
+    .await;
+    running.assert_no_panic();
+    running.stop().await;
+}
+
+/// A tenant who received a copy knows its ObjectSync's uid (its `managed-by` label) and may
+/// forge compat marks on an object of her own, naming any source: the cleanup of a source's
+/// stale copies never takes a uid a live declaration holds, so the ObjectSync's copies
+/// elsewhere stay.
+#[tokio::test]
+async fn forged_compat_marks_never_remove_another_declarations_copies() {
+    let env = cluster("compat-forged", &["ops", "tenant", "team-a"]).await;
+    let client = env.client().expect("client");
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: shared, namespace: ops}\nstringData: {k: v}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: shared, namespace: ops}\nspec:\n  source: {kind: Secret, name: shared}\n  destinations: [{namespace: team-a}, {namespace: tenant}]\n").await.expect("an ObjectSync");
+    let running = start(&env, &[Tool::Reflector, Tool::Replicator], &["ops"]);
+    eventually("the ObjectSync's copies", T, || async {
+        for ns in ["team-a", "tenant"] {
+            secrets(ns).get_opt("shared").await.ok()??;
+        }
+        Some(())
+    })
+    .await;
+    let copy = secrets("team-a").get("shared").await.expect("copy");
+    let uid = copy.metadata.labels.clone().expect("labels")["kubesync.io/managed-by"].clone();
+    // The tenant's forgery names ops/bait, a source with an unreadable pattern: the Event
+    // about it is published after the reconcile the forgery triggers.
+    env.apply_yaml(&format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: forged\n  namespace: tenant\n  labels: {{kubesync.io/declared-by: annotations, kubesync.io/managed-by: {uid}}}\n  annotations: {{kubesync.io/source: core/Secret/ops/bait}}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: bait\n  namespace: ops\n  annotations: {{replicator.v1.mittwald.de/replicate-to: \"nowhere,*\"}}\n")).await.expect("the forgery");
+    note_on(&env, "ops", "bait", "\"*\"").await;
+    let still = secrets("team-a")
+        .get("shared")
+        .await
+        .expect("the copy stays");
+    assert_eq!(still.metadata.uid, copy.metadata.uid);
+    assert!(
+        !operator_writes(&env, "secrets", "team-a", "shared")
+            .iter()
+            .any(|v| v == "delete"),
+        "never deleted"
+    );
+    running.assert_no_panic();
+    running.stop().await;
+}

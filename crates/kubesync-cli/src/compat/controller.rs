@@ -281,9 +281,15 @@ impl CompatController {
         let declared = declared.filter(Declared::pushes);
 
         // Copies made by another object of that name (deleted and made again), or by this
-        // one when it no longer declares a push: they go.
+        // one when it no longer declares a push: they go. Only this object's own uid, or one
+        // no live declaration holds: the marks the copies' watch reads can be forged by anyone
+        // who can write an object, and a cleanup removes every copy of its uid, anywhere.
         let mut cleaning = false;
-        for maker in makers.iter().filter(|m| declared.is_none() || **m != uid) {
+        let gone = makers
+            .iter()
+            .filter(|m| declared.is_none() || **m != uid)
+            .filter(|m| **m == uid || !self.claimed(ctx, m));
+        for maker in gone {
             let decl = Declaration {
                 key: key.clone(),
                 owner: owner(key, maker),
@@ -334,6 +340,20 @@ impl CompatController {
         Ok(match cleaning {
             true => Action::requeue(Duration::from_millis(500)),
             false => crate::object_sync::requeue_after(&outcome),
+        })
+    }
+
+    /// Whether a live declaration has the uid `uid`: an ObjectSync, a ClusterObjectSync, or an
+    /// object of the tools' kinds (an annotated source).
+    fn claimed(&self, ctx: &Context, uid: &str) -> bool {
+        let declarations = [
+            ApiResource::erase::<crate::crd::ObjectSync>(&()),
+            ApiResource::erase::<crate::crd::ClusterObjectSync>(&()),
+        ];
+        declarations.iter().chain(&self.resources).any(|ar| {
+            ctx.list_metadata(LOCAL, ar)
+                .iter()
+                .any(|o| o.metadata.uid.as_deref() == Some(uid))
         })
     }
 
