@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
             .spawn()?,
     );
     let want = expected(&names);
-    wait_for(&client, want, &mut child).await?;
+    wait_for(&client, want, &mut child, None).await?;
     let converged = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (rss, peak) = child.memory()?;
@@ -116,11 +116,11 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     create_namespaces(&client, &added).await?;
     let want_added = expected(&added);
-    wait_for_in(&client, &added, want_added, &mut child).await?;
+    wait_for(&client, want_added, &mut child, Some(&added)).await?;
     let added_after = started.elapsed();
     let existing: Vec<String> = names[churn..].iter().chain(&added).cloned().collect();
     let want = expected(&existing);
-    wait_for(&client, want, &mut child).await?;
+    wait_for(&client, want, &mut child, None).await?;
     let churned = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (rss, peak) = child.memory()?;
@@ -137,9 +137,17 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Waits until exactly `want` copies exist (Secrets and ConfigMaps with the annotation
-/// label, in namespaces not being deleted), failing if the operator exits or 10 minutes pass.
-async fn wait_for(client: &kube::Client, want: usize, child: &mut Running) -> anyhow::Result<()> {
+/// label) in the namespaces `within` (all when `None`, and then no namespace may still be
+/// terminating; copies in terminating ones never count), failing if the operator exits or
+/// 10 minutes pass.
+async fn wait_for(
+    client: &kube::Client,
+    want: usize,
+    child: &mut Running,
+    within: Option<&[String]>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
+    let params = ListParams::default().labels(COPY_LABEL);
     loop {
         let terminating: Vec<String> = Api::<Namespace>::all(client.clone())
             .list_metadata(&ListParams::default())
@@ -149,65 +157,34 @@ async fn wait_for(client: &kube::Client, want: usize, child: &mut Running) -> an
             .filter(|n| n.metadata.deletion_timestamp.is_some())
             .filter_map(|n| n.metadata.name)
             .collect();
-        let live = |ns: Option<String>| !terminating.contains(&ns.unwrap_or_default());
-        let params = ListParams::default().labels(COPY_LABEL);
-        let secrets = Api::<Secret>::all(client.clone())
+        let mut namespaces: Vec<Option<String>> = Api::<Secret>::all(client.clone())
             .list_metadata(&params)
             .await?
             .items
             .into_iter()
-            .filter(|o| live(o.metadata.namespace.clone()))
-            .count();
-        let maps = Api::<ConfigMap>::all(client.clone())
-            .list_metadata(&params)
-            .await?
-            .items
-            .into_iter()
-            .filter(|o| live(o.metadata.namespace.clone()))
-            .count();
-        if secrets + maps == want && terminating.is_empty() {
-            return Ok(());
-        }
-        anyhow::ensure!(child.alive(), "the operator exited");
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{} of {want} copies after 10 minutes",
-            secrets + maps
+            .map(|o| o.metadata.namespace)
+            .collect();
+        namespaces.extend(
+            Api::<ConfigMap>::all(client.clone())
+                .list_metadata(&params)
+                .await?
+                .items
+                .into_iter()
+                .map(|o| o.metadata.namespace),
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Waits until the namespaces `names` hold `want` copies in all.
-async fn wait_for_in(
-    client: &kube::Client,
-    names: &[String],
-    want: usize,
-    child: &mut Running,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let params = ListParams::default().labels(COPY_LABEL);
-    loop {
-        let mut found = 0;
-        for ns in names {
-            found += Api::<Secret>::namespaced(client.clone(), ns)
-                .list_metadata(&params)
-                .await?
-                .items
-                .len();
-            found += Api::<ConfigMap>::namespaced(client.clone(), ns)
-                .list_metadata(&params)
-                .await?
-                .items
-                .len();
-        }
-        if found == want {
+        let found = namespaces
+            .into_iter()
+            .flatten()
+            .filter(|ns| !terminating.contains(ns))
+            .filter(|ns| within.is_none_or(|w| w.contains(ns)))
+            .count();
+        if found == want && (within.is_some() || terminating.is_empty()) {
             return Ok(());
         }
         anyhow::ensure!(child.alive(), "the operator exited");
         anyhow::ensure!(
             Instant::now() < deadline,
-            "{found} of {want} copies in the new namespaces after 10 minutes"
+            "{found} of {want} copies after 10 minutes"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

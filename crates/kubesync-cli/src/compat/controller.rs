@@ -22,7 +22,7 @@ use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context, Watch};
 use kubesync::syncers::fan_out::rules::{
     Annotator, CopyRules, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceMatcher, NamespaceRule,
-    OnConflict, Owner, SOURCE,
+    OnConflict, Owner, SOURCE, Shared,
 };
 use kubesync::syncers::fan_out::{
     Adoptable, Declaration, Destination, DestinationState, FanOut, FanOutSpec, Mode, Outcome,
@@ -423,7 +423,9 @@ impl CompatController {
             }],
             on_conflict: OnConflict::Adopt,
             adoptable: Some(Adoptable {
-                admits: Arc::new(move |there, copy| declared::made_by(&adopt_tools, there, copy)),
+                admits: Shared(Arc::new(move |there, copy| {
+                    marked_source(copy).is_some_and(|s| declared::made_by(&adopt_tools, there, &s))
+                })),
                 refusal,
             }),
             rules: CopyRules {

@@ -342,8 +342,6 @@ pub fn bookkeeping(
     copy: &DynamicObject,
 ) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    let version = source.metadata.resource_version.clone().unwrap_or_default();
-    let at = changed_at(source);
     if tools.contains(&Tool::Reflector) {
         let from = format!(
             "{}/{}",
@@ -352,44 +350,68 @@ pub fn bookkeeping(
         );
         out.insert(REFLECTS.to_string(), from);
         out.insert(AUTO_REFLECTS.to_string(), "True".to_string());
-        out.insert(REFLECTED_VERSION.to_string(), version.clone());
-        if let Some(at) = at {
-            out.insert(REFLECTED_AT.to_string(), dotnet_time(at));
-        }
     }
-    if tools.contains(&Tool::Replicator) {
-        out.insert(REPLICATED_FROM_VERSION.to_string(), version);
-        if let Some(at) = at {
-            out.insert(
-                REPLICATED_AT.to_string(),
-                at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            );
+    let kind = copy
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default();
+    for tool in tools {
+        out.extend(written_from(*tool, source, kind, &copy.data));
+    }
+    out
+}
+
+/// What `tool` notes on an object it wrote `fields` (a copy's or a pull's) into from
+/// `source`, for an object of `kind`: reflector `reflected-version` and `reflected-at` (.NET's
+/// round-trip format); replicator `replicated-from-version`, `replicated-at` (RFC 3339) and,
+/// for Secrets and ConfigMaps, `replicated-keys` (the keys of `data` and `binaryData`, sorted,
+/// comma-joined). The times are the source's last change ([`changed_at`]).
+pub fn written_from(
+    tool: Tool,
+    source: &DynamicObject,
+    kind: &str,
+    fields: &serde_json::Value,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let version = source.metadata.resource_version.clone().unwrap_or_default();
+    let at = changed_at(source);
+    match tool {
+        Tool::Reflector => {
+            out.insert(REFLECTED_VERSION.to_string(), version);
+            if let Some(at) = at {
+                out.insert(REFLECTED_AT.to_string(), dotnet_time(at));
+            }
         }
-        let is_data_kind = matches!(
-            copy.types.as_ref().map(|t| t.kind.as_str()),
-            Some("Secret" | "ConfigMap")
-        );
-        if is_data_kind {
-            let mut keys: Vec<&str> = ["data", "binaryData"]
-                .iter()
-                .filter_map(|f| copy.data.get(*f).and_then(|v| v.as_object()))
-                .flat_map(|m| m.keys().map(String::as_str))
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            out.insert(REPLICATED_KEYS.to_string(), keys.join(","));
+        Tool::Replicator => {
+            out.insert(REPLICATED_FROM_VERSION.to_string(), version);
+            if let Some(at) = at {
+                out.insert(
+                    REPLICATED_AT.to_string(),
+                    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                );
+            }
+            if matches!(kind, "Secret" | "ConfigMap") {
+                let keys: std::collections::BTreeSet<&str> = ["data", "binaryData"]
+                    .iter()
+                    .filter_map(|f| fields.get(*f).and_then(|v| v.as_object()))
+                    .flat_map(|m| m.keys().map(String::as_str))
+                    .collect();
+                let keys: Vec<&str> = keys.into_iter().collect();
+                out.insert(REPLICATED_KEYS.to_string(), keys.join(","));
+            }
         }
     }
     out
 }
 
-/// Whether the object `there` was made by one of `tools` as its copy of the source that
-/// `copy` (kubesync's copy, carrying the source mark) is made from, by its bookkeeping:
+/// Whether the object `there` was made by one of `tools` as its copy of the source
+/// `(namespace, name)`, by its bookkeeping:
 /// reflector's `reflects` naming that source with `auto-reflects: True`; replicator's
 /// `replicated-from-version` (replicator's push copies name no source; the name, the
 /// namespace the push selects and the bookkeeping together identify them). An object that
 /// declares anything itself (a pull, a push) is never such a copy.
-pub fn made_by(tools: &[Tool], there: &DynamicObject, copy: &DynamicObject) -> bool {
+pub fn made_by(tools: &[Tool], there: &DynamicObject, source: &(String, String)) -> bool {
     let none = BTreeMap::new();
     let a = there.metadata.annotations.as_ref().unwrap_or(&none);
     let declares = [
@@ -404,11 +426,8 @@ pub fn made_by(tools: &[Tool], there: &DynamicObject, copy: &DynamicObject) -> b
     if declares {
         return false;
     }
-    let Some(source) = marked_source(copy) else {
-        return false;
-    };
     let reflector = tools.contains(&Tool::Reflector)
-        && a.get(REFLECTS).and_then(|v| namespaced_name(v)) == Some(source)
+        && a.get(REFLECTS).and_then(|v| namespaced_name(v)).as_ref() == Some(source)
         && reflector_bool(a.get(AUTO_REFLECTS).map(String::as_str));
     let replicator = tools.contains(&Tool::Replicator)
         && a.contains_key(REPLICATED_FROM_VERSION)
@@ -618,6 +637,11 @@ mod tests {
         );
     }
 
+    /// The source `copy()` is made from.
+    fn src() -> (String, String) {
+        marked_source(&copy()).expect("marked")
+    }
+
     fn there(pairs: &[(&str, &str)]) -> DynamicObject {
         let mut o = copy();
         o.metadata.annotations = Some(annotations(pairs));
@@ -627,8 +651,8 @@ mod tests {
     #[test]
     fn only_the_tools_own_copies_of_this_source_are_taken_over() {
         let mirror = there(&[(REFLECTS, "ops/db"), (AUTO_REFLECTS, "True")]);
-        assert!(made_by(&BOTH, &mirror, &copy()));
-        assert!(!made_by(&[Tool::Replicator], &mirror, &copy()));
+        assert!(made_by(&BOTH, &mirror, &src()));
+        assert!(!made_by(&[Tool::Replicator], &mirror, &src()));
         for other in [
             there(&[(REFLECTS, "ops/other"), (AUTO_REFLECTS, "True")]),
             there(&[(REFLECTS, "ops/db"), (AUTO_REFLECTS, "False")]),
@@ -638,13 +662,13 @@ mod tests {
             there(&[(REPLICATED_FROM_VERSION, "1"), (REPLICATE_TO, ".*")]),
         ] {
             assert!(
-                !made_by(&BOTH, &other, &copy()),
+                !made_by(&BOTH, &other, &src()),
                 "{:?}",
                 other.metadata.annotations
             );
         }
         let replicated = there(&[(REPLICATED_FROM_VERSION, "7"), (REPLICATED_KEYS, "a")]);
-        assert!(made_by(&BOTH, &replicated, &copy()));
-        assert!(!made_by(&[Tool::Reflector], &replicated, &copy()));
+        assert!(made_by(&BOTH, &replicated, &src()));
+        assert!(!made_by(&[Tool::Reflector], &replicated, &src()));
     }
 }

@@ -122,7 +122,7 @@ pub fn rows(facts: &Facts, tools: &[Tool]) -> Vec<Row> {
                 for at in &wanted {
                     match by_id.get(&(at.to_string(), name.clone())) {
                         Some(there) if labels(there).get(MANAGED_BY) == Some(&uid) => copies += 1,
-                        Some(there) if !is_tool_copy(tools, there, ar, &ns, &name) => {
+                        Some(there) if !made_by(tools, there, &(ns.clone(), name.clone())) => {
                             conflicts.push(*at)
                         }
                         _ => {}
@@ -160,25 +160,6 @@ pub fn rows(facts: &Facts, tools: &[Tool]) -> Vec<Row> {
         }
     }
     out
-}
-
-/// Whether `there` is the tool's own copy of `ns/name` (taken over when kubesync writes).
-fn is_tool_copy(
-    tools: &[Tool],
-    there: &DynamicObject,
-    ar: &ApiResource,
-    ns: &str,
-    name: &str,
-) -> bool {
-    let mut copy = DynamicObject::new(name, ar);
-    copy.metadata.annotations = Some(
-        [(
-            kubesync::syncers::fan_out::rules::SOURCE.to_string(),
-            kubesync::syncers::fan_out::rules::source_mark(ar, ns, name),
-        )]
-        .into(),
-    );
-    made_by(tools, there, &copy)
 }
 
 fn pull_state(

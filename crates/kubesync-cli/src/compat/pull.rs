@@ -17,9 +17,8 @@ use serde_json::{Map, Value};
 
 use super::Tool;
 use super::declared::{
-    AUTO_REFLECTS, REFLECTED_AT, REFLECTED_VERSION, REFLECTION_ALLOWED,
-    REFLECTION_ALLOWED_NAMESPACES, REFLECTION_ALLOWED_SELECTOR, REFLECTS, REPLICATE_FROM,
-    REPLICATED_AT, REPLICATED_FROM_VERSION, REPLICATED_KEYS, changed_at, copies,
+    AUTO_REFLECTS, REFLECTION_ALLOWED, REFLECTION_ALLOWED_NAMESPACES, REFLECTION_ALLOWED_SELECTOR,
+    REFLECTS, REPLICATE_FROM, copies, written_from,
 };
 use super::parse::{
     Dialect, PatternList, label_selector, namespaced_name, reflector_bool, replicator_bool,
@@ -195,37 +194,10 @@ pub fn apply_body(
             fields.insert((*field).to_string(), v.clone());
         }
     }
-    let version = source.metadata.resource_version.clone().unwrap_or_default();
-    let at = changed_at(source);
-    let mut annotations = BTreeMap::new();
-    match tool {
-        Tool::Reflector => {
-            annotations.insert(REFLECTED_VERSION.to_string(), version);
-            if let Some(at) = at {
-                annotations.insert(REFLECTED_AT.to_string(), super::declared::dotnet_time(at));
-            }
-        }
-        Tool::Replicator => {
-            annotations.insert(REPLICATED_FROM_VERSION.to_string(), version);
-            if let Some(at) = at {
-                annotations.insert(
-                    REPLICATED_AT.to_string(),
-                    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                );
-            }
-            if matches!(resource.kind.as_str(), "Secret" | "ConfigMap") {
-                let keys: BTreeSet<&str> = ["data", "binaryData"]
-                    .iter()
-                    .filter_map(|f| fields.get(*f).and_then(Value::as_object))
-                    .flat_map(|m| m.keys().map(String::as_str))
-                    .collect();
-                let keys: Vec<&str> = keys.into_iter().collect();
-                annotations.insert(REPLICATED_KEYS.to_string(), keys.join(","));
-            }
-        }
-    }
+    let fields = Value::Object(fields);
+    let annotations = written_from(tool, source, &resource.kind, &fields);
     body.metadata.annotations = Some(annotations);
-    body.data = Value::Object(fields);
+    body.data = fields;
     body
 }
 
@@ -261,10 +233,9 @@ fn owned(target: &DynamicObject) -> BTreeSet<String> {
         {
             continue;
         }
-        let Some(fields) = entry.fields_v1.as_ref() else {
+        let Some(tree) = kubesync::object::fields_v1(entry) else {
             continue;
         };
-        let tree = &fields.0;
         for (top, inner) in tree.as_object().into_iter().flatten() {
             let Some(top) = top.strip_prefix("f:") else {
                 continue;
@@ -319,6 +290,7 @@ fn wanted(body: &DynamicObject) -> BTreeSet<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::declared::{REPLICATED_AT, REPLICATED_FROM_VERSION, REPLICATED_KEYS};
     use super::*;
     use serde_json::json;
 

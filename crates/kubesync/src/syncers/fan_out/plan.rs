@@ -434,7 +434,7 @@ pub fn gate_adoption(
         return Decision::Conflict(why.to_string());
     }
     match adoptable {
-        Some(a) if !there.is_some_and(|e| (a.admits)(e, desired)) => {
+        Some(a) if !there.is_some_and(|e| (a.admits.0)(e, desired)) => {
             Decision::Conflict(a.refusal.clone())
         }
         _ => decision,
@@ -1122,9 +1122,9 @@ mod tests {
         let mut decl = declaration(vec![destination(None, "*")]);
         decl.spec.on_conflict = OnConflict::Adopt;
         decl.spec.adoptable = Some(Adoptable {
-            admits: Arc::new(|there, copy| {
+            admits: rules::Shared(Arc::new(|there, copy| {
                 there.annotations().get("made-from") == copy.annotations().get(rules::SOURCE)
-            }),
+            })),
             refusal: "not made from this source".into(),
         });
         let mut theirs = obj(json!({"apiVersion": "v1", "kind": "Secret",

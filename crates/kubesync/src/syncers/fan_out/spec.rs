@@ -9,7 +9,8 @@ use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 
 use super::rules::{
-    CopyPatch, CopyRules, DeletionPolicy, Drift, Ignore, NamespaceRule, OnConflict, Owner, Strategy,
+    CopyPatch, CopyRules, DeletionPolicy, Drift, Ignore, NamespaceRule, OnConflict, Owner, Shared,
+    Strategy,
 };
 use crate::key::ObjectKey;
 
@@ -221,28 +222,14 @@ pub type AdoptionRule = dyn Fn(&DynamicObject, &DynamicObject) -> bool + Send + 
 
 /// Which objects kubesync did not create a declaration may adopt (with
 /// [`OnConflict::Adopt`]), e.g. the copies another tool made of the same source.
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Adoptable {
     /// `(object there, desired copy)`: whether the object there (as the stores hold it:
     /// metadata at least; or as read live) may be adopted as that copy (which carries
     /// kubesync's marks, the source's among them).
-    pub admits: Arc<AdoptionRule>,
+    pub admits: Shared<AdoptionRule>,
     /// The Conflict's message for an object it does not admit.
     pub refusal: String,
-}
-
-impl fmt::Debug for Adoptable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Adoptable")
-            .field("refusal", &self.refusal)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PartialEq for Adoptable {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.admits, &other.admits) && self.refusal == other.refusal
-    }
 }
 
 /// Whether a declaration's copies are updated once they exist.

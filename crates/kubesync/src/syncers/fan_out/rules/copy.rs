@@ -95,8 +95,7 @@ pub struct Owner {
 /// Must be a function of its arguments (the plan compares the copy it builds with the one
 /// there). Never overrides kubesync's marks ([`OWNER`], [`SOURCE`], [`SOURCE_VERSION`]).
 /// Compared by identity.
-#[derive(Clone)]
-pub struct Annotator(pub std::sync::Arc<Annotate>);
+pub type Annotator = super::Shared<Annotate>;
 
 /// What an [`Annotator`] calls: `(source, copy) -> annotations`.
 pub type Annotate =
@@ -110,20 +109,6 @@ impl Annotator {
         Self(std::sync::Arc::new(f))
     }
 }
-
-impl std::fmt::Debug for Annotator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Annotator(..)")
-    }
-}
-
-impl PartialEq for Annotator {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for Annotator {}
 
 /// What the copy must carry besides the source's content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

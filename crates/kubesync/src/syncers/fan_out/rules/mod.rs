@@ -32,6 +32,31 @@ pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
 pub use select::{NamespaceMatcher, NamespaceRule, glob, selector};
 
+/// A function a declaration carries (a namespace predicate, an annotator, an adoption rule):
+/// cheap to clone, and compared by identity — two declarations are equal only when they share
+/// it, as nothing else can tell two closures apart.
+pub struct Shared<F: ?Sized>(pub std::sync::Arc<F>);
+
+impl<F: ?Sized> Clone for Shared<F> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<F: ?Sized> std::fmt::Debug for Shared<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared(..)")
+    }
+}
+
+impl<F: ?Sized> PartialEq for Shared<F> {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl<F: ?Sized> Eq for Shared<F> {}
+
 /// A copy as kubesync holds it in its stores (a watch transform): without the fields no
 /// destination may set ([`allocated::strip_held`]), and its large values as digests
 /// ([`digest::shrink`]).

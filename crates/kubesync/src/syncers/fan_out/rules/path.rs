@@ -78,19 +78,12 @@ pub fn get(obj: &DynamicObject, path: &[Step]) -> Option<Value> {
 /// Removes the field at `path` from `obj`.
 pub fn remove(obj: &mut DynamicObject, path: &[Step]) {
     if let Some((map, key)) = meta(path) {
-        let map = match map {
-            "labels" => &mut obj.metadata.labels,
-            _ => &mut obj.metadata.annotations,
-        };
-        if let Some(m) = map {
+        if let Some(m) = meta_map_mut(obj, map) {
             m.remove(key);
         }
         return;
     }
-    let Some((last, parent)) = path.split_last() else {
-        return;
-    };
-    let Some(node) = walk_mut(&mut obj.data, parent) else {
+    let Some((last, node)) = parent_mut(obj, path) else {
         return;
     };
     match (last, node) {
@@ -111,19 +104,13 @@ pub fn remove(obj: &mut DynamicObject, path: &[Step]) {
 pub fn set(obj: &mut DynamicObject, path: &[Step], value: Value) {
     if let Some((map, key)) = meta(path) {
         if let Value::String(v) = value {
-            let map = match map {
-                "labels" => &mut obj.metadata.labels,
-                _ => &mut obj.metadata.annotations,
-            };
-            map.get_or_insert_with(BTreeMap::new)
+            meta_map_mut(obj, map)
+                .get_or_insert_with(BTreeMap::new)
                 .insert(key.to_string(), v);
         }
         return;
     }
-    let Some((last, parent)) = path.split_last() else {
-        return;
-    };
-    let Some(node) = walk_mut(&mut obj.data, parent) else {
+    let Some((last, node)) = parent_mut(obj, path) else {
         return;
     };
     match (last, node) {
@@ -136,6 +123,26 @@ pub fn set(obj: &mut DynamicObject, path: &[Step], value: Value) {
         },
         _ => {}
     }
+}
+
+/// The labels or the annotations of `obj`, to change.
+fn meta_map_mut<'a>(
+    obj: &'a mut DynamicObject,
+    map: &str,
+) -> &'a mut Option<BTreeMap<String, String>> {
+    match map {
+        "labels" => &mut obj.metadata.labels,
+        _ => &mut obj.metadata.annotations,
+    }
+}
+
+/// The last step of `path` and the node it is taken from, if that node exists.
+fn parent_mut<'a, 'p>(
+    obj: &'a mut DynamicObject,
+    path: &'p [Step],
+) -> Option<(&'p Step, &'a mut Value)> {
+    let (last, parent) = path.split_last()?;
+    Some((last, walk_mut(&mut obj.data, parent)?))
 }
 
 fn walk_mut<'a>(mut node: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {

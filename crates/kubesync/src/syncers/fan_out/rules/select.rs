@@ -37,10 +37,10 @@ pub fn glob(pattern: &str, text: &str) -> bool {
     }
     p[pi..].iter().all(|c| *c == '*')
 }
+
 /// A namespace predicate beyond names, globs and selectors: `(name, labels) -> bool`, e.g.
 /// another tool's pattern language. Compared by identity.
-#[derive(Clone)]
-pub struct NamespaceMatcher(pub std::sync::Arc<NamespacePredicate>);
+pub type NamespaceMatcher = super::Shared<NamespacePredicate>;
 
 /// What a [`NamespaceMatcher`] calls: `(name, labels) -> bool`.
 pub type NamespacePredicate = dyn Fn(&str, &BTreeMap<String, String>) -> bool + Send + Sync;
@@ -53,20 +53,6 @@ impl NamespaceMatcher {
         Self(std::sync::Arc::new(f))
     }
 }
-
-impl std::fmt::Debug for NamespaceMatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NamespaceMatcher(..)")
-    }
-}
-
-impl PartialEq for NamespaceMatcher {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for NamespaceMatcher {}
 
 /// Which namespaces of a cluster receive a copy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
