@@ -47,6 +47,11 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
             let Some(s) = states.get_mut(&id) else {
                 return;
             };
+            s.failing_since = match (&error, s.failing_since) {
+                (None, _) => None,
+                (Some(_), Some(since)) => Some(since),
+                (Some(_), None) => Some(std::time::SystemTime::now()),
+            };
             s.error = error;
             s.listed |= listed;
             if listed {

@@ -42,6 +42,8 @@ pub(super) struct WatchState {
     pub(super) cluster: String,
     pub(super) listed: bool,
     pub(super) error: Option<String>,
+    /// Since when its requests have failed (the first failure after a success).
+    pub(super) failing_since: Option<std::time::SystemTime>,
     /// Keys to queue when a list completes: the first, or the next after a failure
     /// ([`Context::when_listed`]).
     ///

@@ -77,6 +77,7 @@ impl Context {
                 cluster: cluster.name().to_string(),
                 listed: false,
                 error: None,
+                failing_since: None,
                 waiters: Vec::new(),
             },
         );
@@ -148,5 +149,15 @@ impl Context {
             .read()
             .get(&id.0)
             .and_then(|w| w.error.clone())
+    }
+
+    /// Since when a failing watch has failed: the time of its first failure after its last
+    /// success (or since it started, if it never succeeded); `None` while it works.
+    pub fn watch_failing_since(&self, id: WatchId) -> Option<std::time::SystemTime> {
+        self.shared
+            .watches
+            .read()
+            .get(&id.0)
+            .and_then(|w| w.failing_since)
     }
 }

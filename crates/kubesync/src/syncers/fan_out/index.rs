@@ -129,8 +129,9 @@ pub struct Retire {
 impl Index {
     /// Records that `decl` (with `uid`) copies `source` (one object; `None` for a selection,
     /// whose events map through [`EventOf::Users`]) to `clusters`, and returns every
-    /// cluster it must look at: those, plus clusters it used before (their copies stay until
-    /// they are gone), sorted and without repeats.
+    /// cluster it must look at: those, plus clusters it had copies in before (their copies
+    /// stay until they are gone; a cluster it only read sources from is not one), sorted
+    /// and without repeats.
     pub fn register(
         &mut self,
         decl: &ObjectKey,
@@ -151,6 +152,7 @@ impl Index {
                 .get(decl)
                 .into_iter()
                 .flatten()
+                .filter(|w| !w.scope.of_sources())
                 .map(|w| w.cluster.clone()),
         );
         all.sort();
@@ -190,7 +192,6 @@ impl Index {
         &self,
         event: EventOf,
         watch: &WatchKey,
-        local: &str,
         key: &ObjectKey,
         obj: &DynamicObject,
     ) -> Vec<ObjectKey> {
@@ -215,10 +216,10 @@ impl Index {
                         .cloned(),
                 );
             }
+            // The source's key names its cluster: an object of the same name elsewhere is
+            // not it.
             EventOf::Source => {
-                if key.cluster == local {
-                    out.extend(self.by_source.get(key).into_iter().flatten().cloned());
-                }
+                out.extend(self.by_source.get(key).into_iter().flatten().cloned());
             }
             EventOf::Copy => {
                 if let Some(uid) = obj.labels().get(MANAGED_BY)
@@ -249,10 +250,15 @@ impl Index {
         }
     }
 
-    /// `decl` reads its sources from the watches of scope `sources` only: forgets the other
-    /// sources it copied before (a changed source name or selection) and returns their
-    /// watches that no declaration uses any more (to be stopped).
-    pub fn retain_source(&mut self, decl: &ObjectKey, sources: &Scope) -> Vec<WatchId> {
+    /// `decl` reads its sources from the watches of scope `sources` in `cluster` only:
+    /// forgets the other sources it copied before (a changed source name, selection or
+    /// cluster) and returns their watches that no declaration uses any more (to be stopped).
+    pub fn retain_source(
+        &mut self,
+        decl: &ObjectKey,
+        cluster: &str,
+        sources: &Scope,
+    ) -> Vec<WatchId> {
         self.by_source.retain(|s, users| {
             if !matches!(sources, Scope::Source(keep) if keep == s) {
                 users.remove(decl);
@@ -264,7 +270,7 @@ impl Index {
             .get(decl)
             .into_iter()
             .flatten()
-            .filter(|w| w.scope.of_sources() && w.scope != *sources)
+            .filter(|w| w.scope.of_sources() && (w.scope != *sources || w.cluster != cluster))
             .cloned()
             .collect();
         if let Some(used) = self.used.get_mut(decl) {
@@ -479,42 +485,33 @@ mod tests {
             ["east".into()],
         );
         let none = object(serde_json::json!({}));
-        // The source itself, in the local cluster only.
+        // The source itself, in its cluster only.
         let src = source(&secret, "s");
-        let found =
-            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &none);
+        let found = idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &none);
         assert_eq!(found, [decl("d")]);
         let elsewhere = src.in_cluster("east");
-        let found = idx.declarations_for(
-            EventOf::Source,
-            &in_cluster("east"),
-            "local",
-            &elsewhere,
-            &none,
-        );
+        let found = idx.declarations_for(EventOf::Source, &in_cluster("east"), &elsewhere, &none);
         assert!(found.is_empty(), "an object of the same name elsewhere");
         // A copy, by its managed-by label.
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
-        let found = idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &copy);
+        let found = idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &copy);
         assert_eq!(found, [decl("d")]);
         let foreign = object(serde_json::json!({MANAGED_BY: "other"}));
         assert!(
-            idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &foreign)
+            idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &foreign)
                 .is_empty()
         );
         // A namespace of a cluster with destinations.
         let ns = ObjectKey::new("east", &ar::<Namespace>(), None, "team");
-        let found =
-            idx.declarations_for(EventOf::Cluster, &in_cluster("east"), "local", &ns, &none);
+        let found = idx.declarations_for(EventOf::Cluster, &in_cluster("east"), &ns, &none);
         assert_eq!(found, [decl("d")]);
-        let found =
-            idx.declarations_for(EventOf::Cluster, &in_cluster("west"), "local", &ns, &none);
+        let found = idx.declarations_for(EventOf::Cluster, &in_cluster("west"), &ns, &none);
         assert!(found.is_empty());
         // Unrelated objects wake nothing, not even at the source's or a copy's name.
         for (k, obj) in [(&src, &none), (&k, &copy)] {
             assert!(
-                idx.declarations_for(EventOf::Other, &in_cluster("local"), "local", k, obj)
+                idx.declarations_for(EventOf::Other, &in_cluster("local"), k, obj)
                     .is_empty()
             );
         }
@@ -536,29 +533,23 @@ mod tests {
         let others_copy = object(serde_json::json!({MANAGED_BY: "uid-e"}));
         idx.set_blocked(&decl("d"), [at.clone()]);
         for (event, obj) in [(EventOf::Other, &theirs), (EventOf::Copy, &others_copy)] {
-            let found = idx.declarations_for(event, &in_cluster("east"), "local", &at, obj);
+            let found = idx.declarations_for(event, &in_cluster("east"), &at, obj);
             assert_eq!(found, [decl("d")], "{event:?}");
             assert!(
-                idx.declarations_for(event, &in_cluster("east"), "local", &elsewhere, obj)
+                idx.declarations_for(event, &in_cluster("east"), &elsewhere, obj)
                     .is_empty()
             );
         }
         // The next report replaces the set; forgetting clears it.
         idx.set_blocked(&decl("d"), [elsewhere.clone()]);
         assert!(
-            idx.declarations_for(EventOf::Other, &in_cluster("east"), "local", &at, &theirs)
+            idx.declarations_for(EventOf::Other, &in_cluster("east"), &at, &theirs)
                 .is_empty()
         );
         idx.forget(&decl("d"));
         assert!(
-            idx.declarations_for(
-                EventOf::Other,
-                &in_cluster("east"),
-                "local",
-                &elsewhere,
-                &theirs
-            )
-            .is_empty()
+            idx.declarations_for(EventOf::Other, &in_cluster("east"), &elsewhere, &theirs)
+                .is_empty()
         );
     }
 
@@ -581,7 +572,7 @@ mod tests {
         let copies = WatchKey::scoped("local", &secret, Scope::Copies);
         idx.watch_for(copies, &d, || s.start()).expect("copies");
         assert!(
-            idx.retain_source(&d, &Scope::Source(old.clone()))
+            idx.retain_source(&d, "local", &Scope::Source(old.clone()))
                 .is_empty(),
             "nothing changed"
         );
@@ -590,13 +581,12 @@ mod tests {
         idx.watch_for(watch_of(&new), &d, || s.start())
             .expect("new");
         assert!(
-            idx.retain_source(&d, &Scope::Source(new.clone()))
+            idx.retain_source(&d, "local", &Scope::Source(new.clone()))
                 .is_empty(),
             "e still uses it"
         );
         let none = object(serde_json::json!({}));
-        let found =
-            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &old, &none);
+        let found = idx.declarations_for(EventOf::Source, &in_cluster("local"), &old, &none);
         assert_eq!(
             found,
             std::slice::from_ref(&e),
@@ -604,7 +594,10 @@ mod tests {
         );
         // When e moves on too, the old source's watch stops; the copies watch stays.
         idx.register(&e, "uid-e", Some(new.clone()), ["local".into()]);
-        assert_eq!(idx.retain_source(&e, &Scope::Source(new.clone())), [w_old]);
+        assert_eq!(
+            idx.retain_source(&e, "local", &Scope::Source(new.clone())),
+            [w_old]
+        );
         assert_eq!(idx.watch_count(), 2);
     }
 
@@ -632,7 +625,7 @@ mod tests {
         }
         let k = source(&secret, "cert");
         let none = object(serde_json::json!({}));
-        let mut found = idx.declarations_for(EventOf::Users, &tls, "local", &k, &none);
+        let mut found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
         found.sort();
         assert_eq!(
             found,
@@ -640,23 +633,71 @@ mod tests {
             "the users of that watch, not f"
         );
         assert!(
-            idx.declarations_for(EventOf::Source, &tls, "local", &k, &none)
+            idx.declarations_for(EventOf::Source, &tls, &k, &none)
                 .is_empty(),
             "a selection registers no single source"
         );
         // d selects something else now; e still uses the old watch.
         idx.watch_for(ca.clone(), &d, || s.start()).expect("shared");
         assert!(
-            idx.retain_source(&d, &ca.scope).is_empty(),
+            idx.retain_source(&d, "local", &ca.scope).is_empty(),
             "e still uses it"
         );
-        let found = idx.declarations_for(EventOf::Users, &tls, "local", &k, &none);
+        let found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
         assert_eq!(found, std::slice::from_ref(&e));
         // e goes back to a single source: the selection's watch stops.
         let one = WatchKey::scoped("local", &secret, Scope::Source(k.clone()));
         idx.register(&e, "uid-e", Some(k.clone()), ["local".into()]);
         idx.watch_for(one.clone(), &e, || s.start()).expect("one");
-        assert_eq!(idx.retain_source(&e, &one.scope), [WatchId::from_raw(0)]);
+        assert_eq!(
+            idx.retain_source(&e, "local", &one.scope),
+            [WatchId::from_raw(0)]
+        );
+    }
+
+    #[test]
+    fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_cleanly() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let secret = ar::<Secret>();
+        let d = decl("d");
+        let selected = Scope::Selected {
+            namespace: "src".into(),
+            labels: "app=tls".into(),
+        };
+        let on = |cluster: &str| WatchKey::scoped(cluster, &secret, selected.clone());
+        idx.register(&d, "uid-d", None, ["local".into()]);
+        let hub = idx.watch_for(on("hub"), &d, || s.start()).expect("hub");
+        // The sources' cluster is only read: no copies are looked for there.
+        assert_eq!(idx.register(&d, "uid-d", None, ["local".into()]), ["local"]);
+        assert!(idx.retain_source(&d, "hub", &selected).is_empty());
+        // The same selection from another cluster: the first cluster's watch stops.
+        idx.watch_for(on("hub-2"), &d, || s.start()).expect("hub-2");
+        assert_eq!(idx.retain_source(&d, "hub-2", &selected), [hub]);
+        // Its events reach the declaration; a source key names its cluster.
+        let none = object(serde_json::json!({}));
+        let k = ObjectKey::new("hub-2", &secret, Some("src".into()), "cert");
+        assert_eq!(
+            idx.declarations_for(EventOf::Users, &on("hub-2"), &k, &none),
+            [d.clone()]
+        );
+        let one = ObjectKey::new("hub", &secret, Some("src".into()), "ca");
+        idx.register(&d, "uid-d", Some(one.clone()), ["local".into()]);
+        let in_hub = WatchKey::scoped("hub", &secret, Scope::Source(one.clone()));
+        assert_eq!(
+            idx.declarations_for(EventOf::Source, &in_hub, &one, &none),
+            [d.clone()]
+        );
+        let same_name_here = ObjectKey::new("local", &secret, Some("src".into()), "ca");
+        assert!(
+            idx.declarations_for(
+                EventOf::Source,
+                &in_cluster("local"),
+                &same_name_here,
+                &none
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -673,16 +714,16 @@ mod tests {
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
         assert!(
-            idx.declarations_for(EventOf::Copy, &in_cluster("east"), "local", &k, &copy)
+            idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &copy)
                 .is_empty()
         );
         let src = source(&secret, "s");
         assert!(
-            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &copy)
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &copy)
                 .is_empty()
         );
         assert!(
-            idx.declarations_for(EventOf::Cluster, &in_cluster("east"), "local", &k, &copy)
+            idx.declarations_for(EventOf::Cluster, &in_cluster("east"), &k, &copy)
                 .is_empty()
         );
         assert!(idx.begin_type(&decl("d"), &ar::<ConfigMap>()).is_none());
@@ -719,7 +760,7 @@ mod tests {
         let src = source(&secret, "s");
         let none = object(serde_json::json!({}));
         assert!(
-            idx.declarations_for(EventOf::Source, &in_cluster("local"), "local", &src, &none)
+            idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &none)
                 .is_empty(),
             "the old source no longer maps to the declaration"
         );

@@ -31,13 +31,17 @@ pub trait Stores {
 
 /// What one reconcile observed.
 pub struct Snapshot<'a, S> {
-    /// The fan-out's own cluster, where sources live.
+    /// The fan-out's own cluster: destinations name it by default, and sources live there
+    /// unless the declaration reads them from another one.
     pub local: &'a str,
     /// The declaration.
     pub declaration: &'a Declaration,
     /// The sources that exist, unless the declaration is being deleted (then none). For a
     /// single source, at most that one; for a selection, every object it selects.
     pub sources: &'a [Arc<DynamicObject>],
+    /// The sources live in another cluster that cannot be read now (why): they are
+    /// unknown, not gone — every copy stays as it is ([`keep_while_unknown`]).
+    pub source_unreachable: Option<&'a str>,
     /// Destination clusters the runtime does not know.
     pub unknown_clusters: &'a [String],
     /// Clusters whose watches fail: nothing is created, updated or deleted there.
@@ -134,6 +138,9 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
         ..
     } = snapshot;
     let spec = &decl.spec;
+    if let Some(why) = snapshot.source_unreachable {
+        return keep_while_unknown(snapshot, why);
+    }
     let ar = &spec.source.resource;
     let mut sources: Vec<&DynamicObject> = sources.iter().map(AsRef::as_ref).collect();
     sources.sort_by(|a, b| name_of(a).cmp(name_of(b)));
@@ -346,6 +353,55 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     plan
 }
 
+/// The plan while the sources are unknown (their cluster cannot be read: `why`): nothing is
+/// written, and every copy stays as it is, reported `Error` with the source version it
+/// carries — except the copies whose consent was withdrawn (consent ends when it is
+/// withdrawn, whatever the source's state), which are deleted where their cluster can be
+/// checked. A source counts as gone only after a read from its cluster says so.
+pub fn keep_while_unknown<S: Stores>(snapshot: &Snapshot<'_, S>, why: &str) -> Plan {
+    let spec = &snapshot.declaration.spec;
+    let source_cluster = spec.source.cluster_or(snapshot.local);
+    let mut plan = Plan::default();
+    for (at, copy) in snapshot.owned {
+        let withdrawn = spec
+            .consent
+            .as_ref()
+            .is_some_and(|c| !consented(c, snapshot.local, snapshot.stores, copy, at));
+        let checkable = !snapshot.unreachable.contains(&at.cluster)
+            && (at.namespace().is_none()
+                || snapshot.stores.has_namespace(&at.cluster, &at.namespace));
+        if withdrawn && checkable {
+            plan.deletes.push(Delete {
+                at: at.clone(),
+                uid: copy.metadata.uid.clone(),
+                orphan: rules::orphans(copy, spec.deletion_policy, false),
+            });
+            continue;
+        }
+        let annotations = copy.annotations();
+        let source = annotations
+            .get(rules::SOURCE)
+            .and_then(|m| m.rsplit('/').next())
+            .unwrap_or_default();
+        let rv = annotations
+            .get(rules::SOURCE_VERSION)
+            .map(String::as_str)
+            .unwrap_or_default();
+        plan.statuses.push(
+            DestinationStatus::new(
+                at,
+                DestinationState::Error,
+                format!(
+                    "kept as it is: the source's cluster {source_cluster} cannot be read ({why})"
+                ),
+                rv,
+            )
+            .of_source(source),
+        );
+    }
+    plan
+}
+
 /// [`Mode::Report`]: the statuses of the destinations a plan
 /// would write to or delete, instead of writing (each [`DestinationState::OutOfSync`], with
 /// what would be done, the fields an update would change, and who changed the copy).
@@ -527,7 +583,7 @@ fn targets<'a, 's, S: Stores>(
             // Never copy onto a source. A source's own place is skipped silently where "*" or a
             // selector reaches it, and reported where the destination names it (a namespace,
             // or this cluster for a cluster-scoped kind): a copy there would be the source.
-            if *cluster == snapshot.local
+            if *cluster == spec.source.cluster_or(snapshot.local)
                 && *namespace == spec.source.namespace
                 && source_names.contains(at.name.as_str())
             {
@@ -760,6 +816,7 @@ mod tests {
         sources: Vec<Arc<DynamicObject>>,
         unknown: Vec<String>,
         unreachable: BTreeSet<String>,
+        source_unreachable: Option<String>,
         owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
         stores: Fake,
     }
@@ -771,6 +828,7 @@ mod tests {
                 sources: vec![Arc::new(source())],
                 unknown: vec![],
                 unreachable: BTreeSet::new(),
+                source_unreachable: None,
                 owned: BTreeMap::new(),
                 stores,
             }
@@ -787,6 +845,7 @@ mod tests {
                 local: "local",
                 declaration: &self.decl,
                 sources: &self.sources,
+                source_unreachable: self.source_unreachable.as_deref(),
                 unknown_clusters: &self.unknown,
                 unreachable: &self.unreachable,
                 owned: &self.owned,
@@ -1589,6 +1648,76 @@ mod tests {
                 .map(|d| d.at.namespace.as_str())
                 .collect::<Vec<_>>(),
             ["granted"]
+        );
+    }
+
+    #[test]
+    fn while_the_source_s_cluster_cannot_be_read_copies_stay_unless_consent_is_withdrawn() {
+        let mut stores = Fake::default()
+            .with_namespaces("local", &[("granted", json!({})), ("silent", json!({}))]);
+        stores
+            .consents
+            .insert(("local".into(), "granted".into()), vec![grant("ca")]);
+        let mut decl = declaration(vec![destination(None, "*")]);
+        decl.spec.source = decl.spec.source.clone().in_cluster("hub");
+        let mut run = Run::new(decl, stores)
+            .owning(at("local", "granted"), "c-g")
+            .owning(at("local", "silent"), "c-s");
+        // The store shows no source (a restart during the outage): unknown, not gone.
+        run.sources.clear();
+        run.source_unreachable = Some("connection refused".into());
+        let plan = run.plan();
+        assert!(plan.writes.is_empty() && plan.deletes.is_empty());
+        assert_eq!(
+            states(&plan),
+            [
+                ("local/granted".into(), DestinationState::Error),
+                ("local/silent".into(), DestinationState::Error)
+            ]
+        );
+        let message = &plan.statuses[0].message;
+        assert!(
+            message.contains("hub") && message.contains("connection refused"),
+            "{message}"
+        );
+        assert_eq!(plan.statuses[0].source, "ca");
+        // Consent withdrawn still ends a copy (the store shows `silent` without a grant).
+        run.decl.spec.consent = Some(grant_consent());
+        let plan = run.plan();
+        assert!(plan.writes.is_empty());
+        assert_eq!(
+            plan.deletes
+                .iter()
+                .map(|d| d.at.namespace.as_str())
+                .collect::<Vec<_>>(),
+            ["silent"]
+        );
+        assert_eq!(
+            states(&plan),
+            [("local/granted".into(), DestinationState::Error)]
+        );
+        // Once a read says the source is gone, its copies go.
+        run.source_unreachable = None;
+        run.decl.spec.consent = None;
+        assert_eq!(run.plan().deletes.len(), 2);
+    }
+
+    #[test]
+    fn a_source_read_from_another_cluster_is_copied_into_its_namespace_here() {
+        let stores = Fake::default().with_namespaces("local", &[("src", json!({}))]);
+        let mut decl = declaration(vec![destination(None, "src")]);
+        decl.spec.source = decl.spec.source.clone().in_cluster("hub");
+        let plan = Run::new(decl, stores).plan();
+        assert_eq!(written(&plan), [(at("local", "src"), Decision::Create)]);
+        // Into the source's own cluster, the same place is the source itself.
+        let stores = Fake::default().with_namespaces("hub", &[("src", json!({}))]);
+        let mut decl = declaration(vec![destination(Some("hub"), "src")]);
+        decl.spec.source = decl.spec.source.clone().in_cluster("hub");
+        let plan = Run::new(decl, stores).plan();
+        assert!(plan.writes.is_empty());
+        assert_eq!(
+            states(&plan),
+            [("hub/src".into(), DestinationState::Conflict)]
         );
     }
 

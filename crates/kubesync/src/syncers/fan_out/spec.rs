@@ -64,8 +64,9 @@ impl fmt::Display for DestinationRef {
     }
 }
 
-/// The source of a fan-out (in the fan-out's own cluster): one object, or every object of
-/// its namespace that a [`Selection`] selects.
+/// The source of a fan-out: one object, or every object of its namespace that a
+/// [`Selection`] selects, in the fan-out's own cluster or, with
+/// [`cluster`](SourceRef::cluster), read from another one (pulled from a hub).
 ///
 /// A cluster-scoped kind (ClusterRole, StorageClass, PriorityClass, a cluster-scoped custom
 /// resource) has an empty `namespace`; its copies are cluster-scoped too: one per destination
@@ -81,6 +82,12 @@ pub struct SourceRef {
     /// Many sources: every object of the namespace that this selects, each copied under its
     /// own name.
     pub select: Option<Selection>,
+    /// The cluster the source is read from (registered in the runtime context); `None`: the
+    /// fan-out's own cluster. Only the source is watched there (no copies, no Namespaces):
+    /// read rights on the source's kind are all a pull needs. While that cluster cannot be
+    /// read, the source is *unknown*, never gone: no copy is changed or deleted for it
+    /// ([`Outcome::source_unreachable`]).
+    pub cluster: Option<String>,
 }
 
 impl SourceRef {
@@ -95,6 +102,7 @@ impl SourceRef {
             namespace: namespace.into(),
             name: name.into(),
             select: None,
+            cluster: None,
         }
     }
 
@@ -109,7 +117,21 @@ impl SourceRef {
             namespace: namespace.into(),
             name: String::new(),
             select: Some(selection),
+            cluster: None,
         }
+    }
+
+    /// The same source, read from the cluster `cluster` (registered in the runtime context).
+    #[must_use]
+    pub fn in_cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = Some(cluster.into());
+        self
+    }
+
+    /// The cluster the source is read from: [`cluster`](SourceRef::cluster), else `local`
+    /// (the fan-out's own).
+    pub fn cluster_or<'a>(&'a self, local: &'a str) -> &'a str {
+        self.cluster.as_deref().unwrap_or(local)
     }
 
     /// The source namespace; `None` for a cluster-scoped kind.
@@ -449,6 +471,21 @@ pub struct Outcome {
     pub propagated: Vec<(String, std::time::Duration)>,
     /// Each source's name and resourceVersion as this reconcile copied it.
     pub source_versions: Vec<(String, String)>,
+    /// The source lives in another cluster that cannot be read now: it is unknown, not gone.
+    /// No copy was written or deleted for it (only copies whose consent was withdrawn were
+    /// removed); each is reported [`DestinationState::Error`], kept as it is.
+    pub source_unreachable: Option<SourceUnreachable>,
+}
+
+/// Why a source in another cluster cannot be read ([`Outcome::source_unreachable`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceUnreachable {
+    /// The source's cluster.
+    pub cluster: String,
+    /// Why: the watch's last error, or that the cluster is not connected.
+    pub message: String,
+    /// Since when this process has found it failing (`None`: it was never connected).
+    pub since: Option<std::time::SystemTime>,
 }
 
 impl DestinationStatus {

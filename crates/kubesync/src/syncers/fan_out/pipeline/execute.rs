@@ -85,7 +85,7 @@ impl FanOut {
         let spec = &decl.spec;
         let ar = &spec.source.resource;
         let source = ObjectKey::new(
-            self.local.clone(),
+            spec.source.cluster_or(&self.local).to_string(),
             ar,
             spec.source.namespace().map(String::from),
             &w.source,

@@ -32,6 +32,7 @@ use super::rules::{self, Decision, Strategy};
 use super::seen::Seen;
 use super::spec::{
     Declaration, DestinationRef, DestinationState, DestinationStatus, Mode, Outcome, Selection,
+    SourceUnreachable,
 };
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -65,8 +66,6 @@ pub struct FanOut {
 struct Watches {
     /// Those a plan waits for.
     ids: Vec<WatchId>,
-    /// The source watch (local cluster), one of `ids`.
-    source: Option<WatchId>,
     /// The metadata-only watch of the other objects of the copied type.
     others: WatchId,
 }
@@ -81,8 +80,10 @@ struct Watched {
     ready: bool,
     /// Failing watches: (cluster, the API's message).
     errors: Vec<(String, String)>,
-    /// The source watch (this cluster), if the source is read.
+    /// The source watch (in the source's cluster), if the source is read.
     source: Option<WatchId>,
+    /// The source lives in another cluster that cannot be read now.
+    source_unreachable: Option<SourceUnreachable>,
 }
 
 /// What a reconcile observed ([`FanOut::observe`]).
@@ -102,13 +103,15 @@ struct Facts {
     owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
     /// Clusters that cannot be checked now.
     unreachable: BTreeSet<String>,
+    /// The source's cluster cannot be read now: the sources are unknown (not gone).
+    source_unreachable: Option<SourceUnreachable>,
 }
 
-/// The key of `decl`'s single source (its name is empty for a selection).
+/// The key of `decl`'s single source, in its cluster (its name is empty for a selection).
 fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
     let source = &decl.spec.source;
     ObjectKey::new(
-        local.to_string(),
+        source.cluster_or(local).to_string(),
         &source.resource,
         source.namespace().map(String::from),
         &source.name,
@@ -193,6 +196,10 @@ impl FanOut {
             local: &self.local,
             declaration: decl,
             sources: &facts.sources,
+            source_unreachable: facts
+                .source_unreachable
+                .as_ref()
+                .map(|u| u.message.as_str()),
             unknown_clusters: &watched.unknown,
             unreachable: &facts.unreachable,
             owned: &facts.owned,

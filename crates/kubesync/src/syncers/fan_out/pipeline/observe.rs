@@ -20,7 +20,11 @@ impl FanOut {
         let spec = &decl.spec;
         let ar = &spec.source.resource;
         let source_key = source_key(&self.local, decl);
+        // A source that cannot be read is unknown: its store is neither read nor confirmed
+        // against (the plan keeps every copy as it is).
+        let unknown = watched.source_unreachable.is_some();
         let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, watched.source) {
+            _ if unknown => Vec::new(),
             (None, _) => ctx.get(&source_key).into_iter().collect(),
             (Some(_), Some(id)) => ctx
                 .list_watch(id)
@@ -48,6 +52,7 @@ impl FanOut {
             }
         }
         let confirmed = match &spec.source.select {
+            _ if unknown => true,
             None => {
                 !plan::must_confirm_source_gone(
                     source_in_store,
@@ -70,13 +75,15 @@ impl FanOut {
             sources,
             owned,
             unreachable: watched.errors.iter().map(|(c, _)| c.clone()).collect(),
+            source_unreachable: watched.source_unreachable.clone(),
         }))
     }
 
     /// A selection's copies whose source the store does not show selected are removed by the
     /// plan. Whether that is so is confirmed first by a live list of the selected sources (the
     /// store may be a moment behind the cluster): `false` if some such source is still there
-    /// and selected (then its event is awaited). A failed list is an error, never "gone".
+    /// and selected (then its event is awaited). A failed list is an error, never "gone". The
+    /// list is read where the sources live.
     pub(super) async fn confirm_unselected(
         &self,
         ctx: &Context,
@@ -98,7 +105,11 @@ impl FanOut {
             return Ok(true);
         }
         let live = ctx
-            .api(&self.local, ar, decl.spec.source.namespace())?
+            .api(
+                decl.spec.source.cluster_or(&self.local),
+                ar,
+                decl.spec.source.namespace(),
+            )?
             .list_metadata(&ListParams::default().labels(&selection.label_selector()))
             .await?;
         Ok(!live.items.iter().any(|o| {
@@ -113,6 +124,7 @@ impl Facts {
     /// What the outcome says of them.
     pub(super) fn describe(&self, outcome: &mut Outcome) {
         outcome.unreachable = self.unreachable.iter().cloned().collect();
+        outcome.source_unreachable = self.source_unreachable.clone();
         outcome.source_found = !self.sources.is_empty();
         outcome.sources = self.sources.len();
         outcome.remaining_copies = self.owned.len();

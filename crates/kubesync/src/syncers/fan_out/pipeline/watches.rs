@@ -21,7 +21,6 @@ impl FanOut {
             idx.watch_for(key, decl, || {
                 // Built only when the watch starts: most calls find it running.
                 let index = self.index.clone();
-                let local = self.local.clone();
                 let seen = self.seen.clone();
                 let mapper: crate::runtime::Mapper =
                     Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
@@ -31,7 +30,7 @@ impl FanOut {
                         {
                             seen.saw(k, rv);
                         }
-                        index.with(|idx| idx.declarations_for(event, &this_watch, &local, k, obj))
+                        index.with(|idx| idx.declarations_for(event, &this_watch, k, obj))
                     });
                 ctx.start_watch(&cluster, watch(), Some(mapper))
             })
@@ -44,8 +43,6 @@ impl FanOut {
     /// |---|---|---|
     /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
     /// | other objects of the source type (no `managed-by` label) | metadata only | the declarations they block (a `Conflict` there) |
-    /// | the source (local cluster; one object, by field selector) | the full object | the declarations copying it |
-    /// | or the selected sources (local cluster; the source namespace, by label selector) | full objects | the declarations using the watch |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
     /// | consent objects, if the declaration asks for consent | full objects | the same |
     ///
@@ -54,8 +51,11 @@ impl FanOut {
     /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
     /// live before it writes.
     ///
-    /// Returns the watches a plan waits for, the source watch among them in the local
-    /// cluster, and apart the watch of the others: a plan does
+    /// The sources are watched apart, where they live ([`Self::ensure_source_watch`]): one
+    /// object by field selector, or the source namespace's objects by label selector, in
+    /// full; their events wake the declarations copying them.
+    ///
+    /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
     /// not wait for its first list (thousands of unrelated objects must not delay the first
     /// copies). It only spares requests: an object it does not show yet is found by the
     /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
@@ -65,7 +65,6 @@ impl FanOut {
         ctx: &Context,
         cluster: &str,
         decl: &Declaration,
-        sources: &Scope,
     ) -> Result<Watches> {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
@@ -104,36 +103,6 @@ impl FanOut {
                 || Watch::dynamic(ns_type.clone()).metadata_only(),
             )?,
         ];
-        let mut source_watch = None;
-        // A declaration that goes needs no source and no consent: its copies are found by
-        // their marks, so a source watch that cannot start (a selector the apiserver refuses,
-        // a kind no longer served) never holds its deletion up.
-        if cluster == self.local && !decl.reads_no_source() {
-            // The source namespace (a cluster-scoped kind has none).
-            let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
-                Some(ns) => w.namespace(ns),
-                None => w,
-            };
-            let event = match sources {
-                Scope::Selected { .. } => EventOf::Users,
-                _ => EventOf::Source,
-            };
-            let id = self.ensure_watch(
-                ctx,
-                WatchKey::scoped(cluster, ar, sources.clone()),
-                event,
-                key,
-                || {
-                    let watch = in_source_namespace(Watch::dynamic(ar.clone()));
-                    match sources {
-                        Scope::Selected { labels, .. } => watch.labels(labels),
-                        _ => watch.fields(&format!("metadata.name={}", decl.spec.source.name)),
-                    }
-                },
-            )?;
-            ids.push(id);
-            source_watch = Some(id);
-        }
         if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
             let ct = &consent.resource;
             ids.push(self.ensure_watch(
@@ -144,11 +113,42 @@ impl FanOut {
                 || Watch::dynamic(ct.clone()).transform(compact_consent),
             )?);
         }
-        Ok(Watches {
-            ids,
-            source: source_watch,
-            others,
-        })
+        Ok(Watches { ids, others })
+    }
+
+    /// The watch of `decl`'s sources in `cluster` (where they live): one object, by field
+    /// selector, or the source namespace's objects a label selector selects. In full: a
+    /// source is copied as it is.
+    pub(super) fn ensure_source_watch(
+        &self,
+        ctx: &Context,
+        cluster: &str,
+        decl: &Declaration,
+        sources: &Scope,
+    ) -> Result<WatchId> {
+        let ar = &decl.spec.source.resource;
+        // The source namespace (a cluster-scoped kind has none).
+        let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
+            Some(ns) => w.namespace(ns),
+            None => w,
+        };
+        let event = match sources {
+            Scope::Selected { .. } => EventOf::Users,
+            _ => EventOf::Source,
+        };
+        self.ensure_watch(
+            ctx,
+            WatchKey::scoped(cluster, ar, sources.clone()),
+            event,
+            &decl.key,
+            || {
+                let watch = in_source_namespace(Watch::dynamic(ar.clone()));
+                match sources {
+                    Scope::Selected { labels, .. } => watch.labels(labels),
+                    _ => watch.fields(&format!("metadata.name={}", decl.spec.source.name)),
+                }
+            },
+        )
     }
 
     /// Drops a declaration that is gone: its index entries, and the watches no other
@@ -212,6 +212,7 @@ impl FanOut {
         self.retire_previous_type(ctx, decl).await?;
         let spec = &decl.spec;
         let source_key = source_key(&self.local, decl);
+        let source_cluster = spec.source.cluster_or(&self.local);
         let source_scope = match &spec.source.select {
             None => Scope::Source(source_key.clone()),
             Some(selection) => Scope::Selected {
@@ -236,7 +237,7 @@ impl FanOut {
         };
         for id in self
             .index
-            .with(|idx| idx.retain_source(&decl.key, &keep_source))
+            .with(|idx| idx.retain_source(&decl.key, source_cluster, &keep_source))
         {
             ctx.stop_watch(id);
         }
@@ -246,18 +247,14 @@ impl FanOut {
             ready: true,
             errors: Vec::new(),
             source: None,
+            source_unreachable: None,
         };
         for c in &watched.clusters {
             if ctx.cluster(c).is_none() {
                 watched.unknown.push(c.clone());
                 continue;
             }
-            let Watches {
-                ids,
-                source,
-                others,
-            } = self.ensure_watches(ctx, c, decl, &source_scope)?;
-            watched.source = watched.source.or(source);
+            let Watches { ids, others } = self.ensure_watches(ctx, c, decl)?;
             for id in &ids {
                 if !ctx.watch_listed(*id) {
                     // Look again when it has listed: its objects may map to no declaration
@@ -270,20 +267,72 @@ impl FanOut {
             // failing watch wakes the declaration when it lists again: what was put off while
             // the cluster could not be checked (deletes there) is then decided, even if no
             // object of it changes.
-            let mut first_error = None;
-            for id in ids.iter().chain([&others]) {
-                if let Some(e) = ctx.watch_error(*id) {
-                    ctx.when_listed(*id, decl.key.clone());
-                    first_error.get_or_insert(match source {
-                        Some(s) if s == *id => format!("reading the source: {e}"),
-                        _ => e,
-                    });
-                }
-            }
+            let first_error = ids.iter().chain([&others]).find_map(|id| {
+                let e = ctx.watch_error(*id)?;
+                ctx.when_listed(*id, decl.key.clone());
+                Some(e)
+            });
             if let Some(e) = first_error {
                 watched.errors.push((c.clone(), e));
             }
         }
+        // A declaration that goes needs no source: its copies are found by their marks, so a
+        // source watch that cannot start (a selector the apiserver refuses, a kind no longer
+        // served, a source cluster gone) never holds its deletion up.
+        if !decl.reads_no_source() {
+            self.watch_source(ctx, decl, source_cluster, &source_scope, &mut watched)?;
+        }
         Ok(watched)
+    }
+
+    /// The source watch, where the source lives, and its health. In this cluster, a failing
+    /// source watch is this cluster's error (as any other watch here). In another cluster
+    /// (a pull), a source that cannot be read is *unknown*: neither waited for nor taken as
+    /// gone ([`Watched::source_unreachable`]) — also when the cluster is not connected, or
+    /// when it failed before its first list (a restart during an outage).
+    fn watch_source(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        cluster: &str,
+        scope: &Scope,
+        watched: &mut Watched,
+    ) -> Result<()> {
+        let remote = cluster != self.local;
+        if remote && ctx.cluster(cluster).is_none() {
+            watched.source_unreachable = Some(SourceUnreachable {
+                cluster: cluster.to_string(),
+                message: format!("the source's cluster {cluster} is not connected"),
+                since: None,
+            });
+            return Ok(());
+        }
+        let id = self.ensure_source_watch(ctx, cluster, decl, scope)?;
+        watched.source = Some(id);
+        match ctx.watch_error(id) {
+            Some(e) => {
+                ctx.when_listed(id, decl.key.clone());
+                if remote {
+                    watched.source_unreachable = Some(SourceUnreachable {
+                        cluster: cluster.to_string(),
+                        message: e,
+                        since: ctx.watch_failing_since(id),
+                    });
+                } else if !watched.errors.iter().any(|(c, _)| c == cluster) {
+                    watched
+                        .errors
+                        .push((cluster.to_string(), format!("reading the source: {e}")));
+                }
+                if !remote && !ctx.watch_listed(id) {
+                    watched.ready = false;
+                }
+            }
+            None if !ctx.watch_listed(id) => {
+                watched.ready = false;
+                ctx.when_listed(id, decl.key.clone());
+            }
+            None => {}
+        }
+        Ok(())
     }
 }
