@@ -99,6 +99,11 @@ struct RunArgs {
     /// own (repeatable).
     #[arg(long = "allow-source-namespace")]
     source_namespaces: Vec<String>,
+    /// ObjectSync: namespaces of RemoteClusters any ObjectSync may read its source from
+    /// (`spec.source.cluster`), besides the namespace of its own name there, as
+    /// `<RemoteCluster>/<namespace>` (names or globs, e.g. `hub/shared-*`; repeatable).
+    #[arg(long = "allow-remote-source-namespace", value_parser = remote_source_namespace)]
+    remote_source_namespaces: Vec<String>,
     /// ObjectSync: only these destination namespaces (names or globs; repeatable).
     #[arg(long = "allow-destination-namespace")]
     allow_destination_namespaces: Vec<String>,
@@ -278,6 +283,7 @@ pub async fn main() -> ExitCode {
                 kubeconfig,
                 context,
                 source_namespaces,
+                remote_source_namespaces,
                 allow_destination_namespaces,
                 deny_destination_namespaces,
                 allowed_resources,
@@ -303,6 +309,7 @@ pub async fn main() -> ExitCode {
             }
             let policy = crate::object_sync::ObjectSyncPolicy {
                 source_namespaces,
+                remote_source_namespaces,
                 allow_destination_namespaces,
                 deny_destination_namespaces,
                 allowed_resources,
@@ -565,6 +572,19 @@ async fn run(
             eprintln!("kubesync: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An `--allow-remote-source-namespace` entry: `<RemoteCluster>/<namespace>`, both parts
+/// given.
+fn remote_source_namespace(entry: &str) -> Result<String, String> {
+    match entry.split_once('/') {
+        Some((c, ns)) if !c.is_empty() && !ns.is_empty() && !ns.contains('/') => {
+            Ok(entry.to_string())
+        }
+        _ => Err(format!(
+            "{entry:?}: give <RemoteCluster>/<namespace>, each a name or a glob (e.g. hub/shared-*)"
+        )),
     }
 }
 

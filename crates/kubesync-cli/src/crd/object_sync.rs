@@ -49,6 +49,14 @@ pub struct ObjectSyncSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), pattern(pattern::NAMESPACE_OR_EMPTY))]
     pub namespace: Option<String>,
+    /// A RemoteCluster to read the source from (a pull from a hub; default: this cluster).
+    /// Only read rights on the source's kind are needed there. While that cluster cannot be
+    /// read, no copy is changed or deleted. An ObjectSync outside the trusted namespaces may
+    /// name only a RemoteCluster whose `allowedNamespaces` admits its namespace, and read
+    /// only from the namespace of its own name there (unless the operator allows more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), pattern(pattern::SUBDOMAIN))]
+    pub cluster: Option<String>,
 }
 
 /// How copies are written.

@@ -36,6 +36,8 @@ fn default_kubeconfig_key() -> String {
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.serverVersion"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Source For","type":"integer","jsonPath":".status.sourceFor"}"#,
+    printcolumn = r#"{"name":"Destination For","type":"integer","jsonPath":".status.destinationFor"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -45,9 +47,11 @@ pub struct RemoteClusterSpec {
     /// The kubeconfig context to use (default: its current context).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
-    /// Namespaces whose ObjectSyncs may write into this cluster, by their labels. Absent:
-    /// only the operator's trusted namespaces. An empty selector (`{}`) admits every
-    /// namespace; the remote namespaces' SyncGrants still decide where copies go.
+    /// Namespaces whose ObjectSyncs may write into this cluster, or read their source from
+    /// it (`spec.source.cluster`: only from the namespace of their own name there), by their
+    /// labels. Absent: only the operator's trusted namespaces. An empty selector (`{}`)
+    /// admits every namespace; the remote namespaces' SyncGrants still decide where copies
+    /// go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<LabelSelector>,
 }
@@ -63,4 +67,11 @@ pub struct RemoteClusterStatus {
     /// is within the range kubesync supports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_version: Option<String>,
+    /// How many ObjectSyncs and ClusterObjectSyncs read their source from this cluster
+    /// (`spec.source.cluster`): it serves as their source (a hub).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_for: Option<u32>,
+    /// How many ObjectSyncs and ClusterObjectSyncs write copies into this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_for: Option<u32>,
 }

@@ -174,6 +174,14 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
             format!("{} is not a namespace name", validate::quoted(ns)),
         ));
     }
+    if let Some(c) = source.cluster.as_deref()
+        && !validate::is_dns_subdomain(c)
+    {
+        return Err(invalid(
+            "spec.source.cluster".into(),
+            format!("{} is not a RemoteCluster's name", validate::quoted(c)),
+        ));
+    }
     if spec.destinations.is_empty() {
         return Err(Refusal::new(
             Reason::InvalidSpec,

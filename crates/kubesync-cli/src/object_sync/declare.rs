@@ -195,15 +195,16 @@ pub(super) struct Facts {
     pub(super) resource: ApiResource,
     /// Whether that kind is namespaced.
     pub(super) namespaced: bool,
-    /// Each RemoteCluster a destination names, as the operator's store holds it, or why it
-    /// cannot be used (it does not exist).
+    /// Each RemoteCluster the spec names (the source's, the destinations'), as the
+    /// operator's store holds it, or why it cannot be used (it does not exist).
     pub(super) remotes: BTreeMap<String, Result<RemoteCluster, Refusal>>,
     /// The declaring namespace's labels, or why they could not be read: read only for an
-    /// untrusted ObjectSync whose destinations name a RemoteCluster.
+    /// untrusted ObjectSync that names a RemoteCluster.
     pub(super) namespace_labels: Option<Result<BTreeMap<String, String>, String>>,
 }
 
-/// The RemoteClusters `spec`'s destinations name, from the operator's store.
+/// The RemoteClusters `spec` names (its source's, its destinations'), from the operator's
+/// store.
 pub(super) fn remote_clusters(
     ctx: &Context,
     spec: &ObjectSyncSpec,
@@ -211,6 +212,7 @@ pub(super) fn remote_clusters(
     spec.destinations
         .iter()
         .filter_map(|d| d.cluster.as_deref())
+        .chain(spec.source.cluster.as_deref())
         .map(|c| (c.to_string(), RemoteClusters::lookup(ctx, c)))
         .collect()
 }
@@ -242,18 +244,21 @@ pub(super) fn declare(
         .iter()
         .map(|d| d.namespace.clone())
         .collect();
-    policy.check(
+    policy.check_from(
         own,
+        spec.source.cluster.as_deref(),
         &source_ns,
         &spec.source.group,
         &spec.source.kind,
         &named,
     )?;
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
+    // Reading a source from a RemoteCluster needs its admission as writing there does.
     for name in spec
         .destinations
         .iter()
         .filter_map(|d| d.cluster.as_deref())
+        .chain(spec.source.cluster.as_deref())
     {
         let rc = remote(facts, name)?;
         if let Some(ns) = untrusted {
@@ -291,9 +296,15 @@ pub(super) fn declare(
     let resource = facts.resource.clone();
     Ok(FanOutSpec {
         consent: untrusted.map(|ns| consent(policy, ns, &resource)),
-        source: match checked.selection {
-            None => SourceRef::one(resource, source_ns, spec.source.name.clone()),
-            Some(selection) => SourceRef::selected(resource, source_ns, selection),
+        source: {
+            let source = match checked.selection {
+                None => SourceRef::one(resource, source_ns, spec.source.name.clone()),
+                Some(selection) => SourceRef::selected(resource, source_ns, selection),
+            };
+            match spec.source.cluster.as_deref() {
+                Some(c) => source.in_cluster(runtime_name(c)),
+                None => source,
+            }
         },
         destinations,
         on_conflict: match spec.on_conflict {
@@ -559,6 +570,87 @@ mod tests {
                 .reason,
             Reason::RemoteClusterNotFound
         );
+    }
+
+    #[test]
+    fn a_source_read_from_a_remote_cluster_needs_its_admission_and_the_namespace_of_the_same_name()
+    {
+        let pull = |namespace: Option<&str>| {
+            let mut source = json!({"kind": "ConfigMap", "name": "cm", "cluster": "hub"});
+            if let Some(ns) = namespace {
+                source["namespace"] = json!(ns);
+            }
+            spec(json!({"source": source, "destinations": [{"namespace": "a"}]}))
+        };
+        let team_a = json!({"matchLabels": {"team": "a"}});
+        let hub = || facts(vec![remote("hub", Some(team_a.clone()))], labels("a"));
+        let policy = || ObjectSyncPolicy {
+            trusted_namespaces: vec!["ops".into()],
+            ..Default::default()
+        };
+        // Its own namespace there, through a RemoteCluster that admits it.
+        let ok = judged(Some("a"), &pull(None), &hub(), policy()).expect("admitted");
+        assert_eq!(ok.source.cluster.as_deref(), Some("remote:hub"));
+        assert_eq!(ok.source.namespace, "a");
+        assert!(ok.consent.is_some(), "its copies still need consent here");
+        // Another namespace there: refused, whatever this cluster's source rule says.
+        let local_rule = ObjectSyncPolicy {
+            source_namespaces: vec!["shared".into()],
+            ..policy()
+        };
+        let other = judged(Some("a"), &pull(Some("shared")), &hub(), local_rule)
+            .expect_err("another namespace there");
+        assert_eq!(other.reason, Reason::SourceNamespaceNotAllowed);
+        assert!(other.message.contains("hub"), "{}", other.message);
+        // … unless the operator allows it for that cluster.
+        let allowed = ObjectSyncPolicy {
+            remote_source_namespaces: vec!["hub/shared*".into()],
+            ..policy()
+        };
+        assert!(judged(Some("a"), &pull(Some("shared")), &hub(), allowed.clone()).is_ok());
+        let elsewhere = facts(vec![remote("hub-2", Some(team_a.clone()))], labels("a"));
+        let mut s = pull(Some("shared"));
+        s.source.cluster = Some("hub-2".into());
+        assert_eq!(
+            judged(Some("a"), &s, &elsewhere, allowed)
+                .expect_err("other cluster")
+                .reason,
+            Reason::SourceNamespaceNotAllowed
+        );
+        // A RemoteCluster that does not admit the namespace, or none at all.
+        let other_team = judged(
+            Some("a"),
+            &pull(None),
+            &facts(vec![remote("hub", Some(team_a.clone()))], labels("b")),
+            policy(),
+        )
+        .expect_err("other team");
+        assert_eq!(other_team.reason, Reason::RemoteClusterNotAllowed);
+        let missing = judged(
+            Some("a"),
+            &pull(None),
+            &facts(vec![], labels("a")),
+            policy(),
+        )
+        .expect_err("missing");
+        assert_eq!(missing.reason, Reason::RemoteClusterNotFound);
+        // A trusted namespace needs no admission (its own namespace there, as here); a
+        // ClusterObjectSync reads from any namespace there.
+        let trusted = judged(
+            Some("ops"),
+            &pull(None),
+            &facts(vec![remote("hub", None)], None),
+            policy(),
+        );
+        assert!(trusted.is_ok());
+        let cluster_wide = judged(
+            None,
+            &pull(Some("shared")),
+            &facts(vec![remote("hub", None)], None),
+            policy(),
+        )
+        .expect("cluster-wide");
+        assert_eq!(cluster_wide.source.namespace, "shared");
     }
 
     #[test]

@@ -559,7 +559,7 @@ impl ObjectSyncController {
             .iter()
             .map(|(name, rv)| {
                 let key = ObjectKey::new(
-                    LOCAL,
+                    source.cluster_or(LOCAL),
                     &source.resource,
                     source.namespace().map(String::from),
                     name,

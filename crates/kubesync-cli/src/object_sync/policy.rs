@@ -31,6 +31,10 @@ pub struct ObjectSyncPolicy {
     /// Namespaces (names or globs) whose objects any ObjectSync may use as a source, besides
     /// its own namespace.
     pub source_namespaces: Vec<String>,
+    /// Namespaces of RemoteClusters that any ObjectSync may read its source from (a pull),
+    /// besides the namespace of its own name there: `<RemoteCluster>/<namespace>`, each part
+    /// a name or a glob (e.g. `hub/shared-*`, `*/certificates`).
+    pub remote_source_namespaces: Vec<String>,
     /// If not empty, copies go only to namespaces matching one of these (names or globs).
     pub allow_destination_namespaces: Vec<String>,
     /// Copies never go to these namespaces (names or globs).
@@ -268,19 +272,62 @@ impl ObjectSyncPolicy {
         kind: &str,
         destinations: &[Option<String>],
     ) -> Result<(), Refusal> {
+        self.check_from(
+            own_namespace,
+            None,
+            source_namespace,
+            group,
+            kind,
+            destinations,
+        )
+    }
+
+    /// [`Self::check`] of a source read from the RemoteCluster `cluster` (`None`: this
+    /// cluster). The source-namespace rule is carried across: an ObjectSync reads from the
+    /// namespace of its own name there, or from one the operator allows for that cluster
+    /// ([`remote_source_namespaces`](Self::remote_source_namespaces)); the local
+    /// `source_namespaces` name this cluster's namespaces only.
+    pub fn check_from(
+        &self,
+        own_namespace: Option<&str>,
+        cluster: Option<&str>,
+        source_namespace: &str,
+        group: &str,
+        kind: &str,
+        destinations: &[Option<String>],
+    ) -> Result<(), Refusal> {
         if let Some(own_namespace) = own_namespace
             && source_namespace != own_namespace
-            && !self
-                .source_namespaces
-                .iter()
-                .any(|g| glob(g, source_namespace))
         {
-            return Err(Refusal::new(
-                Reason::SourceNamespaceNotAllowed,
-                format!(
-                    "the source must be in the ObjectSync's namespace {own_namespace:?}; {source_namespace:?} is not among the operator's allowed source namespaces"
-                ),
-            ));
+            match cluster {
+                None if !self
+                    .source_namespaces
+                    .iter()
+                    .any(|g| glob(g, source_namespace)) =>
+                {
+                    return Err(Refusal::new(
+                        Reason::SourceNamespaceNotAllowed,
+                        format!(
+                            "the source must be in the ObjectSync's namespace {own_namespace:?}; {source_namespace:?} is not among the operator's allowed source namespaces"
+                        ),
+                    ));
+                }
+                Some(c)
+                    if !self.remote_source_namespaces.iter().any(|entry| {
+                        entry
+                            .split_once('/')
+                            .is_some_and(|(cg, ng)| glob(cg, c) && glob(ng, source_namespace))
+                    }) =>
+                {
+                    return Err(Refusal::new(
+                        Reason::SourceNamespaceNotAllowed,
+                        format!(
+                            "a source read from RemoteCluster {c} must be in the namespace of the ObjectSync's own name there ({own_namespace:?}); {c}/{source_namespace} is not among the operator's allowed remote source namespaces"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
         }
         let qualified = canonical_name(group, kind);
         if let Some(own) = own_namespace.filter(|ns| !self.is_trusted(ns))

@@ -174,6 +174,7 @@ pub fn remote_cluster_status(
     generation: Option<i64>,
     ready: Condition,
     version: Option<String>,
+    usage: Usage,
     now: jiff::Timestamp,
 ) -> RemoteClusterStatus {
     let was_ready = old
@@ -199,6 +200,40 @@ pub fn remote_cluster_status(
     RemoteClusterStatus {
         conditions,
         server_version,
+        source_for: Some(usage.source_for),
+        destination_for: Some(usage.destination_for),
+    }
+}
+
+/// How many declarations use a RemoteCluster, and how.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Declarations reading their source from it (`spec.source.cluster`).
+    pub source_for: u32,
+    /// Declarations with a destination in it.
+    pub destination_for: u32,
+}
+
+impl Usage {
+    /// How the declarations whose specs are `specs` (ObjectSyncs', ClusterObjectSyncs', as
+    /// stored: JSON) use the RemoteCluster `name` (pure; reads two fields of each).
+    pub fn of<'a>(name: &str, specs: impl IntoIterator<Item = &'a serde_json::Value>) -> Self {
+        let mut usage = Self::default();
+        for spec in specs {
+            let names =
+                |v: &serde_json::Value| v.get("cluster").and_then(|c| c.as_str()) == Some(name);
+            if spec.get("source").is_some_and(names) {
+                usage.source_for += 1;
+            }
+            if spec
+                .get("destinations")
+                .and_then(|d| d.as_array())
+                .is_some_and(|d| d.iter().any(names))
+            {
+                usage.destination_for += 1;
+            }
+        }
+        usage
     }
 }
 

@@ -28,8 +28,8 @@ use kubesync::{Cluster, ObjectKey};
 use tokio::sync::oneshot;
 
 use crate::crd::{
-    Condition, LocalDriftRecord, PropagationPolicy, RemoteCluster, RemoteClusterStatus,
-    ResourceSync, ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
+    ClusterObjectSync, Condition, LocalDriftRecord, ObjectSync, PropagationPolicy, RemoteCluster,
+    RemoteClusterStatus, ResourceSync, ResourceSyncSpec, ResourceSyncStatus, SecretRepairMode,
 };
 use crate::events;
 use crate::lag::Lags;

@@ -44,11 +44,23 @@ impl ResourceSyncController {
             }
         };
         let old = rc.status.clone().unwrap_or_default();
+        let declarations = [
+            ApiResource::erase::<ObjectSync>(&()),
+            ApiResource::erase::<ClusterObjectSync>(&()),
+        ]
+        .iter()
+        .flat_map(|ar| ctx.list(LOCAL, ar))
+        .collect::<Vec<_>>();
+        let usage = Usage::of(
+            &rc.name_any(),
+            declarations.iter().filter_map(|d| d.data.get("spec")),
+        );
         let status = remote_cluster_status(
             &old,
             rc.metadata.generation,
             condition,
             version,
+            usage,
             status::now(),
         );
         if status != old {

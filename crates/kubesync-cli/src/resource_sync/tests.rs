@@ -137,6 +137,7 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
         None,
         status::ready(true, "Connected", "apiserver v1.37.2 answered"),
         Some("v1.37.2".into()),
+        Usage::default(),
         now,
     );
     assert_eq!(up.server_version.as_deref(), Some("v1.37.2"));
@@ -150,10 +151,44 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
         None,
         status::ready(false, "Unreachable", "connect"),
         None,
+        Usage::default(),
         now,
     );
     assert_eq!(down.server_version, None);
     assert_eq!(down.conditions.len(), 1, "{:?}", down.conditions);
+}
+
+#[test]
+fn a_remote_cluster_says_how_many_declarations_read_from_it_and_write_into_it() {
+    let specs = [
+        serde_json::json!({"source": {"kind": "ConfigMap", "name": "a", "cluster": "hub"},
+            "destinations": [{"namespace": "*"}]}),
+        serde_json::json!({"source": {"kind": "ConfigMap", "name": "b"},
+            "destinations": [{"namespace": "*", "cluster": "hub"}, {"cluster": "hub"}]}),
+        serde_json::json!({"source": {"kind": "ConfigMap", "name": "c", "cluster": "hub-2"},
+            "destinations": [{"cluster": "east"}]}),
+    ];
+    assert_eq!(
+        Usage::of("hub", &specs),
+        Usage {
+            source_for: 1,
+            destination_for: 1
+        }
+    );
+    assert_eq!(Usage::of("east", &specs).destination_for, 1);
+    assert_eq!(Usage::of("nowhere", &specs), Usage::default());
+    let status = remote_cluster_status(
+        &RemoteClusterStatus::default(),
+        None,
+        status::ready(true, "Connected", "answered"),
+        None,
+        Usage::of("hub", &specs),
+        t("2024-01-01T00:00:00Z"),
+    );
+    assert_eq!(
+        (status.source_for, status.destination_for),
+        (Some(1), Some(1))
+    );
 }
 
 #[test]
@@ -165,6 +200,7 @@ fn remote_cluster_outside_the_supported_range_is_warned_about() {
         Some(1),
         ready(),
         Some("v1.29.4-gke.100".into()),
+        Usage::default(),
         t0,
     );
     let c = &old.conditions[1];
@@ -181,10 +217,24 @@ fn remote_cluster_outside_the_supported_range_is_warned_about() {
     // Ready stays True: an old cluster is still served.
     assert_eq!(old.conditions[0].status, "True");
     // Upgraded: the condition turns True at the new time.
-    let upgraded = remote_cluster_status(&old, Some(1), ready(), Some("v1.35.0".into()), t1);
+    let upgraded = remote_cluster_status(
+        &old,
+        Some(1),
+        ready(),
+        Some("v1.35.0".into()),
+        Usage::default(),
+        t1,
+    );
     assert_eq!(upgraded.conditions[1].status, "True");
     assert_eq!(upgraded.conditions[1].last_transition_time.0, t1);
-    let newer = remote_cluster_status(&old, Some(1), ready(), Some("v1.40.1".into()), t1);
+    let newer = remote_cluster_status(
+        &old,
+        Some(1),
+        ready(),
+        Some("v1.40.1".into()),
+        Usage::default(),
+        t1,
+    );
     assert_eq!(newer.conditions[1].reason, "NewerThanTested");
     assert_eq!(
         newer.conditions[1].last_transition_time.0, t0,

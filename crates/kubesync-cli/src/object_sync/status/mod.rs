@@ -112,7 +112,10 @@ pub fn object_sync_status(
                     ready.message.replacen("copying", "comparing", 1)
                 );
             }
-            let conditions = vec![ready, synced_condition(outcome, &entries)];
+            let mut conditions = vec![ready, synced_condition(outcome, &entries)];
+            if let Some(cluster) = &outcome.source_cluster {
+                source_reachability(old, outcome, cluster, &entries, now, &mut conditions);
+            }
             (conditions, entries)
         }
     };
@@ -329,6 +332,70 @@ fn destination_entries(
             }
         })
         .collect()
+}
+
+/// A source read from another cluster (`cluster`, its runtime name): the condition
+/// `SourceReachable`, and while that cluster cannot be read, `Ready` and `Synced` say so —
+/// the source is unknown, not gone, and every copy is kept as it is. Since when: the time the
+/// condition turned False (kept across restarts: it is in the status), else the first failure
+/// this process saw.
+fn source_reachability(
+    old: &ObjectSyncStatus,
+    outcome: &Outcome,
+    cluster: &str,
+    entries: &[DestinationStatusEntry],
+    now: jiff::Timestamp,
+    conditions: &mut Vec<Condition>,
+) {
+    let name = display_name(cluster);
+    let Some(unreachable) = &outcome.source_unreachable else {
+        conditions.push(status::condition(
+            "SourceReachable",
+            true,
+            "Read",
+            format!("the source is read from RemoteCluster {name}"),
+        ));
+        return;
+    };
+    let since = old
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "SourceReachable" && c.status == "False")
+        .map(|c| c.last_transition_time.0)
+        .or_else(|| {
+            unreachable
+                .since
+                .and_then(|t| jiff::Timestamp::try_from(t).ok())
+        })
+        .unwrap_or(now)
+        .round(jiff::Unit::Second)
+        .unwrap_or(now);
+    let kept = entries.len();
+    let reachable = status::condition(
+        "SourceReachable",
+        false,
+        "SourceClusterUnreachable",
+        format!(
+            "RemoteCluster {name} cannot be read since {since}: {}",
+            unreachable.message
+        ),
+    );
+    conditions[0] = status::ready(
+        false,
+        "SourceUnreachable",
+        format!(
+            "the source's cluster {name} cannot be read since {since}; the source is unknown, not gone: the copies ({kept} destinations) are kept as they are until a read from {name} succeeds"
+        ),
+    );
+    conditions[1] = status::condition(
+        "Synced",
+        false,
+        "SourceUnreachable",
+        format!(
+            "nothing is written while the source cannot be read ({kept} destinations kept as they are)"
+        ),
+    );
+    conditions.push(reachable);
 }
 
 fn ready_condition(

@@ -552,3 +552,57 @@ fn refused_destinations_are_reported_first_with_their_reason() {
         "a Warning Event: {events:?}"
     );
 }
+
+#[test]
+fn a_source_in_another_cluster_that_cannot_be_read_is_unknown_and_says_since_when() {
+    let kept = dest("local", "a", DestinationState::Error, "kept as it is");
+    let mut down = outcome(vec![kept]);
+    down.source_found = false;
+    down.source_cluster = Some("remote:hub".into());
+    down.source_unreachable = Some(kubesync::syncers::fan_out::SourceUnreachable {
+        cluster: "remote:hub".into(),
+        message: "connection refused".into(),
+        since: None,
+    });
+    let first = assemble(&ObjectSyncStatus::default(), &down, "2026-01-01T00:00:00Z");
+    let ready = find(&first, "Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "SourceUnreachable")
+    );
+    assert!(
+        ready.message.contains("hub") && ready.message.contains("2026-01-01T00:00:00Z"),
+        "{}",
+        ready.message
+    );
+    assert!(!ready.message.contains("removed"), "{}", ready.message);
+    assert_eq!(find(&first, "Synced").reason, "SourceUnreachable");
+    let reachable = find(&first, "SourceReachable");
+    assert_eq!(reachable.status, "False");
+    assert!(reachable.message.contains("connection refused"));
+    // Later (or after a restart: the status is all that is kept): still since the start.
+    let later = assemble(&first, &down, "2026-01-01T00:05:00Z");
+    assert_eq!(later.conditions, first.conditions, "nothing to rewrite");
+    // Read again: reachable, the copies synced.
+    let mut up = outcome(vec![dest("local", "a", DestinationState::Synced, "")]);
+    up.source_cluster = Some("remote:hub".into());
+    let back = assemble(&later, &up, "2026-01-01T00:06:00Z");
+    assert_eq!(find(&back, "Ready").status, "True");
+    let reachable = find(&back, "SourceReachable");
+    assert_eq!(
+        (reachable.status.as_str(), reachable.reason.as_str()),
+        ("True", "Read")
+    );
+    // A source in this cluster has no such condition.
+    let local = assemble(
+        &ObjectSyncStatus::default(),
+        &outcome(vec![]),
+        "2026-01-01T00:00:00Z",
+    );
+    assert!(
+        local
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "SourceReachable")
+    );
+}

@@ -475,6 +475,9 @@ pub struct Outcome {
     /// No copy was written or deleted for it (only copies whose consent was withdrawn were
     /// removed); each is reported [`DestinationState::Error`], kept as it is.
     pub source_unreachable: Option<SourceUnreachable>,
+    /// The cluster the source is read from, when it is not the fan-out's own
+    /// ([`SourceRef::cluster`]).
+    pub source_cluster: Option<String>,
 }
 
 /// Why a source in another cluster cannot be read ([`Outcome::source_unreachable`]).

@@ -181,6 +181,7 @@ impl FanOut {
         let mut outcome = Outcome {
             ready: watched.ready,
             watch_errors: watched.errors.clone(),
+            source_cluster: decl.spec.source.cluster.clone(),
             ..Default::default()
         };
         let facts = match self.observe(ctx, decl, &watched).await? {
