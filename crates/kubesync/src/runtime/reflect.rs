@@ -52,10 +52,13 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                 (Some(_), Some(since)) => Some(since),
                 (Some(_), None) => Some(std::time::SystemTime::now()),
             };
+            let fails_now = error.is_some() && s.error.is_none();
             s.error = error;
             s.listed |= listed;
             if listed {
                 std::mem::take(&mut s.waiters)
+            } else if fails_now {
+                std::mem::take(&mut s.fail_waiters)
             } else {
                 Vec::new()
             }

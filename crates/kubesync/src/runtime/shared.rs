@@ -49,6 +49,10 @@ pub(super) struct WatchState {
     ///
     /// [`Context::when_listed`]: super::Context::when_listed
     pub(super) waiters: Vec<ObjectKey>,
+    /// Keys to queue when it fails next ([`Context::when_failing`]).
+    ///
+    /// [`Context::when_failing`]: super::Context::when_failing
+    pub(super) fail_waiters: Vec<ObjectKey>,
 }
 
 /// A registered watch, ready to be run by the controller's loop.

@@ -79,6 +79,7 @@ impl Context {
                 error: None,
                 failing_since: None,
                 waiters: Vec::new(),
+                fail_waiters: Vec::new(),
             },
         );
         Ok(WatchSpec {
@@ -135,6 +136,25 @@ impl Context {
         match states.get_mut(&id.0) {
             Some(w) if !w.listed || w.error.is_some() => w.waiters.push(key),
             // Listed, or stopped (nothing to wait for): look again now.
+            _ => {
+                drop(states);
+                self.enqueue(key);
+            }
+        }
+    }
+
+    /// Queues `key` when the watch fails next (at once if it is failing now, or stopped): for a
+    /// reconcile that depends on knowing promptly that a watch can no longer read (a source
+    /// in another cluster, which is then unknown rather than current).
+    pub fn when_failing(&self, id: WatchId, key: ObjectKey) {
+        let mut states = self.shared.watches.write();
+        match states.get_mut(&id.0) {
+            Some(w) if w.error.is_none() => {
+                if !w.fail_waiters.contains(&key) {
+                    w.fail_waiters.push(key);
+                }
+            }
+            // Failing (or stopped): look now.
             _ => {
                 drop(states);
                 self.enqueue(key);

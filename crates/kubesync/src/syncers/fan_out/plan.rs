@@ -360,7 +360,6 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
 /// checked. A source counts as gone only after a read from its cluster says so.
 pub fn keep_while_unknown<S: Stores>(snapshot: &Snapshot<'_, S>, why: &str) -> Plan {
     let spec = &snapshot.declaration.spec;
-    let source_cluster = spec.source.cluster_or(snapshot.local);
     let mut plan = Plan::default();
     for (at, copy) in snapshot.owned {
         let withdrawn = spec
@@ -391,9 +390,7 @@ pub fn keep_while_unknown<S: Stores>(snapshot: &Snapshot<'_, S>, why: &str) -> P
             DestinationStatus::new(
                 at,
                 DestinationState::Error,
-                format!(
-                    "kept as it is: the source's cluster {source_cluster} cannot be read ({why})"
-                ),
+                format!("kept as it is: the source's cluster cannot be read ({why})"),
                 rv,
             )
             .of_source(source),
@@ -1676,10 +1673,7 @@ mod tests {
             ]
         );
         let message = &plan.statuses[0].message;
-        assert!(
-            message.contains("hub") && message.contains("connection refused"),
-            "{message}"
-        );
+        assert!(message.contains("connection refused"), "{message}");
         assert_eq!(plan.statuses[0].source, "ca");
         // Consent withdrawn still ends a copy (the store shows `silent` without a grant).
         run.decl.spec.consent = Some(grant_consent());

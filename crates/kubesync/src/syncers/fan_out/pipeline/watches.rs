@@ -333,6 +333,11 @@ impl FanOut {
             }
             None => {}
         }
+        if remote && watched.source_unreachable.is_none() {
+            // Its failure must be said at once (the copies are then kept as they are), not
+            // at the next periodic pass.
+            ctx.when_failing(id, decl.key.clone());
+        }
         Ok(())
     }
 }
