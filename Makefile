@@ -12,6 +12,9 @@
 #                       (SEED=<n> replays the campaign's seed n; SEEDS=<k> runs k seeds from it)
 #   make bench          benchmarks on local control planes (the engine's, bench-memory, bench-compat)
 #   make bench-compat   --compat at scale: 100 annotated sources into 1000 namespaces, then churn
+#   make bench-pull     hub → 10 spokes × 100 namespaces on 11 local control planes: pull (one
+#                       fan-out per spoke) against push (one on the hub); also part of make bench
+#                       (KUBESYNC_BENCH_QUICK=1: 2 spokes × 10 namespaces, one round)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
@@ -32,7 +35,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat control-plane crds reference image image-test docs clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -83,6 +86,9 @@ bench-compat: control-plane
 
 bench-memory: control-plane
 	$(CARGO) bench -p kubesync-cli --bench memory
+
+bench-pull: control-plane
+	$(CARGO) bench -p kubesync --bench pull
 
 crds:
 	$(CARGO) run --quiet -p kubesync-cli -- crds > config/crd/bases/kubesync.io.yaml

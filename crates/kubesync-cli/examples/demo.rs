@@ -6,9 +6,9 @@
 //! east and a `ResourceSync` for a demo `Widget` CRD: objects created on east come down, status
 //! written in west goes up, deletion on east cleans up west. Part 3 has the same operator keep a
 //! Secret in sync in every team namespace with an `ObjectSync`, and copies ClusterRoles from
-//! west to east with a `ClusterObjectSync`, and takes over objects annotated for reflector and
-//! kubernetes-replicator with no manifest change (`--compat`). Everything is stopped and
-//! removed at the end.
+//! west to east with a `ClusterObjectSync`, takes over objects annotated for reflector and
+//! kubernetes-replicator with no manifest change (`--compat`), and pulls a ConfigMap from east
+//! as from a hub (`spec.source.cluster`). Everything is stopped and removed at the end.
 //!
 //! With `KUBESYNC_DEMO_METRICS=<file>` (as `make dashboard` runs it), the operator's `/metrics`
 //! are sampled every 50 ms while it runs and written to that file, one JSON object a line
@@ -278,7 +278,7 @@ async fn main() -> anyhow::Result<()> {
 
     part2(&east, &west).await?;
 
-    step(30, "Stopping the control planes");
+    step(31, "Stopping the control planes");
     drop((east, west));
     println!("   done: processes stopped, temporary directories removed.");
     Ok(())
@@ -752,7 +752,88 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         Ok(fleet().await?.is_empty())
     })
     .await?;
-    migrate(west).await
+    migrate(west).await?;
+    pull(east, west).await
+}
+
+/// Step 29: west pulls a ConfigMap from east as from a hub (`spec.source.cluster`).
+async fn pull(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
+    step(
+        29,
+        "Pulling from a hub: west reads platform/fleet-settings from east (spec.source.cluster: east)",
+    );
+    east.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: platform}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: fleet-settings, namespace: platform}\ndata: {region: eu-1}\n").await?;
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: fleet-settings, namespace: platform}\nspec:\n  source: {kind: ConfigMap, name: fleet-settings, cluster: east}\n  destinations:\n  - namespaceSelector: {matchLabels: {team: \"true\"}}\n").await?;
+    let teams: Vec<String> = Api::<Namespace>::all(west.client()?)
+        .list(&kube::api::ListParams::default().labels("team=true"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let regions = || async {
+        let mut found = Vec::new();
+        for ns in &teams {
+            let cm = Api::<ConfigMap>::namespaced(west.client()?, ns)
+                .get_opt("fleet-settings")
+                .await?;
+            found.push(cm.and_then(|c| c.data?.get("region").cloned()));
+        }
+        Ok::<_, anyhow::Error>(found)
+    };
+    wait(
+        &format!(
+            "east's fleet-settings in the {} team namespaces of west",
+            teams.len()
+        ),
+        || async {
+            Ok(regions()
+                .await?
+                .iter()
+                .all(|r| r.as_deref() == Some("eu-1")))
+        },
+    )
+    .await?;
+    Api::<ConfigMap>::namespaced(east.client()?, "platform")
+        .patch(
+            "fleet-settings",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"region": "eu-2"}})),
+        )
+        .await?;
+    wait("a change on east follows (region=eu-2)", || async {
+        Ok(regions()
+            .await?
+            .iter()
+            .all(|r| r.as_deref() == Some("eu-2")))
+    })
+    .await?;
+    let syncs: Api<ObjectSync> = Api::namespaced(west.client()?, "platform");
+    if let Some(status) = syncs.get("fleet-settings").await?.status
+        && let Some(c) = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "SourceReachable")
+    {
+        println!(
+            "   SourceReachable={} ({}: {})",
+            c.status, c.reason, c.message
+        );
+    }
+    let rcs: Api<RemoteCluster> = Api::all(west.client()?);
+    wait("RemoteCluster east says it serves as a source", || async {
+        Ok(rcs
+            .get("east")
+            .await?
+            .status
+            .and_then(|s| s.source_for)
+            .is_some_and(|n| n > 0))
+    })
+    .await?;
+    println!(
+        "   west needs only read rights on east for this (config/hub); while east cannot be read, the copies stay as they are (Ready=False, SourceUnreachable) until a read succeeds"
+    );
+    Ok(())
 }
 
 /// Step 28: objects annotated for reflector and kubernetes-replicator, and a mirror reflector
@@ -1024,7 +1105,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
 
     part3(east, west).await?;
 
-    step(29, "Stopping the operator");
+    step(30, "Stopping the operator");
     if let Some((stop, sampler)) = sampler {
         let _ = stop.send(());
         let written = sampler.await??;

@@ -55,6 +55,13 @@ enum Command {
         /// Give up on a cluster after this many seconds.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        /// Check the RemoteClusters of the cluster (the one context given, or the current
+        /// one) instead: each connected with its kubeconfig Secret, what it serves as (a
+        /// source: `spec.source.cluster`; a destination), and for a source whether its
+        /// credentials may get, list and watch each kind pulled from it (and warn when they
+        /// may also write it). Fails when one does not answer or may not read.
+        #[arg(long)]
+        remote_clusters: bool,
     },
     /// The syncs that reflector's and kubernetes-replicator's annotations declare (what
     /// `kubesync run --compat` honours).
@@ -361,6 +368,13 @@ pub async fn main() -> ExitCode {
             kubeconfig,
             contexts,
             timeout,
+            remote_clusters: true,
+        } => check_remote_clusters(kubeconfig, contexts, Duration::from_secs(timeout)).await,
+        Command::Check {
+            kubeconfig,
+            contexts,
+            timeout,
+            remote_clusters: false,
         } => check(kubeconfig, contexts, Duration::from_secs(timeout)).await,
         Command::Compat {
             command:
@@ -585,6 +599,32 @@ fn remote_source_namespace(entry: &str) -> Result<String, String> {
         _ => Err(format!(
             "{entry:?}: give <RemoteCluster>/<namespace>, each a name or a glob (e.g. hub/shared-*)"
         )),
+    }
+}
+
+/// `kubesync check --remote-clusters`: the RemoteClusters of one cluster.
+async fn check_remote_clusters(
+    kubeconfig: Option<PathBuf>,
+    contexts: Vec<String>,
+    timeout: Duration,
+) -> ExitCode {
+    if contexts.len() > 1 {
+        eprintln!(
+            "kubesync: --remote-clusters checks one cluster's RemoteClusters: give at most one --context"
+        );
+        return ExitCode::FAILURE;
+    }
+    let checked = match load(&kubeconfig, contexts.first().map(String::as_str)).await {
+        Ok(local) => crate::remote_check::check(&local, timeout).await,
+        Err(e) => Err(e),
+    };
+    match checked {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("kubesync: {}: {}", e.category(), kubesync::error::chain(&e));
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod leader;
 pub mod object_sync;
 pub mod operator;
 pub mod remote;
+pub mod remote_check;
 pub mod resource_sync;
 pub mod status;
 pub mod telemetry;

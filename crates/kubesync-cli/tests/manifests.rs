@@ -129,6 +129,56 @@ fn no_rule_grants_every_verb() {
     }
 }
 
+/// `config/hub`, what spokes need on a hub: read rights on the synced kinds, nothing else —
+/// no write verb, no resource beyond ConfigMaps and Secrets (more kinds are added by labelled
+/// ClusterRoles, aggregated into the one the spokes' ServiceAccount is bound to), no Role
+/// or binding other than that one.
+#[test]
+fn the_hub_grants_spokes_read_rights_only() {
+    let hub = kustomize("hub");
+    let kinds: Vec<String> = hub
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace/kubesync-hub",
+            "ServiceAccount/kubesync-spoke",
+            "ClusterRole/kubesync-hub-reader",
+            "ClusterRole/kubesync-hub-reader-configmaps-secrets",
+            "ClusterRoleBinding/kubesync-hub-reader",
+        ]
+    );
+    let reader = find(&hub, "ClusterRole", "kubesync-hub-reader");
+    assert_eq!(reader["rules"], serde_json::json!([]), "aggregated only");
+    assert_eq!(
+        reader["aggregationRule"]["clusterRoleSelectors"],
+        serde_json::json!([{"matchLabels": {"kubesync.io/aggregate-to-hub-reader": "true"}}])
+    );
+    let granted = find(
+        &hub,
+        "ClusterRole",
+        "kubesync-hub-reader-configmaps-secrets",
+    );
+    assert_eq!(
+        granted["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}])
+    );
+    let binding = find(&hub, "ClusterRoleBinding", "kubesync-hub-reader");
+    assert_eq!(binding["roleRef"]["name"], "kubesync-hub-reader");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "kubesync-spoke", "namespace": "kubesync-hub"}])
+    );
+}
+
 /// Tenants' roles (aggregated into `admin` and `edit`, which are bound in namespaces) name
 /// ObjectSyncs and never ClusterObjectSyncs, which only cluster admins declare; the operator
 /// watches both and writes their status.

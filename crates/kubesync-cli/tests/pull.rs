@@ -260,6 +260,18 @@ fn copy_writes(env: &TestEnv, from: usize) -> Vec<String> {
         .collect()
 }
 
+/// `kubesync check --remote-clusters` on `env`: (success, output).
+fn check_remote_clusters(env: &TestEnv) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .args(["check", "--remote-clusters", "--kubeconfig"])
+        .arg(env.kubeconfig_path().expect("kubeconfig"))
+        .output()
+        .expect("run kubesync check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_nothing() {
     let mut hub = operator_cluster_from(
@@ -549,6 +561,33 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         .filter(|(verb, _)| !["get", "list", "watch"].contains(&verb.as_str()))
         .collect();
     assert!(not_reads.is_empty(), "{not_reads:?}");
+
+    // `kubesync check --remote-clusters` on a spoke: the hub answers, serves as a source, and
+    // its credentials read what is pulled, and only read.
+    let (ok, out) = check_remote_clusters(&east);
+    assert!(ok, "{out}");
+    for line in [
+        "hub\tready\t",
+        "source for 6, destination for 0",
+        "reads ConfigMap in ops: allowed (read only)",
+        "reads Secret in ops: allowed (read only)",
+        "reads ConfigMap in team-b: allowed (read only)",
+        "reads PriorityClass.scheduling.k8s.io: allowed (read only)",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+    // A kind the hub does not let spokes read: the check fails and says so.
+    east.apply_yaml(
+        "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: storage}\nspec:\n  source: {group: storage.k8s.io, kind: StorageClass, name: fast, cluster: hub}\n  destinations: [{}]\n",
+    )
+    .await
+    .expect("an ungranted pull");
+    let (ok, out) = check_remote_clusters(&east);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("error: reads StorageClass.storage.k8s.io: get, list, watch denied"),
+        "{out}"
+    );
 
     east_operator.assert_no_panic();
     west_operator.assert_no_panic();
