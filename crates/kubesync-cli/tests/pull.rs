@@ -236,6 +236,23 @@ async fn condition(
         .map(|c| (c.status, c.reason, c.message))
 }
 
+/// Waits until the ObjectSync `ns/name` of `env` is refused for `reason`, its message
+/// written for people.
+async fn refused(env: &TestEnv, ns: &str, name: &str, reason: &str) {
+    let (status, _, message) = eventually(
+        &format!("{ns}/{name} refused: {reason}"),
+        T,
+        || async move {
+            condition(env, ns, name, "Ready")
+                .await
+                .filter(|c| c.1 == reason)
+        },
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert!(for_people(&message), "{message}");
+}
+
 async fn cluster_condition(env: &TestEnv, name: &str, type_: &str) -> Option<(String, String)> {
     let os = Api::<ClusterObjectSync>::all(env.client().expect("client"))
         .get(name)
@@ -346,27 +363,8 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         );
         // The tenant reads only its own namespace there, through a RemoteCluster that
         // admits it; nothing is written for the refused ones.
-        let steal = eventually("steal refused", T, || {
-            condition(spoke, "team-a", "steal", "Ready")
-        })
-        .await;
-        assert_eq!(
-            (steal.0.as_str(), steal.1.as_str()),
-            ("False", "SourceNamespaceNotAllowed"),
-            "{}",
-            steal.2
-        );
-        assert!(for_people(&steal.2), "{}", steal.2);
-        let other = eventually("other refused", T, || {
-            condition(spoke, "team-b", "other", "Ready")
-        })
-        .await;
-        assert_eq!(
-            (other.0.as_str(), other.1.as_str()),
-            ("False", "RemoteClusterNotAllowed"),
-            "{}",
-            other.2
-        );
+        refused(spoke, "team-a", "steal", "SourceNamespaceNotAllowed").await;
+        refused(spoke, "team-b", "other", "RemoteClusterNotAllowed").await;
         assert_eq!(data(spoke, "team-a", "admin-only").await, None);
         assert_eq!(data(spoke, "team-b", "team-config").await, None);
         // The RemoteCluster says what it serves as (every declaration naming it, the refused

@@ -40,7 +40,7 @@ pub enum Scope {
 
 impl Scope {
     /// Whether the watch holds sources.
-    fn of_sources(&self) -> bool {
+    pub(crate) fn of_sources(&self) -> bool {
         matches!(self, Self::Source(_) | Self::Selected { .. })
     }
 }

@@ -172,7 +172,9 @@ impl FanOut {
             return Ok(());
         };
         let Retire { old, watches } = &retire;
-        for wk in watches {
+        // Copies are looked for where copies are watched; a cluster sources were only read
+        // from (a hub) holds none, and its outage holds nothing up.
+        for wk in watches.iter().filter(|w| !w.scope.of_sources()) {
             if let ClusterStatus::Unreachable(m) = ctx.cluster_status(&wk.cluster) {
                 return Err(Error::ClusterUnreachable {
                     cluster: wk.cluster.clone(),
@@ -302,7 +304,7 @@ impl FanOut {
         if remote && ctx.cluster(cluster).is_none() {
             watched.source_unreachable = Some(SourceUnreachable {
                 cluster: cluster.to_string(),
-                message: format!("the source's cluster {cluster} is not connected"),
+                message: "not connected".into(),
                 since: None,
             });
             return Ok(());
