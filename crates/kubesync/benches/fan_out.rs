@@ -43,9 +43,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::ApiResource;
 use kubesync::syncers::fan_out::FIELD_MANAGER;
 use kubesync::syncers::fan_out::rules::{self, CopyRules, NamespaceRule, OnConflict, Owner};
-use kubesync::syncers::fan_out::{Declaration, Destination, FanOut, FanOutSpec, SourceRef};
+use kubesync::syncers::fan_out::{Destination, FanOut, FanOutSpec, SourceRef};
 use kubesync::syncers::fan_out::{DestinationState, Outcome, Selection};
-use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
+use kubesync::{Cluster, Controller};
 use kubesync_testenv::TestEnv;
 use tokio::sync::{mpsc, oneshot};
 
@@ -313,8 +313,9 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
 
 /// A controller running the fan-out engine. Declarations are anchored on ConfigMaps in the
 /// control namespace (the uid of `<name>-uid` owns the copies of declaration `name`; the
-/// ConfigMap `name` itself declares it); the reconciler finds each one's spec by the
-/// ConfigMap's name, and sends every reconcile's report to [`reports`](Self::reports).
+/// ConfigMap `name` itself declares it: [`common::run_declarations`]); the reconciler finds each
+/// one's spec by the ConfigMap's name, and sends every reconcile's report to
+/// [`reports`](Self::reports).
 struct Engine {
     fan_out: Arc<FanOut>,
     reports: Reports,
@@ -336,20 +337,10 @@ impl Engine {
         let anchor: Api<ConfigMap> = Api::namespaced(env.kubesync_client()?, control);
         let mut uids = HashMap::new();
         for (name, _) in &specs {
-            let cm = anchor
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(
-                        serde_json::json!({"metadata": {"name": format!("{name}-uid")}}),
-                    )?,
-                )
-                .await?;
-            uids.insert(name.clone(), cm.uid().unwrap_or_default());
+            let uid = common::create_anchor(&anchor, &common::uid_anchor(name)).await?;
+            uids.insert(name.clone(), uid);
         }
-        let first = format!(
-            "{}-uid",
-            specs.first().map(|s| s.0.as_str()).unwrap_or_default()
-        );
+        let first = common::uid_anchor(specs.first().map(|s| s.0.as_str()).unwrap_or_default());
         let specs: HashMap<String, (FanOutSpec, String)> = specs
             .into_iter()
             .map(|(name, spec)| {
@@ -358,56 +349,23 @@ impl Engine {
             })
             .collect();
         let fan_out = Arc::new(FanOut::new("local").concurrency(CONCURRENCY));
-        let controller = Controller::new()
-            .cluster(Cluster::new("local", env.kubesync_client()?))
-            .watch("local", Watch::of::<ConfigMap>().namespace(control))?;
+        let controller = Controller::new().cluster(Cluster::new("local", env.kubesync_client()?));
         let (stop, stopped) = oneshot::channel::<()>();
-        let (f, control) = (fan_out.clone(), control.to_string());
         let (report_tx, report_rx) = mpsc::unbounded_channel();
         let mut reports = Reports(report_rx, None);
-        let task = tokio::spawn(controller.run(
-            reconciler_fn(move |key, ctx| {
-                let (f, entry, control) =
-                    (f.clone(), specs.get(&key.name).cloned(), control.clone());
-                let report_tx = report_tx.clone();
-                async move {
-                    let started = Instant::now();
-                    let Some((spec, uid)) = entry else {
-                        // Not a declaration (the uid anchors): reported, so the benchmark
-                        // knows the controller runs.
-                        let _ = report_tx.send((
-                            key.name.clone(),
-                            started,
-                            Instant::now(),
-                            Outcome::default(),
-                        ));
-                        return Ok(Action::done());
-                    };
-                    let decl = Declaration {
-                        key: key.clone(),
-                        owner: Owner {
-                            reference: format!("local/{control}/{}", key.name),
-                            uid,
-                        },
-                        spec,
-                        // The anchor deleted: remove every copy.
-                        deleting: ctx.get(&key).is_none(),
-                        refused: false,
-                    };
-                    let report = f.reconcile(&ctx, &decl).await?;
-                    let ready = report.ready;
-                    let _ = report_tx.send((key.name.clone(), started, Instant::now(), report));
-                    Ok::<_, kubesync::Error>(if ready {
-                        Action::done()
-                    } else {
-                        Action::requeue(Duration::from_millis(100))
-                    })
-                }
-            }),
+        let task = common::run_declarations(
+            controller,
+            fan_out.clone(),
+            "local",
+            control,
+            specs,
+            move |key, started, outcome| {
+                let _ = report_tx.send((key.name.clone(), started, Instant::now(), outcome));
+            },
             async {
                 let _ = stopped.await;
             },
-        ));
+        )?;
         reports.seen(&first).await?;
         Ok(Self {
             fan_out,
@@ -421,12 +379,7 @@ impl Engine {
 
     /// Declares `name` (creates its ConfigMap).
     async fn declare(&self, name: &str) -> anyhow::Result<()> {
-        self.anchor
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?,
-            )
-            .await?;
+        common::create_anchor(&self.anchor, name).await?;
         Ok(())
     }
 

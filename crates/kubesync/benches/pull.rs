@@ -46,10 +46,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kubesync::syncers::fan_out::rules::{CopyRules, NamespaceRule, OnConflict, Owner};
-use kubesync::syncers::fan_out::{Declaration, Destination, FanOut, FanOutSpec, SourceRef};
+use kubesync::syncers::fan_out::rules::{CopyRules, NamespaceRule, OnConflict};
+use kubesync::syncers::fan_out::{Destination, FanOut, FanOutSpec, SourceRef};
 use kubesync::syncers::fan_out::{DestinationState, Outcome};
-use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
+use kubesync::{Cluster, Controller};
 use kubesync_testenv::TestEnv;
 use tokio::sync::{mpsc, oneshot};
 
@@ -291,9 +291,9 @@ impl Reports {
 }
 
 /// A controller running one fan-out with one declaration, anchored on ConfigMaps in the
-/// control namespace of its own cluster (as in `fan_out.rs`: the uid of `<name>-uid` owns the
-/// copies; the ConfigMap `<name>` itself declares it). Every reconcile's report goes to the
-/// side's [`Reports`].
+/// control namespace of its own cluster, as in `fan_out.rs` ([`common::run_declarations`]: the
+/// uid of `<name>-uid` owns the copies; the ConfigMap `<name>` itself declares it). Every
+/// reconcile's report goes to the side's [`Reports`].
 struct Engine {
     /// Its own cluster's name.
     local: String,
@@ -324,62 +324,27 @@ impl Engine {
             .map(|c| c.client().clone())
             .ok_or_else(|| anyhow::anyhow!("{local} is not among the clusters"))?;
         let anchor: Api<ConfigMap> = Api::namespaced(local_client, CONTROL);
-        let cm = anchor
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(
-                    serde_json::json!({"metadata": {"name": format!("{name}-uid")}}),
-                )?,
-            )
-            .await?;
-        let uid = cm.uid().unwrap_or_default();
+        let uid = common::create_anchor(&anchor, &common::uid_anchor(name)).await?;
         let fan_out = Arc::new(FanOut::new(local).concurrency(CONCURRENCY));
         let mut controller = Controller::new();
         for cluster in clusters {
             controller = controller.cluster(cluster);
         }
-        let controller = controller.watch(local, Watch::of::<ConfigMap>().namespace(CONTROL))?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let (f, owner_uid, declared) = (fan_out.clone(), uid.clone(), name.to_string());
         let here = local.to_string();
-        let task = tokio::spawn(controller.run(
-            reconciler_fn(move |key, ctx| {
-                let (f, reports, here) = (f.clone(), reports.clone(), here.clone());
-                let spec = (key.name == declared).then(|| spec.clone());
-                let uid = owner_uid.clone();
-                async move {
-                    let reported = (here.clone(), key.name.clone());
-                    let Some(spec) = spec else {
-                        // Not a declaration (the uid anchors): reported, so the benchmark
-                        // knows the controller runs.
-                        let _ = reports.send((reported, Instant::now(), Outcome::default()));
-                        return Ok(Action::done());
-                    };
-                    let decl = Declaration {
-                        key: key.clone(),
-                        owner: Owner {
-                            reference: format!("{here}/{CONTROL}/{}", key.name),
-                            uid,
-                        },
-                        spec,
-                        // The anchor deleted: remove every copy.
-                        deleting: ctx.get(&key).is_none(),
-                        refused: false,
-                    };
-                    let report = f.reconcile(&ctx, &decl).await?;
-                    let ready = report.ready;
-                    let _ = reports.send((reported, Instant::now(), report));
-                    Ok::<_, kubesync::Error>(if ready {
-                        Action::done()
-                    } else {
-                        Action::requeue(Duration::from_millis(100))
-                    })
-                }
-            }),
+        let task = common::run_declarations(
+            controller,
+            fan_out.clone(),
+            local,
+            CONTROL,
+            HashMap::from([(name.to_string(), (spec, uid.clone()))]),
+            move |key, _started, outcome| {
+                let _ = reports.send(((here.clone(), key.name.clone()), Instant::now(), outcome));
+            },
             async {
                 let _ = stopped.await;
             },
-        ));
+        )?;
         Ok(Self {
             local: local.to_string(),
             name: name.to_string(),
@@ -397,12 +362,7 @@ impl Engine {
 
     /// Declares it (creates its ConfigMap).
     async fn declare(&self) -> anyhow::Result<()> {
-        self.anchor
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(serde_json::json!({"metadata": {"name": self.name}}))?,
-            )
-            .await?;
+        common::create_anchor(&self.anchor, &self.name).await?;
         Ok(())
     }
 
@@ -574,7 +534,7 @@ async fn side_round(fleet: &Fleet, side: Side, round: usize) -> anyhow::Result<R
     drop(tx);
     let anchors: Vec<Key> = engines
         .iter()
-        .map(|e| (e.local.clone(), format!("{name}-uid")))
+        .map(|e| (e.local.clone(), common::uid_anchor(&name)))
         .collect();
     reports.seen(&anchors).await?;
     let keys: Vec<Key> = engines.iter().map(Engine::key).collect();

@@ -1,13 +1,19 @@
 //! Helpers shared by the benchmarks.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
+use kubesync::syncers::fan_out::rules::Owner;
+use kubesync::syncers::fan_out::{Declaration, FanOut, FanOutSpec, Outcome};
+use kubesync::{Action, Controller, ObjectKey, Watch, reconciler_fn};
 use serde::de::DeserializeOwned;
 
 /// Clients for a control plane, built like kubesync's own ([`kubesync::cluster::client`]): the
@@ -251,4 +257,100 @@ impl CpuMeter {
         let (c, s) = self.now();
         (c - self.start.0, s - self.start.1)
     }
+}
+
+// Declarations anchored on ConfigMaps, for the fan-out benchmarks (`fan_out.rs`, `pull.rs`).
+//
+// A declaration `<name>` of a benchmark is two ConfigMaps in a control namespace: the uid
+// anchor `<name>-uid` (`uid_anchor`), created first, whose uid owns the copies (it stands for
+// the uid of an ObjectSync, and stays while the declaration comes and goes); and `<name>`
+// itself, whose creation declares it and whose deletion retracts it (the engine then removes
+// every copy).
+
+/// The name of the uid anchor of declaration `declaration`.
+pub fn uid_anchor(declaration: &str) -> String {
+    format!("{declaration}-uid")
+}
+
+/// Creates the empty ConfigMap `name` in the namespace of `api` (an anchor: a uid anchor, or
+/// the declaration itself); returns its uid.
+pub async fn create_anchor(api: &Api<ConfigMap>, name: &str) -> anyhow::Result<String> {
+    let cm = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?,
+        )
+        .await?;
+    Ok(cm.uid().unwrap_or_default())
+}
+
+/// Runs `fan_out` in `controller` for the declarations `specs`, anchored on the ConfigMaps of
+/// namespace `control` of cluster `local`, until `stop` resolves.
+///
+/// `controller` has its clusters registered (`local` among them; `fan_out` is the fan-out of
+/// `local`); this adds its one watch, of the ConfigMaps in `control`, and spawns it. `specs`
+/// maps each declaration's name to its spec and the uid owning its copies (its uid anchor's,
+/// see [`create_anchor`]).
+///
+/// Each reconcile of a ConfigMap named like a declaration reconciles that declaration
+/// (`Owner { reference: "<local>/<control>/<name>", uid }`; `deleting` once the ConfigMap is
+/// gone) and requeues it after 100 ms until its report is ready. Every reconcile calls
+/// `report` with the key, when the reconcile started, and the fan-out's report — for other
+/// ConfigMaps (the uid anchors) an empty one, at once, so that the benchmark knows the
+/// controller runs. `report` runs when the reconcile completes: `Instant::now()` in it is the
+/// time of completion.
+pub fn run_declarations<R>(
+    controller: Controller,
+    fan_out: Arc<FanOut>,
+    local: &str,
+    control: &str,
+    specs: HashMap<String, (FanOutSpec, String)>,
+    report: R,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<Result<(), kubesync::Error>>, kubesync::Error>
+where
+    R: Fn(&ObjectKey, Instant, Outcome) + Send + Sync + 'static,
+{
+    let controller = controller.watch(local, Watch::of::<ConfigMap>().namespace(control))?;
+    let reference = format!("{local}/{control}");
+    let report = Arc::new(report);
+    Ok(tokio::spawn(controller.run(
+        reconciler_fn(move |key, ctx| {
+            let (f, entry, reference) = (
+                fan_out.clone(),
+                specs.get(&key.name).cloned(),
+                reference.clone(),
+            );
+            let report = report.clone();
+            async move {
+                let started = Instant::now();
+                let Some((spec, uid)) = entry else {
+                    // Not a declaration (the uid anchors): reported, so the benchmark knows the
+                    // controller runs.
+                    report(&key, started, Outcome::default());
+                    return Ok(Action::done());
+                };
+                let decl = Declaration {
+                    key: key.clone(),
+                    owner: Owner {
+                        reference: format!("{reference}/{}", key.name),
+                        uid,
+                    },
+                    spec,
+                    // The anchor deleted: remove every copy.
+                    deleting: ctx.get(&key).is_none(),
+                    refused: false,
+                };
+                let outcome = f.reconcile(&ctx, &decl).await?;
+                let ready = outcome.ready;
+                report(&key, started, outcome);
+                Ok::<_, kubesync::Error>(if ready {
+                    Action::done()
+                } else {
+                    Action::requeue(Duration::from_millis(100))
+                })
+            }
+        }),
+        stop,
+    )))
 }
