@@ -547,6 +547,7 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     let remote = TestEnv::builder()
         .name("poll-remote")
         .user("uploader", &[])
+        .audit(true)
         .start()
         .await
         .expect("remote");
@@ -631,14 +632,34 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     };
     eventually("uploaded", T, uploaded).await;
 
-    // Unchanged: re-read every second, never rewritten.
+    // Unchanged: re-read every second (three re-reads seen in the remote's audit log, no
+    // event could have caused them), never rewritten.
     let before = writes.writes_of("poll-remote", "secrets");
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mark = remote.audit().expect("audit").len();
+    let since_mark = |verb: fn(&kubesync_testenv::AuditEvent) -> bool| {
+        remote
+            .audit()
+            .expect("audit")
+            .iter()
+            .skip(mark)
+            .filter(|e| {
+                e.user.username == "uploader"
+                    && e.resource() == "secrets"
+                    && e.name() == "creds-r"
+                    && verb(e)
+            })
+            .count()
+    };
+    eventually("three re-reads of the remote Secret", T, || async {
+        (since_mark(|e| e.verb == "get") >= 3).then_some(())
+    })
+    .await;
     assert_eq!(
-        writes.writes_of("poll-remote", "secrets"),
-        before,
+        since_mark(|e| e.is_write()),
+        0,
         "an unchanged remote Secret is not rewritten"
     );
+    assert_eq!(writes.writes_of("poll-remote", "secrets"), before);
     // Edited by someone (no event reaches kubesync): repaired by the next re-read.
     remote_secrets
         .patch(
