@@ -674,6 +674,19 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_source_namespace_names_a_cluster_and_a_namespace() {
+        let run = |entry: &str| {
+            Cli::try_parse_from(["kubesync", "run", "--allow-remote-source-namespace", entry])
+        };
+        assert!(run("hub/shared-*").is_ok());
+        assert!(run("*/certificates").is_ok());
+        for bad in ["shared", "hub/", "/shared", "hub/a/b"] {
+            let err = run(bad).expect_err(bad).to_string();
+            assert!(err.contains("<RemoteCluster>/<namespace>"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn parses_repeated_contexts() {
         let cli = Cli::try_parse_from(["kubesync", "check", "--context", "a", "--context", "b"])
             .expect("parse");

@@ -58,7 +58,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
             if listed {
                 std::mem::take(&mut s.waiters)
             } else if fails_now {
-                std::mem::take(&mut s.fail_waiters)
+                std::mem::take(&mut s.fail_waiters).into_iter().collect()
             } else {
                 Vec::new()
             }

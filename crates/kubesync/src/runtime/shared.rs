@@ -52,7 +52,7 @@ pub(super) struct WatchState {
     /// Keys to queue when it fails next ([`Context::when_failing`]).
     ///
     /// [`Context::when_failing`]: super::Context::when_failing
-    pub(super) fail_waiters: Vec<ObjectKey>,
+    pub(super) fail_waiters: std::collections::HashSet<ObjectKey>,
 }
 
 /// A registered watch, ready to be run by the controller's loop.

@@ -79,7 +79,7 @@ impl Context {
                 error: None,
                 failing_since: None,
                 waiters: Vec::new(),
-                fail_waiters: Vec::new(),
+                fail_waiters: Default::default(),
             },
         );
         Ok(WatchSpec {
@@ -150,9 +150,7 @@ impl Context {
         let mut states = self.shared.watches.write();
         match states.get_mut(&id.0) {
             Some(w) if w.error.is_none() => {
-                if !w.fail_waiters.contains(&key) {
-                    w.fail_waiters.push(key);
-                }
+                w.fail_waiters.insert(key);
             }
             // Failing (or stopped): look now.
             _ => {
