@@ -218,18 +218,29 @@ async fn priority_description(env: &TestEnv) -> Option<String> {
         .and_then(|p| p.description)
 }
 
-/// `(status, reason, message)` of condition `type_` of the ObjectSync `ns/name`.
+/// `(status, reason, message)` of condition `type_` of the ObjectSync `ns/name`, or of the
+/// ClusterObjectSync `name` when `ns` is empty.
 async fn condition(
     env: &TestEnv,
     ns: &str,
     name: &str,
     type_: &str,
 ) -> Option<(String, String, String)> {
-    let os = Api::<ObjectSync>::namespaced(env.client().expect("client"), ns)
-        .get(name)
-        .await
-        .ok()?;
-    os.status?
+    let client = env.client().expect("client");
+    let status = if ns.is_empty() {
+        Api::<ClusterObjectSync>::all(client)
+            .get(name)
+            .await
+            .ok()?
+            .status
+    } else {
+        Api::<ObjectSync>::namespaced(client, ns)
+            .get(name)
+            .await
+            .ok()?
+            .status
+    };
+    status?
         .conditions
         .into_iter()
         .find(|c| c.type_ == type_)
@@ -251,18 +262,6 @@ async fn refused(env: &TestEnv, ns: &str, name: &str, reason: &str) {
     .await;
     assert_eq!(status, "False");
     assert!(for_people(&message), "{message}");
-}
-
-async fn cluster_condition(env: &TestEnv, name: &str, type_: &str) -> Option<(String, String)> {
-    let os = Api::<ClusterObjectSync>::all(env.client().expect("client"))
-        .get(name)
-        .await
-        .ok()?;
-    os.status?
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status, c.reason))
 }
 
 /// The operator's writes to the copied kinds in the audit log of `env`, from entry `from`
@@ -437,7 +436,7 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         })
         .await;
         eventually("the cluster-scoped one too", T, || async {
-            cluster_condition(spoke, "priority", "Ready")
+            condition(spoke, "", "priority", "Ready")
                 .await
                 .filter(|c| c.1 == "SourceUnreachable")
         })

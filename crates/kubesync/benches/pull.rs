@@ -474,28 +474,15 @@ async fn start_side(
 
 /// Open watches on an apiserver, by resource (its `apiserver_longrunning_requests` gauge).
 async fn open_watches(client: &kube::Client) -> anyhow::Result<BTreeMap<String, i64>> {
-    let req = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(req).await?;
     let mut open = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_longrunning_requests{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        if label("verb") != "WATCH" {
+    for (name, labels, value) in
+        common::apiserver_samples(client, "apiserver_longrunning_requests").await?
+    {
+        if !name.is_empty() || labels.get("verb").map(String::as_str) != Some("WATCH") {
             continue;
         }
-        let value: f64 = value.trim().parse().unwrap_or(0.0);
-        *open.entry(label("resource")).or_default() += value as i64;
+        let resource = labels.get("resource").cloned().unwrap_or_default();
+        *open.entry(resource).or_default() += value as i64;
     }
     Ok(open)
 }

@@ -85,34 +85,48 @@ where
 /// Requests and seconds spent serving them, by (verb, resource, subresource).
 pub type Totals = BTreeMap<(String, String, String), (f64, f64)>;
 
+/// One sample of an apiserver's `/metrics`: the rest of its name after the prefix asked
+/// for (e.g. `count`), its labels, its value.
+pub type Sample = (String, BTreeMap<String, String>, f64);
+
+/// The samples of an apiserver's `/metrics` whose name starts with `prefix`.
+pub async fn apiserver_samples(client: &kube::Client, prefix: &str) -> anyhow::Result<Vec<Sample>> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            let labels = labels
+                .split(',')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once("=\"")?;
+                    Some((k.to_string(), v.trim_end_matches('"').to_string()))
+                })
+                .collect();
+            Some((
+                name.to_string(),
+                labels,
+                value.trim().parse().unwrap_or(0.0),
+            ))
+        })
+        .collect())
+}
+
 /// Request totals by (verb, resource, subresource), read from an apiserver's `/metrics`:
 /// (requests, seconds spent serving them).
 pub async fn server_requests(client: &kube::Client) -> anyhow::Result<Totals> {
-    let req = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(req).await?;
     let mut totals = Totals::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_duration_seconds_") else {
-            continue;
+    for (name, labels, value) in
+        apiserver_samples(client, "apiserver_request_duration_seconds_").await?
+    {
+        let is_count = match name.as_str() {
+            "count" => true,
+            "sum" => false,
+            _ => continue,
         };
-        let (is_count, labels) = if let Some(l) = rest.strip_prefix("count{") {
-            (true, l)
-        } else if let Some(l) = rest.strip_prefix("sum{") {
-            (false, l)
-        } else {
-            continue;
-        };
-        let Some((labels, value)) = labels.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        let value: f64 = value.parse().unwrap_or(0.0);
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
         let entry = totals
             .entry((label("verb"), label("resource"), label("subresource")))
             .or_default();
