@@ -72,11 +72,6 @@ const QUICK_MANY_NAMESPACES: usize = 40;
 /// side (the engine twice: cold and warm), so fewer than [`ROUNDS`].
 const MANY_ROUNDS: usize = 3;
 
-/// Whether `KUBESYNC_BENCH_QUICK` asks for the smaller version (as in `bench-memory`).
-fn quick() -> bool {
-    std::env::var("KUBESYNC_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 /// Creates `n` namespaces, each holding [`OTHER_SECRETS`] Secrets of about 1 KiB.
 async fn create_namespaces(client: &kube::Client, prefix: &str, n: usize) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
@@ -1077,12 +1072,7 @@ async fn run_many(env: &TestEnv, sources: usize, n: usize) -> anyhow::Result<()>
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if std::env::var_os("BENCH_TRACE").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    common::trace_if_asked();
     println!("kubesync fan-out benchmarks (concurrency {CONCURRENCY})\n");
     let env = TestEnv::builder().name("bench-fanout").start().await?;
     // `BENCH_SIZES=300` runs one size only; `BENCH_SIZES=` only the many-sources case.
@@ -1097,7 +1087,7 @@ async fn main() -> anyhow::Result<()> {
     for n in sizes {
         run(&env, n).await?;
     }
-    let (sources, n) = if quick() {
+    let (sources, n) = if common::quick() {
         (QUICK_MANY_SOURCES, QUICK_MANY_NAMESPACES)
     } else {
         (MANY_SOURCES, MANY_NAMESPACES)

@@ -81,11 +81,6 @@ const HUB: &str = "hub";
 /// The kinds the engines read: the hub's LIST and GET requests of these are counted.
 const ENGINE_KINDS: [&str; 3] = ["secrets", "namespaces", "configmaps"];
 
-/// Whether `KUBESYNC_BENCH_QUICK` asks for the smaller version (as in `bench-memory`).
-fn quick() -> bool {
-    std::env::var("KUBESYNC_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
 fn spoke_name(i: usize) -> String {
     format!("spoke-{}", i + 1)
 }
@@ -683,13 +678,8 @@ fn ratio(pull: &[Run], push: &[Run], f: fn(&Run) -> Duration) -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if std::env::var_os("BENCH_TRACE").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    let (spokes, n, rounds) = if quick() {
+    common::trace_if_asked();
+    let (spokes, n, rounds) = if common::quick() {
         (QUICK_SPOKES, QUICK_NAMESPACES, 1)
     } else {
         (SPOKES, NAMESPACES, ROUNDS)

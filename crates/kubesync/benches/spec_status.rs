@@ -286,12 +286,7 @@ impl Bench {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if std::env::var_os("BENCH_TRACE").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    common::trace_if_asked();
     println!(
         "kubesync spec/status benchmarks (N = {N}, concurrency = {CONCURRENCY}, {ROUNDS} rounds)\n"
     );

@@ -368,3 +368,19 @@ where
         stop,
     )))
 }
+
+/// Whether `KUBESYNC_BENCH_QUICK` asks for a benchmark's smaller version (set, not empty,
+/// not `0`).
+pub fn quick() -> bool {
+    std::env::var("KUBESYNC_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// With `BENCH_TRACE` set, the engine's logs (filtered by `RUST_LOG`) go to stderr.
+pub fn trace_if_asked() {
+    if std::env::var_os("BENCH_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+}
