@@ -162,8 +162,25 @@ struct RunArgs {
     metrics_cert_dir: Option<PathBuf>,
     /// Run as one of several replicas: only the holder of a Lease works, the others wait
     /// to take over.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sharded")]
     leader_elect: bool,
+    /// Run as one of several replicas that all work, each on its share: ObjectSyncs,
+    /// ClusterObjectSyncs and RemoteClusters (with their ResourceSyncs) are spread over the
+    /// live replicas, which hold member Leases (see the guide's "Scale out" page).
+    #[arg(long)]
+    sharded: bool,
+    /// Namespace of the member Leases with --sharded (default: $POD_NAMESPACE, else
+    /// `default`).
+    #[arg(long)]
+    shard_namespace: Option<String>,
+    /// This replica's name among the others (leader election, member Leases): unique among
+    /// the live replicas (default: $POD_NAME, else the host name, and the process id).
+    #[arg(long, env = "KUBESYNC_IDENTITY")]
+    identity: Option<String>,
+    /// Name of the group of replicas that share the work with --sharded (their member Leases
+    /// carry it in the label `kubesync.io/member-of`).
+    #[arg(long, default_value = "kubesync")]
+    shard_group: String,
     /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
     #[arg(long)]
     leader_election_namespace: Option<String>,
@@ -305,6 +322,10 @@ pub async fn main() -> ExitCode {
                 leader_elect,
                 leader_election_namespace,
                 leader_election_name,
+                sharded,
+                shard_namespace,
+                identity: given_identity,
+                shard_group,
                 list_strategy,
                 compat,
                 compat_version_gate,
@@ -337,18 +358,32 @@ pub async fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let election = leader_elect.then(|| Election {
-                namespace: leader_election_namespace
-                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .unwrap_or_else(|| "default".into()),
-                name: leader_election_name,
-            });
+            let own_namespace = || {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|ns| !ns.is_empty())
+                    .unwrap_or_else(|| "default".into())
+            };
+            let replicas = match (leader_elect, sharded) {
+                (true, _) => Replicas::Elected(Election {
+                    namespace: leader_election_namespace.unwrap_or_else(own_namespace),
+                    name: leader_election_name,
+                    identity: given_identity.clone().unwrap_or_else(identity),
+                }),
+                (false, true) => Replicas::Sharded(crate::shard::members::Membership {
+                    namespace: shard_namespace.unwrap_or_else(own_namespace),
+                    group: shard_group,
+                    identity: given_identity.clone().unwrap_or_else(identity),
+                    timing: crate::leader::Timing::default(),
+                }),
+                (false, false) => Replicas::One,
+            };
             run(
                 kubeconfig,
                 context,
                 policy,
                 endpoints,
-                election,
+                replicas,
                 list_strategy,
                 (compat, compat_version_gate),
             )
@@ -444,10 +479,21 @@ async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::
     }
 }
 
-/// Where the leader Lease lives.
+/// How this replica works with the others.
+enum Replicas {
+    /// Alone: it works on everything.
+    One,
+    /// With leader election: it works on everything while it holds the leader Lease.
+    Elected(Election),
+    /// Sharded: it works on its share.
+    Sharded(crate::shard::members::Membership),
+}
+
+/// Where the leader Lease lives, and who this replica is.
 struct Election {
     namespace: String,
     name: String,
+    identity: String,
 }
 
 /// This replica's identity in the election: the pod's (or host's) name and the process id.
@@ -472,7 +518,7 @@ async fn run(
     context: Option<String>,
     policy: crate::object_sync::ObjectSyncPolicy,
     endpoints: crate::telemetry::Endpoints,
-    election: Option<Election>,
+    replicas: Replicas,
     list_strategy: kubesync::cluster::ListStrategy,
     (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
 ) -> ExitCode {
@@ -492,10 +538,18 @@ async fn run(
         }
     };
     tracing::info!("kubesync operator starting");
+    let (election, membership) = match replicas {
+        Replicas::One => (None, None),
+        Replicas::Elected(election) => (Some(election), None),
+        Replicas::Sharded(membership) => (None, Some(membership)),
+    };
     let options = crate::operator::OperatorOptions {
         policy,
         compat,
         compat_version_gate,
+        shards: membership
+            .as_ref()
+            .map(|m| crate::shard::Shards::new(&m.identity)),
         ..Default::default()
     };
     let operator = crate::operator::Operator::with_options(local, options);
@@ -523,7 +577,7 @@ async fn run(
             operator.local().client().clone(),
             &election.namespace,
             &election.name,
-            &identity(),
+            &election.identity,
             crate::leader::Timing::default(),
         );
         operator.set_leader(Some(false));
@@ -549,6 +603,15 @@ async fn run(
                 () = until_stopped => Held::Stopped(Box::new(elector)),
             }
         }));
+    }
+    if let Some(membership) = membership {
+        return crate::replicas::run_sharded(
+            operator,
+            membership,
+            stopped(&stop_rx),
+            stop_telemetry,
+        )
+        .await;
     }
     let until_stopped = stopped(&stop_rx);
     let result = operator

@@ -25,6 +25,7 @@ pub use crate::remote::LOCAL;
 use crate::remote::RemoteClusters;
 pub use crate::resource_sync::RESOURCE_SYNC_FINALIZER;
 use crate::resource_sync::ResourceSyncController;
+use crate::shard::{Shards, Unit, UnitKind};
 use crate::status::OwnWrites;
 pub use crate::status::{FIELD_MANAGER, Refusal};
 
@@ -97,6 +98,8 @@ pub struct Operator {
     stuck_after: Duration,
     /// With `--compat`: the annotation-declared syncs.
     compat: Option<CompatController>,
+    /// With `--sharded`: this replica's share of the work.
+    shards: Option<Arc<Shards>>,
 }
 
 /// Options of an [`Operator`].
@@ -117,6 +120,9 @@ pub struct OperatorOptions {
     /// Their copies and pulls are written only when the source changed (the tools' version
     /// gate; off by default: they are repaired).
     pub compat_version_gate: bool,
+    /// With `--sharded`: this replica works only on the units its share holds (none given:
+    /// on everything).
+    pub shards: Option<Arc<Shards>>,
 }
 
 impl Default for OperatorOptions {
@@ -128,6 +134,7 @@ impl Default for OperatorOptions {
             stuck_after: STUCK_AFTER,
             compat: Vec::new(),
             compat_version_gate: false,
+            shards: None,
         }
     }
 }
@@ -172,6 +179,7 @@ impl Operator {
             ctx: OnceLock::new(),
             leader: Mutex::new(None),
             stuck_after: options.stuck_after,
+            shards: options.shards,
         })
     }
 
@@ -302,6 +310,129 @@ impl Operator {
         self.resource_syncs.sync_writes().await
     }
 
+    /// With `--sharded`: this replica's share of the work.
+    pub fn shards(&self) -> Option<&Arc<Shards>> {
+        self.shards.as_ref()
+    }
+
+    /// The unit `key` belongs to (`None`: a ResourceSync gone from the store, whose sync
+    /// this replica only stops if it runs one).
+    pub fn unit_of(&self, key: &ObjectKey, ctx: &Context) -> Option<Unit> {
+        let namespace = key.namespace.as_deref();
+        match Managed::of(key) {
+            Some(Managed::ObjectSync | Managed::ClusterObjectSync) => {
+                Some(Unit::object_sync(namespace, &key.name))
+            }
+            Some(Managed::RemoteCluster) => Some(Unit::remote_cluster(&key.name)),
+            Some(Managed::ResourceSync) => {
+                let rs = ctx.get(key)?;
+                let remote = rs.data["spec"]["remoteCluster"]
+                    .as_str()
+                    .unwrap_or_default();
+                Some(Unit::remote_cluster(remote))
+            }
+            None => Some(Unit::annotated(&key.group, &key.kind, namespace, &key.name)),
+        }
+    }
+
+    /// Every unit in the operator's stores, each with a key to queue when this replica starts
+    /// working on it (a RemoteCluster's unit: the RemoteCluster and each ResourceSync using it).
+    pub fn units(&self) -> Vec<(Unit, ObjectKey)> {
+        let Some(ctx) = self.context() else {
+            return Vec::new();
+        };
+        let mut types = vec![
+            kube::core::ApiResource::erase::<ObjectSync>(&()),
+            kube::core::ApiResource::erase::<ClusterObjectSync>(&()),
+            kube::core::ApiResource::erase::<RemoteCluster>(&()),
+            kube::core::ApiResource::erase::<ResourceSync>(&()),
+        ];
+        if let Some(compat) = &self.compat {
+            types.extend(compat.resources().iter().cloned());
+        }
+        let mut units = Vec::new();
+        for ar in &types {
+            for object in ctx.list(LOCAL, ar) {
+                let key = ObjectKey::new(
+                    LOCAL,
+                    ar,
+                    object.metadata.namespace.clone(),
+                    object.metadata.name.clone().unwrap_or_default(),
+                );
+                if let Some(unit) = self.unit_of(&key, &ctx) {
+                    units.push((unit, key));
+                }
+            }
+        }
+        units
+    }
+
+    /// With `--sharded`: the units this replica works on now, by kind; `None` without.
+    pub fn units_owned(&self) -> Option<std::collections::BTreeMap<UnitKind, usize>> {
+        let shards = self.shards.as_ref()?;
+        let mut owned: std::collections::BTreeMap<UnitKind, usize> = [
+            UnitKind::ObjectSync,
+            UnitKind::ClusterObjectSync,
+            UnitKind::RemoteCluster,
+        ]
+        .into_iter()
+        .map(|k| (k, 0))
+        .collect();
+        if self.compat.is_some() {
+            owned.insert(UnitKind::Annotated, 0);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (unit, _) in self.units() {
+            if seen.insert(unit.hash) && shards.runs(&unit) {
+                *owned.entry(unit.kind).or_default() += 1;
+            }
+        }
+        Some(owned)
+    }
+
+    /// Forgets what is kept in memory for the units this replica no longer works on, and stops
+    /// their ResourceSyncs' syncs. Writes nothing.
+    pub async fn release_unowned(&self) {
+        let (Some(shards), Some(ctx)) = (&self.shards, self.context()) else {
+            return;
+        };
+        let keep = |key: &ObjectKey| self.unit_of(key, &ctx).is_none_or(|u| shards.runs(&u));
+        for key in self.object_syncs.fan_out().declarations() {
+            if !keep(&key) {
+                self.object_syncs.fan_out().forget(&ctx, &key);
+            }
+        }
+        self.object_syncs.release(&ctx, keep);
+        if let Some(compat) = &self.compat {
+            compat.release(keep);
+        }
+        self.resource_syncs
+            .release(|_, remote| shards.runs(&Unit::remote_cluster(remote)))
+            .await;
+    }
+
+    /// A reconcile of `key` that this replica does not work on: whatever it keeps of it in
+    /// memory goes (a ResourceSync moved to another RemoteCluster stops its sync here).
+    async fn release_key(&self, key: &ObjectKey, ctx: &Context) {
+        match Managed::of(key) {
+            Some(Managed::ObjectSync | Managed::ClusterObjectSync) => {
+                self.object_syncs.forget(ctx, key)
+            }
+            Some(Managed::ResourceSync) => {
+                self.resource_syncs
+                    .release(|name, _| name != key.name)
+                    .await
+            }
+            Some(Managed::RemoteCluster) => {}
+            None => {
+                self.object_syncs.fan_out().forget(ctx, key);
+                if let Some(compat) = &self.compat {
+                    compat.release(|k| k != key);
+                }
+            }
+        }
+    }
+
     /// Runs until `shutdown` resolves, then stops every sync.
     pub async fn run(
         self: Arc<Self>,
@@ -352,6 +483,25 @@ impl Operator {
     }
 }
 
+/// The operator's work as the membership loop of `--sharded` sees it.
+pub struct SharedWork(pub Arc<Operator>);
+
+impl crate::shard::members::Work for SharedWork {
+    fn units(&self) -> Vec<(Unit, ObjectKey)> {
+        self.0.units()
+    }
+
+    fn wake(&self, key: ObjectKey) {
+        if let Some(ctx) = self.0.context() {
+            ctx.enqueue(key);
+        }
+    }
+
+    async fn release(&self, _: &Shards) {
+        self.0.release_unowned().await;
+    }
+}
+
 struct OperatorReconciler(Arc<Operator>);
 
 impl Reconciler for OperatorReconciler {
@@ -359,6 +509,17 @@ impl Reconciler for OperatorReconciler {
 
     async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
         let op = &self.0;
+        // With --sharded: only units this replica works on now, each held while in flight.
+        let _permit = match (&op.shards, op.unit_of(key, ctx)) {
+            (Some(shards), Some(unit)) => match shards.enter(&unit) {
+                Some(permit) => Some(permit),
+                None => {
+                    op.release_key(key, ctx).await;
+                    return Ok(Action::done());
+                }
+            },
+            _ => None,
+        };
         match Managed::of(key) {
             Some(Managed::ObjectSync) => op.object_syncs.reconcile::<ObjectSync>(key, ctx).await,
             Some(Managed::ClusterObjectSync) => {

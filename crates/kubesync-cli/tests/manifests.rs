@@ -245,6 +245,39 @@ fn the_restricted_overlay_agrees_with_its_flags() {
     );
 }
 
+/// `config/sharded`: three replicas running `--sharded`, a PodDisruptionBudget taking one at a
+/// time, and the member Leases' rights — Leases only, in the operator's namespace only.
+#[test]
+fn the_sharded_overlay_runs_members_with_lease_rights_only() {
+    let objects = kustomize("sharded");
+    let deployment = find(&objects, "Deployment", "kubesync");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args, &serde_json::json!(["run", "--sharded"]));
+    let pdb = find(&objects, "PodDisruptionBudget", "kubesync");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"], deployment["spec"]["selector"],
+        "the budget covers the replicas"
+    );
+    let role = find(&objects, "Role", "kubesync-members");
+    assert_eq!(role["metadata"]["namespace"], "kubesync-system");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "delete"]
+        }])
+    );
+    let binding = find(&objects, "RoleBinding", "kubesync-members");
+    assert_eq!(binding["roleRef"]["name"], "kubesync-members");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "kubesync", "namespace": "kubesync-system"}])
+    );
+}
+
 #[test]
 fn the_deployment_meets_the_restricted_pod_security_standard() {
     let objects = kustomize("default");

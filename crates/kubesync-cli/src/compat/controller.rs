@@ -202,6 +202,13 @@ impl CompatController {
             .collect()
     }
 
+    /// Forgets (in memory only) the objects for which `keep` is false: a replica of
+    /// `--sharded` that no longer works on them. Writes nothing.
+    pub fn release(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        self.announced.lock().retain(|k, _| keep(k));
+        self.summaries.lock().retain(|k, _| keep(k));
+    }
+
     /// Which copies each source made (fed by the copies' watch: see [`CopyIndex::note`]).
     pub fn copies(&self) -> Arc<CopyIndex> {
         self.copies.clone()

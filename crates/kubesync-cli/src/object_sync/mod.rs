@@ -616,7 +616,28 @@ impl ObjectSyncController {
     }
 
     /// Forgets an ObjectSync that is gone: its fan-out state and its metrics.
-    fn forget(&self, ctx: &Context, key: &ObjectKey) {
+    /// Forgets (in memory only) every ObjectSync and ClusterObjectSync for which `keep` is
+    /// false: a replica of `--sharded` that no longer works on them. Writes nothing.
+    pub fn release(&self, ctx: &Context, keep: impl Fn(&ObjectKey) -> bool) {
+        let namespaced = ApiResource::erase::<ObjectSync>(&());
+        let cluster = ApiResource::erase::<ClusterObjectSync>(&());
+        let recorded: Vec<ObjectKey> = self
+            .lock()
+            .keys()
+            .map(|(ns, name)| match ns.is_empty() {
+                true => ObjectKey::new(LOCAL, &cluster, None, name),
+                false => ObjectKey::new(LOCAL, &namespaced, Some(ns.clone()), name),
+            })
+            .collect();
+        for key in recorded {
+            if !keep(&key) {
+                self.forget(ctx, &key);
+            }
+        }
+    }
+
+    /// Forgets one ObjectSync (in memory only).
+    pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
         self.fan_out.forget(ctx, key);
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));

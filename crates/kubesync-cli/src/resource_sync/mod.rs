@@ -223,6 +223,27 @@ impl ResourceSyncController {
             .collect()
     }
 
+    /// Stops the syncs of the ResourceSyncs for which `keep` (given the ResourceSync's name and
+    /// its RemoteCluster's) is false: a replica of `--sharded` that no longer works on them.
+    /// Writes nothing (no finalizer is released: the ResourceSyncs go on elsewhere).
+    pub async fn release(&self, keep: impl Fn(&str, &str) -> bool) {
+        let stopped: Vec<(String, RunningSync)> = {
+            let mut syncs = self.syncs.lock().await;
+            let gone: Vec<String> = syncs
+                .iter()
+                .filter(|(name, s)| !keep(name, crate::remote::display_name(&s.remote)))
+                .map(|(name, _)| name.clone())
+                .collect();
+            gone.into_iter()
+                .filter_map(|name| syncs.remove(&name).map(|s| (name, s)))
+                .collect()
+        };
+        for (name, sync) in stopped {
+            tracing::info!(resourcesync = %name, "handed over: its sync stops here");
+            sync.shutdown().await;
+        }
+    }
+
     /// Stops every sync.
     pub async fn shutdown(&self) {
         let syncs: Vec<RunningSync> = self.syncs.lock().await.drain().map(|(_, e)| e).collect();

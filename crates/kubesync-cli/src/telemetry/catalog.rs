@@ -93,6 +93,41 @@ pub const LEADER: Entry = Entry {
     help: "1 while this replica holds the leader Lease (only with --leader-elect)",
     more: "",
 };
+/// Units this replica works on (`--sharded`).
+pub const SHARD_UNITS: Entry = Entry {
+    name: "kubesync_shard_units",
+    kind: Kind::Gauge,
+    labels: &[(
+        "kind",
+        "`ObjectSync`, `ClusterObjectSync`, `RemoteCluster`, `Annotated` (with `--compat`)",
+    )],
+    help: "Units of work this replica works on now, by kind (only with --sharded)",
+    more: "A RemoteCluster's unit holds the ResourceSyncs that use it; every kind is listed from 0.",
+};
+/// Members in this replica's view (`--sharded`).
+pub const SHARD_MEMBERS: Entry = Entry {
+    name: "kubesync_shard_members",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "Live members in the view this replica adopted last (only with --sharded)",
+    more: "",
+};
+/// Whether that view is settled (`--sharded`).
+pub const SHARD_SETTLED: Entry = Entry {
+    name: "kubesync_shard_view_settled",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "1 when every member acknowledged the view this replica adopted last (only with --sharded)",
+    more: "Units that move to this replica wait for it; 0 for longer than a few seconds means a member does not acknowledge (see its logs).",
+};
+/// Units gained and lost (`--sharded`).
+pub const SHARD_MOVES: Entry = Entry {
+    name: "kubesync_shard_moves_total",
+    kind: Kind::Counter,
+    labels: &[("direction", "`gained`, `lost`")],
+    help: "Units this replica started or stopped working on because the members changed (only with --sharded)",
+    more: "",
+};
 /// Write requests sent.
 pub const WRITES: Entry = Entry {
     name: "kubesync_writes_total",
@@ -275,6 +310,10 @@ pub const ALL: &[Entry] = &[
     IN_FLIGHT,
     KEYS_FAILING,
     LEADER,
+    SHARD_UNITS,
+    SHARD_MEMBERS,
+    SHARD_SETTLED,
+    SHARD_MOVES,
     WRITES,
     OBJECT_SYNC_WATCHES,
     RESOURCE_SYNC_ENGINES,
@@ -367,7 +406,8 @@ mod tests {
                         "sync",
                         "cluster",
                         "tool",
-                        "direction"
+                        "direction",
+                        "kind"
                     ]
                     .contains(label),
                     "{}: unbounded label {label}",

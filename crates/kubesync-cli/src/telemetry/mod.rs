@@ -348,6 +348,14 @@ pub fn readiness(operator: &Operator) -> (bool, String) {
             "standby: another replica holds the leader Lease".into(),
         );
     }
+    if let Some(shards) = operator.shards()
+        && !shards.active()
+    {
+        return (
+            false,
+            "joining: the members have not all acknowledged this replica yet".into(),
+        );
+    }
     let Some(ctx) = operator.context() else {
         return (false, "not started".into());
     };

@@ -61,6 +61,16 @@ struct CompatLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -127,6 +137,32 @@ async fn registry(operator: &Operator) -> Registry {
     }
     if let Some(leading) = operator.leader() {
         add(&mut r, &catalog::LEADER, gauge(u8::from(leading)));
+    }
+    if let (Some(shards), Some(owned)) = (operator.shards(), operator.units_owned()) {
+        let units = Family::<KindLabels, Gauge>::default();
+        for (kind, count) in owned {
+            units
+                .get_or_create(&KindLabels {
+                    kind: kind.label().into(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        add(&mut r, &catalog::SHARD_UNITS, units);
+        let (members, settled) = shards
+            .view()
+            .map_or((0, false), |(view, settled)| (view.len(), settled));
+        add(&mut r, &catalog::SHARD_MEMBERS, gauge(members));
+        add(&mut r, &catalog::SHARD_SETTLED, gauge(u8::from(settled)));
+        let moves = Family::<DirectionLabels, ScrapedCounter>::default();
+        let (gained, lost) = shards.moves();
+        for (direction, value) in [("gained", gained), ("lost", lost)] {
+            moves
+                .get_or_create(&DirectionLabels {
+                    direction: direction.into(),
+                })
+                .set(value);
+        }
+        add(&mut r, &catalog::SHARD_MOVES, moves);
     }
     let writes = Family::<ComponentLabels, ScrapedCounter>::default();
     for (component, value) in operator.writes_by_component().await {

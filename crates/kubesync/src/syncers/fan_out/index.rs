@@ -279,6 +279,14 @@ impl Index {
         self.release(decl, stale)
     }
 
+    /// Every declaration the index knows (registered, and not forgotten since).
+    pub fn declarations(&self) -> Vec<ObjectKey> {
+        let mut all: HashSet<&ObjectKey> = self.used.keys().collect();
+        all.extend(self.types.keys());
+        all.extend(self.by_uid.values());
+        all.into_iter().cloned().collect()
+    }
+
     /// Forgets a declaration that is gone; returns the watches no declaration uses any more
     /// (to be stopped).
     pub fn forget(&mut self, decl: &ObjectKey) -> Vec<WatchId> {
@@ -710,7 +718,9 @@ mod tests {
             Some(source(&secret, "s")),
             ["east".into()],
         );
+        assert_eq!(idx.declarations(), vec![decl("d")]);
         idx.forget(&decl("d"));
+        assert!(idx.declarations().is_empty());
         let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
         let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
         assert!(

@@ -151,6 +151,11 @@ impl FanOut {
         )
     }
 
+    /// Every declaration it knows (reconciled, and not forgotten since).
+    pub fn declarations(&self) -> Vec<ObjectKey> {
+        self.index.with(|idx| idx.declarations())
+    }
+
     /// Drops a declaration that is gone: its index entries, and the watches no other
     /// declaration uses.
     pub fn forget(&self, ctx: &Context, key: &ObjectKey) {

@@ -1,0 +1,68 @@
+//! How a replica of `kubesync run` works with the others: with `--sharded`, as a member that
+//! works on its share (leader election is in [`crate::leader`] and the command line).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `kubesync run --sharded`: the operator runs while this replica is a member; once its
+/// stores have listed it joins, and on a stop it drains its share and leaves before the
+/// operator stops. A replica that loses its member Lease exits at once.
+pub async fn run_sharded(
+    operator: Arc<crate::operator::Operator>,
+    membership: crate::shard::members::Membership,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    stop_telemetry: tokio::sync::watch::Sender<()>,
+) -> ExitCode {
+    use crate::shard::members::{Ended, serve};
+    let Some(shards) = operator.shards().cloned() else {
+        return ExitCode::FAILURE;
+    };
+    let (left_tx, left_rx) = tokio::sync::oneshot::channel::<()>();
+    let member = {
+        let operator = operator.clone();
+        tokio::spawn(async move {
+            let stop = std::pin::pin!(stop);
+            let mut stop = stop;
+            // Join once the operator's own stores have listed: the units are known then.
+            let listed = async {
+                loop {
+                    if let Some(ctx) = operator.context()
+                        && ctx.cluster_status(crate::operator::LOCAL)
+                            == kubesync::runtime::ClusterStatus::Ready
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            let ended = tokio::select! {
+                () = listed => {
+                    let work = Arc::new(crate::operator::SharedWork(operator.clone()));
+                    serve(operator.local().client().clone(), membership, shards, work, stop).await
+                }
+                () = &mut stop => Ended::Stopped,
+            };
+            if let Ended::Lost(reason) = ended {
+                eprintln!("kubesync: {reason}; stopping at once");
+                std::process::exit(1);
+            }
+            let _ = left_tx.send(());
+        })
+    };
+    let result = operator
+        .clone()
+        .run(async move {
+            let _ = left_rx.await;
+        })
+        .await;
+    let _ = member.await;
+    let _ = stop_telemetry.send(());
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubesync: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

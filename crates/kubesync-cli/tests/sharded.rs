@@ -1,0 +1,499 @@
+//! `kubesync run --sharded`: three replicas of the real binary share 60 ObjectSyncs × 100
+//! namespaces and 6 RemoteClusters (each with a ResourceSync). Each works on its share; a
+//! replica killed with SIGKILL hands its units over once its member Lease expires, one stopped
+//! with SIGTERM at once; the copies end complete and exact; and the apiserver's audit log shows
+//! no object written twice for one change and no write by a replica to a unit it did not own
+//! at that moment (ownership from the member Leases, recorded by a watch witness: the view
+//! each replica acknowledged, and when).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{RunningBinary, T, free_port, operator_cluster_from, request, sample};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kubesync_cli::shard::members::{GROUP_LABEL, VIEW_ANNOTATION};
+use kubesync_cli::shard::{Unit, assign::View};
+use kubesync_testenv::AuditEvent;
+use kubesync_testenv::fixtures::WIDGET_CRD;
+use kubesync_testenv::{TestEnv, eventually};
+
+const REPLICAS: [&str; 3] = ["kubesync-0", "kubesync-1", "kubesync-2"];
+const SYNCS: usize = 60;
+const NAMESPACES: usize = 100;
+const REGIONS: usize = 6;
+/// The member Leases' duration (the operator's default).
+const LEASE: Duration = Duration::from_secs(15);
+/// Where the member Leases and the kubeconfig Secrets live.
+const SYSTEM: &str = "kubesync-system";
+
+fn dest(i: usize) -> String {
+    format!("dest-{i:02}")
+}
+
+/// A replica: `kubesync run --sharded` as the user of its name, with that identity.
+fn replica(env: &TestEnv, dir: &std::path::Path, name: &str) -> (RunningBinary, u16) {
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &kubeconfig,
+        env.kubeconfig_yaml_as(name).expect("kubeconfig"),
+    )
+    .expect("write");
+    let port = free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .arg("--metrics-insecure")
+        .args([
+            "--sharded",
+            "--identity",
+            name,
+            "--trusted-namespace",
+            "team",
+        ])
+        .env("POD_NAMESPACE", SYSTEM)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("run kubesync");
+    (RunningBinary(child), port)
+}
+
+/// A replica's units by kind and whether its view is settled, once it answers.
+async fn share(port: u16) -> Option<(BTreeMap<String, f64>, bool)> {
+    let (_, metrics) = request(port, "GET", "/metrics").await?;
+    let mut units = BTreeMap::new();
+    for kind in ["ObjectSync", "ClusterObjectSync", "RemoteCluster"] {
+        let n = sample(
+            &metrics,
+            &format!("kubesync_shard_units{{kind=\"{kind}\"}}"),
+        )?;
+        units.insert(kind.to_string(), n);
+    }
+    let settled = sample(&metrics, "kubesync_shard_view_settled")? == 1.0;
+    Some((units, settled))
+}
+
+/// Waits until the replicas on `ports` are settled and own every unit between them, each
+/// once; returns each one's total.
+async fn shares_settle(ports: &[u16], within: Duration) -> Vec<usize> {
+    eventually(
+        &format!("the units spread over {} replicas", ports.len()),
+        within,
+        || async {
+            let mut totals = Vec::new();
+            for port in ports {
+                let (units, settled) = share(*port).await?;
+                if !settled {
+                    return None;
+                }
+                totals.push(units.values().sum::<f64>() as usize);
+            }
+            (totals.iter().sum::<usize>() == SYNCS + REGIONS).then_some(totals)
+        },
+    )
+    .await
+}
+
+/// Every copy of every source, as `(namespace, name) → data.version`.
+async fn copies(env: &TestEnv) -> BTreeMap<(String, String), String> {
+    let all: Api<ConfigMap> = Api::all(env.client().expect("client"));
+    all.list(&ListParams::default().labels("kubesync.io/managed-by"))
+        .await
+        .expect("list copies")
+        .items
+        .into_iter()
+        .map(|c| {
+            let version = c
+                .data
+                .as_ref()
+                .and_then(|d| d.get("version").cloned())
+                .unwrap_or_default();
+            (
+                (
+                    c.metadata.namespace.unwrap_or_default(),
+                    c.metadata.name.unwrap_or_default(),
+                ),
+                version,
+            )
+        })
+        .collect()
+}
+
+/// Waits until every copy exists with `version`, and nothing else is a copy.
+async fn copies_at(env: &TestEnv, version: &str, within: Duration) {
+    eventually(
+        &format!("{} copies at {version}", SYNCS * NAMESPACES),
+        within,
+        || async {
+            let now = copies(env).await;
+            (now.len() == SYNCS * NAMESPACES && now.values().all(|v| v == version)).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn set_sources(env: &TestEnv, version: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "team");
+    let calls = (0..SYNCS).map(|i| {
+        let api = api.clone();
+        let data = serde_json::json!({"data": {"version": version, "index": i.to_string()}});
+        async move {
+            api.patch(
+                &format!("cm-{i:02}"),
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("cm-{i:02}"), "namespace": "team"},
+                    "data": data["data"],
+                })),
+            )
+            .await
+            .expect("source");
+        }
+    });
+    futures::future::join_all(calls).await;
+}
+
+/// What the witness saw: for each replica, the views it acknowledged (digest), each with the
+/// `renewTime` it wrote with it (the replica's clock, when it acknowledged).
+type Acks = Arc<parking_lot::Mutex<BTreeMap<String, Vec<(jiff::Timestamp, String)>>>>;
+
+/// Watches the member Leases and records every change of a replica's acknowledged view.
+fn witness(env: &TestEnv) -> (Acks, tokio::task::JoinHandle<()>) {
+    let api: Api<Lease> = Api::namespaced(env.client().expect("client"), SYSTEM);
+    let acks: Acks = Arc::default();
+    let task = tokio::spawn({
+        let acks = acks.clone();
+        async move {
+            let config = kube::runtime::watcher::Config::default()
+                .labels(&format!("{GROUP_LABEL}=kubesync"));
+            let mut events = Box::pin(kube::runtime::WatchStreamExt::default_backoff(
+                kube::runtime::watcher(api, config),
+            ));
+            while let Some(event) = events.next().await {
+                let leases = match event {
+                    Ok(kube::runtime::watcher::Event::Apply(l))
+                    | Ok(kube::runtime::watcher::Event::InitApply(l)) => vec![l],
+                    _ => continue,
+                };
+                for lease in leases {
+                    let spec = lease.spec.clone().unwrap_or_default();
+                    let (Some(holder), Some(at)) = (spec.holder_identity, spec.renew_time) else {
+                        continue;
+                    };
+                    let digest = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(VIEW_ANNOTATION).cloned())
+                        .unwrap_or_default();
+                    let mut acks = acks.lock();
+                    let history = acks.entry(holder).or_default();
+                    if history.last().is_none_or(|(_, d)| *d != digest) {
+                        history.push((at.0, digest));
+                    }
+                }
+            }
+        }
+    });
+    (acks, task)
+}
+
+/// The unit a write by a replica addressed, from the audit entry (`None`: not a unit's).
+fn unit_of(e: &AuditEvent) -> Option<Unit> {
+    let name = e.name();
+    let region = |text: &str| {
+        text.strip_prefix('r')
+            .and_then(|r| r.split(['-', '.']).next())
+            .map(|r| Unit::remote_cluster(&format!("region-{r}")))
+    };
+    match e.resource() {
+        "configmaps" if e.namespace().starts_with("dest-") => {
+            let i = name.strip_prefix("cm-")?;
+            Some(Unit::object_sync(Some("team"), &format!("sync-{i}")))
+        }
+        "objectsyncs" => Some(Unit::object_sync(Some(e.namespace()), name)),
+        "remoteclusters" => Some(Unit::remote_cluster(name)),
+        "resourcesyncs" => name
+            .strip_prefix("widgets-")
+            .map(|i| Unit::remote_cluster(&format!("region-{i}"))),
+        "widgets" => region(e.namespace()),
+        "namespaces" => region(name),
+        _ => None,
+    }
+}
+
+/// The member set each digest names (every subset of the replicas).
+fn views() -> BTreeMap<String, View> {
+    let mut all = BTreeMap::new();
+    for mask in 1u32..(1 << REPLICAS.len()) {
+        let members: Vec<&str> = (0..REPLICAS.len())
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| REPLICAS[i])
+            .collect();
+        let view = View::new(members);
+        all.insert(view.digest().to_string(), view);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
+    let mut builder = TestEnv::builder()
+        .name("sharded")
+        .with_controller_manager(true)
+        .audit(true);
+    for name in REPLICAS {
+        builder = builder.user(name, &["system:masters"]);
+    }
+    let mut namespaces: Vec<String> = (0..NAMESPACES).map(dest).collect();
+    namespaces.extend(["team".into(), SYSTEM.into()]);
+    let refs: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+    let (env, regions) = tokio::join!(
+        operator_cluster_from(builder, &refs),
+        TestEnv::builder().name("sharded-regions").start()
+    );
+    let regions = regions.expect("regions");
+    env.install_crds(WIDGET_CRD).await.expect("widget crd");
+    regions.install_crds(WIDGET_CRD).await.expect("widget crd");
+    let client = env.client().expect("client");
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    for i in 0..NAMESPACES {
+        ns_api
+            .patch(
+                &dest(i),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"fan-out": "yes"}}})),
+            )
+            .await
+            .expect("label");
+    }
+    set_sources(&env, "v1").await;
+    for i in 0..SYNCS {
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: sync-{i:02}, namespace: team}}\nspec:\n  source: {{kind: ConfigMap, name: cm-{i:02}}}\n  destinations:\n  - namespaceSelector: {{matchLabels: {{fan-out: \"yes\"}}}}\n")).await.expect("objectsync");
+    }
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "regions-kubeconfig", "namespace": SYSTEM},
+        "stringData": {"kubeconfig": regions.kubeconfig_yaml()}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), SYSTEM)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("kubeconfig secret");
+    for i in 0..REGIONS {
+        regions
+            .create_namespace(&format!("r{i}-a"))
+            .await
+            .expect("ns");
+        regions.apply_yaml(&format!("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {{name: w, namespace: r{i}-a}}\nspec: {{size: {i}}}\n")).await.expect("widget");
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: region-{i}}}\nspec:\n  kubeconfigSecretRef: {{namespace: {SYSTEM}, name: regions-kubeconfig}}\n")).await.expect("RemoteCluster");
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {{name: widgets-{i}}}\nspec:\n  resource: {{group: demo.kubesync.io, version: v1, kind: Widget}}\n  remoteCluster: region-{i}\n  namespacePrefix: r{i}-\n")).await.expect("ResourceSync");
+    }
+
+    let (acks, witness) = witness(&env);
+    let dir = tempfile_dir();
+    let mut replicas: Vec<(RunningBinary, u16)> = REPLICAS
+        .iter()
+        .map(|name| replica(&env, &dir, name))
+        .collect();
+    let ports: Vec<u16> = replicas.iter().map(|(_, p)| *p).collect();
+
+    // Each works on its share: every unit owned once, each replica a third of them (±15
+    // points), and the work is done: every copy, every Widget synced down.
+    let totals = shares_settle(&ports, T * 2).await;
+    let units = SYNCS + REGIONS;
+    for (name, total) in REPLICAS.iter().zip(&totals) {
+        let part = *total as f64 / units as f64;
+        println!("{name}: {total} of {units} units ({:.0} %)", part * 100.0);
+        assert!(
+            (part - 1.0 / 3.0).abs() <= 0.15,
+            "{name} works on {total} of {units} units"
+        );
+    }
+    for port in &ports {
+        let (code, body) = request(*port, "GET", "/readyz").await.expect("readyz");
+        assert_eq!(code, 200, "every active member is ready: {body}");
+    }
+    let started = Instant::now();
+    copies_at(&env, "v1", T * 3).await;
+    converged(&ports, T).await;
+    println!("{} copies in {:?}", SYNCS * NAMESPACES, started.elapsed());
+    let widgets = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "demo.kubesync.io",
+        "v1",
+        "Widget",
+    ));
+    for i in 0..REGIONS {
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), &format!("r{i}-a"), &widgets);
+        eventually(&format!("Widget r{i}-a/w synced down"), T, || async {
+            api.get_opt("w").await.ok().flatten()
+        })
+        .await;
+    }
+
+    // SIGKILL: its units move once its Lease has expired, and converge: the survivors work on
+    // every unit (each ObjectSync reconciled and Ready on one of them, every ResourceSync's
+    // sync running) within the Lease duration and 5 s. Then a change reaches every copy.
+    let mut late = Vec::new();
+    let (killed, _) = replicas.remove(0);
+    drop(killed);
+    let killed_at = Instant::now();
+    let survivors: Vec<u16> = replicas.iter().map(|(_, p)| *p).collect();
+    shares_settle(&survivors, LEASE + Duration::from_secs(10)).await;
+    let moved = killed_at.elapsed();
+    converged(&survivors, LEASE + Duration::from_secs(10)).await;
+    let took = killed_at.elapsed();
+    println!("SIGKILL: units moved after {moved:?}, converged after {took:?}");
+    if took > LEASE + Duration::from_secs(5) {
+        late.push(format!("SIGKILL: converged {took:?} after the kill"));
+    }
+    set_sources(&env, "v2").await;
+    let changed = Instant::now();
+    copies_at(&env, "v2", T).await;
+    println!(
+        "{} copies followed a change in {:?}",
+        SYNCS * NAMESPACES,
+        changed.elapsed()
+    );
+
+    // SIGTERM: the stopping replica drains and leaves; its units move at once.
+    let (mut stopping, _) = replicas.remove(0);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &stopping.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let stopped_at = Instant::now();
+    let last = vec![replicas[0].1];
+    shares_settle(&last, Duration::from_secs(10)).await;
+    let handed = stopped_at.elapsed();
+    converged(&last, T).await;
+    println!(
+        "SIGTERM: units moved after {handed:?}, converged after {:?}",
+        stopped_at.elapsed()
+    );
+    if handed > Duration::from_secs(3) {
+        late.push(format!("SIGTERM: handed over {handed:?} after the stop"));
+    }
+    let code = tokio::task::spawn_blocking(move || stopping.0.wait().expect("wait"))
+        .await
+        .expect("join");
+    assert!(code.success(), "a normal stop exits 0: {code:?}");
+    let leases = Api::<Lease>::namespaced(client.clone(), SYSTEM)
+        .list(&ListParams::default().labels(&format!("{GROUP_LABEL}=kubesync")))
+        .await
+        .expect("leases");
+    assert!(
+        leases.items.iter().all(
+            |l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) != Some(REPLICAS[1])
+        ),
+        "the stopped replica left: its member Lease is deleted"
+    );
+    set_sources(&env, "v3").await;
+    copies_at(&env, "v3", T).await;
+    witness.abort();
+
+    // The audit log: each copy written once per version of its source (a create, two
+    // updates), never twice; and every write of a replica addressed a unit it owned under the
+    // view it had acknowledged last.
+    let log = env.audit().expect("audit");
+    let views = views();
+    let acks = acks.lock().clone();
+    let mut per_copy: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut strays = Vec::new();
+    let mut unknown = BTreeSet::new();
+    for e in log
+        .iter()
+        .filter(|e| e.is_write() && REPLICAS.contains(&e.user.username.as_str()))
+    {
+        let who = e.user.username.as_str();
+        if e.resource() == "configmaps" && e.namespace().starts_with("dest-") {
+            per_copy
+                .entry((e.namespace().to_string(), e.name().to_string()))
+                .or_default()
+                .push(format!("{} {}", e.verb, e.code()));
+        }
+        let Some(unit) = unit_of(e) else {
+            unknown.insert(format!(
+                "{} {} {}/{}",
+                e.verb,
+                e.resource(),
+                e.namespace(),
+                e.name()
+            ));
+            continue;
+        };
+        let at: jiff::Timestamp = e.stage_timestamp.parse().expect("stageTimestamp");
+        let view = acks
+            .get(who)
+            .and_then(|h| h.iter().rev().find(|(t, _)| *t <= at))
+            .and_then(|(_, digest)| views.get(digest));
+        if view.and_then(|v| v.owner(unit.hash)) != Some(who) {
+            strays.push(format!(
+                "{who} at {at}: {} {} {}/{} (acknowledged {:?})",
+                e.verb,
+                e.resource(),
+                e.namespace(),
+                e.name(),
+                view.map(|v| v.members().collect::<Vec<_>>())
+            ));
+        }
+    }
+    assert!(unknown.is_empty(), "writes to no known unit: {unknown:?}");
+    assert!(
+        strays.is_empty(),
+        "writes outside the writer's share: {strays:#?}"
+    );
+    assert_eq!(per_copy.len(), SYNCS * NAMESPACES);
+    let twice: Vec<_> = per_copy
+        .iter()
+        .filter(|(_, writes)| {
+            writes.len() != 3
+                || !writes[0].starts_with("create 2")
+                || writes
+                    .iter()
+                    .any(|w| !w.ends_with(" 200") && !w.ends_with(" 201"))
+        })
+        .take(10)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "copies not written exactly once per change: {twice:?}"
+    );
+    assert!(late.is_empty(), "{late:?}");
+}
+
+/// Waits until the replicas on `ports` have reconciled every unit: each ObjectSync Ready on one
+/// of them, every ResourceSync's sync running.
+async fn converged(ports: &[u16], within: Duration) {
+    eventually("every unit reconciled", within, || async {
+        let (mut ready, mut engines) = (0.0, 0.0);
+        for port in ports {
+            let (_, metrics) = request(*port, "GET", "/metrics").await?;
+            ready += metrics
+                .lines()
+                .filter(|l| l.starts_with("kubesync_objectsync_ready{") && l.ends_with(" 1"))
+                .count() as f64;
+            engines += sample(&metrics, "kubesync_resourcesync_engines")?;
+        }
+        (ready == SYNCS as f64 && engines == REGIONS as f64).then_some(())
+    })
+    .await;
+}
+
+/// A directory for the replicas' kubeconfigs, removed at exit by the OS's temp cleaning.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kubesync-sharded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
