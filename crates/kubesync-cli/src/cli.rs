@@ -166,7 +166,7 @@ struct RunArgs {
     leader_elect: bool,
     /// Run as one of several replicas that all work, each on its share: ObjectSyncs,
     /// ClusterObjectSyncs and RemoteClusters (with their ResourceSyncs) are spread over the
-    /// live replicas, which hold member Leases (see the guide's "Scale out" page).
+    /// live replicas, which hold member Leases (see the book's "Scale out" page).
     #[arg(long)]
     sharded: bool,
     /// Namespace of the member Leases with --sharded (default: $POD_NAMESPACE, else

@@ -33,6 +33,11 @@ pub use crate::status::{FIELD_MANAGER, Refusal};
 /// [`OperatorOptions::stuck_after`]).
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
+/// After a unit is handed over from another replica, its fan-out's writes are confirmed by a
+/// live read for this long (the other replica's last writes reach this one's watches within
+/// it).
+const HANDOVER_CONFIRM: Duration = Duration::from_secs(10);
+
 /// How often statuses are refreshed (counts, reachability).
 const STATUS_REFRESH: Duration = Duration::from_secs(10);
 
@@ -491,7 +496,15 @@ impl crate::shard::members::Work for SharedWork {
         self.0.units()
     }
 
-    fn wake(&self, key: ObjectKey) {
+    fn wake(&self, key: ObjectKey, handed_over: bool) {
+        if handed_over {
+            // Its copies were written by another replica until now: what this one's stores
+            // show of them is confirmed live before any write.
+            self.0
+                .object_syncs
+                .fan_out()
+                .confirm_writes(&key, HANDOVER_CONFIRM);
+        }
         if let Some(ctx) = self.0.context() {
             ctx.enqueue(key);
         }

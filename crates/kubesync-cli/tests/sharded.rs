@@ -410,8 +410,11 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
     let views = views();
     let acks = acks.lock().clone();
     let mut per_copy: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut detail: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut strays = Vec::new();
     let mut unknown = BTreeSet::new();
+    // A write the apiserver refused as a conflict was decided on a store behind it: sent twice.
+    let mut refused = Vec::new();
     for e in log
         .iter()
         .filter(|e| e.is_write() && REPLICAS.contains(&e.user.username.as_str()))
@@ -422,6 +425,13 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
                 .entry((e.namespace().to_string(), e.name().to_string()))
                 .or_default()
                 .push(format!("{} {}", e.verb, e.code()));
+            detail
+                .entry((e.namespace().to_string(), e.name().to_string()))
+                .or_default()
+                .push(format!("{who} {} {} {} {}", e.stage_timestamp, e.verb, e.code(), e.request_uri));
+        }
+        if e.code() == 409 {
+            refused.push(format!("{who}: {} {} {}/{}", e.verb, e.resource(), e.namespace(), e.name()));
         }
         let Some(unit) = unit_of(e) else {
             unknown.insert(format!(
@@ -450,6 +460,7 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
         }
     }
     assert!(unknown.is_empty(), "writes to no known unit: {unknown:?}");
+    assert!(refused.is_empty(), "writes sent twice (refused as conflicts): {refused:?}");
     assert!(
         strays.is_empty(),
         "writes outside the writer's share: {strays:#?}"

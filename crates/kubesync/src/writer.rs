@@ -223,6 +223,44 @@ impl Writer {
         done
     }
 
+    /// Whether this writer created the object (namespace, name) with this `body` in the last
+    /// 30 s: a store that shows no such object may just not show the create yet, so the
+    /// caller reads it live before creating it again (a second create would be a write the
+    /// apiserver refuses, or a copy made twice).
+    pub fn created_recently(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        (namespace, name): (Option<&str>, &str),
+        field_manager: &str,
+        body: &impl serde::Serialize,
+    ) -> bool {
+        let key = write_key((cluster, ar, namespace, name), "create", field_manager);
+        self.recent
+            .lock()
+            .written
+            .get(&key)
+            .is_some_and(|w| w.at.elapsed() < REMEMBER && w.fingerprint == fingerprint(body))
+    }
+
+    /// Whether this writer asked in the last 30 s to delete the object (namespace, name) of
+    /// `uid`: a store that still shows it may not show the delete yet (or the object waits for
+    /// its finalizers); it is not deleted again.
+    pub fn deleted_recently(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        (namespace, name): (Option<&str>, &str),
+        uid: &str,
+    ) -> bool {
+        let key = write_key((cluster, ar, namespace, name), "delete", "");
+        self.recent
+            .lock()
+            .written
+            .get(&key)
+            .is_some_and(|w| w.at.elapsed() < REMEMBER && w.fingerprint == fingerprint(&uid))
+    }
+
     /// Remembers a successful write for [`Writer::already_written`].
     fn remember(
         &self,
@@ -275,9 +313,18 @@ impl Writer {
         field_manager: &str,
     ) -> Result<DynamicObject> {
         let _timer = self.count(cluster, ar);
-        Ok(api(cluster, ar, obj.metadata.namespace.as_deref())
+        let namespace = obj.metadata.namespace.as_deref();
+        let answer = api(cluster, ar, namespace)
             .create(&post_params(field_manager), obj)
-            .await?)
+            .await?;
+        let name = answer.metadata.name.clone().unwrap_or_default();
+        self.remember(
+            (cluster, ar, namespace, &name),
+            ("create", field_manager),
+            fingerprint(obj),
+            &answer,
+        );
+        Ok(answer)
     }
 
     /// Replaces `obj` (an update guarded by `metadata.resourceVersion`, when set).
@@ -465,7 +512,19 @@ impl Writer {
             ..Default::default()
         };
         match api(cluster, ar, namespace).delete(name, &dp).await {
-            Ok(_) => Ok(Deleted::Requested),
+            Ok(_) => {
+                if let Some(uid) = uid {
+                    let written = Written {
+                        resource_version: 0,
+                        fingerprint: fingerprint(&uid),
+                        at: Instant::now(),
+                    };
+                    self.recent
+                        .lock()
+                        .record(write_key((cluster, ar, namespace, name), "delete", ""), written);
+                }
+                Ok(Deleted::Requested)
+            }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(Deleted::AlreadyGone),
             Err(e) => Err(e.into()),
         }

@@ -39,8 +39,9 @@ const FORGET_AFTER: u32 = 4;
 pub trait Work: Send + Sync {
     /// Every unit known now, each with the keys to queue when this replica starts working on it.
     fn units(&self) -> Vec<(super::Unit, kubesync::ObjectKey)>;
-    /// Queues a key.
-    fn wake(&self, key: kubesync::ObjectKey);
+    /// Queues the key of a unit this replica starts working on; `handed_over`: another member
+    /// may have worked on it until now (its writes may not show in this replica's stores yet).
+    fn wake(&self, key: kubesync::ObjectKey, handed_over: bool);
     /// Forgets what is kept in memory for the units this replica no longer works on (and stops
     /// their running syncs); writes nothing.
     fn release(&self, shards: &Shards) -> impl Future<Output = ()> + Send;
@@ -478,10 +479,17 @@ fn count<W: Work>(shards: &Shards, work: &W, before: &Tenure) {
     }
     let (mut gained, mut lost) = (0, 0);
     let mut seen = std::collections::HashSet::new();
+    let me = now.me();
     for (unit, key) in work.units() {
         let (was, is) = (before.runs(unit.hash), now.runs(unit.hash));
         if is && !was {
-            work.wake(key);
+            // Another member owned it in the view this one saw before, or this one just
+            // joined members that were working.
+            let handed_over = match before.current() {
+                Some(view) => view.owner(unit.hash) != Some(me),
+                None => now.current().is_some_and(|v| v.len() > 1),
+            };
+            work.wake(key, handed_over);
         }
         if seen.insert(unit.hash) {
             gained += u64::from(is && !was);

@@ -93,6 +93,30 @@ pub struct SyncContext<'a> {
 }
 
 impl SyncContext<'_> {
+    /// Whether `desired` (an object of `ar` in the target cluster, which the store does not
+    /// show) was created by this writer moments ago and a live read finds it: the store is
+    /// behind, and a second create would be refused. Read only when the writer remembers such
+    /// a create.
+    pub async fn created_already(
+        &self,
+        ar: &ApiResource,
+        desired: &DynamicObject,
+        field_manager: &str,
+    ) -> Result<bool> {
+        let target = (
+            desired.metadata.namespace.as_deref(),
+            desired.metadata.name.as_deref().unwrap_or_default(),
+        );
+        if !self
+            .writer
+            .created_recently(self.target, ar, target, field_manager, desired)
+        {
+            return Ok(false);
+        }
+        let api = crate::cluster::api(self.target.client().clone(), target.0, ar);
+        Ok(api.get_opt(target.1).await?.is_some())
+    }
+
     /// Whether the source object is really gone, by a live read of the source cluster: call
     /// it before deleting anything because the source is missing from the store (stores may
     /// be a moment behind the cluster). A failed read is an error, never "gone".

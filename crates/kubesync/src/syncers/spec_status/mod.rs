@@ -445,6 +445,14 @@ impl SpecStatusSync {
                         FIELD_MANAGER_DOWN,
                     )
                     .await?
+            } else if cx
+                .created_already(&self.config.resource, &desired, FIELD_MANAGER_DOWN)
+                .await?
+            {
+                // Created moments ago by this writer; the store does not show it yet. Its
+                // watch event brings the next decision.
+                tracing::debug!(local = %cx.target_name, "(local) created already; the store is behind");
+                return Ok(Action::requeue(Duration::from_secs(1)));
             } else {
                 cx.writer
                     .create(

@@ -143,6 +143,7 @@ impl FanOut {
         Vec<(String, std::time::Duration)>,
     ) {
         let ar = &decl.spec.source.resource;
+        let confirm = self.confirming(&decl.key);
         enum Op {
             Write(Box<Write>),
             Delete(Delete),
@@ -156,6 +157,9 @@ impl FanOut {
             .map(|op| async move {
                 match op {
                     Op::Delete(Delete { at, uid, orphan }) => {
+                        if !orphan && self.deleted_already(ctx, ar, &at, uid.as_deref(), confirm).await {
+                            return (None, true, None);
+                        }
                         let gone = if orphan {
                             self.release_copy(ctx, ar, &at, uid.as_deref()).await
                         } else {
@@ -168,7 +172,7 @@ impl FanOut {
                     }
                     Op::Write(w) => {
                         let started = self.behind_since(decl, &w);
-                        let (mut st, sent) = self.settle(ctx, decl, &w).await;
+                        let (mut st, sent) = self.settle(ctx, decl, &w, confirm).await;
                         // The reconcile that reverts someone else's change reports it.
                         if sent && w.decision == Decision::Update {
                             st.drift = w.drift.clone();
@@ -212,11 +216,25 @@ impl FanOut {
         ctx: &Context,
         decl: &Declaration,
         w: &Write,
+        confirm: bool,
     ) -> (DestinationStatus, bool) {
         let ar = &decl.spec.source.resource;
         let at = &w.at;
         let mut existing = w.existing.clone();
-        let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy);
+        // A create this writer sent moments ago that the store does not show yet is not sent
+        // again before a live read says it is needed.
+        let created = existing.is_none()
+            && ctx.cluster(&at.cluster).is_some_and(|cluster| {
+                self.writer.created_recently(
+                    &cluster,
+                    ar,
+                    (at.namespace(), &at.name),
+                    FIELD_MANAGER,
+                    &w.desired,
+                )
+            });
+        let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy)
+            .confirming(confirm || created);
         let mut step = settling.start();
         loop {
             step = match step {
@@ -429,6 +447,37 @@ impl FanOut {
             }
             Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() || s.is_conflict() => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the copy at `at` (of `uid`) is gone already or going: this writer asked to
+    /// delete it moments ago (the store does not show it yet), or, with `confirm`, a live read
+    /// finds no such object. Then no delete is sent.
+    async fn deleted_already(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        uid: Option<&str>,
+        confirm: bool,
+    ) -> bool {
+        let Some(cluster) = ctx.cluster(&at.cluster) else {
+            return false;
+        };
+        if let Some(uid) = uid
+            && self
+                .writer
+                .deleted_recently(&cluster, ar, (at.namespace(), &at.name), uid)
+        {
+            return true;
+        }
+        if !confirm {
+            return false;
+        }
+        match self.read(ctx, ar, at).await {
+            Ok(None) => true,
+            Ok(Some(live)) => uid.is_some_and(|u| live.metadata.uid.as_deref() != Some(u)),
+            Err(_) => false,
         }
     }
 

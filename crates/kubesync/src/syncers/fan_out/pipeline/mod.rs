@@ -60,6 +60,9 @@ pub struct FanOut {
     namespace_type: ApiResource,
     /// First sightings of the versions copies depend on.
     seen: Arc<Seen>,
+    /// Declarations whose writes are confirmed by a live read first, until when (see
+    /// [`FanOut::confirm_writes`]).
+    confirm: Arc<parking_lot::Mutex<HashMap<ObjectKey, Instant>>>,
 }
 
 /// The watches one declaration uses in one cluster.
@@ -128,6 +131,7 @@ impl FanOut {
             concurrency: 16,
             index: SharedIndex::default(),
             seen: Arc::default(),
+            confirm: Arc::default(),
             namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
                 "",
                 "v1",
@@ -152,6 +156,25 @@ impl FanOut {
     /// and which version that is.
     pub fn source_seen(&self, key: &ObjectKey) -> Option<(String, std::time::Instant)> {
         self.seen.latest(key)
+    }
+
+    /// For `window`, every write and delete of the declaration `decl` is confirmed by a live
+    /// read of its destination first: its copies were written until now by someone whose writes
+    /// this process's stores may not show yet (another replica that worked on it). Only the
+    /// destinations a plan would write are read.
+    pub fn confirm_writes(&self, decl: &ObjectKey, window: std::time::Duration) {
+        let mut confirm = self.confirm.lock();
+        let now = Instant::now();
+        confirm.retain(|_, until| *until > now);
+        confirm.insert(decl.clone(), now + window);
+    }
+
+    /// Whether the writes of `decl` are confirmed live now.
+    fn confirming(&self, decl: &ObjectKey) -> bool {
+        self.confirm
+            .lock()
+            .get(decl)
+            .is_some_and(|until| *until > Instant::now())
     }
 
     /// Watches in use (type and namespace watches, all clusters).

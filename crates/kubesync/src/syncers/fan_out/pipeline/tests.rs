@@ -92,7 +92,7 @@ async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStat
         changed: Vec::new(),
         adoption_refused: None,
     };
-    fan.settle(ctx, &decl, &write).await.0
+    fan.settle(ctx, &decl, &write, false).await.0
 }
 
 /// A create whose name turns out to be taken reads the object and decides once more.

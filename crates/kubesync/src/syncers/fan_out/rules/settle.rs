@@ -93,6 +93,9 @@ enum Reading {
     Adoption,
     /// A create found the name taken.
     TakenName,
+    /// The store the decision was made on may be behind (a copy this writer just created, a
+    /// declaration just handed over by another replica): confirmed live before writing.
+    Confirm,
 }
 
 /// One destination on its way to an end.
@@ -105,9 +108,21 @@ pub struct Settling {
     /// Whether the object held comes from a live read (at most one is made).
     live: bool,
     reading: Option<Reading>,
+    /// Read the destination live before any write (see [`Settling::confirming`]).
+    confirm: bool,
 }
 
 impl Settling {
+    /// Reads the destination live before writing: the store the decision was made on may be
+    /// behind the apiserver (a create this writer sent moments ago, a declaration another
+    /// replica worked on until now). The write follows only if the live object still asks for
+    /// it; a read is not a write.
+    #[must_use]
+    pub fn confirming(mut self, confirm: bool) -> Self {
+        self.confirm = confirm;
+        self
+    }
+
     /// A destination the plan decided on: `existing` says whether the stores showed an object.
     pub fn new(decision: Decision, existing: bool, strategy: Strategy) -> Self {
         Self {
@@ -116,6 +131,7 @@ impl Settling {
             strategy,
             live: false,
             reading: None,
+            confirm: false,
         }
     }
 
@@ -131,6 +147,11 @@ impl Settling {
             Decision::Adopt if !self.live => {
                 self.live = true;
                 self.reading = Some(Reading::Adoption);
+                Step::LookAgain
+            }
+            Decision::Create | Decision::Update if self.confirm && !self.live => {
+                self.live = true;
+                self.reading = Some(Reading::Confirm);
                 Step::LookAgain
             }
             Decision::Create | Decision::Update | Decision::Adopt => Step::Write,
@@ -199,6 +220,29 @@ mod tests {
             Step::Done(s) => s,
             other => panic!("not done: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_confirmed_write_reads_first_and_writes_only_what_the_live_object_asks() {
+        // The store showed nothing; live, the copy is there and in sync: nothing is sent.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply).confirming(true);
+        assert_eq!(s.start(), Step::LookAgain);
+        assert_eq!(s.found(true, Decision::InSync), Settled::synced(false));
+        // Live, it is absent indeed: created, once.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply).confirming(true);
+        assert_eq!(s.start(), Step::LookAgain);
+        assert_eq!(s.found(false, Decision::Create), Step::Write);
+        assert_eq!(
+            s.written(WriteOutcome::Written { sent: true }),
+            Settled::synced(true)
+        );
+        // An update confirmed live that still differs is written.
+        let mut s = Settling::new(Decision::Update, true, Strategy::Apply).confirming(true);
+        assert_eq!(s.start(), Step::LookAgain);
+        assert_eq!(s.found(true, Decision::Update), Step::Write);
+        // Without confirming, the write goes at once.
+        let mut s = Settling::new(Decision::Create, false, Strategy::Apply);
+        assert_eq!(s.start(), Step::Write);
     }
 
     #[test]
