@@ -10,13 +10,18 @@
 #                       (matplotlib from PyPI, in a virtualenv under ~/.cache/kubesync)
 #   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
 #                       (SEED=<n> replays the campaign's seed n; SEEDS=<k> runs k seeds from it)
-#   make bench          benchmarks on local control planes (the engine's, bench-memory, bench-compat)
+#   make bench          benchmarks on local control planes (the engine's, bench-memory, bench-compat,
+#                       bench-sharded)
 #   make bench-compat   --compat at scale: 100 annotated sources into 1000 namespaces, then churn
 #   make bench-pull     hub → 10 spokes × 100 namespaces on 11 local control planes: pull (one
 #                       fan-out per spoke) against push (one on the hub); also part of make bench
 #                       (KUBESYNC_BENCH_QUICK=1: 2 spokes × 10 namespaces, one round)
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
+#                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
+#   make bench-sharded  one `kubesync run` against three `run --sharded` replicas: 60 ObjectSyncs ×
+#                       100 namespaces and 6 RemoteClusters, then a fleet of 20 RemoteClusters on
+#                       4 control planes; per replica RSS, watches, units, and time to every copy
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
 #   make control-plane  build etcd, kube-apiserver, kube-controller-manager and kubectl of
 #                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
@@ -35,7 +40,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -80,12 +85,16 @@ bench: control-plane
 	$(CARGO) bench -p kubesync
 	$(CARGO) bench -p kubesync-cli --bench memory
 	$(CARGO) bench -p kubesync-cli --bench compat
+	$(CARGO) bench -p kubesync-cli --bench sharded
 
 bench-compat: control-plane
 	$(CARGO) bench -p kubesync-cli --bench compat
 
 bench-memory: control-plane
 	$(CARGO) bench -p kubesync-cli --bench memory
+
+bench-sharded: control-plane
+	$(CARGO) bench -p kubesync-cli --bench sharded
 
 bench-pull: control-plane
 	$(CARGO) bench -p kubesync --bench pull

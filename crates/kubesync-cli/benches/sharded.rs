@@ -93,8 +93,7 @@ struct Size {
     syncs: usize,
     namespaces: usize,
     regions: usize,
-    /// Scenario 2: remote control planes, RemoteClusters on each, namespaces per RemoteCluster,
-    /// ObjectSyncs.
+    /// Scenario 2: control planes, RemoteClusters on each, namespaces of each, ObjectSyncs.
     planes: usize,
     per_plane: usize,
     fleet_namespaces: usize,
@@ -440,10 +439,10 @@ impl<'a> Bench<'a> {
         until("the units owned and running", &mut processes, || async {
             let mut all = Vec::new();
             for port in &ports {
-                let Some(gauges) = gauges(*port).await else {
+                let Some(read) = gauges(*port).await else {
                     return Ok(None);
                 };
-                all.push(gauges);
+                all.push(read);
             }
             let engines: f64 = all.iter().map(|g| g.engines).sum();
             let units: f64 = all.iter().filter_map(|g| g.units).sum();
@@ -457,19 +456,19 @@ impl<'a> Bench<'a> {
         let mut rows = Vec::new();
         for p in &processes {
             let (rss, peak) = p.running.memory()?;
-            let gauges = gauges(p.port)
+            let read = gauges(p.port)
                 .await
                 .ok_or_else(|| anyhow::anyhow!("{}: no answer on /metrics", p.name))?;
             rows.push(Row {
                 name: p.name.clone(),
                 rss,
                 peak: Some(peak),
-                gauges,
+                gauges: read,
             });
         }
         if sharded {
             let sum = |f: fn(&Row) -> f64| rows.iter().map(f).sum::<f64>();
-            let together = Row {
+            rows.push(Row {
                 name: "(together)".into(),
                 rss: sum(|r| r.rss),
                 peak: None,
@@ -479,8 +478,7 @@ impl<'a> Bench<'a> {
                     units: Some(sum(|r| r.gauges.units.unwrap_or(0.0))),
                     settled: true,
                 },
-            };
-            rows.push(together);
+            });
         }
         let mut watches = Vec::new();
         for (name, clients, before) in &self.apiservers {
@@ -546,8 +544,12 @@ where
         if let Some(found) = check().await? {
             return Ok(found);
         }
-        if let Some(p) = processes.iter_mut().find(|p| !p.running.alive()) {
-            anyhow::bail!("{} exited while waiting for {what}", p.name);
+        for p in processes.iter_mut() {
+            anyhow::ensure!(
+                p.running.alive(),
+                "{} exited while waiting for {what}",
+                p.name
+            );
         }
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -575,14 +577,9 @@ impl Copies {
             let mut copies = BTreeSet::new();
             let mut listed = false;
             let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+            let key = |m: PartialObjectMeta<ConfigMap>| (m.metadata.namespace, m.metadata.name);
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { continue };
-                let key = |m: PartialObjectMeta<ConfigMap>| {
-                    (
-                        m.metadata.namespace.unwrap_or_default(),
-                        m.metadata.name.unwrap_or_default(),
-                    )
-                };
                 match event {
                     Event::Init => {
                         copies.clear();
@@ -654,7 +651,10 @@ async fn open_watches(clients: &[kube::Client]) -> anyhow::Result<i64> {
                 labels
                     .split(',')
                     .any(|kv| kv == "verb=\"WATCH\"")
-                    .then(|| value.trim().parse::<f64>().ok())?
+                    .then_some(value)?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
             })
             .sum::<f64>();
     }
@@ -684,20 +684,22 @@ fn print_outcomes(outcomes: &[Outcome], resource_syncs: bool) {
     }
     for (outcome, run) in outcomes.iter().zip(["A", "B"]) {
         let ready = match (run, resource_syncs) {
-            ("B", _) => "views settled, every unit owned once",
-            (_, true) => "every ResourceSync running",
-            _ => "ready",
+            ("B", _) => Some("views settled, every unit owned once"),
+            (_, true) => Some("every ResourceSync running"),
+            _ => None,
         };
+        let ready = ready.map_or(String::new(), |r| {
+            format!(", {r} after {:.2} s", outcome.settled.as_secs_f64())
+        });
         let watches: Vec<String> = outcome
             .watches
             .iter()
             .map(|(name, n)| format!("{name} {n:+}"))
             .collect();
         println!(
-            "  {run}: every copy{} after {:.2} s, {ready} after {:.2} s; open watches: {}",
+            "  {run}: every copy{} after {:.2} s{ready}; open watches: {}",
             if resource_syncs { " and Widget" } else { "" },
             outcome.copied.as_secs_f64(),
-            outcome.settled.as_secs_f64(),
             watches.join(", ")
         );
     }

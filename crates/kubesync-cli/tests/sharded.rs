@@ -320,8 +320,11 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
         );
     }
     for port in &ports {
-        let (code, body) = request(*port, "GET", "/readyz").await.expect("readyz");
-        assert_eq!(code, 200, "every active member is ready: {body}");
+        eventually("every active member is ready", T, || async {
+            let (code, _) = request(*port, "GET", "/readyz").await?;
+            (code == 200).then_some(())
+        })
+        .await;
     }
     let started = Instant::now();
     copies_at(&env, "v1", T * 3).await;
@@ -428,10 +431,22 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
             detail
                 .entry((e.namespace().to_string(), e.name().to_string()))
                 .or_default()
-                .push(format!("{who} {} {} {} {}", e.stage_timestamp, e.verb, e.code(), e.request_uri));
+                .push(format!(
+                    "{who} {} {} {} {}",
+                    e.stage_timestamp,
+                    e.verb,
+                    e.code(),
+                    e.request_uri
+                ));
         }
         if e.code() == 409 {
-            refused.push(format!("{who}: {} {} {}/{}", e.verb, e.resource(), e.namespace(), e.name()));
+            refused.push(format!(
+                "{who}: {} {} {}/{}",
+                e.verb,
+                e.resource(),
+                e.namespace(),
+                e.name()
+            ));
         }
         let Some(unit) = unit_of(e) else {
             unknown.insert(format!(
@@ -460,7 +475,10 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
         }
     }
     assert!(unknown.is_empty(), "writes to no known unit: {unknown:?}");
-    assert!(refused.is_empty(), "writes sent twice (refused as conflicts): {refused:?}");
+    assert!(
+        refused.is_empty(),
+        "writes sent twice (refused as conflicts): {refused:?}"
+    );
     assert!(
         strays.is_empty(),
         "writes outside the writer's share: {strays:#?}"

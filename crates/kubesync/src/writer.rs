@@ -519,9 +519,10 @@ impl Writer {
                         fingerprint: fingerprint(&uid),
                         at: Instant::now(),
                     };
-                    self.recent
-                        .lock()
-                        .record(write_key((cluster, ar, namespace, name), "delete", ""), written);
+                    self.recent.lock().record(
+                        write_key((cluster, ar, namespace, name), "delete", ""),
+                        written,
+                    );
                 }
                 Ok(Deleted::Requested)
             }
@@ -541,6 +542,45 @@ mod tests {
             fingerprint,
             at: Instant::now(),
         }
+    }
+
+    #[tokio::test]
+    async fn creates_and_deletes_are_remembered_for_their_object_and_body() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let writer = Writer::new();
+        let body = serde_json::json!({"data": {"a": "1"}});
+        let at = (Some("ns"), "copy");
+        assert!(!writer.created_recently(&cluster, &ar, at, "fm", &body));
+        let record = |kind: &str, manager: &str, fingerprint: u64, age: Duration| {
+            writer.recent.lock().record(
+                write_key((&cluster, &ar, at.0, at.1), kind, manager),
+                Written {
+                    resource_version: 7,
+                    fingerprint,
+                    at: Instant::now() - age,
+                },
+            )
+        };
+        record("create", "fm", fingerprint(&body), Duration::ZERO);
+        assert!(writer.created_recently(&cluster, &ar, at, "fm", &body));
+        let other = serde_json::json!({"data": {"a": "2"}});
+        assert!(
+            !writer.created_recently(&cluster, &ar, at, "fm", &other),
+            "another body"
+        );
+        assert!(!writer.created_recently(&cluster, &ar, (Some("ns"), "else"), "fm", &body));
+        assert!(!writer.created_recently(&cluster, &ar, at, "other-manager", &body));
+        record("delete", "", fingerprint(&"uid-1"), Duration::ZERO);
+        assert!(writer.deleted_recently(&cluster, &ar, at, "uid-1"));
+        assert!(
+            !writer.deleted_recently(&cluster, &ar, at, "uid-2"),
+            "another object"
+        );
+        // Forgotten after REMEMBER.
+        record("create", "fm", fingerprint(&body), REMEMBER);
+        assert!(!writer.created_recently(&cluster, &ar, at, "fm", &body));
     }
 
     #[test]

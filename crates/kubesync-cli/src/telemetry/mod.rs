@@ -413,6 +413,30 @@ mod tests {
         Operator::new(kubesync::Cluster::new("local", client))
     }
 
+    #[tokio::test]
+    async fn a_member_is_ready_only_once_it_works_on_its_share() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let shards = crate::shard::Shards::new("me");
+        let operator = Operator::with_options(
+            kubesync::Cluster::new("local", client),
+            crate::operator::OperatorOptions {
+                shards: Some(shards.clone()),
+                ..Default::default()
+            },
+        );
+        let (ready, why) = readiness(&operator);
+        assert!(!ready && why.contains("joining"), "{why}");
+        let view = crate::shard::assign::View::new(["me"]);
+        let digest = view.digest().to_string();
+        shards.change(|t| {
+            t.adopt(view);
+            t.settle(|_| Some(digest.as_str()))
+        });
+        // Active now: what remains is the operator's own watches.
+        assert_eq!(readiness(&operator), (false, "not started".into()));
+    }
+
     async fn request(port: u16, method: &str, path: &str) -> (u16, String, String) {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
