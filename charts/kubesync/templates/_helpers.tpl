@@ -90,8 +90,8 @@ Service use.
 Checks of values that would give a broken install.
 */}}
 {{- define "kubesync.validate" -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElect) -}}
-{{- fail (printf "replicas: %v needs leaderElect: true (without it every replica would work at once)" .Values.replicas) -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElect) (not .Values.sharded.enabled) -}}
+{{- fail (printf "replicas: %v needs leaderElect: true or sharded.enabled: true (without either every replica would work on everything at once)" .Values.replicas) -}}
 {{- end -}}
 {{- if not (has (toString .Values.logFormat) (list "json" "text")) -}}
 {{- fail (printf "logFormat %q is neither json nor text" (toString .Values.logFormat)) -}}

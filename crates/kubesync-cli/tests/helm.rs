@@ -170,7 +170,9 @@ fn label_maps(o: &Value) -> &'static [&'static str] {
             "/spec/template/metadata/labels",
         ],
         Some("Service") => &["/metadata/labels", "/spec/selector"],
-        Some("ServiceMonitor") => &["/metadata/labels", "/spec/selector/matchLabels"],
+        Some("ServiceMonitor" | "PodDisruptionBudget") => {
+            &["/metadata/labels", "/spec/selector/matchLabels"]
+        }
         _ => &["/metadata/labels"],
     }
 }
@@ -370,6 +372,20 @@ fn compat_renders_config_compat() {
         .filter(|o| o["kind"] != "Namespace")
         .collect();
     assert_same_objects("compat vs config/compat", &chart, &config);
+}
+
+#[test]
+fn sharded_renders_config_sharded() {
+    let chart = render(&["--set", "sharded.enabled=true,replicas=3"]);
+    let config: Vec<Value> = kustomize("sharded")
+        .into_iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .collect();
+    assert_same_objects("sharded.enabled vs config/sharded", &chart, &config);
+    // Sharded replicas need no leader election.
+    let alone = render(&["--set", "sharded.enabled=true,replicas=3,leaderElect=false"]);
+    let args = &container(&alone)["args"];
+    assert_eq!(args, &serde_json::json!(["run", "--sharded"]));
 }
 
 #[test]
