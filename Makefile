@@ -20,8 +20,8 @@
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
 #   make bench-sharded  one `kubesync run` against three `run --sharded` replicas: 60 ObjectSyncs ×
-#                       100 namespaces and 6 RemoteClusters, then a fleet of 20 RemoteClusters on
-#                       4 control planes; per replica RSS, watches, units, and time to every copy
+#                       100 namespaces and 6 RemoteClusters, then a fleet of 20 RemoteClusters (20
+#                       control planes); per replica RSS, watches, units, and time to every copy
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
 #   make control-plane  build etcd, kube-apiserver, kube-controller-manager and kubectl of
 #                       $(K8S_VERSION) (default: the newest supported) from Go modules, cached
