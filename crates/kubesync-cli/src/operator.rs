@@ -352,12 +352,25 @@ impl Operator {
             kube::core::ApiResource::erase::<RemoteCluster>(&()),
             kube::core::ApiResource::erase::<ResourceSync>(&()),
         ];
+        let declarations = types.len();
         if let Some(compat) = &self.compat {
             types.extend(compat.resources().iter().cloned());
         }
         let mut units = Vec::new();
-        for ar in &types {
+        for (i, ar) in types.iter().enumerate() {
             for object in ctx.list(LOCAL, ar) {
+                // Of the kinds --compat reads, only objects with the tools' annotations (the
+                // only ones its store keeps) declare something; a source whose annotations
+                // went and whose copies remain is found by the periodic pass.
+                if i >= declarations
+                    && object
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_none_or(|a| a.is_empty())
+                {
+                    continue;
+                }
                 let key = ObjectKey::new(
                     LOCAL,
                     ar,

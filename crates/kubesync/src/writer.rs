@@ -223,24 +223,24 @@ impl Writer {
         done
     }
 
-    /// Whether this writer created the object (namespace, name) with this `body` in the last
-    /// 30 s: a store that shows no such object may just not show the create yet, so the
-    /// caller reads it live before creating it again (a second create would be a write the
-    /// apiserver refuses, or a copy made twice).
+    /// Whether this writer created the object (namespace, name) in the last 30 s: a store
+    /// that shows no such object may just not show the create yet, so the caller reads it
+    /// live before creating it again (a second create would be a write the apiserver refuses,
+    /// or a copy made twice). The body is not compared (hashing every create's body costs
+    /// more than the rare live read).
     pub fn created_recently(
         &self,
         cluster: &Cluster,
         ar: &ApiResource,
         (namespace, name): (Option<&str>, &str),
         field_manager: &str,
-        body: &impl serde::Serialize,
     ) -> bool {
         let key = write_key((cluster, ar, namespace, name), "create", field_manager);
         self.recent
             .lock()
             .written
             .get(&key)
-            .is_some_and(|w| w.at.elapsed() < REMEMBER && w.fingerprint == fingerprint(body))
+            .is_some_and(|w| w.at.elapsed() < REMEMBER)
     }
 
     /// Whether this writer asked in the last 30 s to delete the object (namespace, name) of
@@ -321,7 +321,7 @@ impl Writer {
         self.remember(
             (cluster, ar, namespace, &name),
             ("create", field_manager),
-            fingerprint(obj),
+            0,
             &answer,
         );
         Ok(answer)
@@ -545,14 +545,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn creates_and_deletes_are_remembered_for_their_object_and_body() {
+    async fn creates_and_deletes_are_remembered_for_their_object() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
         let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let writer = Writer::new();
-        let body = serde_json::json!({"data": {"a": "1"}});
         let at = (Some("ns"), "copy");
-        assert!(!writer.created_recently(&cluster, &ar, at, "fm", &body));
+        assert!(!writer.created_recently(&cluster, &ar, at, "fm"));
         let record = |kind: &str, manager: &str, fingerprint: u64, age: Duration| {
             writer.recent.lock().record(
                 write_key((&cluster, &ar, at.0, at.1), kind, manager),
@@ -563,15 +562,10 @@ mod tests {
                 },
             )
         };
-        record("create", "fm", fingerprint(&body), Duration::ZERO);
-        assert!(writer.created_recently(&cluster, &ar, at, "fm", &body));
-        let other = serde_json::json!({"data": {"a": "2"}});
-        assert!(
-            !writer.created_recently(&cluster, &ar, at, "fm", &other),
-            "another body"
-        );
-        assert!(!writer.created_recently(&cluster, &ar, (Some("ns"), "else"), "fm", &body));
-        assert!(!writer.created_recently(&cluster, &ar, at, "other-manager", &body));
+        record("create", "fm", 0, Duration::ZERO);
+        assert!(writer.created_recently(&cluster, &ar, at, "fm"));
+        assert!(!writer.created_recently(&cluster, &ar, (Some("ns"), "else"), "fm"));
+        assert!(!writer.created_recently(&cluster, &ar, at, "other-manager"));
         record("delete", "", fingerprint(&"uid-1"), Duration::ZERO);
         assert!(writer.deleted_recently(&cluster, &ar, at, "uid-1"));
         assert!(
@@ -579,8 +573,8 @@ mod tests {
             "another object"
         );
         // Forgotten after REMEMBER.
-        record("create", "fm", fingerprint(&body), REMEMBER);
-        assert!(!writer.created_recently(&cluster, &ar, at, "fm", &body));
+        record("create", "fm", 0, REMEMBER);
+        assert!(!writer.created_recently(&cluster, &ar, at, "fm"));
     }
 
     #[test]

@@ -230,7 +230,6 @@ impl FanOut {
                     ar,
                     (at.namespace(), &at.name),
                     FIELD_MANAGER,
-                    &w.desired,
                 )
             });
         let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy)
