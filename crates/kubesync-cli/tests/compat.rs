@@ -685,7 +685,19 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
     assert_eq!(
         operator_writes(&env, "secrets", "team-a", "db").len(),
         writes_before,
-        "the edited copy is not written while the source stands still"
+        "the edited copy is not written while the source stands still: {:?}",
+        env.audit()
+            .expect("audit")
+            .iter()
+            .filter(|e| e.is_write() && e.user.username == OPERATOR && e.name() == "db")
+            .map(|e| format!(
+                "{} {} {} {}",
+                e.stage_timestamp,
+                e.verb,
+                e.code(),
+                e.request_uri
+            ))
+            .collect::<Vec<_>>()
     );
     // The source changes: the copy follows it.
     secrets("ops")

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{RunningBinary, T, free_port, operator_cluster, request, sample};
+use common::{RunningBinary, T, free_port, operator_cluster, operator_command, request, sample};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -14,23 +14,17 @@ use kubesync_testenv::{TestEnv, eventually};
 
 /// The command of a replica with leader election, its telemetry on `port`.
 fn replica_command(env: &TestEnv, port: u16) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"));
-    command
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path().expect("kubeconfig"))
-        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .arg("--metrics-insecure")
-        .args([
+    operator_command(
+        &env.kubeconfig_path().expect("kubeconfig"),
+        port,
+        &[
             "--leader-elect",
             "--leader-election-namespace",
             "kube-system",
             "--trusted-namespace",
             "apps",
-        ])
-        .env("RUST_LOG", "warn");
-    command
+        ],
+    )
 }
 
 /// Starts a replica with leader election; returns it and its telemetry port.

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{RunningBinary, T, free_port, operator_cluster_from, request, sample};
+use common::{
+    RunningBinary, T, free_port, operator_cluster_from, operator_command, request, sample,
+};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -37,30 +39,20 @@ fn dest(i: usize) -> String {
 }
 
 /// A replica: `kubesync run --sharded` as the user of its name, with that identity.
-fn replica(env: &TestEnv, dir: &std::path::Path, name: &str) -> (RunningBinary, u16) {
-    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
-    std::fs::write(
-        &kubeconfig,
-        env.kubeconfig_yaml_as(name).expect("kubeconfig"),
-    )
-    .expect("write");
+fn replica(env: &TestEnv, name: &str) -> (RunningBinary, u16) {
+    let kubeconfig = env.dir().join(format!("{name}.kubeconfig"));
+    let yaml = env.kubeconfig_yaml_as(name).expect("kubeconfig");
+    std::fs::write(&kubeconfig, yaml).expect("write");
     let port = free_port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-        .arg("--metrics-insecure")
-        .args([
-            "--sharded",
-            "--identity",
-            name,
-            "--trusted-namespace",
-            "team",
-        ])
+    let args = [
+        "--sharded",
+        "--identity",
+        name,
+        "--trusted-namespace",
+        "team",
+    ];
+    let child = operator_command(&kubeconfig, port, &args)
         .env("POD_NAMESPACE", SYSTEM)
-        .env("RUST_LOG", "warn")
         .spawn()
         .expect("run kubesync");
     (RunningBinary(child), port)
@@ -331,11 +323,8 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
     }
 
     let (acks, witness) = witness(&env);
-    let dir = tempfile_dir();
-    let mut replicas: Vec<(RunningBinary, u16)> = REPLICAS
-        .iter()
-        .map(|name| replica(&env, &dir, name))
-        .collect();
+    let mut replicas: Vec<(RunningBinary, u16)> =
+        REPLICAS.iter().map(|name| replica(&env, name)).collect();
     let ports: Vec<u16> = replicas.iter().map(|(_, p)| *p).collect();
 
     // Each works on its share: every unit owned once, each replica a third of them (±15
@@ -562,11 +551,4 @@ async fn converged(ports: &[u16], within: Duration) {
         (ready == SYNCS as f64 && engines == REGIONS as f64).then_some(())
     })
     .await;
-}
-
-/// A directory for the replicas' kubeconfigs, removed at exit by the OS's temp cleaning.
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kubesync-sharded-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    dir
 }

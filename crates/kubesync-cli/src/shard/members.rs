@@ -244,25 +244,23 @@ pub async fn serve<W: Work>(
     };
     renewer.abort();
     let _ = renewer.await;
-    // Stop working on everything and let the reconciles in flight finish.
     let before = shards.tenure();
     shards.change(Tenure::resign);
+    if let Some(reason) = ended {
+        // No reconcile starts any more; the caller exits at once, before the Lease can
+        // expire on another member's clock (no waiting for the ones in flight).
+        tracing::error!(%reason, "lost the member Lease: stopped working");
+        return Ended::Lost(reason);
+    }
+    // Stop working on everything, let the reconciles in flight finish, then leave.
     shards.drain().await;
     work.release(&shards).await;
     count(&shards, work.as_ref(), &before);
-    match ended {
-        Some(reason) => {
-            tracing::error!(%reason, "lost the member Lease: stopped working");
-            Ended::Lost(reason)
-        }
-        None => {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => tracing::info!("left the members: the member Lease is deleted"),
-                Err(e) => tracing::warn!(error = %e, "could not delete the member Lease"),
-            }
-            Ended::Stopped
-        }
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => tracing::info!("left the members: the member Lease is deleted"),
+        Err(e) => tracing::warn!(error = %e, "could not delete the member Lease"),
     }
+    Ended::Stopped
 }
 
 /// Renews the member Lease every retry period, and at once when the acknowledged view

@@ -122,6 +122,26 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// `kubesync run` on `kubeconfig`, its probes and `/metrics` (plain HTTP) on `port`, with `args`
+/// more (logs at `warn`, to the test's output).
+pub fn operator_command(
+    kubeconfig: &std::path::Path,
+    port: u16,
+    args: &[&str],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"));
+    command
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .arg("--metrics-insecure")
+        .args(args)
+        .env("RUST_LOG", "warn");
+    command
+}
+
 /// A `kubesync` process, killed when the test ends, however it ends.
 pub struct RunningBinary(pub std::process::Child);
 

@@ -21,7 +21,9 @@ use kube::api::{Api, DeleteParams};
 use kubesync_testenv::{AuditEvent, TestEnv, TestEnvBuilder};
 use serde_json::Value;
 
-use crate::common::{RunningBinary, free_port, operator_cluster_from, request, sample};
+use crate::common::{
+    RunningBinary, free_port, operator_cluster_from, operator_command, request, sample,
+};
 
 /// The identities the operator's replicas run as: ordinary users that RBAC grants
 /// everything. Not `system:masters`, so that an apiserver's in-flight limits apply to them
@@ -426,14 +428,7 @@ impl Operator {
         let n = std::fs::read_dir(env.dir()).map_or(0, |d| d.count());
         let log_path = env.dir().join(format!("{user}-{n}.log"));
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubesync"))
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-address", &format!("127.0.0.1:{port}")])
-            .arg("--metrics-insecure")
-            .args(["--trusted-namespace", "apps"])
+        let child = operator_command(&kubeconfig, port, &["--trusted-namespace", "apps"])
             .args(args)
             .env("RUST_LOG", log)
             .env("KUBESYNC_LOG_FORMAT", "json")

@@ -269,28 +269,12 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                 plan.statuses
                     .push(status(DestinationState::Synced, String::new(), &source_rv));
             }
-            // Created once, then the destination's: never updated.
-            // The version gate: the copy carries the source's version; someone else's change
-            // to it stays until the source changes.
             Decision::Update
-                if spec.update_policy == UpdatePolicy::OnSourceChange
-                    && existing
-                        .as_deref()
-                        .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
-                        .is_some_and(|v| v == source_rv) =>
+                if let Some((message, version)) =
+                    held_back(spec.update_policy, existing.as_deref(), &source_rv) =>
             {
-                plan.statuses.push(status(
-                    DestinationState::Synced,
-                    "held back by the version gate: the source has not changed since this copy was written".into(),
-                    &source_rv,
-                ));
-            }
-            Decision::Update if spec.update_policy == UpdatePolicy::CreateOnly => {
-                plan.statuses.push(status(
-                    DestinationState::Synced,
-                    "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)".into(),
-                    "",
-                ));
+                plan.statuses
+                    .push(status(DestinationState::Synced, message.into(), version));
             }
             Decision::Conflict(message) => {
                 plan.statuses
@@ -467,6 +451,35 @@ pub fn withdrawn<S: Stores>(
             .get(&d.at)
             .is_some_and(|copy| !consented(consent, local, stores, copy, &d.at))
     })
+}
+
+/// Why an update of the copy `existing` is held back by the update policy (pure), with the
+/// source version its status reports: created once, then the destination's (`CreateOnly`:
+/// never updated); or the version gate (`OnSourceChange`: the copy carries the source's
+/// version `source_rv`, and someone else's change to it stays until the source changes).
+/// The plan decides with it, and so does a decision made again on a live read.
+pub fn held_back<'a>(
+    policy: UpdatePolicy,
+    existing: Option<&DynamicObject>,
+    source_rv: &'a str,
+) -> Option<(&'static str, &'a str)> {
+    match policy {
+        UpdatePolicy::OnSourceChange
+            if existing
+                .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
+                .is_some_and(|v| v == source_rv) =>
+        {
+            Some((
+                "held back by the version gate: the source has not changed since this copy was written",
+                source_rv,
+            ))
+        }
+        UpdatePolicy::CreateOnly => Some((
+            "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)",
+            "",
+        )),
+        _ => None,
+    }
 }
 
 /// A decision to adopt the object `there`, held to the destination's consent (`refused`: why

@@ -303,7 +303,9 @@ impl FanOut {
                     w.strategy,
                     decl.spec.on_conflict,
                 );
-                // Held to the same consent and adoption rule as the plan's decision.
+                // Held to the same consent, adoption rule and update policy as the plan's
+                // decision (a create that finds the copy there does not update it past the
+                // version gate or CreateOnly).
                 let decision = plan::gate_adoption(
                     decision,
                     w.adoption_refused.as_deref(),
@@ -311,6 +313,19 @@ impl FanOut {
                     found.as_ref(),
                     &w.desired,
                 );
+                let decision = match decision {
+                    Decision::Update
+                        if plan::held_back(
+                            decl.spec.update_policy,
+                            found.as_ref(),
+                            &w.source_resource_version,
+                        )
+                        .is_some() =>
+                    {
+                        Decision::InSync
+                    }
+                    other => other,
+                };
                 Ok((found.map(Arc::new), decision))
             }
             Err(e) => Err(DestinationStatus::new(

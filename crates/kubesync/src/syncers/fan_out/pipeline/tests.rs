@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, OnConflict, Owner};
-use crate::syncers::fan_out::spec::{FanOutSpec, SourceRef};
+use crate::syncers::fan_out::spec::{FanOutSpec, SourceRef, UpdatePolicy};
 use crate::{Cluster, Controller};
 
 type Seen = Arc<Mutex<Vec<String>>>;
@@ -70,8 +70,20 @@ fn declaration(ar: ApiResource) -> Declaration {
 /// Settles a `Create` at `ns/copy` in `ctx`'s cluster `local`, the store having shown
 /// nothing there.
 async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStatus {
+    settle_create_under(fan, ctx, ns, UpdatePolicy::Sync, false).await
+}
+
+/// [`settle_create`] under an update policy, its write confirmed live first or not.
+async fn settle_create_under(
+    fan: &FanOut,
+    ctx: &Context,
+    ns: &str,
+    policy: UpdatePolicy,
+    confirm: bool,
+) -> DestinationStatus {
     let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-    let decl = declaration(ar);
+    let mut decl = declaration(ar);
+    decl.spec.update_policy = policy;
     let mut desired: DynamicObject =
         serde_json::from_value(secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE="))
             .expect("desired");
@@ -92,7 +104,7 @@ async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStat
         changed: Vec::new(),
         adoption_refused: None,
     };
-    fan.settle(ctx, &decl, &write, false).await.0
+    fan.settle(ctx, &decl, &write, confirm).await.0
 }
 
 /// A create whose name turns out to be taken reads the object and decides once more.
@@ -192,6 +204,45 @@ async fn a_create_that_finds_someone_elses_object_leaves_it_alone() {
         st.message
     );
     assert_eq!(seen, POST_THEN_GET, "no write after the read");
+}
+
+/// A create (or a write confirmed live first) that finds this declaration's copy there with
+/// other content does not update it past the update policy: CreateOnly never updates, the
+/// version gate holds a copy of the current source version.
+#[tokio::test]
+async fn a_create_that_finds_its_copy_changed_keeps_to_the_update_policy() {
+    let mut changed = secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "bWluZQ==");
+    changed["metadata"]["annotations"] = serde_json::json!({rules::SOURCE_VERSION: "7"});
+    for (policy, confirm, requests) in [
+        (UpdatePolicy::CreateOnly, false, POST_THEN_GET.to_vec()),
+        (UpdatePolicy::OnSourceChange, false, POST_THEN_GET.to_vec()),
+        (
+            UpdatePolicy::CreateOnly,
+            true,
+            vec!["GET /api/v1/namespaces/ns/secrets/copy"],
+        ),
+    ] {
+        let answers = match confirm {
+            true => vec![(200, changed.clone())],
+            false => vec![(409, status(409, "AlreadyExists")), (200, changed.clone())],
+        };
+        let (client, seen) = canned(answers);
+        let ctx = Controller::new()
+            .cluster(Cluster::new("local", client))
+            .context();
+        let st = settle_create_under(&FanOut::new("local"), &ctx, "ns", policy, confirm).await;
+        assert_eq!(
+            st.state,
+            DestinationState::Synced,
+            "{policy:?}: {}",
+            st.message
+        );
+        assert_eq!(
+            *seen.lock(),
+            requests,
+            "{policy:?}: no write after the read"
+        );
+    }
 }
 
 #[tokio::test]
