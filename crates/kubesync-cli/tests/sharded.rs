@@ -339,6 +339,26 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
             "{name} works on {total} of {units} units"
         );
     }
+    // Every shard metric of the catalog is served, with its type and help.
+    let (_, metrics) = request(ports[0], "GET", "/metrics").await.expect("metrics");
+    for entry in kubesync_cli::telemetry::catalog::ALL
+        .iter()
+        .filter(|e| e.name.starts_with("kubesync_shard_"))
+    {
+        let type_name = entry.name.trim_end_matches("_total");
+        let kind = entry.kind.as_str();
+        assert!(
+            metrics.contains(&format!("# TYPE {} {kind}\n", entry.name))
+                || metrics.contains(&format!("# TYPE {type_name} {kind}\n")),
+            "{} is not served as a {kind}:\n{metrics}",
+            entry.name
+        );
+        assert!(
+            metrics.contains(&format!("# HELP {} {}.\n", entry.name, entry.help)),
+            "{}'s help",
+            entry.name
+        );
+    }
     for port in &ports {
         eventually("every active member is ready", T, || async {
             let (code, _) = request(*port, "GET", "/readyz").await?;
