@@ -737,6 +737,15 @@ mod tests {
     }
 
     #[test]
+    fn sharding_and_leader_election_exclude_each_other() {
+        assert!(Cli::try_parse_from(["kubesync", "run", "--sharded"]).is_ok());
+        let err = Cli::try_parse_from(["kubesync", "run", "--sharded", "--leader-elect"])
+            .expect_err("both")
+            .to_string();
+        assert!(err.contains("--sharded"), "{err}");
+    }
+
+    #[test]
     fn a_remote_source_namespace_names_a_cluster_and_a_namespace() {
         let run = |entry: &str| {
             Cli::try_parse_from(["kubesync", "run", "--allow-remote-source-namespace", entry])

@@ -445,7 +445,7 @@ impl Operator {
             None => {
                 self.object_syncs.fan_out().forget(ctx, key);
                 if let Some(compat) = &self.compat {
-                    compat.release(|k| k != key);
+                    compat.forget(key);
                 }
             }
         }

@@ -209,6 +209,12 @@ impl CompatController {
         self.summaries.lock().retain(|k, _| keep(k));
     }
 
+    /// Forgets (in memory only) one object: a replica of `--sharded` that does not work on it.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.announced.lock().remove(key);
+        self.summaries.lock().remove(key);
+    }
+
     /// Which copies each source made (fed by the copies' watch: see [`CopyIndex::note`]).
     pub fn copies(&self) -> Arc<CopyIndex> {
         self.copies.clone()
