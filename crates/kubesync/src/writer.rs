@@ -466,7 +466,9 @@ impl Writer {
 
     /// Adds (`present = true`) or removes a finalizer, guarded by the object's
     /// resourceVersion so that concurrent changes to the list are never lost. Sends nothing
-    /// if the list already is as asked.
+    /// if the list already is as asked, or if this writer sent the same patch already and
+    /// `obj` is older than its answer (a store behind the write: sending it again would only
+    /// be refused as a conflict).
     pub async fn set_finalizer(
         &self,
         cluster: &Cluster,
@@ -479,6 +481,9 @@ impl Writer {
         let Some(patch) = crate::object::finalizer_patch(obj, finalizer, present) else {
             return Ok(None);
         };
+        if self.already_written(cluster, ar, obj, ("merge", field_manager), &patch) {
+            return Ok(None);
+        }
         let name = obj.metadata.name.clone().unwrap_or_default();
         self.merge_patch(
             cluster,
@@ -575,6 +580,32 @@ mod tests {
         // Forgotten after REMEMBER.
         record("create", "fm", 0, REMEMBER);
         assert!(!writer.created_recently(&cluster, &ar, at, "fm"));
+    }
+
+    #[tokio::test]
+    async fn a_finalizer_patch_is_not_sent_again_on_an_object_older_than_its_answer() {
+        // The cluster is unreachable: anything sent fails.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let writer = Writer::new();
+        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "19"}
+        }))
+        .expect("object");
+        let patch = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
+        writer.recent.lock().record(
+            write_key((&cluster, &ar, Some("ns"), "a"), "merge", "fm"),
+            written(20, fingerprint(&patch)),
+        );
+        let again = writer.set_finalizer(&cluster, &ar, &obj, "mine", true, "fm");
+        assert!(matches!(again.await, Ok(None)), "sent again");
+        // The same object once the store shows the answer (or a newer one): decided afresh.
+        let mut newer = obj.clone();
+        newer.metadata.resource_version = Some("21".into());
+        let sent = writer.set_finalizer(&cluster, &ar, &newer, "mine", true, "fm");
+        assert!(sent.await.is_err(), "sent to the unreachable cluster");
     }
 
     #[test]
