@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, Patch, PatchParams};
 use kubesync_testenv::eventually;
 
 #[tokio::test]
@@ -122,7 +122,7 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
     let (copier, mut reconciled) = observed(copier);
     let restarted = std::time::Instant::now();
     let running = start(controller, copier);
-    reconciled.of("settings", restarted).await;
+    reconciled.after_start("settings", restarted).await;
     assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
 
     // An object in the target that is not our copy is never touched.
@@ -158,13 +158,18 @@ async fn copy_example_creates_updates_repairs_and_deletes_copies() {
         }
     })
     .await;
-    let deleted = std::time::Instant::now();
+    let gone = Change::gone(reconciled.follow(key_of(
+        src,
+        &ApiResource::erase::<ConfigMap>(&()),
+        &ns,
+        "foreign",
+    )));
     src_cms
         .delete("foreign", &DeleteParams::default())
         .await
         .expect("delete source");
     // Witness: the source's deletion was reconciled (and the foreign object left alone).
-    reconciled.of("foreign", deleted).await;
+    reconciled.saw("foreign", &[&gone]).await;
     let foreign = dst_cms
         .get("foreign")
         .await

@@ -597,7 +597,14 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
 #[tokio::test]
 async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
     init_tracing();
-    let (east, west) = (shared("east"), shared("west"));
+    // West's audit log shows when the apiserver ended the watch.
+    let west = &kubesync_testenv::TestEnv::builder()
+        .name("west-audited")
+        .audit(true)
+        .start()
+        .await
+        .expect("start west");
+    let east = shared("east");
     let ns = unique_ns("dynamic");
     east.create_namespace(&ns).await.expect("ns");
     west.create_namespace(&ns).await.expect("ns");
@@ -613,7 +620,7 @@ async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
     // A second cluster and a watch there, at run time.
     ctx.add_cluster(cluster(west));
     let id = ctx
-        .start_watch("west", Watch::of::<ConfigMap>().namespace(&ns), None)
+        .start_watch(west.name(), Watch::of::<ConfigMap>().namespace(&ns), None)
         .expect("start watch");
     eventually("listed", Duration::from_secs(20), || {
         let listed = ctx.watch_listed(id);
@@ -622,12 +629,15 @@ async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
     .await;
     let cm_type = kube::core::ApiResource::erase::<ConfigMap>(&());
     assert_eq!(
-        ctx.list("west", &cm_type).len(),
+        ctx.list(west.name(), &cm_type).len(),
         1,
         "the store holds what existed"
     );
     // List items of built-in kinds come without apiVersion/kind; stored objects have them.
-    let stored = ctx.list("west", &cm_type)[0].types.clone().expect("typed");
+    let stored = ctx.list(west.name(), &cm_type)[0]
+        .types
+        .clone()
+        .expect("typed");
     assert_eq!(
         (stored.api_version.as_str(), stored.kind.as_str()),
         ("v1", "ConfigMap")
@@ -639,29 +649,49 @@ async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
             Duration::from_secs(20),
         )
         .await;
-        if k.cluster == "west" && k.name == "before" {
+        if k.cluster == west.name() && k.name == "before" {
             break;
         }
     }
     apply_cm(west, &configmap(&ns, "after", &[], &[])).await;
     loop {
         let k = next(&mut rx, "event of the new watch", Duration::from_secs(20)).await;
-        if k.cluster == "west" && k.name == "after" {
+        if k.cluster == west.name() && k.name == "after" {
             break;
         }
     }
 
-    // Stopped: its store is gone and its events stop.
+    // Stopped: its store is gone and its request ends at the apiserver (the audit log has
+    // a request's line once it ended), so no event can come through it any more.
+    let watch_uri = format!("/api/v1/namespaces/{ns}/configmaps?");
+    let watches_ended = || {
+        west.audit()
+            .expect("audit")
+            .iter()
+            .filter(|e| e.verb == "watch" && e.request_uri.starts_with(&watch_uri))
+            .count()
+    };
+    let ended_before = watches_ended();
     ctx.stop_watch(id);
     assert!(!ctx.watch_listed(id));
-    assert!(ctx.list("west", &cm_type).is_empty());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    while rx.try_recv().is_ok() {}
+    assert!(ctx.list(west.name(), &cm_type).is_empty());
+    eventually(
+        "the watch ended at the apiserver",
+        Duration::from_secs(20),
+        || {
+            let ended = watches_ended() > ended_before;
+            async move { ended.then_some(()) }
+        },
+    )
+    .await;
     apply_cm(west, &configmap(&ns, "ignored", &[], &[])).await;
     apply_cm(east, &configmap(&ns, "still-watched", &[], &[])).await;
     loop {
         let k = next(&mut rx, "east keeps working", Duration::from_secs(20)).await;
-        assert_ne!(k.cluster, "west", "no events after stop_watch: {k}");
+        assert!(
+            k.cluster != west.name() || k.name != "ignored",
+            "an event after stop_watch: {k}"
+        );
         if k.name == "still-watched" {
             break;
         }

@@ -39,7 +39,12 @@ fn widgets(env: &TestEnv, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(env.client().expect("client"), ns, &widget_type())
 }
 
-async fn apply_widget(env: &TestEnv, ns: &str, name: &str, body: serde_json::Value) {
+async fn apply_widget(
+    env: &TestEnv,
+    ns: &str,
+    name: &str,
+    body: serde_json::Value,
+) -> DynamicObject {
     let mut v = serde_json::json!({
         "apiVersion": "demo.kubesync.io/v1", "kind": "Widget",
         "metadata": {"name": name, "namespace": ns},
@@ -52,7 +57,7 @@ async fn apply_widget(env: &TestEnv, ns: &str, name: &str, body: serde_json::Val
             &Patch::Apply(&v),
         )
         .await
-        .expect("apply widget");
+        .expect("apply widget")
 }
 
 async fn set_status(env: &TestEnv, ns: &str, name: &str, status: serde_json::Value) {
@@ -82,7 +87,7 @@ async fn get(api: &Api<DynamicObject>, name: &str) -> Option<DynamicObject> {
 
 /// Waits until `name` satisfies `f` (absent objects fail `f`).
 /// Changes an annotation of `name` (a change that causes a reconcile and nothing else).
-async fn touch(api: &Api<DynamicObject>, name: &str) {
+async fn touch(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
     api.patch(
         name,
         &PatchParams::default(),
@@ -91,7 +96,7 @@ async fn touch(api: &Api<DynamicObject>, name: &str) {
         }}})),
     )
     .await
-    .expect("touch");
+    .expect("touch")
 }
 
 async fn until(
@@ -255,14 +260,17 @@ async fn remote_delete_with_unowned_namespace_deletes_only_what_kubesync_created
     let (running, mut reconciled) = common::start_engine_observed(engine).await;
     let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
     // A local Widget with no remote twin that kubesync did not create: never deleted.
-    let hand_made = std::time::Instant::now();
-    apply_widget(
-        local,
-        &ns,
-        "hand-made",
-        serde_json::json!({"spec": {"size": 9}}),
-    )
-    .await;
+    let hand_made = reconciled.follow(key_of(local, &widget_type(), &ns, "hand-made"));
+    let hand_made = Change::written(
+        hand_made,
+        &apply_widget(
+            local,
+            &ns,
+            "hand-made",
+            serde_json::json!({"spec": {"size": 9}}),
+        )
+        .await,
+    );
     apply_widget(
         remote,
         &ns,
@@ -278,7 +286,7 @@ async fn remote_delete_with_unowned_namespace_deletes_only_what_kubesync_created
     until_gone(&l, "synced", "local deleted").await;
     until_gone(&r, "synced", "finalizer released").await;
     // Its own reconcile saw it (a witness, not a sleep): no twin, not kubesync's — kept.
-    reconciled.of("hand-made", hand_made).await;
+    reconciled.saw("hand-made", &[&hand_made]).await;
     assert!(
         get(&l, "hand-made").await.is_some(),
         "an object kubesync did not create survives"
@@ -305,8 +313,11 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
     let (r, l) = (widgets(remote, &ns), widgets(local, &ns));
 
     // Paused remotely from the start: not even claimed.
-    let applied = std::time::Instant::now();
-    apply_widget(
+    let (remote_p, local_p) = (
+        reconciled.follow(key_of(remote, &widget_type(), &ns, "p")),
+        reconciled.follow(key_of(local, &widget_type(), &ns, "p")),
+    );
+    let applied = apply_widget(
         remote,
         &ns,
         "p",
@@ -315,7 +326,9 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
         }),
     )
     .await;
-    reconciled.of("p", applied).await;
+    reconciled
+        .saw("p", &[&Change::written(remote_p.clone(), &applied)])
+        .await;
     assert!(get(&r, "p").await.expect("p").finalizers().is_empty());
     assert!(get(&l, "p").await.is_none());
     // Unpause: synced.
@@ -334,36 +347,40 @@ async fn pause_on_either_side_stops_every_write_and_resumes() {
     .await;
 
     // Paused locally: spec changes and remote deletion wait.
-    l.patch(
-        "p",
-        &PatchParams::default(),
-        &Patch::Merge(
-            serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": "true"}}}),
-        ),
-    )
-    .await
-    .expect("pause locally");
+    let paused = l
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"kubesync.io/paused": "true"}}}),
+            ),
+        )
+        .await
+        .expect("pause locally");
+    let paused = Change::written(local_p, &paused);
     apply_widget(remote, &ns, "p", serde_json::json!({"spec": {"size": 2}})).await;
     r.delete("p", &DeleteParams::default())
         .await
         .expect("delete remote");
-    // Witness: once the remote deletion is visible, touch the remote object; its event comes
-    // after the deletion's on the same watch, so the reconcile it causes sees the deletion.
+    // Witness: once the remote deletion is visible, touch the remote object; a reconcile on
+    // stores showing the touch (after the deletion) and the local pause decided on both.
     eventually("remote deletion pending", T, || async {
         get(&r, "p")
             .await
             .filter(|o| o.metadata.deletion_timestamp.is_some())
     })
     .await;
-    let touched = std::time::Instant::now();
-    r.patch(
-        "p",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
-    )
-    .await
-    .expect("touch");
-    reconciled.of("p", touched).await;
+    let touched = r
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .expect("touch");
+    reconciled
+        .saw("p", &[&Change::written(remote_p, &touched), &paused])
+        .await;
     assert_eq!(
         get(&l, "p").await.expect("still there").data["spec"]["size"],
         1
@@ -859,7 +876,7 @@ async fn a_restart_with_everything_in_sync_makes_zero_writes() {
     let (running, mut reconciled) = common::start_engine_observed(second).await;
     // Every object's reconcile has completed: the witness that all were decided.
     for i in 0..5 {
-        reconciled.of(&format!("z{i}"), began).await;
+        reconciled.after_start(&format!("z{i}"), began).await;
     }
     assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
     running.stop().await;
@@ -903,9 +920,9 @@ async fn no_local_deletion_while_the_remote_is_unreachable_and_catch_up_after() 
     .await;
     // Witness: a change of the local object is reconciled during the outage (its twin's
     // last known state is written back; nothing is deleted).
-    let touched = std::time::Instant::now();
-    touch(&l, "keep").await;
-    reconciled.of("keep", touched).await;
+    let keep = reconciled.follow(key_of(local, &widget_type(), &ns, "keep"));
+    let touched = Change::written(keep, &touch(&l, "keep").await);
+    reconciled.saw("keep", &[&touched]).await;
     assert!(
         get(&l, "keep").await.is_some(),
         "no deletion while the remote is down"
@@ -1139,28 +1156,22 @@ async fn a_terminating_local_object_is_waited_for_then_recreated() {
     )
     .await
     .expect("finalizer");
-    l.delete("t", &DeleteParams::default())
+    let (remote_t, local_t) = (
+        reconciled.follow(key_of(remote, &widget_type(), &ns, "t")),
+        reconciled.follow(key_of(local, &widget_type(), &ns, "t")),
+    );
+    let terminating = l
+        .delete("t", &DeleteParams::default())
         .await
-        .expect("delete");
-    eventually("local deletion pending", T, || async {
-        get(&l, "t")
-            .await
-            .filter(|o| o.metadata.deletion_timestamp.is_some())
-    })
-    .await;
-    apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 2}})).await;
-    // Witness: after the new spec is visible remotely, touch the remote object; its event
-    // follows the spec change's on the same watch, so its reconcile saw size 2.
-    until(&r, "t", "remote spec 2", |o| o.data["spec"]["size"] == 2).await;
-    let touched = std::time::Instant::now();
-    r.patch(
-        "t",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
-    )
-    .await
-    .expect("touch");
-    reconciled.of("t", touched).await;
+        .expect("delete")
+        .left()
+        .expect("held by its finalizer");
+    let terminating = Change::written(local_t, &terminating);
+    let spec_2 = apply_widget(remote, &ns, "t", serde_json::json!({"spec": {"size": 2}})).await;
+    // Witness: a reconcile on stores showing the local deletion pending and the new spec.
+    reconciled
+        .saw("t", &[&Change::written(remote_t, &spec_2), &terminating])
+        .await;
     let waiting = get(&l, "t").await.expect("still terminating");
     assert!(waiting.metadata.deletion_timestamp.is_some());
     assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, Patch, PatchParams};
 use kubesync::syncer::SyncEngine;
 use kubesync_testenv::eventually;
 
@@ -26,14 +26,14 @@ fn service(name: &str, port: i32, annotations: serde_json::Value) -> serde_json:
     })
 }
 
-async fn apply_service(api: &Api<Service>, name: &str, body: serde_json::Value) {
+async fn apply_service(api: &Api<Service>, name: &str, body: serde_json::Value) -> Service {
     api.patch(
         name,
         &PatchParams::apply("tests").force(),
         &Patch::Apply(body),
     )
     .await
-    .expect("apply service");
+    .expect("apply service")
 }
 
 fn port(s: &Service) -> Option<i32> {
@@ -97,21 +97,28 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
     .await;
 
     // sync with a foreign target: left alone.
-    let web_applied = std::time::Instant::now();
-    apply_service(&source, "web", service("web", 81, serde_json::json!({}))).await;
+    let services = ApiResource::erase::<Service>(&());
+    let web = reconciled.follow(key_of(src, &services, &ns, "web"));
+    let web = Change::written(
+        web,
+        &apply_service(&source, "web", service("web", 81, serde_json::json!({}))).await,
+    );
 
     // Hook: a source that opts out is skipped.
-    let quiet_applied = std::time::Instant::now();
-    apply_service(
-        &source,
-        "quiet",
-        service(
+    let quiet = reconciled.follow(key_of(src, &services, &ns, "quiet"));
+    let quiet = Change::written(
+        quiet,
+        &apply_service(
+            &source,
             "quiet",
-            82,
-            serde_json::json!({service_mirror::SKIP: "true"}),
-        ),
-    )
-    .await;
+            service(
+                "quiet",
+                82,
+                serde_json::json!({service_mirror::SKIP: "true"}),
+            ),
+        )
+        .await,
+    );
 
     // sync_up (default): the source goes, the owned mirror goes; foreign ones stay.
     source
@@ -127,10 +134,11 @@ async fn a_custom_syncer_creates_updates_deletes_and_never_touches_foreign_objec
             .then_some(())
     })
     .await;
-    // Witnesses, not a sleep: each of those keys was reconciled after its change.
-    reconciled.of("web", web_applied).await;
-    reconciled.of("quiet", quiet_applied).await;
-    reconciled.of("ghost", began).await;
+    // Witnesses, not a sleep: each of those keys was reconciled on a store showing its
+    // change; the ghost's target (there before the engine) by the engine's first reconciles.
+    reconciled.saw("web", &[&web]).await;
+    reconciled.saw("quiet", &[&quiet]).await;
+    reconciled.after_start("ghost", began).await;
     assert_eq!(
         port(&target.get("mirror-web").await.expect("foreign")),
         Some(9999)
@@ -174,7 +182,12 @@ async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
     .await;
 
     // The label goes: the watch reports the source as deleted, but it still exists.
-    let unlabelled = std::time::Instant::now();
+    let unlabelled = Change::gone(reconciled.follow(key_of(
+        src,
+        &ApiResource::erase::<Service>(&()),
+        &ns,
+        "api",
+    )));
     source
         .patch(
             "api",
@@ -183,7 +196,7 @@ async fn a_source_missing_from_the_store_but_present_keeps_its_target() {
         )
         .await
         .expect("unlabel");
-    reconciled.of("api", unlabelled).await;
+    reconciled.saw("api", &[&unlabelled]).await;
     assert!(
         target.get_opt("mirror-api").await.expect("get").is_some(),
         "the mirror of a source that still exists was deleted"

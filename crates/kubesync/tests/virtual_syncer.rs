@@ -118,8 +118,8 @@ async fn needed_objects_are_created_updated_and_removed_and_foreign_ones_left_al
     running.stop().await;
     let began = std::time::Instant::now();
     let (running, mut reconciled, writes) = run();
-    reconciled.of(&want, began).await;
-    reconciled.of(&foreign, began).await;
+    reconciled.after_start(&want, began).await;
+    reconciled.after_start(&foreign, began).await;
     assert_eq!(writes.writes(), 0, "an in-sync restart writes nothing");
     cms.delete("a", &DeleteParams::default())
         .await
@@ -144,12 +144,13 @@ async fn needed_objects_are_created_updated_and_removed_and_foreign_ones_left_al
             .then_some(())
     })
     .await;
-    let deleted = std::time::Instant::now();
+    let c = key_of(src, &ApiResource::erase::<ConfigMap>(&()), &ns, "c");
+    let c_gone = Change::gone(reconciled.follow(c));
     cms.delete("c", &DeleteParams::default())
         .await
         .expect("delete c");
-    // Witness: the target that c needed was reconciled after c went, and left alone.
-    reconciled.of(&foreign, deleted).await;
+    // Witness: the target that c needed was reconciled on a store without c, and left alone.
+    reconciled.saw(&foreign, &[&c_gone]).await;
     let f = namespaces
         .get(&foreign)
         .await

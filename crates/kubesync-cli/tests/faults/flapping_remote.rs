@@ -233,7 +233,17 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Work the flaps caused and still in flight finishes before the writes are counted, as
+    // witnesses on the watches say (each watch delivers in order): the ObjectSync reconciles
+    // once more (a spec change that changes no copy, seen in its status at the new
+    // generation; one key is never reconciled twice at once), a spec change of one remote
+    // Widget comes down and a status change of its local twin goes up (behind every earlier
+    // event of both Widget watches). Then SIGTERM: the operator finishes the reconciles in
+    // flight and exits, so every write it sent is in the audit logs.
+    assert_eq!(operator.exited(), None, "the operator runs on");
+    witnessed(&local, &remote, &namespaces[0]).await;
+    let exit = operator.terminate().await;
+    assert!(exit.success(), "a graceful stop: {exit}");
 
     // Nothing local deleted: the same objects (uids), and no delete in the local audit log.
     let uids_after = self::uids(&local).await;
@@ -256,7 +266,6 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
         + copies.to(|_, name| name == "unrelated")
         + remote_widgets.to(|ns, _| ns == "other");
     let writes: usize = all.iter().map(|w| w.total()).sum();
-    assert_eq!(operator.exited(), None, "the operator runs on");
     println!(
         "flapping remote: 5 outages of {downtimes:?} ms (seed {seed}); {} Widgets synced spec down and status up, 1 ConfigMap fanned out to {} remote namespaces; {} local deletions, {} local Widgets replaced, {foreign_writes} foreign writes, {duplicates} duplicate writes ({writes} writes); converged {:.1} s after the last return",
         uids.len(),
@@ -271,4 +280,55 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
     assert_eq!(local_deletions, 0);
     assert_eq!(foreign_writes, 0);
     assert_eq!(duplicates, 0);
+}
+
+/// The witnesses that the operator has taken in every change made before: see the caller.
+async fn witnessed(local: &TestEnv, remote: &TestEnv, ns: &str) {
+    let syncs: Api<kubesync_cli::crd::ObjectSync> =
+        Api::namespaced(local.client().expect("client"), "apps");
+    let patched = syncs
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "spec": {"labels": {"exclude": ["kubesync-witness"]}}
+            })),
+        )
+        .await
+        .expect("reconcile again");
+    let generation = patched.metadata.generation;
+    eventually("the ObjectSync at its new generation", T, || async {
+        let st = syncs.get("shared").await.ok()?.status?;
+        (st.observed_generation == generation).then_some(())
+    })
+    .await;
+    let pp = PatchParams::default();
+    widgets(remote, Some(ns))
+        .patch(
+            "w-0",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"size": 1000}})),
+        )
+        .await
+        .expect("witness spec");
+    let local_widgets = widgets(local, Some(ns));
+    eventually("the witness spec down", T, || async {
+        let w = local_widgets.get("w-0").await.ok()?;
+        (w.data["spec"]["size"] == 1000).then_some(())
+    })
+    .await;
+    local_widgets
+        .patch_status(
+            "w-0",
+            &pp,
+            &Patch::Merge(serde_json::json!({"status": {"phase": "witness"}})),
+        )
+        .await
+        .expect("witness status");
+    let remote_widgets = widgets(remote, Some(ns));
+    eventually("the witness status up", T, || async {
+        let w = remote_widgets.get("w-0").await.ok()?;
+        (w.data["status"]["phase"] == "witness").then_some(())
+    })
+    .await;
 }

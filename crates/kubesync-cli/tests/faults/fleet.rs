@@ -462,6 +462,23 @@ impl Operator {
         let _ = self.child.0.wait();
     }
 
+    /// SIGTERM, and wait (at most 30 s) for it to exit: it finishes the reconciles in flight
+    /// first, so every write it sent has been answered (and is in an audit log) after.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the operator did not exit within 30 s of SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Whether it has exited (and how).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.0.try_wait().expect("wait")

@@ -151,12 +151,23 @@ pub async fn start_engine<S: kubesync::syncer::Syncer>(
     start(controller, reconciler)
 }
 
-/// Runs `inner` and then reports each reconcile (its key, when it started, whether it
-/// succeeded; a panic is not reported) to a [`Reconciles`]: the witness that a key was reconciled after a change, so a
+/// Runs `inner` and then reports each reconcile (its key, when it started, what its store
+/// showed of the objects a test follows, whether it succeeded; a panic is not reported) to a
+/// [`Reconciles`]: the witness that a key was reconciled on a store that showed a change, so a
 /// test can assert that nothing happened without sleeping and hoping.
 pub struct Observed<R> {
     inner: R,
-    tx: tokio::sync::mpsc::UnboundedSender<(kubesync::ObjectKey, std::time::Instant, bool)>,
+    followed: std::sync::Arc<parking_lot::Mutex<Vec<kubesync::ObjectKey>>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Reconciled>,
+}
+
+/// One reconcile an [`Observed`] reconciler ran to its end.
+struct Reconciled {
+    key: kubesync::ObjectKey,
+    started: std::time::Instant,
+    /// The resourceVersion of each followed object in the store when the reconcile began
+    /// (`None`: not in the store).
+    shown: Vec<(kubesync::ObjectKey, Option<u64>)>,
 }
 
 impl<R: kubesync::Reconciler> kubesync::Reconciler for Observed<R> {
@@ -168,34 +179,139 @@ impl<R: kubesync::Reconciler> kubesync::Reconciler for Observed<R> {
         ctx: &kubesync::Context,
     ) -> Result<kubesync::Action, R::Error> {
         let started = std::time::Instant::now();
+        let shown = self
+            .followed
+            .lock()
+            .iter()
+            .map(|k| {
+                let version = ctx
+                    .get_metadata(k)
+                    .and_then(|o| o.metadata.resource_version.as_deref()?.parse().ok());
+                (k.clone(), version)
+            })
+            .collect();
         let result = self.inner.reconcile(key, ctx).await;
-        let _ = self.tx.send((key.clone(), started, result.is_ok()));
+        let _ = self.tx.send(Reconciled {
+            key: key.clone(),
+            started,
+            shown,
+        });
         result
+    }
+}
+
+/// The key of the namespaced object `ns/name` of type `resource` in `env`'s cluster.
+pub fn key_of(
+    env: &TestEnv,
+    resource: &kube::core::ApiResource,
+    ns: &str,
+    name: &str,
+) -> kubesync::ObjectKey {
+    kubesync::ObjectKey::new(env.name(), resource, Some(ns.to_string()), name)
+}
+
+/// A change a test made to an object, as a reconcile's store must show it to have seen it.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// The object written, with the resourceVersion the apiserver answered: a store that
+    /// shows this version or a later one shows the change.
+    Written(kubesync::ObjectKey, u64),
+    /// The object deleted (or no longer selected by the watch) after the instant given: a
+    /// reconcile that began after it on a store without the object saw it go.
+    Gone(kubesync::ObjectKey, std::time::Instant),
+}
+
+impl Change {
+    /// `key`'s object as the write that returned `answer` left it.
+    pub fn written(key: kubesync::ObjectKey, answer: &impl kube::Resource) -> Self {
+        let version = answer
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .expect("a written object has a numeric resourceVersion");
+        Self::Written(key, version)
+    }
+
+    /// `key`'s object about to be deleted (or unselected): make this before the request.
+    pub fn gone(key: kubesync::ObjectKey) -> Self {
+        Self::Gone(key, std::time::Instant::now())
+    }
+
+    fn key(&self) -> &kubesync::ObjectKey {
+        match self {
+            Self::Written(key, _) | Self::Gone(key, _) => key,
+        }
+    }
+
+    /// Whether `r` began on a store that showed this change.
+    fn shown_to(&self, r: &Reconciled) -> bool {
+        let shown = r
+            .shown
+            .iter()
+            .find(|(k, _)| k == self.key())
+            .map(|(_, v)| *v);
+        match (self, shown) {
+            (Self::Written(_, version), Some(Some(seen))) => seen >= *version,
+            (Self::Gone(_, since), Some(None)) => r.started >= *since,
+            _ => false,
+        }
     }
 }
 
 /// The reconciles an [`Observed`] reconciler reports (all kept, so waits may come in any
 /// order).
 pub struct Reconciles {
-    rx: tokio::sync::mpsc::UnboundedReceiver<(kubesync::ObjectKey, std::time::Instant, bool)>,
-    seen: Vec<(kubesync::ObjectKey, std::time::Instant, bool)>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Reconciled>,
+    followed: std::sync::Arc<parking_lot::Mutex<Vec<kubesync::ObjectKey>>>,
+    seen: Vec<Reconciled>,
 }
 
 impl Reconciles {
-    /// Waits (at most 30 s) for a reconcile of a key named `name` that started after `since`
-    /// and ran to its end (successful or not: either way it decided on what it saw).
-    pub async fn of(&mut self, name: &str, since: std::time::Instant) {
-        let matches = |(key, started, _): &(kubesync::ObjectKey, std::time::Instant, bool)| {
-            key.name == name && *started >= since
-        };
-        if self.seen.iter().any(matches) {
+    /// Records, for every reconcile from now on, what its store shows of `key`'s object: call
+    /// it before changing that object, then wait with [`Reconciles::saw`].
+    pub fn follow(&self, key: kubesync::ObjectKey) -> kubesync::ObjectKey {
+        self.followed.lock().push(key.clone());
+        key
+    }
+
+    /// Waits (at most 30 s) for a reconcile of a key named `name` that began on stores
+    /// showing every one of `changes` and ran to its end (successful or not: either way it
+    /// decided on them).
+    pub async fn saw(&mut self, name: &str, changes: &[&Change]) {
+        for change in changes {
+            assert!(
+                self.followed.lock().contains(change.key()),
+                "follow {} before changing it",
+                change.key()
+            );
+        }
+        let what = format!("{name} on stores showing {changes:?}");
+        self.wait(&what, |r| {
+            r.key.name == name && changes.iter().all(|c| c.shown_to(r))
+        })
+        .await;
+    }
+
+    /// Waits (at most 30 s) for a reconcile of a key named `name` by a controller started
+    /// after `since`, run to its end: such a reconcile decides on stores that have listed
+    /// (the runtime starts none before), so on everything that existed at `since`. Only for a
+    /// controller started after `since`; for a change made while it runs, use
+    /// [`Reconciles::saw`].
+    pub async fn after_start(&mut self, name: &str, since: std::time::Instant) {
+        self.wait(name, |r| r.key.name == name && r.started >= since)
+            .await;
+    }
+
+    async fn wait(&mut self, what: &str, matches: impl Fn(&Reconciled) -> bool) {
+        if self.seen.iter().any(&matches) {
             return;
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let Ok(Some(r)) = tokio::time::timeout_at(deadline, self.rx.recv()).await else {
-                let seen: Vec<String> = self.seen.iter().map(|r| r.0.to_string()).collect();
-                panic!("no reconcile of {name} within 30 s; reconciled: {seen:?}");
+                let seen: Vec<String> = self.seen.iter().map(|r| r.key.to_string()).collect();
+                panic!("no reconcile of {what} within 30 s; reconciled: {seen:?}");
             };
             let found = matches(&r);
             self.seen.push(r);
@@ -209,13 +325,16 @@ impl Reconciles {
 /// `reconciler`, observed.
 pub fn observed<R: kubesync::Reconciler>(reconciler: R) -> (Observed<R>, Reconciles) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let followed = std::sync::Arc::default();
     (
         Observed {
             inner: reconciler,
+            followed: std::sync::Arc::clone(&followed),
             tx,
         },
         Reconciles {
             rx,
+            followed,
             seen: Vec::new(),
         },
     )
