@@ -3,7 +3,9 @@
 //! context changes) and names clusters at run time.
 //!
 //! The only place that knows how a RemoteCluster's runtime cluster name is spelled (the
-//! `remote:` prefix). Reads Secrets; never writes anything.
+//! `remote:` prefix), and that refuses a RemoteCluster naming the apiserver of an older one
+//! (two names for one cluster would have one declaration's copies taken for strays through
+//! the other, removed and made again without end). Reads Secrets; never writes anything.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -42,13 +44,15 @@ pub struct Connection {
     pub cluster: Cluster,
     /// Changes whenever the kubeconfig or the context changes.
     pub fingerprint: String,
+    /// The apiserver URL of the kubeconfig's context, normalized ([`normalize_server`]).
+    pub server: String,
 }
 
 /// Connects RemoteClusters, caching one client per RemoteCluster.
 pub struct RemoteClusters {
     local: Cluster,
-    /// By RemoteCluster name: (fingerprint, cluster).
-    clients: Mutex<HashMap<String, (String, Cluster)>>,
+    /// By RemoteCluster name: (fingerprint, server, cluster).
+    clients: Mutex<HashMap<String, (String, String, Cluster)>>,
 }
 
 impl RemoteClusters {
@@ -73,16 +77,38 @@ impl RemoteClusters {
             })
     }
 
-    /// The RemoteCluster `name` from the store, connected.
-    pub async fn connect_named(&self, ctx: &Context, name: &str) -> Result<Connection, Refusal> {
-        let rc = Self::lookup(ctx, name)?;
-        self.connect(&rc).await
+    /// Every RemoteCluster in the operator's store.
+    pub fn stored(ctx: &Context) -> Vec<RemoteCluster> {
+        ctx.list(LOCAL, &ApiResource::erase::<RemoteCluster>(&()))
+            .iter()
+            .filter_map(|o| serde_json::from_value(serde_json::to_value(&**o).ok()?).ok())
+            .collect()
     }
 
-    /// The cluster handle of a RemoteCluster. The Secret is read each time (to notice a
-    /// changed kubeconfig); the client is built only when the kubeconfig changed, and shared
-    /// by every sync that uses the cluster.
-    pub async fn connect(&self, rc: &RemoteCluster) -> Result<Connection, Refusal> {
+    /// The cluster handle of a RemoteCluster, refused if one of `others` (every RemoteCluster
+    /// known; the operator's store) is older and names the same apiserver
+    /// ([`duplicate_of`]). The Secret is read each time (to notice a changed kubeconfig); the
+    /// client is built only when the kubeconfig changed, and shared by every sync that uses
+    /// the cluster.
+    pub async fn connect(
+        &self,
+        rc: &RemoteCluster,
+        others: &[RemoteCluster],
+    ) -> Result<Connection, Refusal> {
+        let conn = self.client_of(rc).await?;
+        if let Some(older) = duplicate_of(rc, &conn.server, others) {
+            return Err(Refusal::new(
+                Reason::DuplicateCluster,
+                format!(
+                    "RemoteCluster {older} already names the apiserver {}: one RemoteCluster per cluster (through two, one declaration's copies would be taken for strays and removed through the other); use {older}, or delete one of them",
+                    conn.server
+                ),
+            ));
+        }
+        Ok(conn)
+    }
+
+    async fn client_of(&self, rc: &RemoteCluster) -> Result<Connection, Refusal> {
         let r = &rc.spec.kubeconfig_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.local.client().clone(), &r.namespace);
         let secret = match secrets.get_opt(&r.name).await {
@@ -113,14 +139,17 @@ impl RemoteClusters {
         };
         let fingerprint = fingerprint(&bytes.0, rc.spec.context.as_deref());
         let rc_name = rc.name_any();
-        if let Some((f, cluster)) = self.lock().get(&rc_name)
+        if let Some((f, server, cluster)) = self.lock().get(&rc_name)
             && *f == fingerprint
         {
             return Ok(Connection {
                 cluster: cluster.clone(),
                 fingerprint,
+                server: server.clone(),
             });
         }
+        let server = server_of(&bytes.0, rc.spec.context.as_deref())
+            .map_err(|e| Refusal::new(Reason::KubeconfigInvalid, e))?;
         let cluster = Cluster::from_kubeconfig_bytes(
             &bytes.0,
             rc.spec.context.as_deref(),
@@ -129,17 +158,93 @@ impl RemoteClusters {
         .await
         .map_err(|e| Refusal::new(Reason::KubeconfigInvalid, e.to_string()))?
         .with_list_strategy(self.local.list_strategy());
-        self.lock()
-            .insert(rc_name, (fingerprint.clone(), cluster.clone()));
+        self.lock().insert(
+            rc_name,
+            (fingerprint.clone(), server.clone(), cluster.clone()),
+        );
         Ok(Connection {
             cluster,
             fingerprint,
+            server,
         })
     }
 
-    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, (String, Cluster)>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, (String, String, Cluster)>> {
         self.clients.lock()
     }
+}
+
+/// The apiserver URL of a kubeconfig's context (`context`, or its current one), normalized
+/// (pure).
+pub fn server_of(kubeconfig: &[u8], context: Option<&str>) -> Result<String, String> {
+    let text = std::str::from_utf8(kubeconfig).map_err(|e| format!("not UTF-8: {e}"))?;
+    let config = kube::config::Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
+    let context = context
+        .map(str::to_string)
+        .or(config.current_context.clone())
+        .ok_or("no context given and no current-context set")?;
+    let cluster = config
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .ok_or_else(|| format!("context {context:?} not found"))?;
+    let server = config
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .and_then(|c| c.cluster.as_ref()?.server.clone())
+        .ok_or_else(|| format!("cluster {cluster:?} of context {context:?} has no server"))?;
+    Ok(normalize_server(&server))
+}
+
+/// An apiserver URL as two spellings of it compare equal (pure): scheme and host in lower
+/// case, the scheme's default port written out, no trailing `/`.
+pub fn normalize_server(server: &str) -> String {
+    let trimmed = server.trim().trim_end_matches('/');
+    let (scheme, rest) = trimmed.split_once("://").unwrap_or(("https", trimmed));
+    let scheme = scheme.to_ascii_lowercase();
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            (host, port.to_string())
+        }
+        _ => (
+            authority,
+            if scheme == "http" { "80" } else { "443" }.to_string(),
+        ),
+    };
+    format!("{scheme}://{}:{port}{path}", host.to_ascii_lowercase())
+}
+
+/// The older RemoteCluster among `others` that names `server` (in its status, once it
+/// connected), if any (pure). Older: created earlier, or in the same second with a name that
+/// sorts first. The oldest keeps working; every younger one is refused.
+pub fn duplicate_of<'a>(
+    rc: &RemoteCluster,
+    server: &str,
+    others: &'a [RemoteCluster],
+) -> Option<&'a str> {
+    let age = |r: &RemoteCluster| {
+        (
+            r.metadata.creation_timestamp.clone().map(|t| t.0),
+            r.metadata.name.clone(),
+        )
+    };
+    others
+        .iter()
+        .filter(|o| o.metadata.name != rc.metadata.name)
+        .filter(|o| {
+            o.status
+                .as_ref()
+                .and_then(|s| s.server.as_deref())
+                .is_some_and(|s| s == server)
+        })
+        .filter(|o| age(o) < age(rc))
+        .min_by_key(|o| age(o))
+        .and_then(|o| o.metadata.name.as_deref())
 }
 
 /// What a client is built from (pure): the kubeconfig's hash and the context.
@@ -160,6 +265,91 @@ mod tests {
         assert_eq!(runtime_name("eu"), "remote:eu");
         assert_eq!(display_name(&runtime_name("eu")), "eu");
         assert_eq!(display_name(LOCAL), "local");
+    }
+
+    #[test]
+    fn servers_compare_equal_however_spelled() {
+        let same = [
+            "https://API.example.com",
+            "https://api.example.com:443/",
+            "HTTPS://api.example.com:443",
+            "api.example.com",
+        ];
+        for s in same {
+            assert_eq!(normalize_server(s), "https://api.example.com:443", "{s}");
+        }
+        assert_eq!(normalize_server("http://h"), "http://h:80");
+        assert_eq!(
+            normalize_server("https://[::1]:6443/prefix/"),
+            "https://[::1]:6443/prefix"
+        );
+        assert_eq!(normalize_server("https://[::1]"), "https://[::1]:443");
+        assert_ne!(
+            normalize_server("https://h:6443"),
+            normalize_server("https://h:6444")
+        );
+        assert_ne!(
+            normalize_server("https://h/a"),
+            normalize_server("https://h/b")
+        );
+    }
+
+    #[test]
+    fn a_kubeconfig_names_the_server_of_its_context() {
+        let kubeconfig = br#"
+apiVersion: v1
+kind: Config
+current-context: one
+contexts:
+- {name: one, context: {cluster: a, user: u}}
+- {name: two, context: {cluster: b, user: u}}
+clusters:
+- {name: a, cluster: {server: "https://A.example:6443/"}}
+- {name: b, cluster: {server: "https://b.example"}}
+users:
+- {name: u, user: {token: t}}
+"#;
+        assert_eq!(
+            server_of(kubeconfig, None).as_deref(),
+            Ok("https://a.example:6443")
+        );
+        assert_eq!(
+            server_of(kubeconfig, Some("two")).as_deref(),
+            Ok("https://b.example:443")
+        );
+        assert!(server_of(kubeconfig, Some("three")).is_err());
+        assert!(server_of(b"not: [a kubeconfig", None).is_err());
+    }
+
+    fn remote_cluster(name: &str, created: &str, server: Option<&str>) -> RemoteCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubesync.io/v1alpha1", "kind": "RemoteCluster",
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"kubeconfigSecretRef": {"namespace": "ns", "name": "s"}},
+            "status": {"conditions": [], "server": server},
+        }))
+        .expect("RemoteCluster")
+    }
+
+    #[test]
+    fn the_younger_of_two_remote_clusters_of_one_apiserver_is_the_duplicate() {
+        let s = "https://h:443";
+        let all = [
+            remote_cluster("b", "2026-01-01T00:00:00Z", Some(s)),
+            remote_cluster("c", "2026-01-01T00:00:00Z", Some(s)),
+            remote_cluster("a", "2026-01-02T00:00:00Z", Some(s)),
+            remote_cluster("other", "2025-01-01T00:00:00Z", Some("https://o:443")),
+            remote_cluster("unconnected", "2025-01-01T00:00:00Z", None),
+        ];
+        // Oldest: b (c was created in the same second but sorts after it).
+        assert_eq!(duplicate_of(&all[0], s, &all), None);
+        assert_eq!(duplicate_of(&all[1], s, &all), Some("b"));
+        assert_eq!(duplicate_of(&all[2], s, &all), Some("b"));
+        assert_eq!(duplicate_of(&all[3], "https://o:443", &all), None);
+        // One whose status names no server yet (never connected) claims nothing; once it
+        // connects, it is the oldest.
+        assert_eq!(duplicate_of(&all[2], s, &all[3..]), None);
+        assert_eq!(duplicate_of(&all[4], s, &all), None);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub enum Reason {
     KubeconfigSecretInvalid,
     /// The RemoteCluster's kubeconfig does not parse or connect.
     KubeconfigInvalid,
+    /// An older RemoteCluster names the same apiserver: one RemoteCluster per cluster.
+    DuplicateCluster,
     /// A ResourceSync's kind has no status subresource.
     NoStatusSubresource,
     /// A going ResourceSync's copies could not be released.
@@ -62,6 +64,7 @@ impl Reason {
             Reason::RemoteClusterNotAllowed => "RemoteClusterNotAllowed",
             Reason::KubeconfigSecretInvalid => "KubeconfigSecretInvalid",
             Reason::KubeconfigInvalid => "KubeconfigInvalid",
+            Reason::DuplicateCluster => "DuplicateCluster",
             Reason::NoStatusSubresource => "NoStatusSubresource",
             Reason::FinalizersNotReleased => "FinalizersNotReleased",
         }

@@ -57,9 +57,20 @@ impl ObjectSyncController {
 
     /// Connects the RemoteCluster `rc` and registers it with the runtime; returns its runtime
     /// name. Re-registering replaces the handle when the kubeconfig changed; the client itself
-    /// is cached by the remote-cluster service.
-    async fn register(&self, ctx: &Context, rc: &RemoteCluster) -> Result<String, Refusal> {
-        let conn = self.remotes.connect(rc).await?;
+    /// is cached by the remote-cluster service. Refused when an older RemoteCluster names the
+    /// same apiserver, unless `cleaning_up` (removing copies through it harms nothing).
+    async fn register(
+        &self,
+        ctx: &Context,
+        rc: &RemoteCluster,
+        cleaning_up: bool,
+    ) -> Result<String, Refusal> {
+        let others = if cleaning_up {
+            Vec::new()
+        } else {
+            RemoteClusters::stored(ctx)
+        };
+        let conn = self.remotes.connect(rc, &others).await?;
         ctx.add_cluster(conn.cluster.clone());
         Ok(conn.cluster.name().to_string())
     }
@@ -124,7 +135,7 @@ impl ObjectSyncController {
         let facts = self.gather(own, spec, ctx).await?;
         let declared = declare(own, spec, checked, &facts, &self.policy)?;
         for rc in facts.remotes.values().flatten() {
-            self.register(ctx, rc).await?;
+            self.register(ctx, rc, false).await?;
         }
         Ok(declared)
     }
@@ -160,7 +171,7 @@ impl ObjectSyncController {
             .filter_map(|d| d.cluster.as_deref())
         {
             let registered = match RemoteClusters::lookup(ctx, c) {
-                Ok(rc) => self.register(ctx, &rc).await,
+                Ok(rc) => self.register(ctx, &rc, true).await,
                 Err(r) => Err(r),
             };
             match registered {

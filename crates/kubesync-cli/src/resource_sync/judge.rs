@@ -166,14 +166,16 @@ pub fn check_remote_cluster(spec: &crate::crd::RemoteClusterSpec) -> Result<(), 
 
 /// The status of a RemoteCluster (pure): its `Ready` condition, the server version it
 /// answered with, and whether that version is within the supported range (condition
-/// `VersionSupported`, with a warning for a person when it is not). A cluster that does not
-/// answer keeps the version it last reported while it was not ready, and drops it (and the
-/// version condition) when it goes from ready to not ready.
+/// `VersionSupported`, with a warning for a person when it is not), and the apiserver URL its
+/// kubeconfig names once connected (`server`; what a younger RemoteCluster of the same
+/// cluster is refused by). A cluster that does not answer keeps the version it last reported
+/// while it was not ready, and drops it (and the version condition) when it goes from ready
+/// to not ready.
 pub fn remote_cluster_status(
     old: &RemoteClusterStatus,
     generation: Option<i64>,
     ready: Condition,
-    version: Option<String>,
+    (version, server): (Option<String>, Option<String>),
     usage: Usage,
     now: jiff::Timestamp,
 ) -> RemoteClusterStatus {
@@ -200,6 +202,7 @@ pub fn remote_cluster_status(
     RemoteClusterStatus {
         conditions,
         server_version,
+        server,
         source_for: Some(usage.source_for),
         destination_for: Some(usage.destination_for),
     }

@@ -17,8 +17,13 @@ impl ResourceSyncController {
         let checked = check_remote_cluster(&rc.spec);
         let connected = match checked {
             Err(refusal) => Err(refusal),
-            Ok(()) => self.remotes.connect(&rc).await,
+            Ok(()) => {
+                self.remotes
+                    .connect(&rc, &RemoteClusters::stored(ctx))
+                    .await
+            }
         };
+        let server = connected.as_ref().ok().map(|c| c.server.clone());
         let (condition, version) = match connected {
             Err(refusal) => (status::refused(&refusal), None),
             Ok(conn) => {
@@ -59,7 +64,7 @@ impl ResourceSyncController {
             &old,
             rc.metadata.generation,
             condition,
-            version,
+            (version, server),
             usage,
             status::now(),
         );
@@ -70,10 +75,13 @@ impl ResourceSyncController {
         Ok(Action::requeue(self.status_refresh * 3))
     }
 
+    /// The kind, cluster, kubeconfig fingerprint and Secret repair interval a ResourceSync
+    /// names, or why it is refused; `releasing` when it goes (see below).
     pub(super) async fn resolve(
         &self,
         rs: &ResourceSync,
         ctx: &Context,
+        releasing: bool,
     ) -> Result<(ApiResource, Cluster, String, Duration), Refusal> {
         let spec = &rs.spec;
         if spec.resource.kind.is_empty() || spec.resource.version.is_empty() {
@@ -134,10 +142,15 @@ impl ResourceSyncController {
                 format!("{} has no status subresource", gvk.kind),
             ));
         }
-        let conn = self
-            .remotes
-            .connect_named(ctx, &spec.remote_cluster)
-            .await?;
+        // A release connects even a RemoteCluster refused as another's duplicate: it only
+        // removes what a sync through it may have left.
+        let rc = RemoteClusters::lookup(ctx, &spec.remote_cluster)?;
+        let others = if releasing {
+            Vec::new()
+        } else {
+            RemoteClusters::stored(ctx)
+        };
+        let conn = self.remotes.connect(&rc, &others).await?;
         Ok((ar, conn.cluster, conn.fingerprint, repair_interval))
     }
 }

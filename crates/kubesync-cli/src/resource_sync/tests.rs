@@ -136,11 +136,12 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
         &RemoteClusterStatus::default(),
         None,
         status::ready(true, "Connected", "apiserver v1.37.2 answered"),
-        Some("v1.37.2".into()),
+        (Some("v1.37.2".into()), Some("https://h:443".into())),
         Usage::default(),
         now,
     );
     assert_eq!(up.server_version.as_deref(), Some("v1.37.2"));
+    assert_eq!(up.server.as_deref(), Some("https://h:443"));
     let supported = &up.conditions[1];
     assert_eq!(
         (supported.type_.as_str(), supported.status.as_str()),
@@ -150,11 +151,13 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
         &up,
         None,
         status::ready(false, "Unreachable", "connect"),
-        None,
+        (None, Some("https://h:443".into())),
         Usage::default(),
         now,
     );
     assert_eq!(down.server_version, None);
+    // Connected (its kubeconfig names the server) though it does not answer: still claimed.
+    assert_eq!(down.server.as_deref(), Some("https://h:443"));
     assert_eq!(down.conditions.len(), 1, "{:?}", down.conditions);
 }
 
@@ -181,7 +184,7 @@ fn a_remote_cluster_says_how_many_declarations_read_from_it_and_write_into_it() 
         &RemoteClusterStatus::default(),
         None,
         status::ready(true, "Connected", "answered"),
-        None,
+        (None, None),
         Usage::of("hub", &specs),
         t("2024-01-01T00:00:00Z"),
     );
@@ -199,7 +202,7 @@ fn remote_cluster_outside_the_supported_range_is_warned_about() {
         &RemoteClusterStatus::default(),
         Some(1),
         ready(),
-        Some("v1.29.4-gke.100".into()),
+        (Some("v1.29.4-gke.100".into()), None),
         Usage::default(),
         t0,
     );
@@ -221,7 +224,7 @@ fn remote_cluster_outside_the_supported_range_is_warned_about() {
         &old,
         Some(1),
         ready(),
-        Some("v1.35.0".into()),
+        (Some("v1.35.0".into()), None),
         Usage::default(),
         t1,
     );
@@ -231,7 +234,7 @@ fn remote_cluster_outside_the_supported_range_is_warned_about() {
         &old,
         Some(1),
         ready(),
-        Some("v1.40.1".into()),
+        (Some("v1.40.1".into()), None),
         Usage::default(),
         t1,
     );
