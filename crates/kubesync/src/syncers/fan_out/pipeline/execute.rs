@@ -232,8 +232,12 @@ impl FanOut {
                     FIELD_MANAGER,
                 )
             });
+        // Decided on an object known only by its metadata (another watch showed this
+        // declaration's new copy before the copies' watch did): its fields are unknown, so
+        // whether to write is decided again on it read live.
+        let partial = existing.as_ref().is_some_and(|e| e.data.is_null());
         let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy)
-            .confirming(confirm || created);
+            .confirming(confirm || created || partial);
         let mut step = settling.start();
         loop {
             step = match step {

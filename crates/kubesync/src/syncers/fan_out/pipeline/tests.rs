@@ -245,6 +245,48 @@ async fn a_create_that_finds_its_copy_changed_keeps_to_the_update_policy() {
     }
 }
 
+/// An update decided on this declaration's copy as a metadata-only store held it (another
+/// watch showed the new copy before the copies' watch did: no fields to compare) reads the
+/// copy first, and writes only if the live copy asks for it.
+#[tokio::test]
+async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
+    let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    let decl = declaration(ar);
+    let ours = secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "djE=");
+    let mut desired: DynamicObject = serde_json::from_value(ours.clone()).expect("desired");
+    desired.metadata.uid = None;
+    desired.metadata.resource_version = None;
+    let mut metadata_only: DynamicObject = serde_json::from_value(ours.clone()).expect("meta");
+    metadata_only.data = serde_json::Value::Null;
+    let write = Write {
+        at: DestinationRef::new("local", "ns", "copy"),
+        desired,
+        existing: Some(Arc::new(metadata_only)),
+        ignore: Default::default(),
+        strategy: Strategy::Apply,
+        decision: Decision::Update,
+        source: "source".into(),
+        source_resource_version: "7".into(),
+        drift: None,
+        changed: Vec::new(),
+        adoption_refused: None,
+    };
+    let (client, seen) = canned(vec![(200, ours)]);
+    let ctx = Controller::new()
+        .cluster(Cluster::new("local", client))
+        .context();
+    let (st, sent) = FanOut::new("local")
+        .settle(&ctx, &decl, &write, false)
+        .await;
+    assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
+    assert!(!sent, "nothing sent");
+    assert_eq!(
+        *seen.lock(),
+        ["GET /api/v1/namespaces/ns/secrets/copy"],
+        "a read, no write"
+    );
+}
+
 #[tokio::test]
 async fn a_create_whose_name_is_free_again_is_looked_at_again() {
     let (st, seen) = create_finds((404, status(404, "NotFound"))).await;
