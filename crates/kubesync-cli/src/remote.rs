@@ -3,9 +3,9 @@
 //! context changes) and names clusters at run time.
 //!
 //! The only place that knows how a RemoteCluster's runtime cluster name is spelled (the
-//! `remote:` prefix), and that refuses a RemoteCluster naming the apiserver of an older one
-//! (two names for one cluster would have one declaration's copies taken for strays through
-//! the other, removed and made again without end). Reads Secrets; never writes anything.
+//! `remote:` prefix), and which apiserver a RemoteCluster's kubeconfig names (its
+//! `status.server`, by which a declaration naming one cluster twice is refused). Reads
+//! Secrets; never writes anything.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -77,38 +77,16 @@ impl RemoteClusters {
             })
     }
 
-    /// Every RemoteCluster in the operator's store.
-    pub fn stored(ctx: &Context) -> Vec<RemoteCluster> {
-        ctx.list(LOCAL, &ApiResource::erase::<RemoteCluster>(&()))
-            .iter()
-            .filter_map(|o| serde_json::from_value(serde_json::to_value(&**o).ok()?).ok())
-            .collect()
+    /// The RemoteCluster `name` from the store, connected.
+    pub async fn connect_named(&self, ctx: &Context, name: &str) -> Result<Connection, Refusal> {
+        let rc = Self::lookup(ctx, name)?;
+        self.connect(&rc).await
     }
 
-    /// The cluster handle of a RemoteCluster, refused if one of `others` (every RemoteCluster
-    /// known; the operator's store) is older and names the same apiserver
-    /// ([`duplicate_of`]). The Secret is read each time (to notice a changed kubeconfig); the
-    /// client is built only when the kubeconfig changed, and shared by every sync that uses
-    /// the cluster.
-    pub async fn connect(
-        &self,
-        rc: &RemoteCluster,
-        others: &[RemoteCluster],
-    ) -> Result<Connection, Refusal> {
-        let conn = self.client_of(rc).await?;
-        if let Some(older) = duplicate_of(rc, &conn.server, others) {
-            return Err(Refusal::new(
-                Reason::DuplicateCluster,
-                format!(
-                    "RemoteCluster {older} already names the apiserver {}: one RemoteCluster per cluster (through two, one declaration's copies would be taken for strays and removed through the other); use {older}, or delete one of them",
-                    conn.server
-                ),
-            ));
-        }
-        Ok(conn)
-    }
-
-    async fn client_of(&self, rc: &RemoteCluster) -> Result<Connection, Refusal> {
+    /// The cluster handle of a RemoteCluster, with the apiserver its kubeconfig names. The
+    /// Secret is read each time (to notice a changed kubeconfig); the client is built only when
+    /// the kubeconfig changed, and shared by every sync that uses the cluster.
+    pub async fn connect(&self, rc: &RemoteCluster) -> Result<Connection, Refusal> {
         let r = &rc.spec.kubeconfig_secret_ref;
         let secrets: Api<Secret> = Api::namespaced(self.local.client().clone(), &r.namespace);
         let secret = match secrets.get_opt(&r.name).await {
@@ -174,6 +152,15 @@ impl RemoteClusters {
     }
 }
 
+/// What a client is built from (pure): the kubeconfig's hash and the context.
+fn fingerprint(kubeconfig: &[u8], context: Option<&str>) -> String {
+    let hash: String = sha2::Sha256::digest(kubeconfig)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{hash}/{}", context.unwrap_or(""))
+}
+
 /// The apiserver URL of a kubeconfig's context (`context`, or its current one), normalized
 /// (pure).
 pub fn server_of(kubeconfig: &[u8], context: Option<&str>) -> Result<String, String> {
@@ -219,41 +206,20 @@ pub fn normalize_server(server: &str) -> String {
     format!("{scheme}://{}:{port}{path}", host.to_ascii_lowercase())
 }
 
-/// The older RemoteCluster among `others` that names `server` (in its status, once it
-/// connected), if any (pure). Older: created earlier, or in the same second with a name that
-/// sorts first. The oldest keeps working; every younger one is refused.
-pub fn duplicate_of<'a>(
-    rc: &RemoteCluster,
-    server: &str,
-    others: &'a [RemoteCluster],
-) -> Option<&'a str> {
-    let age = |r: &RemoteCluster| {
-        (
-            r.metadata.creation_timestamp.clone().map(|t| t.0),
-            r.metadata.name.clone(),
-        )
-    };
-    others
-        .iter()
-        .filter(|o| o.metadata.name != rc.metadata.name)
-        .filter(|o| {
-            o.status
-                .as_ref()
-                .and_then(|s| s.server.as_deref())
-                .is_some_and(|s| s == server)
-        })
-        .filter(|o| age(o) < age(rc))
-        .min_by_key(|o| age(o))
-        .and_then(|o| o.metadata.name.as_deref())
-}
-
-/// What a client is built from (pure): the kubeconfig's hash and the context.
-fn fingerprint(kubeconfig: &[u8], context: Option<&str>) -> String {
-    let hash: String = sha2::Sha256::digest(kubeconfig)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{hash}/{}", context.unwrap_or(""))
+/// Two of `named` (RemoteClusters a declaration's destinations name) whose kubeconfigs name
+/// the same apiserver, by their `status.server` (set once each connected), with that server
+/// (pure). A declaration writing through both would find its copies made through one among
+/// those of the other and remove them as strays, without end.
+pub fn same_apiserver<'a>(named: &[&'a RemoteCluster]) -> Option<(&'a str, &'a str, &'a str)> {
+    let server = |r: &'a RemoteCluster| r.status.as_ref()?.server.as_deref();
+    let name = |r: &'a RemoteCluster| r.metadata.name.as_deref().unwrap_or_default();
+    named.iter().enumerate().find_map(|(i, a)| {
+        let s = server(a)?;
+        named[i + 1..]
+            .iter()
+            .find(|b| name(b) != name(a) && server(b) == Some(s))
+            .map(|b| (name(a), name(b), s))
+    })
 }
 
 #[cfg(test)]
@@ -321,10 +287,10 @@ users:
         assert!(server_of(b"not: [a kubeconfig", None).is_err());
     }
 
-    fn remote_cluster(name: &str, created: &str, server: Option<&str>) -> RemoteCluster {
+    fn remote_cluster(name: &str, server: Option<&str>) -> RemoteCluster {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "kubesync.io/v1alpha1", "kind": "RemoteCluster",
-            "metadata": {"name": name, "creationTimestamp": created},
+            "metadata": {"name": name},
             "spec": {"kubeconfigSecretRef": {"namespace": "ns", "name": "s"}},
             "status": {"conditions": [], "server": server},
         }))
@@ -332,24 +298,23 @@ users:
     }
 
     #[test]
-    fn the_younger_of_two_remote_clusters_of_one_apiserver_is_the_duplicate() {
+    fn two_names_of_one_apiserver_are_found() {
         let s = "https://h:443";
-        let all = [
-            remote_cluster("b", "2026-01-01T00:00:00Z", Some(s)),
-            remote_cluster("c", "2026-01-01T00:00:00Z", Some(s)),
-            remote_cluster("a", "2026-01-02T00:00:00Z", Some(s)),
-            remote_cluster("other", "2025-01-01T00:00:00Z", Some("https://o:443")),
-            remote_cluster("unconnected", "2025-01-01T00:00:00Z", None),
-        ];
-        // Oldest: b (c was created in the same second but sorts after it).
-        assert_eq!(duplicate_of(&all[0], s, &all), None);
-        assert_eq!(duplicate_of(&all[1], s, &all), Some("b"));
-        assert_eq!(duplicate_of(&all[2], s, &all), Some("b"));
-        assert_eq!(duplicate_of(&all[3], "https://o:443", &all), None);
-        // One whose status names no server yet (never connected) claims nothing; once it
-        // connects, it is the oldest.
-        assert_eq!(duplicate_of(&all[2], s, &all[3..]), None);
-        assert_eq!(duplicate_of(&all[4], s, &all), None);
+        let eu = remote_cluster("eu", Some(s));
+        let again = remote_cluster("eu-again", Some(s));
+        let other = remote_cluster("other", Some("https://o:443"));
+        let unconnected = remote_cluster("new", None);
+        assert_eq!(
+            same_apiserver(&[&eu, &other, &again]),
+            Some(("eu", "eu-again", s))
+        );
+        assert_eq!(same_apiserver(&[&eu, &other, &unconnected]), None);
+        assert_eq!(
+            same_apiserver(&[&eu, &eu]),
+            None,
+            "one name twice is one cluster"
+        );
+        assert_eq!(same_apiserver(&[]), None);
     }
 
     #[test]

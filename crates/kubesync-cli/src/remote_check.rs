@@ -128,7 +128,7 @@ pub async fn check(local: &Cluster, timeout: Duration) -> kubesync::Result<bool>
             "source for {}, destination for {}",
             usage.source_for, usage.destination_for
         );
-        let cluster = match service.connect(rc, &remotes.items).await {
+        let cluster = match service.connect(rc).await {
             Ok(conn) => conn.cluster,
             Err(refusal) => {
                 ok = false;

@@ -41,7 +41,7 @@ pub enum Reason {
     KubeconfigSecretInvalid,
     /// The RemoteCluster's kubeconfig does not parse or connect.
     KubeconfigInvalid,
-    /// An older RemoteCluster names the same apiserver: one RemoteCluster per cluster.
+    /// A declaration's destinations name two RemoteClusters of one apiserver.
     DuplicateCluster,
     /// A ResourceSync's kind has no status subresource.
     NoStatusSubresource,

@@ -67,9 +67,9 @@ pub struct RemoteClusterStatus {
     /// is within the range kubesync supports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_version: Option<String>,
-    /// The apiserver URL its kubeconfig names (normalized), once connected. A younger
-    /// RemoteCluster naming the same one is refused (`DuplicateCluster`): one RemoteCluster
-    /// per cluster.
+    /// The apiserver URL its kubeconfig names (normalized), once connected. A declaration
+    /// whose destinations name two RemoteClusters of the same server is refused
+    /// (`DuplicateCluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
     /// How many ObjectSyncs and ClusterObjectSyncs read their source from this cluster

@@ -57,20 +57,9 @@ impl ObjectSyncController {
 
     /// Connects the RemoteCluster `rc` and registers it with the runtime; returns its runtime
     /// name. Re-registering replaces the handle when the kubeconfig changed; the client itself
-    /// is cached by the remote-cluster service. Refused when an older RemoteCluster names the
-    /// same apiserver, unless `cleaning_up` (removing copies through it harms nothing).
-    async fn register(
-        &self,
-        ctx: &Context,
-        rc: &RemoteCluster,
-        cleaning_up: bool,
-    ) -> Result<String, Refusal> {
-        let others = if cleaning_up {
-            Vec::new()
-        } else {
-            RemoteClusters::stored(ctx)
-        };
-        let conn = self.remotes.connect(rc, &others).await?;
+    /// is cached by the remote-cluster service.
+    async fn register(&self, ctx: &Context, rc: &RemoteCluster) -> Result<String, Refusal> {
+        let conn = self.remotes.connect(rc).await?;
         ctx.add_cluster(conn.cluster.clone());
         Ok(conn.cluster.name().to_string())
     }
@@ -135,7 +124,7 @@ impl ObjectSyncController {
         let facts = self.gather(own, spec, ctx).await?;
         let declared = declare(own, spec, checked, &facts, &self.policy)?;
         for rc in facts.remotes.values().flatten() {
-            self.register(ctx, rc, false).await?;
+            self.register(ctx, rc).await?;
         }
         Ok(declared)
     }
@@ -171,7 +160,7 @@ impl ObjectSyncController {
             .filter_map(|d| d.cluster.as_deref())
         {
             let registered = match RemoteClusters::lookup(ctx, c) {
-                Ok(rc) => self.register(ctx, &rc, true).await,
+                Ok(rc) => self.register(ctx, &rc).await,
                 Err(r) => Err(r),
             };
             match registered {
@@ -275,6 +264,30 @@ pub(super) fn declare(
         if let Some(ns) = untrusted {
             admitted(rc, ns, facts.namespace_labels.as_ref())?;
         }
+    }
+    // One cluster through two names: the copies made through one would be strays through the
+    // other, removed and made again without end.
+    let mut writes_to: Vec<&RemoteCluster> = Vec::new();
+    for name in spec
+        .destinations
+        .iter()
+        .filter_map(|d| d.cluster.as_deref())
+    {
+        let rc = remote(facts, name)?;
+        if !writes_to
+            .iter()
+            .any(|r| r.metadata.name == rc.metadata.name)
+        {
+            writes_to.push(rc);
+        }
+    }
+    if let Some((a, b, server)) = crate::remote::same_apiserver(&writes_to) {
+        return Err(Refusal::new(
+            Reason::DuplicateCluster,
+            format!(
+                "the destinations name RemoteClusters {a} and {b}, which reach the same apiserver ({server}): through two names, the copies made through one would be taken for strays through the other and removed; name one of them"
+            ),
+        ));
     }
     let destinations = spec
         .destinations
@@ -492,6 +505,55 @@ mod tests {
 
     fn labels(team: &str) -> Option<Result<BTreeMap<String, String>, String>> {
         Some(Ok(BTreeMap::from([("team".into(), team.into())])))
+    }
+
+    #[test]
+    fn a_declaration_writes_into_one_cluster_through_one_name() {
+        let with_server = |name: &str, server: Option<&str>| {
+            let mut rc = remote(name, None);
+            rc.status = Some(crate::crd::RemoteClusterStatus {
+                server: server.map(str::to_string),
+                ..Default::default()
+            });
+            rc
+        };
+        let both = spec(json!({
+            "source": {"kind": "ConfigMap", "name": "cm"},
+            "destinations": [{"namespace": "a", "cluster": "eu"},
+                {"namespace": "b", "cluster": "eu-again"}, {"namespace": "c", "cluster": "eu"}],
+        }));
+        let judge = |eu_again: Option<&str>| {
+            let remotes = vec![
+                with_server("eu", Some("https://h:443")),
+                with_server("eu-again", eu_again),
+            ];
+            judged(Some("ops"), &both, &facts(remotes, None), trusting_ops())
+        };
+        let refused = judge(Some("https://h:443")).expect_err("refused");
+        assert_eq!(refused.reason, Reason::DuplicateCluster);
+        assert!(
+            refused.message.contains("eu and eu-again")
+                && refused.message.contains("https://h:443"),
+            "{}",
+            refused.message
+        );
+        // Another apiserver, or one not connected yet (no server known): declared.
+        judge(Some("https://other:443")).expect("two clusters");
+        judge(None).expect("not known to be the same");
+        // One name in several destinations is one cluster.
+        let once = spec(json!({
+            "source": {"kind": "ConfigMap", "name": "cm"},
+            "destinations": [{"namespace": "a", "cluster": "eu"}, {"namespace": "b", "cluster": "eu"}],
+        }));
+        let remotes = vec![with_server("eu", Some("https://h:443"))];
+        judged(Some("ops"), &once, &facts(remotes, None), trusting_ops()).expect("one name");
+    }
+
+    fn trusting_ops() -> ObjectSyncPolicy {
+        ObjectSyncPolicy {
+            trusted_namespaces: vec!["ops".into()],
+            ..Default::default()
+        }
     }
 
     #[test]

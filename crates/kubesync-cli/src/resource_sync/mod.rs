@@ -276,7 +276,7 @@ impl ResourceSyncController {
             return Ok(Action::done());
         }
 
-        let condition = match self.resolve(&rs, ctx, false).await {
+        let condition = match self.resolve(&rs, ctx).await {
             Err(refusal) => {
                 if let Some(sync) = self.syncs.lock().await.remove(&name) {
                     tracing::info!(resourcesync = %name, reason = %refusal.reason, "invalid ResourceSync; stopping its sync");
@@ -498,7 +498,7 @@ impl ResourceSyncController {
         if let Some(sync) = self.syncs.lock().await.remove(&name) {
             sync.shutdown().await;
         }
-        let failure = match self.resolve(rs, ctx, true).await {
+        let failure = match self.resolve(rs, ctx).await {
             Ok((ar, remote, _, _)) => {
                 match self.release_remote_finalizers(rs, &ar, &remote).await {
                     Ok(released) => {

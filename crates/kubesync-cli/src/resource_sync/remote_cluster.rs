@@ -17,11 +17,7 @@ impl ResourceSyncController {
         let checked = check_remote_cluster(&rc.spec);
         let connected = match checked {
             Err(refusal) => Err(refusal),
-            Ok(()) => {
-                self.remotes
-                    .connect(&rc, &RemoteClusters::stored(ctx))
-                    .await
-            }
+            Ok(()) => self.remotes.connect(&rc).await,
         };
         let server = connected.as_ref().ok().map(|c| c.server.clone());
         let (condition, version) = match connected {
@@ -75,13 +71,10 @@ impl ResourceSyncController {
         Ok(Action::requeue(self.status_refresh * 3))
     }
 
-    /// The kind, cluster, kubeconfig fingerprint and Secret repair interval a ResourceSync
-    /// names, or why it is refused; `releasing` when it goes (see below).
     pub(super) async fn resolve(
         &self,
         rs: &ResourceSync,
         ctx: &Context,
-        releasing: bool,
     ) -> Result<(ApiResource, Cluster, String, Duration), Refusal> {
         let spec = &rs.spec;
         if spec.resource.kind.is_empty() || spec.resource.version.is_empty() {
@@ -142,15 +135,10 @@ impl ResourceSyncController {
                 format!("{} has no status subresource", gvk.kind),
             ));
         }
-        // A release connects even a RemoteCluster refused as another's duplicate: it only
-        // removes what a sync through it may have left.
-        let rc = RemoteClusters::lookup(ctx, &spec.remote_cluster)?;
-        let others = if releasing {
-            Vec::new()
-        } else {
-            RemoteClusters::stored(ctx)
-        };
-        let conn = self.remotes.connect(&rc, &others).await?;
+        let conn = self
+            .remotes
+            .connect_named(ctx, &spec.remote_cluster)
+            .await?;
         Ok((ar, conn.cluster, conn.fingerprint, repair_interval))
     }
 }
