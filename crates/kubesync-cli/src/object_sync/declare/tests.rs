@@ -1,0 +1,364 @@
+//! The declaration's judgement (`declare`), on canned facts.
+use super::*;
+use serde_json::json;
+
+fn spec(v: serde_json::Value) -> ObjectSyncSpec {
+    serde_json::from_value(v).expect("spec")
+}
+
+fn remote(name: &str, allowed: Option<serde_json::Value>) -> RemoteCluster {
+    let mut spec =
+        json!({"kubeconfigSecretRef": {"namespace": "ops", "name": "kc", "key": "config"}});
+    if let Some(a) = allowed {
+        spec["allowedNamespaces"] = a;
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "kubesync.io/v1alpha1", "kind": "RemoteCluster",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("remote cluster")
+}
+
+/// Facts about a ConfigMap source (namespaced), with these RemoteClusters and labels.
+fn facts(
+    remotes: Vec<RemoteCluster>,
+    labels: Option<Result<BTreeMap<String, String>, String>>,
+) -> Facts {
+    Facts {
+        resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        namespaced: true,
+        remotes: remotes
+            .into_iter()
+            .map(|rc| (rc.name_any(), Ok(rc)))
+            .collect(),
+        namespace_labels: labels,
+    }
+}
+
+fn judged(
+    own: Option<&str>,
+    s: &ObjectSyncSpec,
+    facts: &Facts,
+    policy: ObjectSyncPolicy,
+) -> Result<FanOutSpec, Refusal> {
+    let checked = check_spec(s).expect("fields valid");
+    declare(own, s, checked, facts, &Arc::new(policy))
+}
+
+fn labels(team: &str) -> Option<Result<BTreeMap<String, String>, String>> {
+    Some(Ok(BTreeMap::from([("team".into(), team.into())])))
+}
+
+#[test]
+fn a_declaration_writes_into_one_cluster_through_one_name() {
+    let with_server = |name: &str, server: Option<&str>| {
+        let mut rc = remote(name, None);
+        rc.status = Some(crate::crd::RemoteClusterStatus {
+            server: server.map(str::to_string),
+            ..Default::default()
+        });
+        rc
+    };
+    let both = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm"},
+        "destinations": [{"namespace": "a", "cluster": "eu"},
+            {"namespace": "b", "cluster": "eu-again"}, {"namespace": "c", "cluster": "eu"}],
+    }));
+    let judge = |eu_again: Option<&str>| {
+        let remotes = vec![
+            with_server("eu", Some("https://h:443")),
+            with_server("eu-again", eu_again),
+        ];
+        judged(Some("ops"), &both, &facts(remotes, None), trusting_ops())
+    };
+    let refused = judge(Some("https://h:443")).expect_err("refused");
+    assert_eq!(refused.reason, Reason::DuplicateCluster);
+    assert!(
+        refused.message.contains("eu and eu-again") && refused.message.contains("https://h:443"),
+        "{}",
+        refused.message
+    );
+    // Another apiserver, or one not connected yet (no server known): declared.
+    judge(Some("https://other:443")).expect("two clusters");
+    judge(None).expect("not known to be the same");
+    // One name in several destinations is one cluster.
+    let once = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm"},
+        "destinations": [{"namespace": "a", "cluster": "eu"}, {"namespace": "b", "cluster": "eu"}],
+    }));
+    let remotes = vec![with_server("eu", Some("https://h:443"))];
+    judged(Some("ops"), &once, &facts(remotes, None), trusting_ops()).expect("one name");
+}
+
+fn trusting_ops() -> ObjectSyncPolicy {
+    ObjectSyncPolicy {
+        trusted_namespaces: vec!["ops".into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_untrusted_declaration_writes_only_through_remote_clusters_that_admit_its_namespace() {
+    let s = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm"},
+        "destinations": [{"namespace": "apps", "cluster": "east"}],
+    }));
+    let team_a = json!({"matchLabels": {"team": "a"}});
+    let policy = || ObjectSyncPolicy {
+        trusted_namespaces: vec!["ops".into()],
+        ..Default::default()
+    };
+
+    let ok = judged(
+        Some("a"),
+        &s,
+        &facts(vec![remote("east", Some(team_a.clone()))], labels("a")),
+        policy(),
+    )
+    .expect("admitted");
+    assert_eq!(ok.destinations[0].cluster.as_deref(), Some("remote:east"));
+    assert!(
+        ok.consent.is_some(),
+        "an untrusted declaration needs consent"
+    );
+    assert_eq!(ok.source.namespace, "a");
+
+    let refused = |f: Facts| judged(Some("a"), &s, &f, policy()).expect_err("refused");
+    let other_team = refused(facts(
+        vec![remote("east", Some(team_a.clone()))],
+        labels("b"),
+    ));
+    assert_eq!(other_team.reason, Reason::RemoteClusterNotAllowed);
+    assert!(
+        other_team
+            .message
+            .contains("does not match the namespace's labels"),
+        "{}",
+        other_team.message
+    );
+    let no_selector = refused(facts(vec![remote("east", None)], labels("a")));
+    assert_eq!(no_selector.reason, Reason::RemoteClusterNotAllowed);
+    assert!(
+        no_selector
+            .message
+            .contains("without spec.allowedNamespaces")
+    );
+    let unread = refused(facts(
+        vec![remote("east", Some(team_a.clone()))],
+        Some(Err("forbidden".into())),
+    ));
+    assert_eq!(unread.reason, Reason::RemoteClusterNotAllowed);
+    assert!(
+        unread
+            .message
+            .contains("namespace a could not be read: forbidden")
+    );
+    let invalid = refused(facts(
+        vec![remote(
+            "east",
+            Some(json!({"matchExpressions": [{"key": "team", "operator": "Sideways"}]})),
+        )],
+        labels("a"),
+    ));
+    assert_eq!(invalid.reason, Reason::RemoteClusterNotAllowed);
+    assert!(invalid.message.contains("allowedNamespaces is invalid"));
+    let missing = refused(facts(Vec::new(), labels("a")));
+    assert_eq!(missing.reason, Reason::RemoteClusterNotFound);
+
+    // A trusted namespace and a ClusterObjectSync need neither the selector nor consent.
+    let mut cluster_wide = s.clone();
+    cluster_wide.source.namespace = Some("ops".into());
+    for (own, s) in [(Some("ops"), &s), (None, &cluster_wide)] {
+        let trusted =
+            judged(own, s, &facts(vec![remote("east", None)], None), policy()).expect("trusted");
+        assert!(trusted.consent.is_none());
+        assert_eq!(
+            trusted.destinations[0].cluster.as_deref(),
+            Some("remote:east")
+        );
+    }
+    // A missing RemoteCluster is refused for them too.
+    assert_eq!(
+        judged(Some("ops"), &s, &facts(Vec::new(), None), policy())
+            .expect_err("missing")
+            .reason,
+        Reason::RemoteClusterNotFound
+    );
+}
+
+#[test]
+fn a_source_read_from_a_remote_cluster_needs_its_admission_and_the_namespace_of_the_same_name() {
+    let pull = |namespace: Option<&str>| {
+        let mut source = json!({"kind": "ConfigMap", "name": "cm", "cluster": "hub"});
+        if let Some(ns) = namespace {
+            source["namespace"] = json!(ns);
+        }
+        spec(json!({"source": source, "destinations": [{"namespace": "a"}]}))
+    };
+    let team_a = json!({"matchLabels": {"team": "a"}});
+    let hub = || facts(vec![remote("hub", Some(team_a.clone()))], labels("a"));
+    let policy = || ObjectSyncPolicy {
+        trusted_namespaces: vec!["ops".into()],
+        ..Default::default()
+    };
+    // Its own namespace there, through a RemoteCluster that admits it.
+    let ok = judged(Some("a"), &pull(None), &hub(), policy()).expect("admitted");
+    assert_eq!(ok.source.cluster.as_deref(), Some("remote:hub"));
+    assert_eq!(ok.source.namespace, "a");
+    assert!(ok.consent.is_some(), "its copies still need consent here");
+    // Another namespace there: refused, whatever this cluster's source rule says.
+    let local_rule = ObjectSyncPolicy {
+        source_namespaces: vec!["shared".into()],
+        ..policy()
+    };
+    let other = judged(Some("a"), &pull(Some("shared")), &hub(), local_rule)
+        .expect_err("another namespace there");
+    assert_eq!(other.reason, Reason::SourceNamespaceNotAllowed);
+    assert!(other.message.contains("hub"), "{}", other.message);
+    // … unless the operator allows it for that cluster.
+    let allowed = ObjectSyncPolicy {
+        remote_source_namespaces: vec!["hub/shared*".into()],
+        ..policy()
+    };
+    assert!(judged(Some("a"), &pull(Some("shared")), &hub(), allowed.clone()).is_ok());
+    let elsewhere = facts(vec![remote("hub-2", Some(team_a.clone()))], labels("a"));
+    let mut s = pull(Some("shared"));
+    s.source.cluster = Some("hub-2".into());
+    assert_eq!(
+        judged(Some("a"), &s, &elsewhere, allowed)
+            .expect_err("other cluster")
+            .reason,
+        Reason::SourceNamespaceNotAllowed
+    );
+    // A RemoteCluster that does not admit the namespace, or none at all.
+    let other_team = judged(
+        Some("a"),
+        &pull(None),
+        &facts(vec![remote("hub", Some(team_a.clone()))], labels("b")),
+        policy(),
+    )
+    .expect_err("other team");
+    assert_eq!(other_team.reason, Reason::RemoteClusterNotAllowed);
+    let missing = judged(
+        Some("a"),
+        &pull(None),
+        &facts(vec![], labels("a")),
+        policy(),
+    )
+    .expect_err("missing");
+    assert_eq!(missing.reason, Reason::RemoteClusterNotFound);
+    // A trusted namespace needs no admission (its own namespace there, as here); a
+    // ClusterObjectSync reads from any namespace there.
+    let trusted = judged(
+        Some("ops"),
+        &pull(None),
+        &facts(vec![remote("hub", None)], None),
+        policy(),
+    );
+    assert!(trusted.is_ok());
+    let cluster_wide = judged(
+        None,
+        &pull(Some("shared")),
+        &facts(vec![remote("hub", None)], None),
+        policy(),
+    )
+    .expect("cluster-wide");
+    assert_eq!(cluster_wide.source.namespace, "shared");
+}
+
+#[test]
+fn the_operators_policy_bounds_every_destination_and_source() {
+    let s = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm"},
+        "destinations": [
+            {"namespace": "*", "excludeNamespaces": ["kube-system"]},
+            {"namespace": "team-b", "name": "renamed", "strategy": "replace"},
+        ],
+        "labels": {"exclude": ["internal"]},
+        "deletionPolicy": "Orphan",
+    }));
+    let policy = || ObjectSyncPolicy {
+        allow_destination_namespaces: vec!["team-*".into()],
+        deny_destination_namespaces: vec!["team-secret".into()],
+        ..Default::default()
+    };
+    let d = judged(Some("a"), &s, &facts(Vec::new(), None), policy()).expect("valid");
+    assert_eq!(d.destinations.len(), 2);
+    for dest in &d.destinations {
+        assert_eq!(dest.cluster, None);
+        assert_eq!(dest.namespaces.only_namespaces, vec!["team-*".to_string()]);
+        assert!(
+            dest.namespaces
+                .exclude_namespaces
+                .contains(&"team-secret".to_string())
+        );
+    }
+    assert_eq!(
+        d.destinations[0].namespaces.exclude_namespaces,
+        vec!["kube-system".to_string(), "team-secret".to_string()]
+    );
+    assert_eq!(d.destinations[1].name.as_deref(), Some("renamed"));
+    assert_eq!(d.destinations[1].strategy, Strategy::Replace);
+    assert_eq!(d.rules.labels.exclude, vec!["internal".to_string()]);
+    assert_eq!(d.deletion_policy, DeletionPolicy::Orphan);
+
+    // A destination the policy denies by name refuses the whole declaration.
+    let denied = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm"},
+        "destinations": [{"namespace": "team-secret"}],
+    }));
+    assert_eq!(
+        judged(Some("a"), &denied, &facts(Vec::new(), None), policy())
+            .expect_err("denied")
+            .reason,
+        Reason::DestinationNotAllowed
+    );
+    // So does a source in another namespace.
+    let elsewhere = spec(json!({
+        "source": {"kind": "ConfigMap", "name": "cm", "namespace": "b"},
+        "destinations": [{"namespace": "team-b"}],
+    }));
+    assert_eq!(
+        judged(Some("a"), &elsewhere, &facts(Vec::new(), None), policy())
+            .expect_err("elsewhere")
+            .reason,
+        Reason::SourceNamespaceNotAllowed
+    );
+}
+
+#[test]
+fn the_kind_as_discovered_decides_namespaces() {
+    let s = spec(json!({
+        "source": {"group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "destinations": [{"name": "view-copy"}],
+    }));
+    let cluster_scoped = Facts {
+        resource: ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&()),
+        namespaced: false,
+        remotes: BTreeMap::new(),
+        namespace_labels: None,
+    };
+    let d = judged(None, &s, &cluster_scoped, ObjectSyncPolicy::default())
+        .expect("a ClusterObjectSync of a cluster-scoped kind");
+    assert_eq!(d.source.namespace, "");
+    assert_eq!(d.source.resource.kind, "ClusterRole");
+
+    // A destination namespace means nothing for a cluster-scoped kind: refused by path.
+    let with_namespace = spec(json!({
+        "source": {"group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "destinations": [{"namespace": "apps", "name": "view-copy"}],
+    }));
+    let r = judged(
+        None,
+        &with_namespace,
+        &cluster_scoped,
+        ObjectSyncPolicy::default(),
+    )
+    .expect_err("namespace on a cluster-scoped kind");
+    assert_eq!(r.reason, Reason::InvalidSpec);
+    assert!(
+        r.message.starts_with("spec.destinations[0]"),
+        "{}",
+        r.message
+    );
+}
