@@ -13,7 +13,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kubesync_testenv::{TestEnv, eventually};
 
 use crate::common::{T, operator_cluster_from};
-use crate::fleet::{OPERATORS, Operator, Random, Writes, grant_everything, size};
+use crate::fleet::{OPERATORS, Operator, Random, Writes, grant_everything, reconciled_again, size};
 
 const WIDGET_CRD: &str = include_str!("../../../kubesync-testenv/fixtures/widget-crd.yaml");
 
@@ -284,24 +284,7 @@ async fn a_flapping_remote_loses_nothing_locally_and_converges() {
 
 /// The witnesses that the operator has taken in every change made before: see the caller.
 async fn witnessed(local: &TestEnv, remote: &TestEnv, ns: &str) {
-    let syncs: Api<kubesync_cli::crd::ObjectSync> =
-        Api::namespaced(local.client().expect("client"), "apps");
-    let patched = syncs
-        .patch(
-            "shared",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "spec": {"labels": {"exclude": ["kubesync-witness"]}}
-            })),
-        )
-        .await
-        .expect("reconcile again");
-    let generation = patched.metadata.generation;
-    eventually("the ObjectSync at its new generation", T, || async {
-        let st = syncs.get("shared").await.ok()?.status?;
-        (st.observed_generation == generation).then_some(())
-    })
-    .await;
+    reconciled_again(local.client().expect("client"), &["shared"]).await;
     let pp = PatchParams::default();
     widgets(remote, Some(ns))
         .patch(

@@ -195,37 +195,10 @@ impl Fleet {
         self.env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{kind: ConfigMap, selector: {{matchLabels: {{share: {share}}}}}}}\n  destinations: [{{namespaceSelector: {{matchLabels: {{{FLEET_LABEL}: \"yes\"}}}}}}]\n")).await.expect("objectsync");
     }
 
-    /// Makes every declaration in `declared` reconcile once more and waits for it: a spec
-    /// change that changes no copy (one more label to leave out, found on no source),
-    /// witnessed by its status at the new generation. Work in flight before finishes first
-    /// (one key is never reconciled twice at once), so its writes are in the audit log after.
+    /// Makes every declaration in `declared` reconcile once more and waits for it (see
+    /// [`reconciled_again`]).
     pub async fn reconciled_again(&self, declared: &[&str]) {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static ROUND: AtomicUsize = AtomicUsize::new(0);
-        let round = ROUND.fetch_add(1, Ordering::Relaxed);
-        let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(self.client(), "apps");
-        for name in declared {
-            let patched = syncs
-                .patch(
-                    name,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(serde_json::json!({
-                        "spec": {"labels": {"exclude": [format!("kubesync-witness-{round}")]}}
-                    })),
-                )
-                .await
-                .expect("reconcile again");
-            let generation = patched.metadata.generation;
-            kubesync_testenv::eventually(
-                &format!("{name} reconciled at generation {generation:?}"),
-                crate::common::T,
-                || async {
-                    let st = syncs.get(name).await.ok()?.status?;
-                    (st.observed_generation == generation).then_some(())
-                },
-            )
-            .await;
-        }
+        reconciled_again(self.client(), declared).await;
     }
 
     /// Starts `kubesync run` on the fleet's cluster (see [`Operator::start`]).
@@ -634,6 +607,39 @@ fn content(object: &Value) -> Value {
         }
     }
     object
+}
+
+/// Makes every ObjectSync of `apps` in `declared` reconcile once more and waits for it: a spec
+/// change that changes no copy (one more label to leave out, found on no source), witnessed
+/// by its status at the new generation. Work in flight before finishes first (one key is
+/// never reconciled twice at once), so its writes are in the audit log after.
+pub async fn reconciled_again(client: kube::Client, declared: &[&str]) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static ROUND: AtomicUsize = AtomicUsize::new(0);
+    let round = ROUND.fetch_add(1, Ordering::Relaxed);
+    let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(client, "apps");
+    for name in declared {
+        let patched = syncs
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({
+                    "spec": {"labels": {"exclude": [format!("kubesync-witness-{round}")]}}
+                })),
+            )
+            .await
+            .expect("reconcile again");
+        let generation = patched.metadata.generation;
+        kubesync_testenv::eventually(
+            &format!("{name} reconciled at generation {generation:?}"),
+            crate::common::T,
+            || async {
+                let st = syncs.get(name).await.ok()?.status?;
+                (st.observed_generation == generation).then_some(())
+            },
+        )
+        .await;
+    }
 }
 
 #[cfg(test)]

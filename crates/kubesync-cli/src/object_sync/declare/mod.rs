@@ -254,33 +254,25 @@ pub(super) fn declare(
     )?;
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
     // Reading a source from a RemoteCluster needs its admission as writing there does.
-    for name in spec
+    let mut writes_to: Vec<&RemoteCluster> = Vec::new();
+    let destinations = spec
         .destinations
         .iter()
-        .filter_map(|d| d.cluster.as_deref())
-        .chain(spec.source.cluster.as_deref())
+        .filter_map(|d| d.cluster.as_deref());
+    for (name, writes) in destinations
+        .map(|n| (n, true))
+        .chain(spec.source.cluster.as_deref().map(|n| (n, false)))
     {
         let rc = remote(facts, name)?;
         if let Some(ns) = untrusted {
             admitted(rc, ns, facts.namespace_labels.as_ref())?;
         }
-    }
-    // One cluster through two names: the copies made through one would be strays through the
-    // other, removed and made again without end.
-    let mut writes_to: Vec<&RemoteCluster> = Vec::new();
-    for name in spec
-        .destinations
-        .iter()
-        .filter_map(|d| d.cluster.as_deref())
-    {
-        let rc = remote(facts, name)?;
-        if !writes_to
-            .iter()
-            .any(|r| r.metadata.name == rc.metadata.name)
-        {
+        if writes {
             writes_to.push(rc);
         }
     }
+    // One cluster through two names: the copies made through one would be strays through the
+    // other, removed and made again without end.
     if let Some((a, b, server)) = crate::remote::same_apiserver(&writes_to) {
         return Err(Refusal::new(
             Reason::DuplicateCluster,
