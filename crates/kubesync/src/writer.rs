@@ -223,24 +223,28 @@ impl Writer {
         done
     }
 
-    /// Whether this writer created the object (namespace, name) in the last 30 s: a store
-    /// that shows no such object may just not show the create yet, so the caller reads it
-    /// live before creating it again (a second create would be a write the apiserver refuses,
-    /// or a copy made twice). The body is not compared (hashing every create's body costs
-    /// more than the rare live read).
-    pub fn created_recently(
+    /// Whether this writer created or wrote (applied, replaced) the object (namespace, name)
+    /// in the last 30 s, and no store has shown that write since: a store that shows no such
+    /// object may just not show it yet — a create not seen yet, or an object whose write moved
+    /// it from one watch's selector to another's (a copy labelled with its shard) — so the
+    /// caller reads it live before creating it again (a second create would be a write the
+    /// apiserver refuses, or a copy made twice). The body is not compared (hashing every
+    /// create's body costs more than the rare live read).
+    pub fn written_recently(
         &self,
         cluster: &Cluster,
         ar: &ApiResource,
         (namespace, name): (Option<&str>, &str),
         field_manager: &str,
     ) -> bool {
-        let key = write_key((cluster, ar, namespace, name), "create", field_manager);
-        self.recent
-            .lock()
-            .written
-            .get(&key)
-            .is_some_and(|w| w.at.elapsed() < REMEMBER)
+        let recent = self.recent.lock();
+        ["create", "apply", "replace"].iter().any(|kind| {
+            let key = write_key((cluster, ar, namespace, name), kind, field_manager);
+            recent
+                .written
+                .get(&key)
+                .is_some_and(|w| w.at.elapsed() < REMEMBER)
+        })
     }
 
     /// Whether this writer asked in the last 30 s to delete the object (namespace, name) of
@@ -556,7 +560,7 @@ mod tests {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let writer = Writer::new();
         let at = (Some("ns"), "copy");
-        assert!(!writer.created_recently(&cluster, &ar, at, "fm"));
+        assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
         let record = |kind: &str, manager: &str, fingerprint: u64, age: Duration| {
             writer.recent.lock().record(
                 write_key((&cluster, &ar, at.0, at.1), kind, manager),
@@ -568,9 +572,15 @@ mod tests {
             )
         };
         record("create", "fm", 0, Duration::ZERO);
-        assert!(writer.created_recently(&cluster, &ar, at, "fm"));
-        assert!(!writer.created_recently(&cluster, &ar, (Some("ns"), "else"), "fm"));
-        assert!(!writer.created_recently(&cluster, &ar, at, "other-manager"));
+        assert!(writer.written_recently(&cluster, &ar, at, "fm"));
+        assert!(!writer.written_recently(&cluster, &ar, (Some("ns"), "else"), "fm"));
+        assert!(!writer.written_recently(&cluster, &ar, at, "other-manager"));
+        // An update too (it may move the object to another watch's selector).
+        record("create", "fm", 0, REMEMBER);
+        assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
+        record("apply", "fm", 0, Duration::ZERO);
+        assert!(writer.written_recently(&cluster, &ar, at, "fm"));
+        record("apply", "fm", 0, REMEMBER);
         record("delete", "", fingerprint(&"uid-1"), Duration::ZERO);
         assert!(writer.deleted_recently(&cluster, &ar, at, "uid-1"));
         assert!(
@@ -578,8 +588,7 @@ mod tests {
             "another object"
         );
         // Forgotten after REMEMBER.
-        record("create", "fm", 0, REMEMBER);
-        assert!(!writer.created_recently(&cluster, &ar, at, "fm"));
+        assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
     }
 
     #[tokio::test]

@@ -109,7 +109,7 @@ impl SyncContext<'_> {
         );
         if !self
             .writer
-            .created_recently(self.target, ar, target, field_manager)
+            .written_recently(self.target, ar, target, field_manager)
         {
             return Ok(false);
         }

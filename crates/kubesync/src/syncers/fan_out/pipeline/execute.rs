@@ -221,11 +221,12 @@ impl FanOut {
         let ar = &decl.spec.source.resource;
         let at = &w.at;
         let mut existing = w.existing.clone();
-        // A create this writer sent moments ago that the store does not show yet is not sent
-        // again before a live read says it is needed.
+        // A copy this writer created or wrote moments ago that the stores do not show (yet: a
+        // create not seen, or a copy its shard label moved from one watch to another) is not
+        // created again before a live read says it is needed.
         let created = existing.is_none()
             && ctx.cluster(&at.cluster).is_some_and(|cluster| {
-                self.writer.created_recently(
+                self.writer.written_recently(
                     &cluster,
                     ar,
                     (at.namespace(), &at.name),
