@@ -548,6 +548,7 @@ async fn plain_round(
     let owner = Owner {
         reference: format!("local/{}/{name}", setup.control),
         uid: format!("plain-{round}"),
+        shard: None,
     };
     let source_ref = format!("core/Secret/{}/{name}", setup.source_ns);
     let copies: Vec<DynamicObject> = (0..n)
@@ -963,6 +964,7 @@ async fn many_plain_round(
     let owner = Owner {
         reference: format!("local/{}/many-plain-{round}", setup.control),
         uid: format!("many-plain-{round}"),
+        shard: None,
     };
     let copies: Vec<DynamicObject> = (0..n)
         .flat_map(|i| {

@@ -58,6 +58,18 @@ fn run_fan_out_counted(
     extra: Vec<kubesync::Cluster>,
 ) -> (Running, kubesync::Context, kubesync::Writer) {
     let fan_out = Arc::new(FanOut::new("local"));
+    run_fan_out_on(fan_out, env, control, specs, outcomes, extra)
+}
+
+/// [`run_fan_out_counted`] with the engine `fan_out`.
+fn run_fan_out_on(
+    fan_out: Arc<FanOut>,
+    env: &TestEnv,
+    control: &str,
+    specs: Specs,
+    outcomes: Reports,
+    extra: Vec<kubesync::Cluster>,
+) -> (Running, kubesync::Context, kubesync::Writer) {
     let writes = fan_out.write_counter();
     let mut controller = Controller::new()
         .cluster(kubesync::Cluster::new(
@@ -101,6 +113,7 @@ fn run_fan_out_counted(
                     owner: Owner {
                         reference: format!("local/{control}/{}", key.name),
                         uid: anchor.uid().unwrap_or_default(),
+                        shard: None,
                     },
                     spec,
                     deleting,
@@ -1225,6 +1238,169 @@ async fn unrelated_objects_are_held_as_metadata_only() {
         );
     }
     running.stop().await;
+}
+
+/// A sharded engine: declaration `x`'s copies carry the shard `s-x`, of the shards `s-a`,
+/// `s-b` and `s-c` (it holds none until told).
+fn sharded() -> Arc<FanOut> {
+    let fan_out = FanOut::new("local");
+    let all = ["s-a", "s-b", "s-c"].map(String::from).into();
+    assert!(fan_out.shard_copies(|key| format!("s-{}", key.name), all));
+    Arc::new(fan_out)
+}
+
+fn shards(held: &[&str]) -> std::collections::BTreeSet<String> {
+    held.iter().map(|s| s.to_string()).collect()
+}
+
+/// The shard labels of the Secrets `name` in `namespaces`, in order (`None`: no label, or no
+/// Secret).
+async fn shard_labels(env: &TestEnv, namespaces: &[&String], name: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let s = Api::<Secret>::namespaced(env.client().expect("client"), ns)
+            .get_opt(name)
+            .await
+            .expect("get");
+        out.push(s.and_then(|s| s.labels().get("kubesync.io/shard").cloned()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn sharded_copies_carry_their_shard_and_each_process_holds_its_own() {
+    init_tracing();
+    // Its own control plane: the engines hold the copies of the whole cluster, counted exactly.
+    let env = &own_cluster("shards").await;
+    let (_, [control, src, d0, d1, d2]) =
+        namespaces(env, "shard", ["control", "src", "d0", "d1", "d2"]).await;
+    put_secret(env, &src, "ca", &[("token", "v1")], "Opaque", &[]).await;
+    let dests = [&d0, &d1, &d2];
+    // Copies made before the operator was sharded: no shard label.
+    let (specs, outcomes): (Specs, Reports) = Default::default();
+    specs.lock().expect("lock").insert(
+        "a".into(),
+        spec(&src, "ca", dests.iter().map(|d| to(d)).collect()),
+    );
+    let running = run_fan_out(env, &control, specs.clone(), outcomes.clone(), vec![]);
+    apply_cm(env, &configmap(&control, "a", &[], &[])).await;
+    eventually("unsharded copies", T, || async {
+        (copies_in(env, &dests, "ca").await == 3).then_some(())
+    })
+    .await;
+    assert_eq!(shard_labels(env, &dests, "ca").await, [None, None, None]);
+    running.stop().await;
+
+    // A sharded process holding s-a and s-c labels a's copies (one write each) and holds them.
+    let one = sharded();
+    let (running_one, ctx_one, writes_one) = run_fan_out_on(
+        one.clone(),
+        env,
+        &control,
+        specs.clone(),
+        outcomes.clone(),
+        vec![],
+    );
+    one.hold_shards(&ctx_one, shards(&["s-a", "s-c"]));
+    let labelled = vec![Some("s-a".to_string()); 3];
+    eventually("a's copies labelled with its shard", T, || async {
+        (shard_labels(env, &dests, "ca").await == labelled).then_some(())
+    })
+    .await;
+    eventually(
+        "the labelled copies held, the unlabelled watch empty",
+        T,
+        || async { (one.copies_held(&ctx_one) == 3).then_some(()) },
+    )
+    .await;
+    assert_eq!(writes_one.writes(), 3, "one update per copy");
+
+    // Another process, holding s-b, copies b to d0 as "taken": the first one holds none of it.
+    let (specs_two, outcomes_two): (Specs, Reports) = Default::default();
+    specs_two.lock().expect("lock").insert(
+        "b".into(),
+        copy_as(spec(&src, "ca", vec![to(&d0)]), "taken"),
+    );
+    let two = sharded();
+    let (running_two, ctx_two, _) = run_fan_out_on(
+        two.clone(),
+        env,
+        &control,
+        specs_two,
+        outcomes_two.clone(),
+        vec![],
+    );
+    two.hold_shards(&ctx_two, shards(&["s-b"]));
+    apply_cm(env, &configmap(&control, "b", &[], &[])).await;
+    eventually("b's copy", T, || async {
+        (shard_labels(env, &[&d0], "taken").await == [Some("s-b".to_string())]).then_some(())
+    })
+    .await;
+    eventually("each process holds its own copies", T, || async {
+        (two.copies_held(&ctx_two) == 1).then_some(())
+    })
+    .await;
+    assert_eq!(one.copies_held(&ctx_one), 3, "not b's copy");
+
+    // c, on the first process, wants d0/taken: b's copy (another shard's, held as metadata
+    // only) is seen as taken without a write.
+    let before = writes_one.writes();
+    specs.lock().expect("lock").insert(
+        "c".into(),
+        copy_as(spec(&src, "ca", vec![to(&d0)]), "taken"),
+    );
+    apply_cm(env, &configmap(&control, "c", &[], &[])).await;
+    eventually("c in conflict with b's copy", T, || async {
+        let r = outcomes.lock().expect("lock").get("c").cloned()?;
+        (r.destinations.first()?.state == DestinationState::Conflict).then_some(())
+    })
+    .await;
+    assert_eq!(
+        writes_one.writes(),
+        before,
+        "no write tried on a name seen taken"
+    );
+    let meta = ctx_one
+        .get_metadata(&kubesync::ObjectKey::new(
+            "local",
+            &secret_type(),
+            Some(d0.clone()),
+            "taken",
+        ))
+        .expect("b's copy held as metadata");
+    assert!(meta.data.is_null(), "another shard's copy held in full");
+
+    // The first process takes s-b too: its watches restart, and it holds b's copy in full.
+    one.hold_shards(&ctx_one, shards(&["s-a", "s-b", "s-c"]));
+    eventually("b's copy held after the shards changed", T, || async {
+        (one.copies_held(&ctx_one) == 4).then_some(())
+    })
+    .await;
+    running_two.stop().await;
+    running_one.stop().await;
+}
+
+/// How many of `namespaces` have a Secret `name`.
+async fn copies_in(env: &TestEnv, namespaces: &[&String], name: &str) -> usize {
+    let mut n = 0;
+    for ns in namespaces {
+        n += usize::from(
+            Api::<Secret>::namespaced(env.client().expect("client"), ns)
+                .get_opt(name)
+                .await
+                .expect("get")
+                .is_some(),
+        );
+    }
+    n
+}
+
+/// `spec` with its copies named `name`.
+fn copy_as(mut spec: FanOutSpec, name: &str) -> FanOutSpec {
+    for d in &mut spec.destinations {
+        d.name = Some(name.to_string());
+    }
+    spec
 }
 
 /// A Secret `name` in `ns` with `labels` and the data `token: <token>`.

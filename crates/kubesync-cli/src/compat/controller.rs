@@ -551,6 +551,7 @@ fn owner(key: &ObjectKey, uid: &str) -> Owner {
             key.kind
         ),
         uid: uid.to_string(),
+        shard: None,
     }
 }
 

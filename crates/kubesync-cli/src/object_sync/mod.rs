@@ -346,6 +346,7 @@ impl ObjectSyncController {
                 None => format!("{LOCAL}/{}", os.name_any()),
             },
             uid: os.uid().unwrap_or_default(),
+            shard: None,
         };
         let spec = match self.fan_out_spec(own.as_deref(), os.sync_spec(), ctx).await {
             Ok(spec) => spec,

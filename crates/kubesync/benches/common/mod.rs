@@ -349,6 +349,7 @@ where
                     owner: Owner {
                         reference: format!("{reference}/{}", key.name),
                         uid,
+                        shard: None,
                     },
                     spec,
                     // The anchor deleted: remove every copy.

@@ -154,6 +154,16 @@ impl Objects {
             .collect()
     }
 
+    /// How many objects are held (none is read).
+    pub(super) fn len(&self) -> usize {
+        self.inner
+            .read()
+            .objects
+            .values()
+            .map(|names| names.len())
+            .sum()
+    }
+
     /// The objects held in `namespace` (`""` for cluster-scoped ones).
     pub(super) fn in_namespace(&self, namespace: &str) -> Vec<Arc<DynamicObject>> {
         self.inner

@@ -108,6 +108,18 @@ impl Context {
             .collect()
     }
 
+    /// How many objects the watch `id` holds (none is read or parsed); 0 for a watch that is
+    /// not running.
+    pub fn watch_size(&self, id: WatchId) -> usize {
+        self.shared
+            .stores
+            .read()
+            .iter()
+            .filter(|s| s.id == id.0)
+            .map(|s| s.reader.len())
+            .sum()
+    }
+
     /// The objects of this type that full watches of this cluster hold and whose label `key`
     /// has `value` (see [`Context::list`]). Watches that index `key`
     /// ([`Watch::index_label`]) answer from their index and read only those objects; others

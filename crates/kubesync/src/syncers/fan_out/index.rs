@@ -22,11 +22,18 @@ use crate::runtime::WatchId;
 pub enum Scope {
     /// Every object (Namespaces, consent objects).
     All,
-    /// kubesync's copies: the objects with the `managed-by` label, in full.
+    /// kubesync's copies: the objects with the `managed-by` label, in full (sharded: those
+    /// of the shards this process holds).
     Copies,
+    /// Sharded only: copies without a shard label (written before the operator was sharded),
+    /// in full, until each is labelled.
+    Unlabelled,
     /// Every object without the `managed-by` label, metadata only: what a destination name
     /// is taken by, for conflict, adopt and protect decisions.
     Others,
+    /// Sharded only: copies of the shards this process does not hold (other replicas'),
+    /// metadata only: a destination they take is taken.
+    OtherShards,
     /// One source object, in full.
     Source(ObjectKey),
     /// The objects of one namespace that a label selector selects (many sources), in full.
@@ -378,6 +385,31 @@ impl Index {
         stopped
     }
 
+    /// The running watches whose key `pick` selects, each with its id and users.
+    pub fn watches_where(
+        &self,
+        pick: impl Fn(&WatchKey) -> bool,
+    ) -> Vec<(WatchKey, WatchId, Vec<ObjectKey>)> {
+        self.watches
+            .iter()
+            .filter(|(key, _)| pick(key))
+            .map(|(key, (id, users))| (key.clone(), *id, users.iter().cloned().collect()))
+            .collect()
+    }
+
+    /// The watch `key` runs as `id` from now on (restarted with another selector); returns
+    /// the id it ran as, if it was running (then it keeps its users).
+    pub fn replace_watch(&mut self, key: &WatchKey, id: WatchId) -> Option<WatchId> {
+        self.watches
+            .get_mut(key)
+            .map(|(old, _)| std::mem::replace(old, id))
+    }
+
+    /// Whether `id` is the watch some key runs as now.
+    pub fn is_running(&self, id: WatchId) -> bool {
+        self.watches.values().any(|(running, _)| *running == id)
+    }
+
     /// Watches running.
     pub fn watch_count(&self) -> usize {
         self.watches.len()
@@ -470,6 +502,45 @@ mod tests {
         assert!(idx.forget(&decl("a")).is_empty(), "b still uses it");
         assert_eq!(idx.forget(&decl("b")), [a]);
         assert_eq!(idx.watch_count(), 0);
+    }
+
+    #[test]
+    fn a_restarted_watch_keeps_its_users_and_stops_with_the_last() {
+        let mut idx = Index::default();
+        let mut s = Starter(0);
+        let secret = ar::<Secret>();
+        let copies = WatchKey::scoped("local", &secret, Scope::Copies);
+        let old = idx
+            .watch_for(copies.clone(), &decl("a"), || s.start())
+            .expect("a");
+        idx.watch_for(copies.clone(), &decl("b"), || s.start())
+            .expect("b");
+        idx.watch_for(WatchKey::of("local", &secret), &decl("a"), || s.start())
+            .expect("all");
+        let picked = idx.watches_where(|k| k.scope == Scope::Copies);
+        assert_eq!(picked.len(), 1);
+        assert_eq!(
+            (&picked[0].0, picked[0].1, picked[0].2.len()),
+            (&copies, old, 2)
+        );
+        let new = s.start().expect("new");
+        assert_eq!(idx.replace_watch(&copies, new), Some(old));
+        assert!(idx.is_running(new) && !idx.is_running(old));
+        let c = idx
+            .watch_for(copies.clone(), &decl("c"), || s.start())
+            .expect("c");
+        assert_eq!(c, new, "later users get the new one");
+        assert_eq!(
+            idx.replace_watch(&WatchKey::of("other", &secret), old),
+            None
+        );
+        idx.forget(&decl("a"));
+        idx.forget(&decl("b"));
+        assert_eq!(
+            idx.forget(&decl("c")),
+            [new],
+            "the new one stops with its last user"
+        );
     }
 
     #[test]

@@ -792,6 +792,7 @@ mod tests {
             owner: Owner {
                 reference: "local/ctl/d".into(),
                 uid: "uid-d".into(),
+                shard: None,
             },
             spec: FanOutSpec {
                 source: SourceRef::one(secret_type(), "src", "ca"),

@@ -63,14 +63,38 @@ pub struct FanOut {
     /// Declarations whose writes are confirmed by a live read first, until when (see
     /// [`FanOut::confirm_writes`]).
     confirm: Arc<parking_lot::Mutex<HashMap<ObjectKey, Instant>>>,
+    /// Set when the copies are sharded ([`FanOut::shard_copies`]).
+    sharding: std::sync::OnceLock<Sharding>,
+    /// The copied types, by group and kind (to restart their watches with a new selector).
+    kinds: parking_lot::Mutex<HashMap<(String, String), ApiResource>>,
+}
+
+/// A declaration's shard: the [`rules::SHARD`] label of its copies.
+pub type ShardOf = Arc<dyn Fn(&ObjectKey) -> String + Send + Sync>;
+
+/// How copies are sharded: each carries its declaration's shard, and this process holds only
+/// the copies of the shards it was given last ([`FanOut::hold_shards`]).
+struct Sharding {
+    shard_of: ShardOf,
+    /// Every shard there is.
+    all: BTreeSet<String>,
+    /// The shards held now, and the others.
+    held: parking_lot::Mutex<Arc<Held>>,
+}
+
+/// The shards whose copies this process holds, and the others.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Held {
+    mine: BTreeSet<String>,
+    others: BTreeSet<String>,
 }
 
 /// The watches one declaration uses in one cluster.
 struct Watches {
     /// Those a plan waits for.
     ids: Vec<WatchId>,
-    /// The metadata-only watch of the other objects of the copied type.
-    others: WatchId,
+    /// The metadata-only watches of the other objects of the copied type.
+    others: Vec<WatchId>,
 }
 
 /// What a declaration's watches say ([`FanOut::watch`]).
@@ -132,6 +156,8 @@ impl FanOut {
             index: SharedIndex::default(),
             seen: Arc::default(),
             confirm: Arc::default(),
+            sharding: std::sync::OnceLock::new(),
+            kinds: parking_lot::Mutex::default(),
             namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
                 "",
                 "v1",
@@ -182,6 +208,121 @@ impl FanOut {
         self.index.with(|idx| idx.watch_count())
     }
 
+    /// Shards the copies, for an operator whose replicas share the declarations: every copy a
+    /// declaration writes carries the label [`rules::SHARD`] with `shard_of(declaration)`,
+    /// one of `all`, and this process holds only the copies of the shards
+    /// [`FanOut::hold_shards`] gave it (none until then), selected on the server. The copies
+    /// of the other shards (other replicas') are held as metadata only, as the other objects
+    /// of the type are: a destination one takes is seen as taken. Copies written before,
+    /// without the label, are held in full by one more watch per type and cluster until each
+    /// is labelled (its next write). A selector names at most half of `all` (`in` the shards
+    /// named, or `notin` the others), so that its request stays under the 64 KiB a URI may
+    /// have: with shards of four characters, up to 16 384 shards. A declaration whose shard is
+    /// not held is not decided on (its outcome is not ready): its copies are not in view. Set
+    /// once, before the first reconcile; later calls change nothing (whether it was set is
+    /// returned).
+    pub fn shard_copies(
+        &self,
+        shard_of: impl Fn(&ObjectKey) -> String + Send + Sync + 'static,
+        all: BTreeSet<String>,
+    ) -> bool {
+        let held = Held {
+            mine: BTreeSet::new(),
+            others: all.clone(),
+        };
+        self.sharding
+            .set(Sharding {
+                shard_of: Arc::new(shard_of),
+                all,
+                held: parking_lot::Mutex::new(Arc::new(held)),
+            })
+            .is_ok()
+    }
+
+    /// Sharded ([`FanOut::shard_copies`]): hold the copies of `shards` from now on (shards
+    /// that are not among all the shards are ignored). Each watch of copies, and of the other
+    /// shards' copies, of every type and cluster is restarted with the new selector; the one
+    /// it replaces runs until the new one has listed, so no store ever lacks a copy it held
+    /// (stores of a type are read together), and the declarations using it are woken once it
+    /// has. A declaration of a shard just gained waits for that list, as for any new watch.
+    /// Unsharded, or with the same shards: nothing.
+    pub fn hold_shards(&self, ctx: &Context, shards: BTreeSet<String>) {
+        let Some(sharding) = self.sharding.get() else {
+            return;
+        };
+        let mine: BTreeSet<String> = shards.intersection(&sharding.all).cloned().collect();
+        let new = Held {
+            others: sharding.all.difference(&mine).cloned().collect(),
+            mine,
+        };
+        {
+            let mut held = sharding.held.lock();
+            if **held == new {
+                return;
+            }
+            *held = Arc::new(new);
+        }
+        let kinds = self.kinds.lock().clone();
+        let restarted = self.index.with(|idx| {
+            let mut restarted = Vec::new();
+            for (key, _, users) in
+                idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::OtherShards))
+            {
+                let Some(ar) = kinds.get(&(key.group.clone(), key.kind.clone())) else {
+                    continue;
+                };
+                let (event, watch) = match key.scope {
+                    Scope::Copies => (EventOf::Copy, self.copies_watch(ar)),
+                    _ => (EventOf::Other, self.other_shards_watch(ar)),
+                };
+                match self.start(ctx, key.clone(), event, watch) {
+                    Ok(new) => {
+                        if let Some(old) = idx.replace_watch(&key, new) {
+                            restarted.push((old, new, users));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %key.cluster, kind = %key.kind, error = %e, "cannot restart a watch of copies with the new shards")
+                    }
+                }
+            }
+            restarted
+        });
+        for (old, new, users) in restarted {
+            for user in users {
+                ctx.when_listed(new, user);
+            }
+            let (weak, index) = (ctx.downgrade(), self.index.clone());
+            tokio::spawn(async move {
+                // The old watch until the new one lists (or is itself replaced or stopped).
+                loop {
+                    let Some(ctx) = weak.upgrade() else { return };
+                    if ctx.watch_listed(new) || !index.with(|idx| idx.is_running(new)) {
+                        ctx.stop_watch(old);
+                        return;
+                    }
+                    drop(ctx);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+    }
+
+    /// How many copies this process holds in memory (every watch of copies, all types and
+    /// clusters).
+    pub fn copies_held(&self, ctx: &Context) -> usize {
+        self.index
+            .with(|idx| idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::Unlabelled)))
+            .into_iter()
+            .map(|(_, id, _)| ctx.watch_size(id))
+            .sum()
+    }
+
+    /// The shards whose copies this process holds, and the others (`None`: unsharded, all).
+    fn held_shards(&self) -> Option<Arc<Held>> {
+        self.sharding.get().map(|s| s.held.lock().clone())
+    }
+
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
     ///
     /// A pipeline, one file per step: `watch` (`watches.rs`: the watches it needs, and their
@@ -190,6 +331,26 @@ impl FanOut {
     /// (`execute.rs`: writes and deletes, or in Report mode only what withdrawn consent ends;
     /// then what later events need).
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Outcome> {
+        let marked;
+        let decl = match self.sharding.get() {
+            Some(sharding) => {
+                // Sharded: its copies carry its shard, and only a process that holds the
+                // shard's copies decides on them (nothing else would see them).
+                let shard = (sharding.shard_of)(&decl.key);
+                if !sharding.held.lock().mine.contains(&shard) {
+                    tracing::debug!(declaration = %decl.key, %shard, "its shard's copies are not held here: nothing decided");
+                    return Ok(Outcome::default());
+                }
+                let mut owner = decl.owner.clone();
+                owner.shard = Some(shard);
+                marked = Declaration {
+                    owner,
+                    ..decl.clone()
+                };
+                &marked
+            }
+            None => decl,
+        };
         let ar = &decl.spec.source.resource;
         if decl.refused
             && self

@@ -50,6 +50,7 @@ fn declaration(ar: ApiResource) -> Declaration {
         owner: Owner {
             reference: "local/ctl/d".into(),
             uid: "decl-uid".into(),
+            shard: None,
         },
         spec: FanOutSpec {
             source: SourceRef::one(ar, "src", "copy"),

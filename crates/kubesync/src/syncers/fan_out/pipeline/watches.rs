@@ -15,34 +15,77 @@ impl FanOut {
         decl: &ObjectKey,
         watch: impl FnOnce() -> Watch,
     ) -> Result<WatchId> {
-        let cluster = key.cluster.clone();
         let this_watch = key.clone();
-        self.index.with(|idx| {
-            idx.watch_for(key, decl, || {
-                // Built only when the watch starts: most calls find it running.
-                let index = self.index.clone();
-                let seen = self.seen.clone();
-                let mapper: crate::runtime::Mapper =
-                    Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
-                        // Not unrelated objects: memory must not grow with them.
-                        if event != EventOf::Other
-                            && let Some(rv) = &obj.metadata.resource_version
-                        {
-                            seen.saw(k, rv);
-                        }
-                        index.with(|idx| idx.declarations_for(event, &this_watch, k, obj))
-                    });
-                ctx.start_watch(&cluster, watch(), Some(mapper))
-            })
-        })
+        self.index
+            .with(|idx| idx.watch_for(key, decl, || self.start(ctx, this_watch, event, watch())))
+    }
+
+    /// Starts `watch` as the watch `key`, its events mapped as `event`.
+    pub(super) fn start(
+        &self,
+        ctx: &Context,
+        key: WatchKey,
+        event: EventOf,
+        watch: Watch,
+    ) -> Result<WatchId> {
+        let index = self.index.clone();
+        let seen = self.seen.clone();
+        let cluster = key.cluster.clone();
+        let mapper: crate::runtime::Mapper = Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
+            // Not unrelated objects: memory must not grow with them.
+            if event != EventOf::Other
+                && let Some(rv) = &obj.metadata.resource_version
+            {
+                seen.saw(k, rv);
+            }
+            index.with(|idx| idx.declarations_for(event, &key, k, obj))
+        });
+        ctx.start_watch(&cluster, watch, Some(mapper))
+    }
+
+    /// The watch of kubesync's copies of `ar` (sharded: of the shards held, selected on the
+    /// server), in full.
+    pub(super) fn copies_watch(&self, ar: &ApiResource) -> Watch {
+        let selector = match self.held_shards() {
+            None => rules::MANAGED_BY.to_string(),
+            Some(held) => format!("{},{}", rules::MANAGED_BY, among(&held.mine, &held.others)),
+        };
+        Self::copies(ar, &selector)
+    }
+
+    /// Sharded: the watch of the copies of `ar` of the shards not held, metadata only.
+    pub(super) fn other_shards_watch(&self, ar: &ApiResource) -> Watch {
+        let held = self.held_shards().unwrap_or_default();
+        Self::metadata(
+            ar,
+            &format!("{},{}", rules::MANAGED_BY, among(&held.others, &held.mine)),
+        )
+    }
+
+    /// A metadata-only watch of the objects of `ar` that `selector` selects.
+    fn metadata(ar: &ApiResource, selector: &str) -> Watch {
+        Watch::dynamic(ar.clone())
+            .labels(selector)
+            .metadata_only()
+            .packed()
+    }
+
+    /// Copies as the stores hold them: packed, indexed by owner, large values as digests.
+    fn copies(ar: &ApiResource, selector: &str) -> Watch {
+        Watch::dynamic(ar.clone())
+            .labels(selector)
+            .index_label(rules::MANAGED_BY)
+            .transform(rules::hold)
+            .packed()
     }
 
     /// The watches `decl` needs in `cluster`, started where no declaration uses them yet:
     ///
     /// | watch | holds | events wake |
     /// |---|---|---|
-    /// | copies of the source type (`managed-by` label, server-side) | full objects (managedFields compacted) | the copy's owner |
-    /// | other objects of the source type (no `managed-by` label) | metadata only | the declarations they block (a `Conflict` there) |
+    /// | copies of the source type (`managed-by` label, server-side; sharded: of the shards held) | full objects (managedFields compacted) | the copy's owner |
+    /// | sharded only: copies of the source type without a shard label | full objects | the copy's owner |
+    /// | other objects of the source type (no `managed-by` label; sharded: not of the shards held) | metadata only | the declarations they block (a `Conflict` there) |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
     /// | consent objects, if the declaration asks for consent | full objects | the same |
     ///
@@ -69,31 +112,24 @@ impl FanOut {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
         let key = &decl.key;
-        let others = self.ensure_watch(
+        self.kinds
+            .lock()
+            .entry((ar.group.clone(), ar.kind.clone()))
+            .or_insert_with(|| ar.clone());
+        let mut others = vec![self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, Scope::Others),
             EventOf::Other,
             key,
-            || {
-                Watch::dynamic(ar.clone())
-                    .labels(&format!("!{}", rules::MANAGED_BY))
-                    .metadata_only()
-                    .packed()
-            },
-        )?;
+            || Self::metadata(ar, &format!("!{}", rules::MANAGED_BY)),
+        )?];
         let mut ids = vec![
             self.ensure_watch(
                 ctx,
                 WatchKey::scoped(cluster, ar, Scope::Copies),
                 EventOf::Copy,
                 key,
-                || {
-                    Watch::dynamic(ar.clone())
-                        .labels(rules::MANAGED_BY)
-                        .index_label(rules::MANAGED_BY)
-                        .transform(rules::hold)
-                        .packed()
-                },
+                || self.copies_watch(ar),
             )?,
             self.ensure_watch(
                 ctx,
@@ -103,6 +139,22 @@ impl FanOut {
                 || Watch::dynamic(ns_type.clone()).metadata_only(),
             )?,
         ];
+        if self.sharding.get().is_some() {
+            ids.push(self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::Unlabelled),
+                EventOf::Copy,
+                key,
+                || Self::copies(ar, &format!("{},!{}", rules::MANAGED_BY, rules::SHARD)),
+            )?);
+            others.push(self.ensure_watch(
+                ctx,
+                WatchKey::scoped(cluster, ar, Scope::OtherShards),
+                EventOf::Other,
+                key,
+                || self.other_shards_watch(ar),
+            )?);
+        }
         if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
             let ct = &consent.resource;
             ids.push(self.ensure_watch(
@@ -274,7 +326,7 @@ impl FanOut {
             // failing watch wakes the declaration when it lists again: what was put off while
             // the cluster could not be checked (deletes there) is then decided, even if no
             // object of it changes.
-            let first_error = ids.iter().chain([&others]).find_map(|id| {
+            let first_error = ids.iter().chain(&others).find_map(|id| {
                 let e = ctx.watch_error(*id)?;
                 ctx.when_listed(*id, decl.key.clone());
                 Some(e)
@@ -346,5 +398,51 @@ impl FanOut {
             ctx.when_failing(id, decl.key.clone());
         }
         Ok(())
+    }
+}
+
+/// A selector of the objects whose shard is one of `these` (the others being `rest`): `in`
+/// them, or, when they are more than the rest, labelled and `notin` the rest — a selector names
+/// at most half of the shards. None: a value no shard has (the apiserver refuses an empty
+/// list).
+fn among(these: &BTreeSet<String>, rest: &BTreeSet<String>) -> String {
+    let list =
+        |set: &BTreeSet<String>| set.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+    let shard = rules::SHARD;
+    if these.len() <= rest.len() {
+        if these.is_empty() {
+            return format!("{shard} in (none)");
+        }
+        format!("{shard} in ({})", list(these))
+    } else if rest.is_empty() {
+        shard.to_string()
+    } else {
+        format!("{shard},{shard} notin ({})", list(rest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(values: &[&str]) -> BTreeSet<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn a_shard_selector_names_the_smaller_side() {
+        let s = rules::SHARD;
+        assert_eq!(
+            among(&set(&["a"]), &set(&["b", "c"])),
+            format!("{s} in (a)")
+        );
+        assert_eq!(
+            among(&set(&["a", "b"]), &set(&["c"])),
+            format!("{s},{s} notin (c)"),
+            "labelled (not a copy written before shards), and not another's"
+        );
+        assert_eq!(among(&set(&["a", "b"]), &set(&[])), s);
+        assert_eq!(among(&set(&[]), &set(&["a"])), format!("{s} in (none)"));
+        assert_eq!(among(&set(&["a"]), &set(&["b"])), format!("{s} in (a)"));
     }
 }

@@ -7,7 +7,7 @@ use kube::core::ApiResource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{LAST_APPLIED, MANAGED_BY, OWNER, SOURCE, SOURCE_VERSION};
+use super::{LAST_APPLIED, MANAGED_BY, OWNER, SHARD, SOURCE, SOURCE_VERSION};
 use crate::object::sanitize;
 
 /// Include and exclude lists of label or annotation keys. An entry ending in `/` or `*` is a
@@ -88,6 +88,8 @@ pub struct Owner {
     pub reference: String,
     /// The declaration's uid (the `managed-by` label value).
     pub uid: String,
+    /// The declaration's shard (the [`SHARD`] label value), when the operator is sharded.
+    pub shard: Option<String>,
 }
 
 /// Annotations a copy carries besides the source's: `(source, copy) -> annotations`, computed
@@ -119,7 +121,7 @@ pub struct CopyRules {
     pub annotations: KeyFilter,
     /// Secret/ConfigMap key control (ignored for other kinds).
     pub data: Option<DataFilter>,
-    /// Labels every copy carries besides the source's (never the `managed-by` mark).
+    /// Labels every copy carries besides the source's (never the `managed-by` or shard mark).
     pub extra_labels: BTreeMap<String, String>,
     /// Annotations computed for each copy (see [`Annotator`]).
     pub annotate: Option<Annotator>,
@@ -163,6 +165,9 @@ pub fn desired_copy(
         .labels
         .apply(&source.metadata.labels.clone().unwrap_or_default());
     labels.insert(MANAGED_BY.into(), owner.uid.clone());
+    if let Some(shard) = &owner.shard {
+        labels.insert(SHARD.into(), shard.clone());
+    }
     let mut annotations = rules
         .annotations
         .apply(&source.metadata.annotations.clone().unwrap_or_default());
@@ -190,7 +195,11 @@ pub fn desired_copy(
     super::allocated::strip(&mut copy);
     // Never the marks.
     if let Some(labels) = copy.metadata.labels.as_mut() {
-        for (k, v) in rules.extra_labels.iter().filter(|(k, _)| *k != MANAGED_BY) {
+        for (k, v) in rules
+            .extra_labels
+            .iter()
+            .filter(|(k, _)| *k != MANAGED_BY && *k != SHARD)
+        {
             labels.insert(k.clone(), v.clone());
         }
     }
@@ -301,5 +310,40 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"][SOURCE_VERSION], "42");
         assert_eq!(v["data"], json!({"bundle.pem": "Q0E="}));
         assert_eq!(v["type"], "kubernetes.io/tls");
+    }
+
+    #[test]
+    fn a_sharded_owner_marks_its_shard_and_nothing_forges_it() {
+        let rules = CopyRules {
+            extra_labels: labels(&[(SHARD, "forged")]),
+            ..CopyRules::default()
+        };
+        let owner = Owner {
+            shard: Some("03fa".into()),
+            ..owner()
+        };
+        let c = desired_copy(
+            &secret_type(),
+            &tls_secret(),
+            "team-a",
+            "ca",
+            &rules,
+            &owner,
+            "core/Secret/certs/ca",
+        );
+        let labels = c.metadata.labels.expect("labels");
+        assert_eq!(labels.get(SHARD).map(String::as_str), Some("03fa"));
+        assert_eq!(labels.get(MANAGED_BY).map(String::as_str), Some("uid-1"));
+        // Unsharded: no shard label, whatever the rules add.
+        let plain = desired_copy(
+            &secret_type(),
+            &tls_secret(),
+            "team-a",
+            "ca",
+            &rules,
+            &super::super::fixtures::owner(),
+            "core/Secret/certs/ca",
+        );
+        assert_eq!(plain.metadata.labels.expect("labels").get(SHARD), None);
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::copy::Owner;
 use super::digest;
-use super::{MANAGED_BY, ORPHAN_ON_DELETE, OWNER, PROTECT, SOURCE, SOURCE_VERSION};
+use super::{MANAGED_BY, ORPHAN_ON_DELETE, OWNER, PROTECT, SHARD, SOURCE, SOURCE_VERSION};
 
 /// How copies are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,12 +58,12 @@ pub fn orphans(copy: &DynamicObject, policy: DeletionPolicy, source_gone: bool) 
     annotated || (policy == DeletionPolicy::Orphan && source_gone)
 }
 
-/// The JSON merge patch that releases a copy: removes kubesync's label and annotations, and
+/// The JSON merge patch that releases a copy: removes kubesync's labels and annotations, and
 /// carries the copy's uid (when known), so that the apiserver refuses it (409) if the object
 /// was replaced.
 pub fn release_patch(uid: Option<&str>) -> serde_json::Value {
     let mut patch = serde_json::json!({"metadata": {
-        "labels": {MANAGED_BY: null},
+        "labels": {MANAGED_BY: null, SHARD: null},
         "annotations": {OWNER: null, SOURCE: null, SOURCE_VERSION: null},
     }});
     if let Some(uid) = uid {
@@ -196,7 +196,9 @@ mod tests {
             release_patch(None)["metadata"].get("uid").is_none(),
             "never a null uid"
         );
-        assert!(patch["metadata"]["labels"][MANAGED_BY].is_null());
+        for l in [MANAGED_BY, SHARD] {
+            assert!(patch["metadata"]["labels"][l].is_null());
+        }
         for a in [OWNER, SOURCE, SOURCE_VERSION] {
             assert!(patch["metadata"]["annotations"][a].is_null());
         }

@@ -69,6 +69,10 @@ pub fn hold(copy: &mut kube::api::DynamicObject) {
 pub const FIELD_MANAGER: &str = "kubesync";
 /// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
 pub const MANAGED_BY: &str = "kubesync.io/managed-by";
+/// Label on every copy a sharded operator writes: the shard (bucket) of the declaration that
+/// made it, so that each replica watches only the copies of its own shards (see
+/// [`FanOut::shard_copies`](super::FanOut::shard_copies)).
+pub const SHARD: &str = "kubesync.io/shard";
 /// Annotation: `<cluster>/<namespace>/<name>` of the declaration that made the copy.
 pub const OWNER: &str = "kubesync.io/owner";
 /// Annotation: `<group>/<kind>/<namespace>/<name>` of the source (`core` for the core group).
@@ -109,6 +113,7 @@ mod fixtures {
         Owner {
             reference: "local/apps/share-ca".into(),
             uid: "uid-1".into(),
+            shard: None,
         }
     }
 
