@@ -161,16 +161,24 @@ impl Operator {
             CompatController::new(local.clone(), options.compat, policy, lags.clone())
                 .with_version_gate(options.compat_version_gate)
         });
+        let object_syncs = ObjectSyncController::new(
+            local.clone(),
+            writes.clone(),
+            remotes.clone(),
+            options.policy,
+            options.fan_out_concurrency,
+            lags.clone(),
+        );
+        if options.shards.is_some() {
+            // Each replica holds only the copies of the units it works on.
+            object_syncs.fan_out().shard_copies(
+                |key| Unit::of_declaration(key).shard(),
+                crate::shard::all_shards(),
+            );
+        }
         Arc::new(Self {
             compat,
-            object_syncs: ObjectSyncController::new(
-                local.clone(),
-                writes.clone(),
-                remotes.clone(),
-                options.policy,
-                options.fan_out_concurrency,
-                lags.clone(),
-            ),
+            object_syncs,
             resource_syncs: ResourceSyncController::new(
                 local.clone(),
                 writes.clone(),
@@ -304,10 +312,17 @@ impl Operator {
         self.resource_syncs.running().await
     }
 
-    /// Watches the ObjectSync fan-out holds (one per type and cluster, plus one Namespace
-    /// watch per cluster), whatever the number of ObjectSyncs.
+    /// Watches the ObjectSync fan-out holds (a few per type and cluster, plus one Namespace
+    /// watch per cluster, plus the single sources' watches).
     pub fn fan_out_watches(&self) -> usize {
         self.object_syncs.fan_out().watch_count()
+    }
+
+    /// Copies the fan-out's watches hold in memory (with `--sharded`: those of this replica's
+    /// shards, and copies not labelled yet).
+    pub fn copies_held(&self) -> usize {
+        self.context()
+            .map_or(0, |ctx| self.object_syncs.fan_out().copies_held(&ctx))
     }
 
     /// Write requests sent by all running syncs.
@@ -323,11 +338,7 @@ impl Operator {
     /// The unit `key` belongs to (`None`: a ResourceSync gone from the store, whose sync
     /// this replica only stops if it runs one).
     pub fn unit_of(&self, key: &ObjectKey, ctx: &Context) -> Option<Unit> {
-        let namespace = key.namespace.as_deref();
         match Managed::of(key) {
-            Some(Managed::ObjectSync | Managed::ClusterObjectSync) => {
-                Some(Unit::object_sync(namespace, &key.name))
-            }
             Some(Managed::RemoteCluster) => Some(Unit::remote_cluster(&key.name)),
             Some(Managed::ResourceSync) => {
                 let rs = ctx.get(key)?;
@@ -336,7 +347,9 @@ impl Operator {
                     .unwrap_or_default();
                 Some(Unit::remote_cluster(remote))
             }
-            None => Some(Unit::annotated(&key.group, &key.kind, namespace, &key.name)),
+            Some(Managed::ObjectSync | Managed::ClusterObjectSync) | None => {
+                Some(Unit::of_declaration(key))
+            }
         }
     }
 
@@ -523,8 +536,16 @@ impl crate::shard::members::Work for SharedWork {
         }
     }
 
-    async fn release(&self, _: &Shards) {
+    async fn release(&self, shards: &Shards) {
         self.0.release_unowned().await;
+        if let Some(ctx) = self.0.context() {
+            // The copies of the buckets owned under the new view: those of units gained are
+            // listed before their first reconcile, those of units lost are dropped.
+            self.0
+                .object_syncs
+                .fan_out()
+                .hold_shards(&ctx, shards.held());
+        }
     }
 }
 

@@ -73,6 +73,34 @@ async fn share(port: u16) -> Option<(BTreeMap<String, f64>, bool)> {
     Some((units, settled))
 }
 
+/// Waits until each replica on `ports` holds in memory exactly the copies of the ObjectSyncs it
+/// works on (each has one per destination namespace), and so all of them hold every copy
+/// once between them: its watches of copies select its own shards on the server.
+async fn copies_held_follow_the_share(ports: &[u16], within: Duration) {
+    let held = eventually(
+        "each replica holds the copies of its own units only",
+        within,
+        || async {
+            let mut held = Vec::new();
+            for port in ports {
+                let (_, metrics) = request(*port, "GET", "/metrics").await?;
+                let copies = sample(&metrics, "kubesync_objectsync_copies_held")? as usize;
+                let units = sample(&metrics, "kubesync_shard_units{kind=\"ObjectSync\"}")? as usize;
+                if copies != units * NAMESPACES {
+                    return None;
+                }
+                held.push(copies);
+            }
+            (held.iter().sum::<usize>() == SYNCS * NAMESPACES).then_some(held)
+        },
+    )
+    .await;
+    println!(
+        "copies held per replica: {held:?} of {}",
+        SYNCS * NAMESPACES
+    );
+}
+
 /// Waits until the replicas on `ports` are settled and own every unit between them, each
 /// once; returns each one's total.
 async fn shares_settle(ports: &[u16], within: Duration) -> Vec<usize> {
@@ -176,7 +204,7 @@ fn owned_by(member: &str, members: &[&str]) -> Vec<usize> {
     let view = View::new(members);
     (0..SYNCS)
         .filter(|i| {
-            view.owner(Unit::object_sync(Some("team"), &format!("sync-{i:02}")).hash)
+            view.owner(Unit::object_sync(Some("team"), &format!("sync-{i:02}")).point())
                 == Some(member)
         })
         .collect()
@@ -383,6 +411,36 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
         })
         .await;
     }
+    // Memory follows the share: every copy carries its ObjectSync's shard, and each replica
+    // holds only the copies of its own.
+    let labelled = Api::<ConfigMap>::all(client.clone())
+        .list_metadata(&ListParams::default().labels("kubesync.io/managed-by"))
+        .await
+        .expect("copies");
+    let misplaced: Vec<_> = labelled
+        .items
+        .iter()
+        .filter(|c| {
+            let labels = c.metadata.labels.clone().unwrap_or_default();
+            let source = c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kubesync.io/owner"))
+                .and_then(|o| o.rsplit('/').next().map(String::from))
+                .unwrap_or_default();
+            labels.get("kubesync.io/shard")
+                != Some(&Unit::object_sync(Some("team"), &source).shard())
+        })
+        .map(|c| c.metadata.name.clone())
+        .take(5)
+        .collect();
+    assert_eq!(labelled.items.len(), SYNCS * NAMESPACES);
+    assert!(
+        misplaced.is_empty(),
+        "copies without their ObjectSync's shard: {misplaced:?}"
+    );
+    copies_held_follow_the_share(&ports, T).await;
 
     // SIGKILL: its units move once its Lease has expired, and converge: the survivors work on
     // every unit (each ObjectSync reconciled and Ready on one of them, every ResourceSync's
@@ -396,6 +454,7 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
     let moved = killed_at.elapsed();
     converged(&survivors, LEASE + Duration::from_secs(10)).await;
     let took = killed_at.elapsed();
+    copies_held_follow_the_share(&survivors, T).await;
     println!("SIGKILL: units moved after {moved:?}, converged after {took:?}");
     if took > LEASE + Duration::from_secs(5) {
         late.push(format!("SIGKILL: converged {took:?} after the kill"));
@@ -508,7 +567,7 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
             .get(who)
             .and_then(|h| h.iter().rev().find(|(t, _)| *t <= at))
             .and_then(|(_, digest)| views.get(digest));
-        if view.and_then(|v| v.owner(unit.hash)) != Some(who) {
+        if view.and_then(|v| v.owner(unit.point())) != Some(who) {
             strays.push(format!(
                 "{who} at {at}: {} {} {}/{} (acknowledged {:?})",
                 e.verb,

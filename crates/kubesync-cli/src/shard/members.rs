@@ -479,12 +479,12 @@ fn count<W: Work>(shards: &Shards, work: &W, before: &Tenure) {
     let mut seen = std::collections::HashSet::new();
     let me = now.me();
     for (unit, key) in work.units() {
-        let (was, is) = (before.runs(unit.hash), now.runs(unit.hash));
+        let (was, is) = (before.runs(unit.point()), now.runs(unit.point()));
         if is && !was {
             // Another member owned it in the view this one saw before, or this one just
             // joined members that were working.
             let handed_over = match before.current() {
-                Some(view) => view.owner(unit.hash) != Some(me),
+                Some(view) => view.owner(unit.point()) != Some(me),
                 None => now.current().is_some_and(|v| v.len() > 1),
             };
             work.wake(key, handed_over);

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use self::assign::{Tenure, View, hash};
+use self::assign::{Tenure, View, bucket_of, hash, point};
 
 /// What one unit's id starts with, by kind (ids are part of the protocol: every replica
 /// hashes the same text).
@@ -44,7 +44,7 @@ impl UnitKind {
     }
 }
 
-/// One unit of work: its kind and its id (hashed to assign it).
+/// One unit of work: its kind and its id (hashed: its bucket is assigned, see [`assign`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Unit {
     /// Its kind.
@@ -81,17 +81,59 @@ impl Unit {
         )
     }
 
+    /// The unit of a declaration of copies: an ObjectSync, a ClusterObjectSync, or an
+    /// annotated object (`--compat`), by its key.
+    pub fn of_declaration(key: &kubesync::ObjectKey) -> Self {
+        use crate::crd::{ClusterObjectSync, ObjectSync};
+        fn is<K: kube::Resource<DynamicType = ()>>(key: &kubesync::ObjectKey) -> bool {
+            key.group == K::group(&()) && key.kind == K::kind(&())
+        }
+        let namespace = key.namespace.as_deref();
+        if is::<ObjectSync>(key) {
+            Self::object_sync(namespace, &key.name)
+        } else if is::<ClusterObjectSync>(key) {
+            Self::object_sync(None, &key.name)
+        } else {
+            Self::annotated(&key.group, &key.kind, namespace, &key.name)
+        }
+    }
+
     fn new(kind: UnitKind, id: &str) -> Self {
         Self {
             kind,
             hash: hash(id),
         }
     }
+
+    /// Its bucket.
+    pub fn bucket(&self) -> u16 {
+        bucket_of(self.hash)
+    }
+
+    /// The point its bucket is assigned by ([`View::owner`], [`Tenure::runs`]).
+    pub fn point(&self) -> u64 {
+        point(self.bucket())
+    }
+
+    /// The shard label of the copies it writes: its bucket, four hex digits.
+    pub fn shard(&self) -> String {
+        shard_label(self.bucket())
+    }
+}
+
+/// A bucket as the shard label of copies: four hex digits.
+pub fn shard_label(bucket: u16) -> String {
+    format!("{bucket:04x}")
+}
+
+/// The shard labels of every bucket.
+pub fn all_shards() -> std::collections::BTreeSet<String> {
+    (0..assign::BUCKETS).map(shard_label).collect()
 }
 
 struct State {
     tenure: Tenure,
-    /// Reconciles in flight, by unit hash.
+    /// Reconciles in flight, by the point of their unit's bucket.
     in_flight: HashMap<u64, usize>,
 }
 
@@ -155,19 +197,33 @@ impl Shards {
     /// A permit to reconcile `unit` now, if this replica works on it.
     pub fn enter(self: &Arc<Self>, unit: &Unit) -> Option<Permit> {
         let mut state = self.state.lock();
-        if !state.tenure.runs(unit.hash) {
+        let point = unit.point();
+        if !state.tenure.runs(point) {
             return None;
         }
-        *state.in_flight.entry(unit.hash).or_default() += 1;
+        *state.in_flight.entry(point).or_default() += 1;
         Some(Permit {
             shards: self.clone(),
-            unit: unit.hash,
+            unit: point,
         })
     }
 
     /// Whether this replica works on `unit` now.
     pub fn runs(&self, unit: &Unit) -> bool {
-        self.state.lock().tenure.runs(unit.hash)
+        self.state.lock().tenure.runs(unit.point())
+    }
+
+    /// The shard labels of the buckets this member owns under the view it adopted last
+    /// (those it works on, or will once the view settles): the copies it must hold.
+    pub fn held(&self) -> std::collections::BTreeSet<String> {
+        let Some(view) = self.state.lock().tenure.current().cloned() else {
+            return Default::default();
+        };
+        let me = self.me();
+        (0..assign::BUCKETS)
+            .filter(|b| view.owner(point(*b)) == Some(me.as_str()))
+            .map(shard_label)
+            .collect()
     }
 
     /// A copy of the tenure (to compare before and after a change).
@@ -265,7 +321,7 @@ mod tests {
         // A unit that moves to b when b joins.
         let unit = (0..)
             .map(|i| Unit::remote_cluster(&format!("c{i}")))
-            .find(|u| View::new(["a", "b"]).owner(u.hash) == Some("b"))
+            .find(|u| View::new(["a", "b"]).owner(u.point()) == Some("b"))
             .expect("a unit b would own");
         let permit = shards.enter(&unit).expect("a works on it alone");
         shards.change(|t| t.adopt(View::new(["a", "b"])));

@@ -141,7 +141,15 @@ pub const OBJECT_SYNC_WATCHES: Entry = Entry {
     name: "kubesync_objectsync_watches",
     kind: Kind::Gauge,
     labels: &[],
-    help: "Watches held for ObjectSyncs (one per type and cluster, plus one Namespace watch per cluster)",
+    help: "Watches held for ObjectSyncs (per type and cluster, plus one Namespace watch per cluster)",
+    more: "",
+};
+/// Copies held in memory.
+pub const OBJECT_SYNC_COPIES_HELD: Entry = Entry {
+    name: "kubesync_objectsync_copies_held",
+    kind: Kind::Gauge,
+    labels: &[],
+    help: "Copies the fan-out's watches hold in memory (with --sharded: those of this replica's shards)",
     more: "",
 };
 /// ResourceSync syncs running.
@@ -316,6 +324,7 @@ pub const ALL: &[Entry] = &[
     SHARD_MOVES,
     WRITES,
     OBJECT_SYNC_WATCHES,
+    OBJECT_SYNC_COPIES_HELD,
     RESOURCE_SYNC_ENGINES,
     OBJECT_SYNC_READY,
     OBJECT_SYNC_DESTINATIONS,

@@ -494,6 +494,10 @@ mod tests {
         );
         assert!(body.contains("kubesync_objectsync_watches 0\n"), "{body}");
         assert!(
+            body.contains("kubesync_objectsync_copies_held 0\n"),
+            "{body}"
+        );
+        assert!(
             !body.contains("# EOF"),
             "Prometheus text, not OpenMetrics: {body}"
         );

@@ -180,6 +180,11 @@ async fn registry(operator: &Operator) -> Registry {
     );
     add(
         &mut r,
+        &catalog::OBJECT_SYNC_COPIES_HELD,
+        gauge(operator.copies_held()),
+    );
+    add(
+        &mut r,
         &catalog::RESOURCE_SYNC_ENGINES,
         gauge(operator.running().await.len()),
     );
