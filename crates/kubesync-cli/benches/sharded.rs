@@ -31,8 +31,8 @@
 //!   `kubesync_shard_units` summed to the number of units, each owned once;
 //! - for each process, [`SETTLE`] after that: `VmRSS` and its peak `VmHWM` from
 //!   `/proc/<pid>/status`, and from its `/metrics` (plain HTTP, `--metrics-insecure`)
-//!   `kubesync_objectsync_watches`, `kubesync_resourcesync_engines` and (B)
-//!   `kubesync_shard_units`;
+//!   `kubesync_objectsync_watches`, `kubesync_objectsync_copies_held`,
+//!   `kubesync_resourcesync_engines` and (B) `kubesync_shard_units`;
 //! - the watches the processes hold open on each apiserver: the apiserver's
 //!   `apiserver_longrunning_requests{verb="WATCH"}` summed, less its value before the first run.
 //!   That gauge has no user label, so B's figure is its three replicas' together.
@@ -377,6 +377,7 @@ struct Row {
 /// The gauges of a process's `/metrics` that the benchmark reads.
 struct Gauges {
     objectsync_watches: f64,
+    copies_held: f64,
     engines: f64,
     /// Sum of `kubesync_shard_units` over the kinds (absent without `--sharded`).
     units: Option<f64>,
@@ -485,6 +486,7 @@ impl<'a> Bench<'a> {
                 peak: None,
                 gauges: Gauges {
                     objectsync_watches: sum(|r| r.gauges.objectsync_watches),
+                    copies_held: sum(|r| r.gauges.copies_held),
                     engines: sum(|r| r.gauges.engines),
                     units: Some(sum(|r| r.gauges.units.unwrap_or(0.0))),
                     settled: true,
@@ -640,6 +642,7 @@ async fn gauges(port: u16) -> Option<Gauges> {
         .collect();
     Some(Gauges {
         objectsync_watches: sample(&metrics, "kubesync_objectsync_watches")?,
+        copies_held: sample(&metrics, "kubesync_objectsync_copies_held")?,
         engines: sample(&metrics, "kubesync_resourcesync_engines")?,
         units: (!units.is_empty()).then(|| units.iter().sum()),
         settled: sample(&metrics, "kubesync_shard_view_settled") == Some(1.0),
@@ -675,19 +678,27 @@ async fn open_watches(clients: &[kube::Client]) -> anyhow::Result<i64> {
 /// Prints a scenario's runs (A, then B) as a table, and how B compares with A.
 fn print_outcomes(outcomes: &[Outcome], resource_syncs: bool) {
     println!(
-        "  {:<22} {:<11} {:>8} {:>9} {:>18} {:>14} {:>6}",
-        "run", "process", "RSS MiB", "peak MiB", "ObjectSync watches", "ResourceSyncs", "units"
+        "  {:<22} {:<11} {:>8} {:>9} {:>18} {:>12} {:>14} {:>6}",
+        "run",
+        "process",
+        "RSS MiB",
+        "peak MiB",
+        "ObjectSync watches",
+        "copies held",
+        "ResourceSyncs",
+        "units"
     );
     for (outcome, run) in outcomes.iter().zip(["A: one replica", "B: three sharded"]) {
         for (i, r) in outcome.rows.iter().enumerate() {
             let g = &r.gauges;
             println!(
-                "  {:<22} {:<11} {:>8.1} {:>9} {:>18} {:>14} {:>6}",
+                "  {:<22} {:<11} {:>8.1} {:>9} {:>18} {:>12} {:>14} {:>6}",
                 if i == 0 { run } else { "" },
                 r.name,
                 r.rss / MIB,
                 r.peak.map_or("-".into(), |p| format!("{:.1}", p / MIB)),
                 g.objectsync_watches,
+                g.copies_held,
                 g.engines,
                 g.units.map_or("-".into(), |u| u.to_string()),
             );

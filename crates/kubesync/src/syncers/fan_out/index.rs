@@ -28,12 +28,10 @@ pub enum Scope {
     /// Sharded only: copies without a shard label (written before the operator was sharded),
     /// in full, until each is labelled.
     Unlabelled,
-    /// Every object without the `managed-by` label, metadata only: what a destination name
-    /// is taken by, for conflict, adopt and protect decisions.
+    /// Every object without the `managed-by` label (sharded: every object not of the shards
+    /// held, other replicas' copies and copies not labelled yet among them), metadata only:
+    /// what a destination name is taken by, for conflict, adopt and protect decisions.
     Others,
-    /// Sharded only: copies of the shards this process does not hold (other replicas'),
-    /// metadata only: a destination they take is taken.
-    OtherShards,
     /// One source object, in full.
     Source(ObjectKey),
     /// The objects of one namespace that a label selector selects (many sources), in full.

@@ -6,7 +6,8 @@
 //!   full, selected on the server by the `managed-by` label) and one of every other object
 //!   (metadata only), plus one watch per source object and one Namespace watch per cluster
 //!   (metadata only). Memory thus grows with what kubesync copies, not with unrelated objects
-//!   of the same kind (see `FanOut::ensure_watches`). A watch starts when the first
+//!   of the same kind (see `FanOut::ensure_watches`). Sharded ([`FanOut::shard_copies`]), a
+//!   process holds in full only the copies of its shards. A watch starts when the first
 //!   declaration needs it and stops when the last one is forgotten; which declaration uses
 //!   which watch is kept in the [`index`](super::index), whose every operation is atomic.
 //! - **Events map straight to declarations**: a source event to the declarations copying it,
@@ -93,8 +94,8 @@ struct Held {
 struct Watches {
     /// Those a plan waits for.
     ids: Vec<WatchId>,
-    /// The metadata-only watches of the other objects of the copied type.
-    others: Vec<WatchId>,
+    /// The metadata-only watch of the other objects of the copied type.
+    others: WatchId,
 }
 
 /// What a declaration's watches say ([`FanOut::watch`]).
@@ -215,12 +216,13 @@ impl FanOut {
     /// of the other shards (other replicas') are held as metadata only, as the other objects
     /// of the type are: a destination one takes is seen as taken. Copies written before,
     /// without the label, are held in full by one more watch per type and cluster until each
-    /// is labelled (its next write). A selector names at most half of `all` (`in` the shards
-    /// named, or `notin` the others), so that its request stays under the 64 KiB a URI may
-    /// have: with shards of four characters, up to 16 384 shards. A declaration whose shard is
-    /// not held is not decided on (its outcome is not ready): its copies are not in view. Set
-    /// once, before the first reconcile; later calls change nothing (whether it was set is
-    /// returned).
+    /// is labelled (its next write). The selector of the copies names at most half of `all`
+    /// (`in` the shards held, or `notin` the others); that of the other objects names the
+    /// shards held (none when all are held). A request's URI may have 64 KiB: with shards of
+    /// four characters, about 9 000 shards named, e.g. 16 384 shards over two holders or
+    /// more. A declaration whose shard is not held is not decided on (its outcome is not
+    /// ready): its copies are not in view. Set once, before the first reconcile; later calls
+    /// change nothing (whether it was set is returned).
     pub fn shard_copies(
         &self,
         shard_of: impl Fn(&ObjectKey) -> String + Send + Sync + 'static,
@@ -241,7 +243,7 @@ impl FanOut {
 
     /// Sharded ([`FanOut::shard_copies`]): hold the copies of `shards` from now on (shards
     /// that are not among all the shards are ignored). Each watch of copies, and of the other
-    /// shards' copies, of every type and cluster is restarted with the new selector; the one
+    /// objects, of every type and cluster is restarted with the new selector; the one
     /// it replaces runs until the new one has listed, so no store ever lacks a copy it held
     /// (stores of a type are read together), and the declarations using it are woken once it
     /// has. A declaration of a shard just gained waits for that list, as for any new watch.
@@ -266,14 +268,14 @@ impl FanOut {
         let restarted = self.index.with(|idx| {
             let mut restarted = Vec::new();
             for (key, _, users) in
-                idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::OtherShards))
+                idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::Others))
             {
                 let Some(ar) = kinds.get(&(key.group.clone(), key.kind.clone())) else {
                     continue;
                 };
                 let (event, watch) = match key.scope {
                     Scope::Copies => (EventOf::Copy, self.copies_watch(ar)),
-                    _ => (EventOf::Other, self.other_shards_watch(ar)),
+                    _ => (EventOf::Other, self.others_watch(ar)),
                 };
                 match self.start(ctx, key.clone(), event, watch) {
                     Ok(new) => {

@@ -53,13 +53,18 @@ impl FanOut {
         Self::copies(ar, &selector)
     }
 
-    /// Sharded: the watch of the copies of `ar` of the shards not held, metadata only.
-    pub(super) fn other_shards_watch(&self, ar: &ApiResource) -> Watch {
-        let held = self.held_shards().unwrap_or_default();
-        Self::metadata(
-            ar,
-            &format!("{},{}", rules::MANAGED_BY, among(&held.others, &held.mine)),
-        )
+    /// The watch of the other objects of `ar`, metadata only: those without the `managed-by`
+    /// label, or, sharded, those not of a shard held (other replicas' copies, and copies not
+    /// labelled yet, are others too).
+    pub(super) fn others_watch(&self, ar: &ApiResource) -> Watch {
+        let shard = rules::SHARD;
+        let selector = match self.held_shards() {
+            None => format!("!{}", rules::MANAGED_BY),
+            Some(held) if held.mine.is_empty() => format!("{shard} notin (none)"),
+            Some(held) if held.others.is_empty() => format!("!{shard}"),
+            Some(held) => format!("{shard} notin ({})", list(&held.mine)),
+        };
+        Self::metadata(ar, &selector)
     }
 
     /// A metadata-only watch of the objects of `ar` that `selector` selects.
@@ -116,13 +121,13 @@ impl FanOut {
             .lock()
             .entry((ar.group.clone(), ar.kind.clone()))
             .or_insert_with(|| ar.clone());
-        let mut others = vec![self.ensure_watch(
+        let others = self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, Scope::Others),
             EventOf::Other,
             key,
-            || Self::metadata(ar, &format!("!{}", rules::MANAGED_BY)),
-        )?];
+            || self.others_watch(ar),
+        )?;
         let mut ids = vec![
             self.ensure_watch(
                 ctx,
@@ -146,13 +151,6 @@ impl FanOut {
                 EventOf::Copy,
                 key,
                 || Self::copies(ar, &format!("{},!{}", rules::MANAGED_BY, rules::SHARD)),
-            )?);
-            others.push(self.ensure_watch(
-                ctx,
-                WatchKey::scoped(cluster, ar, Scope::OtherShards),
-                EventOf::Other,
-                key,
-                || self.other_shards_watch(ar),
             )?);
         }
         if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
@@ -326,7 +324,7 @@ impl FanOut {
             // failing watch wakes the declaration when it lists again: what was put off while
             // the cluster could not be checked (deletes there) is then decided, even if no
             // object of it changes.
-            let first_error = ids.iter().chain(&others).find_map(|id| {
+            let first_error = ids.iter().chain([&others]).find_map(|id| {
                 let e = ctx.watch_error(*id)?;
                 ctx.when_listed(*id, decl.key.clone());
                 Some(e)
@@ -419,6 +417,11 @@ fn among(these: &BTreeSet<String>, rest: &BTreeSet<String>) -> String {
     } else {
         format!("{shard},{shard} notin ({})", list(rest))
     }
+}
+
+/// Shards as a selector's list of values.
+fn list(set: &BTreeSet<String>) -> String {
+    set.iter().map(String::as_str).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
