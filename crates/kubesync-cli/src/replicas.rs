@@ -28,7 +28,7 @@ pub async fn run_sharded(
             let listed = async {
                 loop {
                     if let Some(ctx) = operator.context()
-                        && ctx.cluster_status(crate::operator::LOCAL)
+                        && ctx.own_watches_status(crate::operator::LOCAL)
                             == kubesync::runtime::ClusterStatus::Ready
                     {
                         return;

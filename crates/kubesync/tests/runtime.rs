@@ -594,6 +594,74 @@ async fn reconciles_start_only_after_every_store_of_the_cluster_listed() {
 
 /// Watches can start and stop while the controller runs, on clusters registered at run time;
 /// a new watch's store is only trusted once it has listed.
+/// A watch a reconcile starts does not make its cluster unready for a probe while it lists
+/// (`own_watches_status`), though `cluster_status` says Syncing until it has; a failing one
+/// does.
+#[tokio::test]
+async fn a_watch_started_at_run_time_holds_back_only_its_own_readiness() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("own");
+    east.create_namespace(&ns).await.expect("ns");
+    let (tx, _rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    assert_ne!(
+        ctx.own_watches_status("east"),
+        ClusterStatus::Ready,
+        "not listed yet"
+    );
+    let running = start(controller, forward_keys(tx));
+    eventually("ready", Duration::from_secs(20), || {
+        let s = ctx.own_watches_status("east");
+        async move { (s == ClusterStatus::Ready).then_some(()) }
+    })
+    .await;
+    // Caught before its first list (it takes a request; retried if it was faster).
+    let mut caught = 0;
+    for _ in 0..20 {
+        let id = ctx
+            .start_watch("east", Watch::of::<Secret>().namespace(&ns), None)
+            .expect("start watch");
+        let all = ctx.cluster_status("east");
+        let own = ctx.own_watches_status("east");
+        if all == ClusterStatus::Syncing {
+            assert_eq!(
+                own,
+                ClusterStatus::Ready,
+                "a new watch made the cluster unready"
+            );
+            caught += 1;
+        }
+        ctx.stop_watch(id);
+        if caught >= 3 {
+            break;
+        }
+    }
+    assert!(caught > 0, "never caught a watch before its first list");
+    // A watch that fails does make it unready.
+    let missing = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "nothing.kubesync.io",
+        "v1",
+        "Missing",
+    ));
+    ctx.start_watch("east", Watch::dynamic(missing), None)
+        .expect("start watch");
+    eventually(
+        "unready on a failing watch",
+        Duration::from_secs(20),
+        || {
+            let s = ctx.own_watches_status("east");
+            async move { matches!(s, ClusterStatus::Unreachable(_)).then_some(()) }
+        },
+    )
+    .await;
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn watches_and_clusters_can_be_added_and_removed_at_run_time() {
     init_tracing();

@@ -340,7 +340,9 @@ pub fn liveness(operator: &Operator) -> (bool, String) {
     }
 }
 
-/// Ready once the operator's own watches have listed and none fails.
+/// Ready once the operator's own watches have listed and none fails: watches a reconcile
+/// starts later (a new ObjectSync's source, copies' watches restarted with a replica's new
+/// shards) do not make a working replica unready while they list.
 pub fn readiness(operator: &Operator) -> (bool, String) {
     if operator.leader() == Some(false) {
         return (
@@ -359,7 +361,7 @@ pub fn readiness(operator: &Operator) -> (bool, String) {
     let Some(ctx) = operator.context() else {
         return (false, "not started".into());
     };
-    match ctx.cluster_status(LOCAL) {
+    match ctx.own_watches_status(LOCAL) {
         kubesync::runtime::ClusterStatus::Ready => (true, "ok".into()),
         kubesync::runtime::ClusterStatus::Unreachable(m) => {
             (false, format!("the local cluster's watches fail: {m}"))

@@ -115,7 +115,7 @@ impl Controller {
     }
 
     fn add_watch(mut self, cluster: &str, watch: Watch, mapper: Option<Mapper>) -> Result<Self> {
-        let spec = self.ctx.register_watch(cluster, watch, mapper)?;
+        let spec = self.ctx.register_watch(cluster, watch, mapper, true)?;
         self.watches.push(spec);
         Ok(self)
     }

@@ -40,6 +40,8 @@ pub(super) struct StoreEntry {
 #[derive(Clone, Debug)]
 pub(super) struct WatchState {
     pub(super) cluster: String,
+    /// Given to the controller's builder (not started later by a reconcile).
+    pub(super) own: bool,
     pub(super) listed: bool,
     pub(super) error: Option<String>,
     /// Since when its requests have failed (the first failure after a success).

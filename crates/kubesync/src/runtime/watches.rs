@@ -38,6 +38,20 @@ impl WatchId {
 impl Context {
     /// The health of a cluster's watches.
     pub fn cluster_status(&self, cluster: &str) -> ClusterStatus {
+        self.status_of(cluster, |_| true)
+    }
+
+    /// The health of a cluster's watches as a readiness probe judges it: `Syncing` until the
+    /// watches the controller was built with have listed, `Unreachable` while any of its
+    /// watches fails, else `Ready` — also while watches that reconciles started since (for a
+    /// type a new declaration names, or restarted with another selector) have not listed
+    /// yet: those hold only their own reconciles back, which wait for them.
+    pub fn own_watches_status(&self, cluster: &str) -> ClusterStatus {
+        self.status_of(cluster, |w| w.own)
+    }
+
+    /// The health of `cluster`'s watches; those `counted` must have listed to be `Ready`.
+    fn status_of(&self, cluster: &str, counted: impl Fn(&WatchState) -> bool) -> ClusterStatus {
         let watches = self.shared.watches.read();
         let mine: Vec<&WatchState> = watches.values().filter(|w| w.cluster == cluster).collect();
         if mine.is_empty() {
@@ -46,7 +60,7 @@ impl Context {
         if let Some(err) = mine.iter().find_map(|w| w.error.clone()) {
             return ClusterStatus::Unreachable(err);
         }
-        if mine.iter().all(|w| w.listed) {
+        if mine.iter().filter(|w| counted(w)).all(|w| w.listed) {
             ClusterStatus::Ready
         } else {
             ClusterStatus::Syncing
@@ -58,6 +72,7 @@ impl Context {
         cluster: &str,
         watch: Watch,
         mapper: Option<Mapper>,
+        own: bool,
     ) -> Result<WatchSpec> {
         let cluster = self.require_cluster(cluster)?;
         let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
@@ -75,6 +90,7 @@ impl Context {
             id,
             WatchState {
                 cluster: cluster.name().to_string(),
+                own,
                 listed: false,
                 error: None,
                 failing_since: None,
@@ -102,7 +118,7 @@ impl Context {
         watch: Watch,
         mapper: Option<Mapper>,
     ) -> Result<WatchId> {
-        let spec = self.register_watch(cluster, watch, mapper)?;
+        let spec = self.register_watch(cluster, watch, mapper, false)?;
         let id = spec.id;
         self.shared
             .trigger
