@@ -313,6 +313,55 @@ mod tests {
         );
     }
 
+    #[test]
+    fn members_hold_the_shards_of_their_buckets_each_once() {
+        let (a, b) = (Shards::new("a"), Shards::new("b"));
+        assert!(a.held().is_empty(), "nothing before a view");
+        for s in [&a, &b] {
+            s.change(|t| t.adopt(View::new(["a", "b"])));
+        }
+        let (held_a, held_b) = (a.held(), b.held());
+        assert!(held_a.is_disjoint(&held_b));
+        assert_eq!(held_a.len() + held_b.len(), usize::from(assign::BUCKETS));
+        // About half each (16 384 buckets: one standard deviation is 64).
+        assert!(held_a.len().abs_diff(8192) < 400, "{}", held_a.len());
+        // A unit's copies carry a shard its owner holds.
+        for i in 0..50 {
+            let unit = Unit::object_sync(Some("team"), &format!("sync-{i}"));
+            let owner = if View::new(["a", "b"]).owner(unit.point()) == Some("a") {
+                &held_a
+            } else {
+                &held_b
+            };
+            assert!(owner.contains(&unit.shard()), "{}", unit.shard());
+        }
+        assert_eq!(all_shards().len(), usize::from(assign::BUCKETS));
+        assert_eq!(shard_label(0x3fa), "03fa");
+    }
+
+    #[test]
+    fn a_declaration_s_unit_is_its_object_sync_s_or_its_annotated_object_s() {
+        use kube::core::ApiResource;
+        let os = ApiResource::erase::<crate::crd::ObjectSync>(&());
+        let cos = ApiResource::erase::<crate::crd::ClusterObjectSync>(&());
+        let secret = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        let key = |ar: &ApiResource, ns: Option<&str>| {
+            kubesync::ObjectKey::new("local", ar, ns.map(String::from), "x")
+        };
+        assert_eq!(
+            Unit::of_declaration(&key(&os, Some("team"))),
+            Unit::object_sync(Some("team"), "x")
+        );
+        assert_eq!(
+            Unit::of_declaration(&key(&cos, None)),
+            Unit::object_sync(None, "x")
+        );
+        assert_eq!(
+            Unit::of_declaration(&key(&secret, Some("team"))),
+            Unit::annotated("", "Secret", Some("team"), "x")
+        );
+    }
+
     #[tokio::test]
     async fn a_lost_unit_is_drained_before_the_change_completes() {
         let shards = Shards::new("a");
