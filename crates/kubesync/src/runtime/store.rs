@@ -99,25 +99,22 @@ impl Context {
 
     /// The objects that the watch `id` holds (in full, or metadata only if it was made so).
     pub fn list_watch(&self, id: WatchId) -> Vec<Arc<DynamicObject>> {
-        self.shared
-            .stores
-            .read()
-            .iter()
-            .filter(|s| s.id == id.0)
-            .flat_map(|s| s.reader.state())
-            .collect()
+        self.in_watch(id, Objects::state).unwrap_or_default()
     }
 
     /// How many objects the watch `id` holds (none is read or parsed); 0 for a watch that is
     /// not running.
     pub fn watch_size(&self, id: WatchId) -> usize {
-        self.shared
-            .stores
-            .read()
+        self.in_watch(id, Objects::len).unwrap_or_default()
+    }
+
+    /// `read` of the store of the watch `id`, if it runs.
+    fn in_watch<T>(&self, id: WatchId, read: impl Fn(&Objects) -> T) -> Option<T> {
+        let stores = self.shared.stores.read();
+        stores
             .iter()
-            .filter(|s| s.id == id.0)
-            .map(|s| s.reader.len())
-            .sum()
+            .find(|s| s.id == id.0)
+            .map(|s| read(&s.reader))
     }
 
     /// The objects of this type that full watches of this cluster hold and whose label `key`
