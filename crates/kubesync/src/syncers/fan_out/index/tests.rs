@@ -1,0 +1,414 @@
+//! The index's tests.
+
+use super::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+
+fn ar<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// A watch in `cluster` (events of most kinds depend only on its cluster).
+fn in_cluster(cluster: &str) -> WatchKey {
+    WatchKey::of(cluster, &ar::<Namespace>())
+}
+
+fn decl(name: &str) -> ObjectKey {
+    ObjectKey::new("local", &ar::<Secret>(), Some("ctl".into()), name)
+}
+
+fn source(kind: &ApiResource, name: &str) -> ObjectKey {
+    ObjectKey::new("local", kind, Some("src".into()), name)
+}
+
+fn object(labels: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "x", "namespace": "ns", "labels": labels}}))
+    .expect("object")
+}
+
+/// Starts watches with ids 0, 1, 2, … and counts the starts.
+struct Starter(usize);
+
+impl Starter {
+    fn start(&mut self) -> Result<WatchId> {
+        self.0 += 1;
+        Ok(WatchId::from_raw(self.0 - 1))
+    }
+}
+
+#[test]
+fn register_returns_new_and_previous_clusters() {
+    let mut idx = Index::default();
+    let (d, secret) = (decl("d"), ar::<Secret>());
+    let mut s = Starter(0);
+    let clusters = idx.register(
+        &d,
+        "u",
+        Some(source(&secret, "a")),
+        ["b".into(), "a".into()],
+    );
+    assert_eq!(clusters, ["a", "b"]);
+    idx.watch_for(WatchKey::of("old", &secret), &d, || s.start())
+        .expect("watch");
+    let clusters = idx.register(&d, "u", Some(source(&secret, "a")), ["a".into()]);
+    assert_eq!(clusters, ["a", "old"], "a cluster used before stays");
+}
+
+#[test]
+fn one_watch_serves_many_declarations_and_stops_with_the_last() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let key = WatchKey::of("local", &ar::<Secret>());
+    let a = idx
+        .watch_for(key.clone(), &decl("a"), || s.start())
+        .expect("a");
+    let b = idx
+        .watch_for(key.clone(), &decl("b"), || s.start())
+        .expect("b");
+    assert_eq!((a, s.0), (b, 1), "started once");
+    assert!(idx.forget(&decl("a")).is_empty(), "b still uses it");
+    assert_eq!(idx.forget(&decl("b")), [a]);
+    assert_eq!(idx.watch_count(), 0);
+}
+
+#[test]
+fn a_restarted_watch_keeps_its_users_and_stops_with_the_last() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let copies = WatchKey::scoped("local", &secret, Scope::Copies);
+    let old = idx
+        .watch_for(copies.clone(), &decl("a"), || s.start())
+        .expect("a");
+    idx.watch_for(copies.clone(), &decl("b"), || s.start())
+        .expect("b");
+    idx.watch_for(WatchKey::of("local", &secret), &decl("a"), || s.start())
+        .expect("all");
+    let picked = idx.watches_where(|k| k.scope == Scope::Copies);
+    assert_eq!(picked.len(), 1);
+    assert_eq!(
+        (&picked[0].0, picked[0].1, picked[0].2.len()),
+        (&copies, old, 2)
+    );
+    let new = s.start().expect("new");
+    assert_eq!(idx.replace_watch(&copies, new), Some(old));
+    assert!(idx.is_running(new) && !idx.is_running(old));
+    let c = idx
+        .watch_for(copies.clone(), &decl("c"), || s.start())
+        .expect("c");
+    assert_eq!(c, new, "later users get the new one");
+    assert_eq!(
+        idx.replace_watch(&WatchKey::of("other", &secret), old),
+        None
+    );
+    idx.forget(&decl("a"));
+    idx.forget(&decl("b"));
+    assert_eq!(
+        idx.forget(&decl("c")),
+        [new],
+        "the new one stops with its last user"
+    );
+}
+
+#[test]
+fn a_failed_start_records_nothing() {
+    let mut idx = Index::default();
+    let key = WatchKey::of("local", &ar::<Secret>());
+    let err = idx.watch_for(key, &decl("a"), || Err(crate::Error::NotRunning));
+    assert!(err.is_err());
+    assert_eq!(idx.watch_count(), 0);
+    assert!(idx.forget(&decl("a")).is_empty());
+}
+
+#[test]
+fn events_map_to_sources_copies_and_namespaces() {
+    let mut idx = Index::default();
+    let secret = ar::<Secret>();
+    idx.register(
+        &decl("d"),
+        "uid-d",
+        Some(source(&secret, "s")),
+        ["east".into()],
+    );
+    let none = object(serde_json::json!({}));
+    // The source itself, in its cluster only.
+    let src = source(&secret, "s");
+    let found = idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &none);
+    assert_eq!(found, [decl("d")]);
+    let elsewhere = src.in_cluster("east");
+    let found = idx.declarations_for(EventOf::Source, &in_cluster("east"), &elsewhere, &none);
+    assert!(found.is_empty(), "an object of the same name elsewhere");
+    // A copy, by its managed-by label.
+    let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
+    let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+    let found = idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &copy);
+    assert_eq!(found, [decl("d")]);
+    let foreign = object(serde_json::json!({MANAGED_BY: "other"}));
+    assert!(
+        idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &foreign)
+            .is_empty()
+    );
+    // A namespace of a cluster with destinations.
+    let ns = ObjectKey::new("east", &ar::<Namespace>(), None, "team");
+    let found = idx.declarations_for(EventOf::Cluster, &in_cluster("east"), &ns, &none);
+    assert_eq!(found, [decl("d")]);
+    let found = idx.declarations_for(EventOf::Cluster, &in_cluster("west"), &ns, &none);
+    assert!(found.is_empty());
+    // Unrelated objects wake nothing, not even at the source's or a copy's name.
+    for (k, obj) in [(&src, &none), (&k, &copy)] {
+        assert!(
+            idx.declarations_for(EventOf::Other, &in_cluster("local"), k, obj)
+                .is_empty()
+        );
+    }
+}
+
+#[test]
+fn an_object_in_the_way_wakes_the_declarations_it_blocks() {
+    let mut idx = Index::default();
+    let secret = ar::<Secret>();
+    idx.register(
+        &decl("d"),
+        "uid-d",
+        Some(source(&secret, "s")),
+        ["east".into()],
+    );
+    let at = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+    let elsewhere = ObjectKey::new("east", &secret, Some("ns".into()), "y");
+    let theirs = object(serde_json::json!({}));
+    let others_copy = object(serde_json::json!({MANAGED_BY: "uid-e"}));
+    idx.set_blocked(&decl("d"), [at.clone()]);
+    for (event, obj) in [(EventOf::Other, &theirs), (EventOf::Copy, &others_copy)] {
+        let found = idx.declarations_for(event, &in_cluster("east"), &at, obj);
+        assert_eq!(found, [decl("d")], "{event:?}");
+        assert!(
+            idx.declarations_for(event, &in_cluster("east"), &elsewhere, obj)
+                .is_empty()
+        );
+    }
+    // The next report replaces the set; forgetting clears it.
+    idx.set_blocked(&decl("d"), [elsewhere.clone()]);
+    assert!(
+        idx.declarations_for(EventOf::Other, &in_cluster("east"), &at, &theirs)
+            .is_empty()
+    );
+    idx.forget(&decl("d"));
+    assert!(
+        idx.declarations_for(EventOf::Other, &in_cluster("east"), &elsewhere, &theirs)
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_changed_source_releases_the_old_source_watch() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let (d, e) = (decl("d"), decl("e"));
+    let (old, new) = (source(&secret, "old"), source(&secret, "new"));
+    let watch_of = |src: &ObjectKey| WatchKey::scoped("local", &secret, Scope::Source(src.clone()));
+    idx.register(&d, "uid-d", Some(old.clone()), ["local".into()]);
+    idx.register(&e, "uid-e", Some(old.clone()), ["local".into()]);
+    let w_old = idx
+        .watch_for(watch_of(&old), &d, || s.start())
+        .expect("old");
+    idx.watch_for(watch_of(&old), &e, || s.start())
+        .expect("shared");
+    let copies = WatchKey::scoped("local", &secret, Scope::Copies);
+    idx.watch_for(copies, &d, || s.start()).expect("copies");
+    assert!(
+        idx.retain_source(&d, "local", &Scope::Source(old.clone()))
+            .is_empty(),
+        "nothing changed"
+    );
+    // d now copies `new`; e still copies `old`, so its watch stays.
+    idx.register(&d, "uid-d", Some(new.clone()), ["local".into()]);
+    idx.watch_for(watch_of(&new), &d, || s.start())
+        .expect("new");
+    assert!(
+        idx.retain_source(&d, "local", &Scope::Source(new.clone()))
+            .is_empty(),
+        "e still uses it"
+    );
+    let none = object(serde_json::json!({}));
+    let found = idx.declarations_for(EventOf::Source, &in_cluster("local"), &old, &none);
+    assert_eq!(
+        found,
+        std::slice::from_ref(&e),
+        "the old source no longer wakes d"
+    );
+    // When e moves on too, the old source's watch stops; the copies watch stays.
+    idx.register(&e, "uid-e", Some(new.clone()), ["local".into()]);
+    assert_eq!(
+        idx.retain_source(&e, "local", &Scope::Source(new.clone())),
+        [w_old]
+    );
+    assert_eq!(idx.watch_count(), 2);
+}
+
+#[test]
+fn a_selection_wakes_every_user_of_its_watch_and_a_new_selection_releases_the_old() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let (d, e, f) = (decl("d"), decl("e"), decl("f"));
+    let selected = |labels: &str| {
+        WatchKey::scoped(
+            "local",
+            &secret,
+            Scope::Selected {
+                namespace: "src".into(),
+                labels: labels.into(),
+            },
+        )
+    };
+    let (tls, ca) = (selected("app=tls"), selected("app=ca"));
+    for (decl, uid, watch) in [(&d, "uid-d", &tls), (&e, "uid-e", &tls), (&f, "uid-f", &ca)] {
+        idx.register(decl, uid, None, ["local".into()]);
+        idx.watch_for(watch.clone(), decl, || s.start())
+            .expect("watch");
+    }
+    let k = source(&secret, "cert");
+    let none = object(serde_json::json!({}));
+    let mut found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
+    found.sort();
+    assert_eq!(
+        found,
+        [d.clone(), e.clone()],
+        "the users of that watch, not f"
+    );
+    assert!(
+        idx.declarations_for(EventOf::Source, &tls, &k, &none)
+            .is_empty(),
+        "a selection registers no single source"
+    );
+    // d selects something else now; e still uses the old watch.
+    idx.watch_for(ca.clone(), &d, || s.start()).expect("shared");
+    assert!(
+        idx.retain_source(&d, "local", &ca.scope).is_empty(),
+        "e still uses it"
+    );
+    let found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
+    assert_eq!(found, std::slice::from_ref(&e));
+    // e goes back to a single source: the selection's watch stops.
+    let one = WatchKey::scoped("local", &secret, Scope::Source(k.clone()));
+    idx.register(&e, "uid-e", Some(k.clone()), ["local".into()]);
+    idx.watch_for(one.clone(), &e, || s.start()).expect("one");
+    assert_eq!(
+        idx.retain_source(&e, "local", &one.scope),
+        [WatchId::from_raw(0)]
+    );
+}
+
+#[test]
+fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_cleanly() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let d = decl("d");
+    let selected = Scope::Selected {
+        namespace: "src".into(),
+        labels: "app=tls".into(),
+    };
+    let on = |cluster: &str| WatchKey::scoped(cluster, &secret, selected.clone());
+    idx.register(&d, "uid-d", None, ["local".into()]);
+    let hub = idx.watch_for(on("hub"), &d, || s.start()).expect("hub");
+    // The sources' cluster is only read: no copies are looked for there.
+    assert_eq!(idx.register(&d, "uid-d", None, ["local".into()]), ["local"]);
+    assert!(idx.retain_source(&d, "hub", &selected).is_empty());
+    // The same selection from another cluster: the first cluster's watch stops.
+    idx.watch_for(on("hub-2"), &d, || s.start()).expect("hub-2");
+    assert_eq!(idx.retain_source(&d, "hub-2", &selected), [hub]);
+    // Its events reach the declaration; a source key names its cluster.
+    let none = object(serde_json::json!({}));
+    let k = ObjectKey::new("hub-2", &secret, Some("src".into()), "cert");
+    assert_eq!(
+        idx.declarations_for(EventOf::Users, &on("hub-2"), &k, &none),
+        std::slice::from_ref(&d)
+    );
+    let one = ObjectKey::new("hub", &secret, Some("src".into()), "ca");
+    idx.register(&d, "uid-d", Some(one.clone()), ["local".into()]);
+    let in_hub = WatchKey::scoped("hub", &secret, Scope::Source(one.clone()));
+    assert_eq!(
+        idx.declarations_for(EventOf::Source, &in_hub, &one, &none),
+        std::slice::from_ref(&d)
+    );
+    let same_name_here = ObjectKey::new("local", &secret, Some("src".into()), "ca");
+    assert!(
+        idx.declarations_for(
+            EventOf::Source,
+            &in_cluster("local"),
+            &same_name_here,
+            &none
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn forget_removes_every_trace() {
+    let mut idx = Index::default();
+    let secret = ar::<Secret>();
+    idx.register(
+        &decl("d"),
+        "uid-d",
+        Some(source(&secret, "s")),
+        ["east".into()],
+    );
+    assert_eq!(idx.declarations(), vec![decl("d")]);
+    idx.forget(&decl("d"));
+    assert!(idx.declarations().is_empty());
+    let copy = object(serde_json::json!({MANAGED_BY: "uid-d"}));
+    let k = ObjectKey::new("east", &secret, Some("ns".into()), "x");
+    assert!(
+        idx.declarations_for(EventOf::Copy, &in_cluster("east"), &k, &copy)
+            .is_empty()
+    );
+    let src = source(&secret, "s");
+    assert!(
+        idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &copy)
+            .is_empty()
+    );
+    assert!(
+        idx.declarations_for(EventOf::Cluster, &in_cluster("east"), &k, &copy)
+            .is_empty()
+    );
+    assert!(idx.begin_type(&decl("d"), &ar::<ConfigMap>()).is_none());
+}
+
+#[test]
+fn a_type_change_is_retired_only_when_finished() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let (secret, cm, ns) = (ar::<Secret>(), ar::<ConfigMap>(), ar::<Namespace>());
+    let d = decl("d");
+    assert_eq!(idx.begin_type(&d, &secret), None, "first type");
+    idx.register(&d, "u", Some(source(&secret, "s")), ["local".into()]);
+    let old = idx
+        .watch_for(WatchKey::of("local", &secret), &d, || s.start())
+        .expect("secrets");
+    idx.watch_for(WatchKey::of("local", &ns), &d, || s.start())
+        .expect("namespaces");
+    assert_eq!(idx.begin_type(&d, &secret), None, "same type");
+    assert!(!idx.copies_another_type(&d, &secret));
+    assert!(
+        idx.copies_another_type(&d, &cm),
+        "a refused spec naming it changes nothing"
+    );
+    let retire = idx.begin_type(&d, &cm).expect("type changed");
+    assert_eq!(retire.old, secret);
+    assert_eq!(retire.watches, [WatchKey::of("local", &secret)]);
+    // Not finished (e.g. its copies could not be deleted yet): asked again, same answer.
+    assert_eq!(idx.begin_type(&d, &cm), Some(retire.clone()));
+    assert_eq!(idx.finish_retire(&d, &retire, &cm), [old]);
+    assert_eq!(idx.begin_type(&d, &cm), None);
+    assert!(!idx.copies_another_type(&d, &cm));
+    assert_eq!(idx.watch_count(), 1, "the namespace watch stays");
+    let src = source(&secret, "s");
+    let none = object(serde_json::json!({}));
+    assert!(
+        idx.declarations_for(EventOf::Source, &in_cluster("local"), &src, &none)
+            .is_empty(),
+        "the old source no longer maps to the declaration"
+    );
+}
