@@ -79,15 +79,8 @@ struct Sharding {
     shard_of: ShardOf,
     /// Every shard there is.
     all: BTreeSet<String>,
-    /// The shards held now, and the others.
-    held: parking_lot::Mutex<Arc<Held>>,
-}
-
-/// The shards whose copies this process holds, and the others.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Held {
-    mine: BTreeSet<String>,
-    others: BTreeSet<String>,
+    /// The shards held now (the others are derived from `all` where a selector needs them).
+    held: parking_lot::Mutex<Arc<BTreeSet<String>>>,
 }
 
 /// The watches one declaration uses in one cluster.
@@ -228,15 +221,11 @@ impl FanOut {
         shard_of: impl Fn(&ObjectKey) -> String + Send + Sync + 'static,
         all: BTreeSet<String>,
     ) -> bool {
-        let held = Held {
-            mine: BTreeSet::new(),
-            others: all.clone(),
-        };
         self.sharding
             .set(Sharding {
                 shard_of: Arc::new(shard_of),
                 all,
-                held: parking_lot::Mutex::new(Arc::new(held)),
+                held: parking_lot::Mutex::default(),
             })
             .is_ok()
     }
@@ -252,11 +241,7 @@ impl FanOut {
         let Some(sharding) = self.sharding.get() else {
             return;
         };
-        let mine: BTreeSet<String> = shards.intersection(&sharding.all).cloned().collect();
-        let new = Held {
-            others: sharding.all.difference(&mine).cloned().collect(),
-            mine,
-        };
+        let new: BTreeSet<String> = shards.intersection(&sharding.all).cloned().collect();
         {
             let mut held = sharding.held.lock();
             if **held == new {
@@ -320,9 +305,10 @@ impl FanOut {
             .sum()
     }
 
-    /// The shards whose copies this process holds, and the others (`None`: unsharded, all).
-    fn held_shards(&self) -> Option<Arc<Held>> {
-        self.sharding.get().map(|s| s.held.lock().clone())
+    /// The shards whose copies this process holds, and every shard there is (`None`:
+    /// unsharded, all).
+    fn held_shards(&self) -> Option<(Arc<BTreeSet<String>>, &BTreeSet<String>)> {
+        self.sharding.get().map(|s| (s.held.lock().clone(), &s.all))
     }
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
@@ -339,7 +325,7 @@ impl FanOut {
                 // Sharded: its copies carry its shard, and only a process that holds the
                 // shard's copies decides on them (nothing else would see them).
                 let shard = (sharding.shard_of)(&decl.key);
-                if !sharding.held.lock().mine.contains(&shard) {
+                if !sharding.held.lock().contains(&shard) {
                     tracing::debug!(declaration = %decl.key, %shard, "its shard's copies are not held here: nothing decided");
                     return Ok(Outcome::default());
                 }

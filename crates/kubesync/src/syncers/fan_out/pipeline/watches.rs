@@ -48,7 +48,7 @@ impl FanOut {
     pub(super) fn copies_watch(&self, ar: &ApiResource) -> Watch {
         let selector = match self.held_shards() {
             None => rules::MANAGED_BY.to_string(),
-            Some(held) => format!("{},{}", rules::MANAGED_BY, among(&held.mine, &held.others)),
+            Some((mine, all)) => format!("{},{}", rules::MANAGED_BY, among(&mine, all)),
         };
         Self::copies(ar, &selector)
     }
@@ -60,9 +60,9 @@ impl FanOut {
         let shard = rules::SHARD;
         let selector = match self.held_shards() {
             None => format!("!{}", rules::MANAGED_BY),
-            Some(held) if held.mine.is_empty() => format!("{shard} notin (none)"),
-            Some(held) if held.others.is_empty() => format!("!{shard}"),
-            Some(held) => format!("{shard} notin ({})", list(&held.mine)),
+            Some((mine, _)) if mine.is_empty() => format!("{shard} notin (none)"),
+            Some((mine, all)) if mine.len() == all.len() => format!("!{shard}"),
+            Some((mine, _)) => format!("{shard} notin ({})", list(&mine)),
         };
         Self::metadata(ar, &selector)
     }
@@ -399,23 +399,23 @@ impl FanOut {
     }
 }
 
-/// A selector of the objects whose shard is one of `these` (the others being `rest`): `in`
+/// A selector of the objects whose shard is one of `these` (of `all`, which holds them): `in`
 /// them, or, when they are more than the rest, labelled and `notin` the rest — a selector names
 /// at most half of the shards. None: a value no shard has (the apiserver refuses an empty
 /// list).
-fn among(these: &BTreeSet<String>, rest: &BTreeSet<String>) -> String {
-    let list =
-        |set: &BTreeSet<String>| set.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+fn among(these: &BTreeSet<String>, all: &BTreeSet<String>) -> String {
     let shard = rules::SHARD;
-    if these.len() <= rest.len() {
+    let rest = all.len().saturating_sub(these.len());
+    if these.len() <= rest {
         if these.is_empty() {
             return format!("{shard} in (none)");
         }
         format!("{shard} in ({})", list(these))
-    } else if rest.is_empty() {
+    } else if rest == 0 {
         shard.to_string()
     } else {
-        format!("{shard},{shard} notin ({})", list(rest))
+        let rest: BTreeSet<String> = all.difference(these).cloned().collect();
+        format!("{shard},{shard} notin ({})", list(&rest))
     }
 }
 
@@ -436,16 +436,19 @@ mod tests {
     fn a_shard_selector_names_the_smaller_side() {
         let s = rules::SHARD;
         assert_eq!(
-            among(&set(&["a"]), &set(&["b", "c"])),
+            among(&set(&["a"]), &set(&["a", "b", "c"])),
             format!("{s} in (a)")
         );
         assert_eq!(
-            among(&set(&["a", "b"]), &set(&["c"])),
+            among(&set(&["a", "b"]), &set(&["a", "b", "c"])),
             format!("{s},{s} notin (c)"),
             "labelled (not a copy written before shards), and not another's"
         );
-        assert_eq!(among(&set(&["a", "b"]), &set(&[])), s);
+        assert_eq!(among(&set(&["a", "b"]), &set(&["a", "b"])), s);
         assert_eq!(among(&set(&[]), &set(&["a"])), format!("{s} in (none)"));
-        assert_eq!(among(&set(&["a"]), &set(&["b"])), format!("{s} in (a)"));
+        assert_eq!(
+            among(&set(&["a"]), &set(&["a", "b"])),
+            format!("{s} in (a)")
+        );
     }
 }
