@@ -1240,6 +1240,103 @@ async fn unrelated_objects_are_held_as_metadata_only() {
     running.stop().await;
 }
 
+/// Declarations that each copy one object from the same namespace share one watch of it, not
+/// one each; it holds in full only their sources (the namespace's other Secrets as metadata);
+/// a source that has not changed since before its declaration is read live once and copied;
+/// a source no declaration copies any more is held as metadata again.
+#[tokio::test]
+async fn single_sources_of_one_namespace_share_one_watch_holding_only_the_sources() {
+    init_tracing();
+    let env = shared("fan");
+    let (_, [control, src, dst]) = namespaces(env, "one-ns", ["control", "src", "dst"]).await;
+    let blob = "b".repeat(64 * 1024);
+    for name in ["a", "b", "c"] {
+        put_secret(env, &src, name, &[("token", name)], "Opaque", &[]).await;
+    }
+    put_secret(env, &src, "release", &[("release", &blob)], "Opaque", &[]).await;
+    let (specs, outcomes): (Specs, Reports) = Default::default();
+    for name in ["a", "b", "c"] {
+        let decl = spec(&src, name, vec![to(&dst)]);
+        specs.lock().expect("lock").insert(name.into(), decl);
+    }
+    let fan_out = Arc::new(FanOut::new("local"));
+    let (running, ctx, _) = run_fan_out_on(
+        fan_out.clone(),
+        env,
+        &control,
+        specs,
+        outcomes.clone(),
+        vec![],
+    );
+    let synced = |names: &'static [&'static str]| {
+        let outcomes = outcomes.clone();
+        move || {
+            let outcomes = outcomes.clone();
+            async move {
+                let all = outcomes.lock().expect("lock");
+                names
+                    .iter()
+                    .all(|n| {
+                        all.get(*n).is_some_and(|r| {
+                            r.ready
+                                && r.source_found
+                                && !r.destinations.is_empty()
+                                && r.destinations
+                                    .iter()
+                                    .all(|d| d.state == DestinationState::Synced)
+                        })
+                    })
+                    .then_some(())
+            }
+        }
+    };
+    apply_cm(env, &configmap(&control, "a", &[], &[])).await;
+    eventually("a copied", T, synced(&["a"])).await;
+    // b and c: their sources are in the watch already, as metadata, and do not change.
+    for name in ["b", "c"] {
+        apply_cm(env, &configmap(&control, name, &[], &[])).await;
+    }
+    eventually("b and c copied", T, synced(&["a", "b", "c"])).await;
+    let api = Api::<Secret>::namespaced(env.client().expect("client"), &dst);
+    for name in ["a", "b", "c"] {
+        let copy = api.get(name).await.expect("copy");
+        assert_eq!(value(&copy, "token").as_deref(), Some(name));
+    }
+    // Copies, others, Namespaces, and one watch of the sources' namespace (not three).
+    assert_eq!(fan_out.watch_count(), 4);
+    let key =
+        |name: &str| kubesync::ObjectKey::new("local", &secret_type(), Some(src.clone()), name);
+    for name in ["a", "b", "c"] {
+        assert!(ctx.get(&key(name)).is_some(), "the source {name} in full");
+    }
+    assert!(
+        ctx.get(&key("release")).is_none(),
+        "not a source: metadata only"
+    );
+    // A change of a source handed over live arrives as before.
+    put_secret(env, &src, "b", &[("token", "b2")], "Opaque", &[]).await;
+    eventually("b's change copied", T, || async {
+        let copy = api.get("b").await.ok()?;
+        (value(&copy, "token").as_deref() == Some("b2")).then_some(())
+    })
+    .await;
+    // a goes: its source is held as metadata again; b's and c's stay in full.
+    fan_out.forget(
+        &ctx,
+        &kubesync::ObjectKey::new(
+            "local",
+            &ApiResource::erase::<ConfigMap>(&()),
+            Some(control.clone()),
+            "a",
+        ),
+    );
+    assert!(ctx.get(&key("a")).is_none(), "a is no longer a source");
+    assert!(ctx.get_metadata(&key("a")).is_some());
+    assert!(ctx.get(&key("b")).is_some() && ctx.get(&key("c")).is_some());
+    assert_eq!(fan_out.watch_count(), 4, "the others still use the watch");
+    running.stop().await;
+}
+
 /// A sharded engine: declaration `x`'s copies carry the shard `s-x`, of the shards `s-a`,
 /// `s-b` and `s-c` (it holds none until told).
 fn sharded() -> Arc<FanOut> {

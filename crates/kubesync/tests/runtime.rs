@@ -933,6 +933,122 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
     running.stop().await;
 }
 
+/// A watch made with `full_only_for` holds in full only the objects its rule names, the others
+/// as metadata only (their content dropped as they arrive); an object named later is held in
+/// full from its next event on, or at once when handed over live at the very version held
+/// (`hold_in_full`, refused for another version); `hold_as_metadata` drops it again.
+#[tokio::test]
+async fn a_mixed_watch_holds_in_full_only_the_objects_it_keeps() {
+    init_tracing();
+    let env = shared("east");
+    let ns = unique_ns("mixed");
+    env.create_namespace(&ns).await.expect("ns");
+    let cms = kube::core::ApiResource::erase::<ConfigMap>(&());
+    let key = |name: &str| ObjectKey::new("east", &cms, Some(ns.clone()), name);
+    let kept: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    kept.lock().expect("lock").insert("wanted".into());
+    let rule = kept.clone();
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(env))
+        .watch("east", Watch::of::<Secret>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(controller, forward_keys(tx));
+    let mixed = Watch::of::<ConfigMap>()
+        .namespace(&ns)
+        .full_only_for(move |k| rule.lock().expect("lock").contains(&k.name));
+    let id = ctx.start_watch("east", mixed, None).expect("start");
+    let big = "x".repeat(64 * 1024);
+    apply_cm(env, &configmap(&ns, "wanted", &[], &[("k", "v")])).await;
+    apply_cm(env, &configmap(&ns, "big", &[], &[("blob", big.as_str())])).await;
+    let mut queued = std::collections::HashSet::new();
+    while !(queued.contains("big") && queued.contains("wanted")) {
+        let k = next(&mut rx, "keys queued", Duration::from_secs(20)).await;
+        queued.insert(k.name);
+    }
+    let wanted = ctx.get(&key("wanted")).expect("held in full");
+    assert_eq!(wanted.data["data"]["k"], "v");
+    assert!(
+        ctx.get(&key("big")).is_none(),
+        "not kept: not a full object"
+    );
+    let meta = ctx.get_metadata(&key("big")).expect("its metadata");
+    assert!(meta.data.is_null() && meta.metadata.managed_fields.is_none());
+    assert!(ctx.held_as_metadata(id, &key("big")));
+    assert!(!ctx.held_as_metadata(id, &key("wanted")));
+    let listed = ctx.list("east", &cms);
+    assert!(
+        listed.iter().all(|o| o.name_any() != "big"),
+        "list: full objects only"
+    );
+    assert!(
+        ctx.list_metadata("east", &cms)
+            .iter()
+            .any(|o| o.name_any() == "big"),
+        "list_metadata shows it"
+    );
+    // Named now: the store keeps its metadata until it is handed over at that very version.
+    kept.lock().expect("lock").insert("big".into());
+    assert!(ctx.get(&key("big")).is_none(), "no event since");
+    let api: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), &ns);
+    let live = api.get("big").await.expect("live");
+    let mut stale = serde_json::from_value::<kube::api::DynamicObject>(
+        serde_json::to_value(&live).expect("json"),
+    )
+    .expect("dynamic");
+    stale.metadata.resource_version = Some("1".into());
+    assert!(!ctx.hold_in_full(id, stale), "another version is refused");
+    assert!(ctx.get(&key("big")).is_none());
+    let live = serde_json::from_value(serde_json::to_value(&live).expect("json")).expect("dyn");
+    assert!(ctx.hold_in_full(id, live), "the version held");
+    assert_eq!(
+        ctx.get(&key("big")).expect("in full").data["data"]["blob"]
+            .as_str()
+            .map(str::len),
+        Some(big.len())
+    );
+    // Dropped again; then its next event (kept) holds it in full.
+    ctx.hold_as_metadata(id, &key("big"));
+    assert!(ctx.get(&key("big")).is_none() && ctx.held_as_metadata(id, &key("big")));
+    apply_cm(
+        env,
+        &configmap(&ns, "big", &[("edited", "yes")], &[("blob", "small")]),
+    )
+    .await;
+    let edited = eventually(
+        "the next event, in full",
+        Duration::from_secs(20),
+        || async {
+            ctx.get(&key("big"))
+                .filter(|o| o.data["data"]["blob"] == "small")
+        },
+    )
+    .await;
+    assert_eq!(
+        edited.labels().get("edited").map(String::as_str),
+        Some("yes")
+    );
+    // No longer kept: its next event drops the content.
+    kept.lock().expect("lock").remove("wanted");
+    apply_cm(
+        env,
+        &configmap(&ns, "wanted", &[("edited", "yes")], &[("k", "v2")]),
+    )
+    .await;
+    eventually(
+        "the next event, metadata only",
+        Duration::from_secs(20),
+        || async {
+            ctx.get_metadata(&key("wanted"))
+                .filter(|o| o.labels().contains_key("edited") && o.data.is_null())
+        },
+    )
+    .await;
+    assert!(ctx.get(&key("wanted")).is_none());
+    running.stop().await;
+}
+
 /// `when_listed` queues a key once a watch started at run time has listed, also when none of
 /// its objects maps to that key; after the list it queues the key at once.
 #[tokio::test]

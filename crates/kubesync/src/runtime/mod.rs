@@ -39,5 +39,5 @@ pub use metrics::{ClusterContact, HEARTBEAT, Metrics};
 pub use queue::Backoff;
 pub use reconciler::{Action, ErrorCategory, FnReconciler, Reconciler, reconciler_fn};
 pub use shutdown::shutdown_signal;
-pub use watch::{Mapper, Transform, Watch};
+pub use watch::{KeepFull, Mapper, Transform, Watch};
 pub use watches::{ClusterStatus, WatchId};

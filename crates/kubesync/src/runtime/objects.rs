@@ -42,6 +42,14 @@ impl Held {
         }
     }
 
+    /// Whether only the object's metadata is held (its `data` is `null`).
+    fn is_metadata(&self) -> bool {
+        match self {
+            Self::Object(obj) => obj.data.is_null(),
+            Self::Text { no_data, .. } => *no_data,
+        }
+    }
+
     fn object(&self) -> Option<Arc<DynamicObject>> {
         match self {
             Self::Object(obj) => Some(Arc::clone(obj)),
@@ -118,6 +126,13 @@ impl Inner {
     }
 }
 
+/// Drops an object's content, keeping its metadata (without `managedFields`), as a
+/// metadata-only watch would have received it.
+pub(super) fn strip(obj: &mut DynamicObject) {
+    obj.data = serde_json::Value::Null;
+    obj.metadata.managed_fields = None;
+}
+
 fn place(obj: &DynamicObject) -> (String, String) {
     (
         obj.metadata.namespace.clone().unwrap_or_default(),
@@ -131,9 +146,71 @@ pub(super) struct Objects {
     inner: Arc<RwLock<Inner>>,
     /// The label whose values are indexed, if any.
     index_label: Option<Arc<str>>,
+    /// Objects are held as their JSON text ([`Watch::packed`](super::Watch::packed)).
+    packed: bool,
 }
 
 impl Objects {
+    /// The entry that holds `obj`, and where.
+    fn entry(&self, obj: Arc<DynamicObject>) -> (String, String, Entry) {
+        let (namespace, name) = place(&obj);
+        let label = self.index_label.as_deref().and_then(|key| {
+            obj.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(key))
+                .map(|v| Box::from(v.as_str()))
+        });
+        let held = Held::new(obj, self.packed);
+        (namespace, name, Entry { held, label })
+    }
+
+    /// Holds `obj` in place of the metadata held of the very same version of it (same
+    /// resourceVersion); returns whether it did. Another version held means its event has
+    /// come or is on the way.
+    pub(super) fn hold_in_full(&self, obj: Arc<DynamicObject>) -> bool {
+        let (namespace, name, entry) = self.entry(Arc::clone(&obj));
+        let mut inner = self.inner.write();
+        let same_version = inner
+            .objects
+            .get(&namespace)
+            .and_then(|names| names.get(&name))
+            .and_then(|e| e.held.is_metadata().then(|| e.held.object()).flatten())
+            .is_some_and(|held| held.metadata.resource_version == obj.metadata.resource_version);
+        if same_version {
+            inner.insert(namespace, name, entry);
+        }
+        same_version
+    }
+
+    /// Keeps only the metadata of the object `name` in `namespace`, if it is held in full.
+    pub(super) fn hold_as_metadata(&self, namespace: Option<&str>, name: &str) {
+        let mut inner = self.inner.write();
+        let Some(full) = inner
+            .objects
+            .get(namespace.unwrap_or_default())
+            .and_then(|names| names.get(name))
+            .filter(|e| !e.held.is_metadata())
+            .and_then(|e| e.held.object())
+        else {
+            return;
+        };
+        let mut meta = (*full).clone();
+        strip(&mut meta);
+        let (namespace, name, entry) = self.entry(Arc::new(meta));
+        inner.insert(namespace, name, entry);
+    }
+
+    /// Whether the object `name` in `namespace` is held as metadata only.
+    pub(super) fn holds_metadata_of(&self, namespace: Option<&str>, name: &str) -> bool {
+        self.inner
+            .read()
+            .objects
+            .get(namespace.unwrap_or_default())
+            .and_then(|names| names.get(name))
+            .is_some_and(|e| e.held.is_metadata())
+    }
+
     /// The object `name` in `namespace` (`None` for a cluster-scoped one).
     pub(super) fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
         self.inner
@@ -212,8 +289,6 @@ impl Objects {
 #[derive(Debug, Default)]
 pub(super) struct ObjectsWriter {
     objects: Objects,
-    /// Objects are held as their JSON text ([`Watch::packed`](super::Watch::packed)).
-    packed: bool,
     /// A (re)list in progress: the store keeps serving the previous state until it is done.
     listing: Option<Inner>,
 }
@@ -226,8 +301,8 @@ impl ObjectsWriter {
             objects: Objects {
                 inner: Arc::default(),
                 index_label: index_label.map(Arc::from),
+                packed,
             },
-            packed,
             listing: None,
         }
     }
@@ -237,26 +312,12 @@ impl ObjectsWriter {
         self.objects.clone()
     }
 
-    /// The entry that holds `obj`, and where.
-    fn entry(&self, obj: Arc<DynamicObject>) -> (String, String, Entry) {
-        let (namespace, name) = place(&obj);
-        let label = self.objects.index_label.as_deref().and_then(|key| {
-            obj.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(key))
-                .map(|v| Box::from(v.as_str()))
-        });
-        let held = Held::new(obj, self.packed);
-        (namespace, name, Entry { held, label })
-    }
-
     /// Applies one event; returns the object of a change (`Apply`, `Delete`), as it arrived.
     pub(super) fn apply(&mut self, event: Event<DynamicObject>) -> Option<Arc<DynamicObject>> {
         match event {
             Event::Apply(obj) => {
                 let obj = Arc::new(obj);
-                let (namespace, name, entry) = self.entry(Arc::clone(&obj));
+                let (namespace, name, entry) = self.objects.entry(Arc::clone(&obj));
                 self.objects.inner.write().insert(namespace, name, entry);
                 Some(obj)
             }
@@ -270,7 +331,7 @@ impl ObjectsWriter {
                 None
             }
             Event::InitApply(obj) => {
-                let (namespace, name, entry) = self.entry(Arc::new(obj));
+                let (namespace, name, entry) = self.objects.entry(Arc::new(obj));
                 self.listing
                     .get_or_insert_default()
                     .insert(namespace, name, entry);
@@ -329,6 +390,43 @@ mod tests {
         meta.data = serde_json::Value::Null;
         w.apply(Event::Apply(meta.clone()));
         assert_eq!(w.objects().get(Some("a"), "m").as_deref(), Some(&meta));
+    }
+
+    #[test]
+    fn content_is_handed_over_only_at_the_version_held_and_dropped_on_demand() {
+        for packed in [false, true] {
+            let mut w = ObjectsWriter::new(packed, None);
+            let objects = w.objects();
+            let mut full = obj(Some("a"), "x", "5");
+            full.data = serde_json::json!({"data": {"k": "dg=="}});
+            full.metadata.managed_fields = Some(vec![Default::default()]);
+            let mut meta = full.clone();
+            strip(&mut meta);
+            assert!(meta.data.is_null() && meta.metadata.managed_fields.is_none());
+            w.apply(Event::Apply(meta.clone()));
+            assert!(objects.holds_metadata_of(Some("a"), "x"));
+            let mut older = full.clone();
+            older.metadata.resource_version = Some("4".into());
+            assert!(!objects.hold_in_full(Arc::new(older)), "another version");
+            assert!(objects.holds_metadata_of(Some("a"), "x"));
+            assert!(
+                objects.hold_in_full(Arc::new(full.clone())),
+                "the version held"
+            );
+            assert_eq!(objects.get(Some("a"), "x").as_deref(), Some(&full));
+            assert!(
+                !objects.hold_in_full(Arc::new(full.clone())),
+                "held in full already"
+            );
+            assert!(
+                !objects.hold_in_full(Arc::new(obj(Some("a"), "absent", "5"))),
+                "nothing held there"
+            );
+            objects.hold_as_metadata(Some("a"), "x");
+            assert_eq!(objects.get(Some("a"), "x").as_deref(), Some(&meta));
+            assert!(objects.holds_metadata_of(Some("a"), "x"));
+            assert!(!objects.holds_metadata_of(Some("a"), "absent"));
+        }
     }
 
     #[test]

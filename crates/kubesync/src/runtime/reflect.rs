@@ -13,7 +13,7 @@ use kube::runtime::watcher::{self, Event};
 
 use super::context::Context;
 use super::metadata::MetadataOnly;
-use super::objects::ObjectsWriter;
+use super::objects::{ObjectsWriter, strip};
 use super::shared::{Msg, ObjectId, WatchSpec, id_of};
 use crate::key::ObjectKey;
 
@@ -76,12 +76,17 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         kind: watch.resource.kind.clone(),
     };
     let transform = watch.transform.clone();
+    let keep_full = watch.keep_full.clone();
     let typed = |event: Event<DynamicObject>| {
         event.modify(|obj| {
             if obj.types.is_none() {
                 obj.types = Some(types.clone());
             }
-            if let Some(t) = &transform {
+            if let Some(keep) = &keep_full
+                && !(keep.0)(&ObjectKey::for_object(cluster.name(), &watch.resource, obj))
+            {
+                strip(obj);
+            } else if let Some(t) = &transform {
                 (t.0)(obj);
             }
         })

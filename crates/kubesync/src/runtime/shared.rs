@@ -34,6 +34,24 @@ pub(super) struct StoreEntry {
     pub(super) primary: bool,
     /// The store holds only metadata ([`Watch::metadata_only`]).
     pub(super) metadata_only: bool,
+    /// The store holds some objects in full and the others as metadata only
+    /// ([`Watch::full_only_for`]).
+    pub(super) mixed: bool,
+    /// What the watch does to each object it keeps in full ([`Watch::transform`]).
+    pub(super) transform: Option<super::watch::Transform>,
+}
+
+impl StoreEntry {
+    /// Whether this store may hold objects in full (`full`) or as metadata only.
+    pub(super) fn serves(&self, full: bool) -> bool {
+        self.mixed || self.metadata_only != full
+    }
+
+    /// Whether `obj`, held here, is shown to a reader of full objects (`full`) or of
+    /// metadata: in a mixed store, an object held as metadata is not shown as full.
+    pub(super) fn shows(&self, obj: &DynamicObject, full: bool) -> bool {
+        !(full && self.mixed && obj.data.is_null())
+    }
 }
 
 /// What is known of one watch.

@@ -21,25 +21,27 @@ impl Context {
     ///
     /// [`Watch::metadata_only`]: super::Watch::metadata_only
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
-        self.find(key, false)
+        self.find(key, true)
     }
 
     /// The object behind `key` as last seen by any watch: a full object if a full watch holds
     /// it, else one with only metadata (its `data` is `null`). Rely on its metadata only.
     pub fn get_metadata(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
-        self.find(key, false).or_else(|| self.find(key, true))
+        self.find(key, true).or_else(|| self.find(key, false))
     }
 
-    fn find(&self, key: &ObjectKey, metadata_only: bool) -> Option<Arc<DynamicObject>> {
+    /// The object behind `key` in a store that holds it in full (`full`), or in any store
+    /// that holds metadata.
+    fn find(&self, key: &ObjectKey, full: bool) -> Option<Arc<DynamicObject>> {
         let stores = self.shared.stores.read();
         stores
             .iter()
-            .filter(|s| {
-                s.metadata_only == metadata_only
-                    && s.cluster == key.cluster
-                    && key.is_of(&s.resource)
+            .filter(|s| s.serves(full) && s.cluster == key.cluster && key.is_of(&s.resource))
+            .find_map(|s| {
+                s.reader
+                    .get(key.namespace.as_deref(), &key.name)
+                    .filter(|o| s.shows(o, full))
             })
-            .find_map(|s| s.reader.get(key.namespace.as_deref(), &key.name))
     }
 
     /// Like [`Context::get`], converted to a typed resource.
@@ -64,7 +66,7 @@ impl Context {
     /// Every object of this type that full watches of this cluster hold (see
     /// [`Context::get`]).
     pub fn list(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
-        self.collect(cluster, resource, |s| !s.metadata_only)
+        self.collect(cluster, resource, true)
     }
 
     /// The objects of this type in `namespace` that full watches of this cluster hold (see
@@ -75,21 +77,16 @@ impl Context {
         resource: &ApiResource,
         namespace: &str,
     ) -> Vec<Arc<DynamicObject>> {
-        self.collect_from(
-            cluster,
-            resource,
-            |s| !s.metadata_only,
-            |o| o.in_namespace(namespace),
-        )
+        self.collect_from(cluster, resource, true, |o| o.in_namespace(namespace))
     }
 
     /// Every object of this type that any watch of this cluster holds: full objects where a
     /// full watch holds them, else metadata only (see [`Context::get_metadata`]).
     pub fn list_metadata(&self, cluster: &str, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
         // Full stores first: an object both kinds hold is returned in full.
-        let mut out = self.collect(cluster, resource, |s| !s.metadata_only);
+        let mut out = self.collect(cluster, resource, true);
         let mut seen: HashSet<ObjectId> = out.iter().map(|o| id_of(o)).collect();
-        for obj in self.collect(cluster, resource, |s| s.metadata_only) {
+        for obj in self.collect(cluster, resource, false) {
             if seen.insert(id_of(&obj)) {
                 out.push(obj);
             }
@@ -110,11 +107,65 @@ impl Context {
 
     /// `read` of the store of the watch `id`, if it runs.
     fn in_watch<T>(&self, id: WatchId, read: impl Fn(&Objects) -> T) -> Option<T> {
+        self.in_store(id, |s| read(&s.reader))
+    }
+
+    /// `read` of the watch `id`'s store entry, if it runs.
+    fn in_store<T>(&self, id: WatchId, read: impl FnOnce(&StoreEntry) -> T) -> Option<T> {
         let stores = self.shared.stores.read();
-        stores
-            .iter()
-            .find(|s| s.id == id.0)
-            .map(|s| read(&s.reader))
+        stores.iter().find(|s| s.id == id.0).map(read)
+    }
+
+    /// Whether the watch `id` holds the object behind `key` as metadata only (a watch made
+    /// with [`Watch::full_only_for`], of an object it did not keep in full when it last
+    /// arrived). Such an object is read live and handed over with [`Context::hold_in_full`].
+    ///
+    /// [`Watch::full_only_for`]: super::Watch::full_only_for
+    pub fn held_as_metadata(&self, id: WatchId, key: &ObjectKey) -> bool {
+        self.in_watch(id, |o| {
+            o.holds_metadata_of(key.namespace.as_deref(), &key.name)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Holds `obj`, read live, in full in the mixed watch `id` ([`Watch::full_only_for`]),
+    /// in place of the metadata it holds of the very same version (same resourceVersion),
+    /// after the watch's transform. Returns whether it did: if not, the watch holds another
+    /// version, whose event has come (held in full if the watch keeps it so now) or is on
+    /// the way. The object's next events are held as the watch's `keep` says.
+    ///
+    /// [`Watch::full_only_for`]: super::Watch::full_only_for
+    pub fn hold_in_full(&self, id: WatchId, mut obj: DynamicObject) -> bool {
+        self.in_store(id, |s| {
+            if !s.mixed {
+                return false;
+            }
+            if obj.types.is_none() {
+                obj.types = Some(kube::core::TypeMeta {
+                    api_version: s.resource.api_version.clone(),
+                    kind: s.resource.kind.clone(),
+                });
+            }
+            if let Some(t) = &s.transform {
+                t(&mut obj);
+            }
+            s.reader.hold_in_full(Arc::new(obj))
+        })
+        .unwrap_or(false)
+    }
+
+    /// Keeps only the metadata of the object behind `key` in the mixed watch `id`
+    /// ([`Watch::full_only_for`]): one it need not hold in full any more (its content is
+    /// dropped now, not at its next event).
+    ///
+    /// [`Watch::full_only_for`]: super::Watch::full_only_for
+    pub fn hold_as_metadata(&self, id: WatchId, key: &ObjectKey) {
+        self.in_store(id, |s| {
+            if s.mixed {
+                s.reader
+                    .hold_as_metadata(key.namespace.as_deref(), &key.name);
+            }
+        });
     }
 
     /// The objects of this type that full watches of this cluster hold and whose label `key`
@@ -130,41 +181,38 @@ impl Context {
         key: &str,
         value: &str,
     ) -> Vec<Arc<DynamicObject>> {
-        self.collect_from(
-            cluster,
-            resource,
-            |s| !s.metadata_only,
-            |o| o.labelled(key, value),
-        )
+        self.collect_from(cluster, resource, true, |o| o.labelled(key, value))
     }
 
+    /// The objects of this type that the stores of `cluster` hold in full (`full`), or that
+    /// the stores holding metadata hold.
     fn collect(
         &self,
         cluster: &str,
         resource: &ApiResource,
-        which: impl Fn(&StoreEntry) -> bool,
+        full: bool,
     ) -> Vec<Arc<DynamicObject>> {
-        self.collect_from(cluster, resource, which, Objects::state)
+        self.collect_from(cluster, resource, full, Objects::state)
     }
 
     fn collect_from(
         &self,
         cluster: &str,
         resource: &ApiResource,
-        which: impl Fn(&StoreEntry) -> bool,
+        full: bool,
         objects: impl Fn(&Objects) -> Vec<Arc<DynamicObject>>,
     ) -> Vec<Arc<DynamicObject>> {
         let stores = self.shared.stores.read();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for s in stores.iter().filter(|s| {
-            which(s)
+            s.serves(full)
                 && s.cluster == cluster
                 && s.resource.group == resource.group
                 && s.resource.kind == resource.kind
         }) {
             for obj in objects(&s.reader) {
-                if seen.insert(id_of(&obj)) {
+                if s.shows(&obj, full) && seen.insert(id_of(&obj)) {
                     out.push(obj);
                 }
             }

@@ -14,6 +14,10 @@ use crate::key::ObjectKey;
 /// informer transforms do: a store holds what the reconciler needs, not more.
 pub type Transform = Arc<dyn Fn(&mut DynamicObject) + Send + Sync>;
 
+/// Says which objects of a watch made with [`Watch::full_only_for`] are held in full, by key;
+/// asked for every object as it arrives.
+pub type KeepFull = Arc<dyn Fn(&ObjectKey) -> bool + Send + Sync>;
+
 /// Maps an event on a secondary watch to keys of the primary objects it affects. Receives the
 /// key and the object of the event (for a deletion, the last known state).
 pub type Mapper = Arc<dyn Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync>;
@@ -47,6 +51,7 @@ pub struct Watch {
     pub(super) packed: bool,
     pub(super) index_label: Option<String>,
     pub(super) transform: Option<TransformFn>,
+    pub(super) keep_full: Option<KeepFullFn>,
 }
 
 /// A [`Transform`] in a [`Watch`] (which is `Debug`).
@@ -56,6 +61,16 @@ pub(super) struct TransformFn(pub(super) Transform);
 impl std::fmt::Debug for TransformFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Transform")
+    }
+}
+
+/// A [`KeepFull`] in a [`Watch`].
+#[derive(Clone)]
+pub(super) struct KeepFullFn(pub(super) KeepFull);
+
+impl std::fmt::Debug for KeepFullFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepFull")
     }
 }
 
@@ -83,6 +98,7 @@ impl Watch {
             packed: false,
             index_label: None,
             transform: None,
+            keep_full: None,
         }
     }
 
@@ -93,6 +109,30 @@ impl Watch {
         transform: impl Fn(&mut DynamicObject) + Send + Sync + 'static,
     ) -> Self {
         self.transform = Some(TransformFn(Arc::new(transform)));
+        self
+    }
+
+    /// Holds in full only the objects `keep` names; the others as metadata only, their content
+    /// dropped (with their `managedFields`) as they arrive, before they are stored. `keep` is
+    /// asked for every object at each of its events, so an object it starts to name is held
+    /// in full from its next event on; until then (an object that does not change), read it
+    /// live and hand it over with [`Context::hold_in_full`].
+    ///
+    /// For a watch of which only a few objects, known by name, are read in full — the sources
+    /// of many declarations in one namespace, where one watch serves them all and a tenant's
+    /// other objects cost only their metadata. The apiserver still sends every object in
+    /// full (no selector can name a set of names). [`Context::get`] and [`Context::list`]
+    /// do not return the objects held as metadata; [`Context::get_metadata`] does.
+    ///
+    /// [`Context::hold_in_full`]: super::Context::hold_in_full
+    /// [`Context::get`]: super::Context::get
+    /// [`Context::list`]: super::Context::list
+    /// [`Context::get_metadata`]: super::Context::get_metadata
+    pub fn full_only_for(
+        mut self,
+        keep: impl Fn(&ObjectKey) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.keep_full = Some(KeepFullFn(Arc::new(keep)));
         self
     }
 
@@ -131,6 +171,12 @@ impl Watch {
     /// Whether this watch holds its objects as text (see [`Watch::packed`]).
     pub fn is_packed(&self) -> bool {
         self.packed
+    }
+
+    /// Whether this watch holds some objects in full and others as metadata only (see
+    /// [`Watch::full_only_for`]).
+    pub fn is_mixed(&self) -> bool {
+        self.keep_full.is_some()
     }
 
     /// Whether this watch holds only metadata (see [`Watch::metadata_only`]).

@@ -85,6 +85,8 @@ impl Context {
             reader: writer.objects(),
             primary: mapper.is_none(),
             metadata_only: watch.metadata_only,
+            mixed: watch.is_mixed(),
+            transform: watch.transform.as_ref().map(|t| t.0.clone()),
         });
         self.shared.watches.write().insert(
             id,

@@ -32,8 +32,13 @@ pub enum Scope {
     /// held, other replicas' copies and copies not labelled yet among them), metadata only:
     /// what a destination name is taken by, for conflict, adopt and protect decisions.
     Others,
-    /// One source object, in full.
-    Source(ObjectKey),
+    /// The objects of one namespace (`None`: of a cluster-scoped kind): those some
+    /// declaration copies (single sources, by name) in full, the others metadata only. One
+    /// watch serves every single-source declaration copying from that namespace.
+    Sources {
+        /// The namespace.
+        namespace: Option<String>,
+    },
     /// The objects of one namespace that a label selector selects (many sources), in full.
     Selected {
         /// The namespace.
@@ -46,7 +51,7 @@ pub enum Scope {
 impl Scope {
     /// Whether the watch holds sources.
     pub(crate) fn of_sources(&self) -> bool {
-        matches!(self, Self::Source(_) | Self::Selected { .. })
+        matches!(self, Self::Sources { .. } | Self::Selected { .. })
     }
 }
 
@@ -119,6 +124,9 @@ pub struct Index {
     types: HashMap<ObjectKey, ApiResource>,
     /// Destination object → the declarations it blocks (their last report: `Conflict`).
     blocked: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    /// Source objects no declaration copies any more, whose content a watch may still hold
+    /// ([`Index::unnamed_sources`]).
+    dropped: Vec<ObjectKey>,
 }
 
 /// A change of a declaration's source type that must be finished: the old type's copies are
@@ -255,21 +263,61 @@ impl Index {
         }
     }
 
-    /// `decl` reads its sources from the watches of scope `sources` in `cluster` only:
-    /// forgets the other sources it copied before (a changed source name, selection or
-    /// cluster) and returns their watches that no declaration uses any more (to be stopped).
+    /// Whether some declaration copies the object `key` (a single source).
+    pub fn is_source(&self, key: &ObjectKey) -> bool {
+        self.by_source.contains_key(key)
+    }
+
+    /// `decl` no longer copies the sources `drop` picks: removed from their users; those no
+    /// declaration copies any more are kept for [`Index::unnamed_sources`].
+    fn drop_sources(&mut self, decl: &ObjectKey, drop: impl Fn(&ObjectKey) -> bool) {
+        let dropped = &mut self.dropped;
+        self.by_source.retain(|s, users| {
+            if drop(s) {
+                users.remove(decl);
+            }
+            if users.is_empty() {
+                dropped.push(s.clone());
+            }
+            !users.is_empty()
+        });
+    }
+
+    /// The source objects no declaration copies any more (since the last call), each with
+    /// the running watch that may hold it in full: their content can be dropped.
+    pub fn unnamed_sources(&mut self) -> Vec<(WatchId, ObjectKey)> {
+        let dropped = std::mem::take(&mut self.dropped);
+        dropped
+            .into_iter()
+            .filter(|k| !self.by_source.contains_key(k))
+            .filter_map(|k| {
+                let scope = Scope::Sources {
+                    namespace: k.namespace.clone(),
+                };
+                let watch = WatchKey {
+                    cluster: k.cluster.clone(),
+                    group: k.group.clone(),
+                    kind: k.kind.clone(),
+                    scope,
+                };
+                let (id, _) = self.watches.get(&watch)?;
+                Some((*id, k))
+            })
+            .collect()
+    }
+
+    /// `decl` reads its sources from the watches of scope `sources` in `cluster` only, and
+    /// copies the one object `source` (`None`: a selection, or no source read): forgets the
+    /// other sources it copied before (a changed source name, selection or cluster) and
+    /// returns their watches that no declaration uses any more (to be stopped).
     pub fn retain_source(
         &mut self,
         decl: &ObjectKey,
         cluster: &str,
         sources: &Scope,
+        source: Option<&ObjectKey>,
     ) -> Vec<WatchId> {
-        self.by_source.retain(|s, users| {
-            if !matches!(sources, Scope::Source(keep) if keep == s) {
-                users.remove(decl);
-            }
-            !users.is_empty()
-        });
+        self.drop_sources(decl, |s| source != Some(s));
         let stale: HashSet<WatchKey> = self
             .used
             .get(decl)
@@ -295,10 +343,7 @@ impl Index {
     /// Forgets a declaration that is gone; returns the watches no declaration uses any more
     /// (to be stopped).
     pub fn forget(&mut self, decl: &ObjectKey) -> Vec<WatchId> {
-        self.by_source.retain(|_, users| {
-            users.remove(decl);
-            !users.is_empty()
-        });
+        self.drop_sources(decl, |_| true);
         self.by_cluster.retain(|_, users| {
             users.remove(decl);
             !users.is_empty()
@@ -351,12 +396,7 @@ impl Index {
     ) -> Vec<WatchId> {
         self.types.insert(decl.clone(), resource.clone());
         let old = &retire.old;
-        self.by_source.retain(|source, users| {
-            if source.is_of(old) {
-                users.remove(decl);
-            }
-            !users.is_empty()
-        });
+        self.drop_sources(decl, |source| source.is_of(old));
         let released: HashSet<WatchKey> = retire.watches.iter().cloned().collect();
         if let Some(used) = self.used.get_mut(decl) {
             used.retain(|w| !released.contains(w));

@@ -200,36 +200,51 @@ fn an_object_in_the_way_wakes_the_declarations_it_blocks() {
 }
 
 #[test]
-fn a_changed_source_releases_the_old_source_watch() {
+fn single_sources_of_one_namespace_share_a_watch_and_a_changed_source_releases_the_old() {
     let mut idx = Index::default();
     let mut s = Starter(0);
     let secret = ar::<Secret>();
     let (d, e) = (decl("d"), decl("e"));
     let (old, new) = (source(&secret, "old"), source(&secret, "new"));
-    let watch_of = |src: &ObjectKey| WatchKey::scoped("local", &secret, Scope::Source(src.clone()));
+    let elsewhere = ObjectKey::new("local", &secret, Some("other".into()), "x");
+    let watch_of = |src: &ObjectKey| {
+        let namespace = src.namespace.clone();
+        WatchKey::scoped("local", &secret, Scope::Sources { namespace })
+    };
+    let keeps = |idx: &Index, scope: &WatchKey| {
+        let sources = [&old, &new, &elsewhere];
+        sources
+            .into_iter()
+            .filter(|k| watch_of(k) == *scope && idx.is_source(k))
+            .map(|k| k.name.clone())
+            .collect::<Vec<_>>()
+    };
     idx.register(&d, "uid-d", Some(old.clone()), ["local".into()]);
     idx.register(&e, "uid-e", Some(old.clone()), ["local".into()]);
-    let w_old = idx
+    let w_src = idx
         .watch_for(watch_of(&old), &d, || s.start())
         .expect("old");
     idx.watch_for(watch_of(&old), &e, || s.start())
         .expect("shared");
     let copies = WatchKey::scoped("local", &secret, Scope::Copies);
-    idx.watch_for(copies, &d, || s.start()).expect("copies");
+    let w_copies = idx.watch_for(copies, &d, || s.start()).expect("copies");
     assert!(
-        idx.retain_source(&d, "local", &Scope::Source(old.clone()))
+        idx.retain_source(&d, "local", &watch_of(&old).scope, Some(&old))
             .is_empty(),
         "nothing changed"
     );
-    // d now copies `new`; e still copies `old`, so its watch stays.
+    // d now copies `new` of the same namespace: the same watch, which now keeps both.
     idx.register(&d, "uid-d", Some(new.clone()), ["local".into()]);
-    idx.watch_for(watch_of(&new), &d, || s.start())
+    let again = idx
+        .watch_for(watch_of(&new), &d, || s.start())
         .expect("new");
+    assert_eq!(again, w_src, "one watch per namespace, not per source");
     assert!(
-        idx.retain_source(&d, "local", &Scope::Source(new.clone()))
-            .is_empty(),
-        "e still uses it"
+        idx.retain_source(&d, "local", &watch_of(&new).scope, Some(&new))
+            .is_empty()
     );
+    assert_eq!(keeps(&idx, &watch_of(&old)), ["old", "new"]);
+    assert!(idx.unnamed_sources().is_empty(), "e still copies old");
     let none = object(serde_json::json!({}));
     let found = idx.declarations_for(EventOf::Source, &in_cluster("local"), &old, &none);
     assert_eq!(
@@ -237,13 +252,26 @@ fn a_changed_source_releases_the_old_source_watch() {
         std::slice::from_ref(&e),
         "the old source no longer wakes d"
     );
-    // When e moves on too, the old source's watch stops; the copies watch stays.
-    idx.register(&e, "uid-e", Some(new.clone()), ["local".into()]);
-    assert_eq!(
-        idx.retain_source(&e, "local", &Scope::Source(new.clone())),
-        [w_old]
+    // e moves to another namespace: its own watch; `old` is copied by no one, so the
+    // namespace's watch may drop its content; the watch stays for d.
+    idx.register(&e, "uid-e", Some(elsewhere.clone()), ["local".into()]);
+    let w_other = idx
+        .watch_for(watch_of(&elsewhere), &e, || s.start())
+        .expect("other");
+    assert_ne!(w_other, w_src);
+    assert!(
+        idx.retain_source(&e, "local", &watch_of(&elsewhere).scope, Some(&elsewhere))
+            .is_empty()
     );
-    assert_eq!(idx.watch_count(), 2);
+    assert_eq!(keeps(&idx, &watch_of(&old)), ["new"]);
+    assert_eq!(idx.unnamed_sources(), [(w_src, old.clone())]);
+    assert!(idx.unnamed_sources().is_empty(), "said once");
+    // d goes: the namespace's watch stops (nothing is left to drop from it).
+    let mut stopped = idx.forget(&d);
+    stopped.sort();
+    assert_eq!(stopped, [w_src, w_copies]);
+    assert!(idx.unnamed_sources().is_empty());
+    assert_eq!(idx.watch_count(), 1, "e's namespace watch");
 }
 
 #[test]
@@ -285,17 +313,18 @@ fn a_selection_wakes_every_user_of_its_watch_and_a_new_selection_releases_the_ol
     // d selects something else now; e still uses the old watch.
     idx.watch_for(ca.clone(), &d, || s.start()).expect("shared");
     assert!(
-        idx.retain_source(&d, "local", &ca.scope).is_empty(),
+        idx.retain_source(&d, "local", &ca.scope, None).is_empty(),
         "e still uses it"
     );
     let found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
     assert_eq!(found, std::slice::from_ref(&e));
     // e goes back to a single source: the selection's watch stops.
-    let one = WatchKey::scoped("local", &secret, Scope::Source(k.clone()));
+    let namespace = k.namespace.clone();
+    let one = WatchKey::scoped("local", &secret, Scope::Sources { namespace });
     idx.register(&e, "uid-e", Some(k.clone()), ["local".into()]);
     idx.watch_for(one.clone(), &e, || s.start()).expect("one");
     assert_eq!(
-        idx.retain_source(&e, "local", &one.scope),
+        idx.retain_source(&e, "local", &one.scope, Some(&k)),
         [WatchId::from_raw(0)]
     );
 }
@@ -315,10 +344,10 @@ fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_clean
     let hub = idx.watch_for(on("hub"), &d, || s.start()).expect("hub");
     // The sources' cluster is only read: no copies are looked for there.
     assert_eq!(idx.register(&d, "uid-d", None, ["local".into()]), ["local"]);
-    assert!(idx.retain_source(&d, "hub", &selected).is_empty());
+    assert!(idx.retain_source(&d, "hub", &selected, None).is_empty());
     // The same selection from another cluster: the first cluster's watch stops.
     idx.watch_for(on("hub-2"), &d, || s.start()).expect("hub-2");
-    assert_eq!(idx.retain_source(&d, "hub-2", &selected), [hub]);
+    assert_eq!(idx.retain_source(&d, "hub-2", &selected, None), [hub]);
     // Its events reach the declaration; a source key names its cluster.
     let none = object(serde_json::json!({}));
     let k = ObjectKey::new("hub-2", &secret, Some("src".into()), "cert");
@@ -328,7 +357,10 @@ fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_clean
     );
     let one = ObjectKey::new("hub", &secret, Some("src".into()), "ca");
     idx.register(&d, "uid-d", Some(one.clone()), ["local".into()]);
-    let in_hub = WatchKey::scoped("hub", &secret, Scope::Source(one.clone()));
+    let in_src = Scope::Sources {
+        namespace: Some("src".into()),
+    };
+    let in_hub = WatchKey::scoped("hub", &secret, in_src);
     assert_eq!(
         idx.declarations_for(EventOf::Source, &in_hub, &one, &none),
         std::slice::from_ref(&d)

@@ -4,9 +4,11 @@
 //!
 //! - **Watches are shared**: per resource type and cluster, one watch of kubesync's copies (in
 //!   full, selected on the server by the `managed-by` label) and one of every other object
-//!   (metadata only), plus one watch per source object and one Namespace watch per cluster
-//!   (metadata only). Memory thus grows with what kubesync copies, not with unrelated objects
-//!   of the same kind (see `FanOut::ensure_watches`). Sharded ([`FanOut::shard_copies`]), a
+//!   (metadata only), one Namespace watch per cluster (metadata only), and one watch per
+//!   source namespace and type, shared by the declarations copying one object from there, that
+//!   holds only their sources in full (the namespace's other objects as metadata). Memory thus
+//!   grows with what kubesync copies, not with unrelated objects of the same kind (see
+//!   `FanOut::ensure_watches`), and watches with source namespaces, not with declarations. Sharded ([`FanOut::shard_copies`]), a
 //!   process holds in full only the copies of its shards. A watch starts when the first
 //!   declaration needs it and stops when the last one is forgotten; which declaration uses
 //!   which watch is kept in the [`index`](super::index), whose every operation is atomic.

@@ -25,7 +25,15 @@ impl FanOut {
         let unknown = watched.source_unreachable.is_some();
         let stored: Vec<Arc<DynamicObject>> = match (&spec.source.select, watched.source) {
             _ if unknown => Vec::new(),
-            (None, _) => ctx.get(&source_key).into_iter().collect(),
+            (None, Some(id)) => match self.source_in_full(ctx, id, &source_key, ar).await? {
+                SourceRead::Held(source) => vec![source],
+                SourceRead::Absent => Vec::new(),
+                SourceRead::Coming => {
+                    tracing::debug!(declaration = %decl.key, "the source's newer version is on its way; waiting for its event");
+                    return Ok(Observed::NotReady);
+                }
+            },
+            (None, None) => ctx.get(&source_key).into_iter().collect(),
             (Some(_), Some(id)) => ctx
                 .list_watch(id)
                 .into_iter()
@@ -79,6 +87,42 @@ impl FanOut {
         }))
     }
 
+    /// The single source `key` in full, from the watch `id` of its namespace. That watch holds
+    /// in full only the objects some declaration copies, each from its first event after the
+    /// declaration named it; one that has not changed since is held as metadata only, so it
+    /// is read live (one GET) and handed to the watch, which holds it in full from then on.
+    pub(super) async fn source_in_full(
+        &self,
+        ctx: &Context,
+        id: WatchId,
+        key: &ObjectKey,
+        ar: &ApiResource,
+    ) -> Result<SourceRead> {
+        if let Some(source) = ctx.get(key) {
+            return Ok(SourceRead::Held(source));
+        }
+        if !ctx.held_as_metadata(id, key) {
+            return Ok(SourceRead::Absent);
+        }
+        let Some(live) = ctx
+            .api(&key.cluster, ar, key.namespace.as_deref())?
+            .get_opt(&key.name)
+            .await?
+        else {
+            // Deleted since: the deletion's event is on its way.
+            return Ok(SourceRead::Coming);
+        };
+        let version = live.metadata.resource_version.clone();
+        if ctx.hold_in_full(id, live)
+            && let Some(rv) = &version
+        {
+            self.seen.saw(key, rv);
+        }
+        // Not held: the watch holds another version, whose event (held in full, the object
+        // being a source now) has come or is on its way.
+        Ok(ctx.get(key).map_or(SourceRead::Coming, SourceRead::Held))
+    }
+
     /// A selection's copies whose source the store does not show selected are removed by the
     /// plan. Whether that is so is confirmed first by a live list of the selected sources (the
     /// store may be a moment behind the cluster): `false` if some such source is still there
@@ -118,6 +162,16 @@ impl FanOut {
                 && missing.contains(mark(o.metadata.name.as_deref().unwrap_or_default()).as_str())
         }))
     }
+}
+
+/// A single source as its watch holds it.
+pub(super) enum SourceRead {
+    /// In full.
+    Held(Arc<DynamicObject>),
+    /// Not there: the object does not exist (once the watch has listed).
+    Absent,
+    /// A version of it is on its way in an event (which wakes the declarations copying it).
+    Coming,
 }
 
 impl Facts {

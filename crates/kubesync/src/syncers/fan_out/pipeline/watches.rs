@@ -32,13 +32,18 @@ impl FanOut {
         let seen = self.seen.clone();
         let cluster = key.cluster.clone();
         let mapper: crate::runtime::Mapper = Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
-            // Not unrelated objects: memory must not grow with them.
-            if event != EventOf::Other
-                && let Some(rv) = &obj.metadata.resource_version
-            {
+            let declarations = index.with(|idx| idx.declarations_for(event, &key, k, obj));
+            // Not unrelated objects (nor a source namespace's objects no declaration copies):
+            // memory must not grow with them.
+            let followed = match event {
+                EventOf::Other => false,
+                EventOf::Source => !declarations.is_empty(),
+                _ => true,
+            };
+            if followed && let Some(rv) = &obj.metadata.resource_version {
                 seen.saw(k, rv);
             }
-            index.with(|idx| idx.declarations_for(event, &key, k, obj))
+            declarations
         });
         ctx.start_watch(&cluster, watch, Some(mapper))
     }
@@ -99,8 +104,9 @@ impl FanOut {
     /// `kubesync.io/protect`), and its uid and resourceVersion. An adoption reads the object
     /// live before it writes.
     ///
-    /// The sources are watched apart, where they live ([`Self::ensure_source_watch`]): one
-    /// object by field selector, or the source namespace's objects by label selector, in
+    /// The sources are watched apart, where they live ([`Self::ensure_source_watch`]): the
+    /// source namespace's objects, the sources in full (one watch for every declaration
+    /// copying one object from there), or the objects a label selector selects there, in
     /// full; their events wake the declarations copying them.
     ///
     /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
@@ -166,9 +172,14 @@ impl FanOut {
         Ok(Watches { ids, others })
     }
 
-    /// The watch of `decl`'s sources in `cluster` (where they live): one object, by field
-    /// selector, or the source namespace's objects a label selector selects. In full: a
-    /// source is copied as it is.
+    /// The watch of `decl`'s sources in `cluster` (where they live):
+    /// - one object: the watch of the source namespace's objects of its kind, shared by
+    ///   every declaration copying one object from there ([`Scope::Sources`]); it holds in
+    ///   full the objects some declaration copies, the others as metadata only (their
+    ///   content dropped as they arrive: a tenant's other Secrets cost their metadata);
+    /// - a selection: the source namespace's objects its label selector selects, in full.
+    ///
+    /// A source is copied as it is, so it is held in full.
     pub(super) fn ensure_source_watch(
         &self,
         ctx: &Context,
@@ -186,6 +197,7 @@ impl FanOut {
             Scope::Selected { .. } => EventOf::Users,
             _ => EventOf::Source,
         };
+        let index = self.index.clone();
         self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, sources.clone()),
@@ -195,7 +207,7 @@ impl FanOut {
                 let watch = in_source_namespace(Watch::dynamic(ar.clone()));
                 match sources {
                     Scope::Selected { labels, .. } => watch.labels(labels),
-                    _ => watch.fields(&format!("metadata.name={}", decl.spec.source.name)),
+                    _ => watch.full_only_for(move |k| index.with(|idx| idx.is_source(k))),
                 }
             },
         )
@@ -211,6 +223,15 @@ impl FanOut {
     pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
         for id in self.index.with(|idx| idx.forget(key)) {
             ctx.stop_watch(id);
+        }
+        self.drop_unnamed_sources(ctx);
+    }
+
+    /// Drops the content of source objects no declaration copies any more from the watches
+    /// still running that hold them (their metadata is kept, as for any object there).
+    fn drop_unnamed_sources(&self, ctx: &Context) {
+        for (id, key) in self.index.with(|idx| idx.unnamed_sources()) {
+            ctx.hold_as_metadata(id, &key);
         }
     }
 
@@ -257,6 +278,7 @@ impl FanOut {
         {
             ctx.stop_watch(id);
         }
+        self.drop_unnamed_sources(ctx);
         Ok(())
     }
 
@@ -271,7 +293,9 @@ impl FanOut {
         let source_key = source_key(&self.local, decl);
         let source_cluster = spec.source.cluster_or(&self.local);
         let source_scope = match &spec.source.select {
-            None => Scope::Source(source_key.clone()),
+            None => Scope::Sources {
+                namespace: spec.source.namespace().map(String::from),
+            },
             Some(selection) => Scope::Selected {
                 namespace: spec.source.namespace.clone(),
                 labels: selection.label_selector(),
@@ -285,19 +309,20 @@ impl FanOut {
         let single = spec.source.select.is_none().then(|| source_key.clone());
         let clusters = self
             .index
-            .with(|idx| idx.register(&decl.key, &decl.owner.uid, single, wanted));
+            .with(|idx| idx.register(&decl.key, &decl.owner.uid, single.clone(), wanted));
         // Going (or refused): the source watch is released (it may be the one that fails).
-        let keep_source = if decl.reads_no_source() {
-            Scope::Copies
+        let (keep_source, keep_key) = if decl.reads_no_source() {
+            (Scope::Copies, None)
         } else {
-            source_scope.clone()
+            (source_scope.clone(), single.as_ref())
         };
         for id in self
             .index
-            .with(|idx| idx.retain_source(&decl.key, source_cluster, &keep_source))
+            .with(|idx| idx.retain_source(&decl.key, source_cluster, &keep_source, keep_key))
         {
             ctx.stop_watch(id);
         }
+        self.drop_unnamed_sources(ctx);
         let mut watched = Watched {
             clusters,
             unknown: Vec::new(),
