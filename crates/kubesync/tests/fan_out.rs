@@ -1411,6 +1411,12 @@ async fn sharded_copies_carry_their_shard_and_each_process_holds_its_own() {
     )
     .await;
     assert_eq!(writes_one.writes(), 3, "one update per copy");
+    // None left without a label: the watch of such copies stops (copies, others, Namespaces
+    // and the sources' namespace remain).
+    eventually("the watch of unlabelled copies stopped", T, || async {
+        (one.watch_count() == 4).then_some(())
+    })
+    .await;
 
     // Another process, holding s-b, copies b to d0 as "taken": the first one holds none of it.
     let (specs_two, outcomes_two): (Specs, Reports) = Default::default();
@@ -1474,6 +1480,27 @@ async fn sharded_copies_carry_their_shard_and_each_process_holds_its_own() {
     })
     .await;
     running_two.stop().await;
+
+    // An engine that does not shard writes a's copy in d2 without a shard label, and a no
+    // longer wants d2: the copy leaves the copies' watch; the other objects' watch shows it,
+    // which starts the watch of unlabelled copies again, and the stray is found and deleted.
+    let gone = spec(&src, "ca", vec![to(&d0), to(&d1)]);
+    specs.lock().expect("lock").insert("a".into(), gone);
+    let unlabel = serde_json::json!({"metadata": {"labels": {"kubesync.io/shard": null}}});
+    Api::<Secret>::namespaced(env.client().expect("client"), &d2)
+        .patch("ca", &PatchParams::default(), &Patch::Merge(unlabel))
+        .await
+        .expect("label removed");
+    eventually("the unlabelled stray deleted", T, || async {
+        (copies_in(env, &[&d2], "ca").await == 0).then_some(())
+    })
+    .await;
+    eventually(
+        "the watch of unlabelled copies stopped again",
+        T,
+        || async { (one.watch_count() == 4).then_some(()) },
+    )
+    .await;
     running_one.stop().await;
 }
 

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
-use super::rules::MANAGED_BY;
+use super::rules::{MANAGED_BY, SHARD};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::WatchId;
@@ -127,6 +127,10 @@ pub struct Index {
     /// Source objects no declaration copies any more, whose content a watch may still hold
     /// ([`Index::unnamed_sources`]).
     dropped: Vec<ObjectKey>,
+    /// (cluster, group, kind) where no copy without a shard label is left: a sharded engine
+    /// needs no watch of them there ([`Index::settle_unlabelled`]) until the watch of the
+    /// other objects shows one again ([`Index::note_unlabelled`]).
+    settled: HashSet<(String, String, String)>,
 }
 
 /// A change of a declaration's source type that must be finished: the old type's copies are
@@ -423,6 +427,34 @@ impl Index {
         stopped
     }
 
+    /// Whether no copy without a shard label is left of the type and cluster of `watch`.
+    pub fn unlabelled_settled(&self, watch: &WatchKey) -> bool {
+        self.settled.contains(&settled_key(watch))
+    }
+
+    /// No copy without a shard label is left of the type and cluster of `watch` (the watch of
+    /// them, which it is): it is stopped for every user; returns its id if it ran.
+    pub fn settle_unlabelled(&mut self, watch: &WatchKey) -> Option<WatchId> {
+        self.settled.insert(settled_key(watch));
+        for used in self.used.values_mut() {
+            used.remove(watch);
+        }
+        self.watches.remove(watch).map(|(id, _)| id)
+    }
+
+    /// An object the watch of other objects `watch` shows: if it is a copy without a shard
+    /// label (written by an engine that does not shard), its type and cluster need the watch
+    /// of such copies again; returns its owner, if known, to wake it.
+    pub fn note_unlabelled(&mut self, watch: &WatchKey, obj: &DynamicObject) -> Option<ObjectKey> {
+        let labels = obj.labels();
+        let uid = labels.get(MANAGED_BY)?;
+        if labels.contains_key(SHARD) {
+            return None;
+        }
+        self.settled.remove(&settled_key(watch));
+        self.by_uid.get(uid).cloned()
+    }
+
     /// The running watches whose key `pick` selects, each with its id and users.
     pub fn watches_where(
         &self,
@@ -452,6 +484,15 @@ impl Index {
     pub fn watch_count(&self) -> usize {
         self.watches.len()
     }
+}
+
+/// What [`Index::settled`] is keyed by: the cluster and type of a watch.
+fn settled_key(watch: &WatchKey) -> (String, String, String) {
+    (
+        watch.cluster.clone(),
+        watch.group.clone(),
+        watch.kind.clone(),
+    )
 }
 
 /// The fan-out's [`Index`], shared with its watch mappers. Every method locks once.

@@ -444,3 +444,47 @@ fn a_type_change_is_retired_only_when_finished() {
         "the old source no longer maps to the declaration"
     );
 }
+
+#[test]
+fn the_watch_of_unlabelled_copies_settles_for_all_and_a_copy_without_a_shard_unsettles_it() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let (d, e) = (decl("d"), decl("e"));
+    idx.register(&d, "uid-d", None, ["local".into()]);
+    idx.register(&e, "uid-e", None, ["local".into()]);
+    let unlabelled = WatchKey::scoped("local", &secret, Scope::Unlabelled);
+    let others = WatchKey::scoped("local", &secret, Scope::Others);
+    let id = idx
+        .watch_for(unlabelled.clone(), &d, || s.start())
+        .expect("watch");
+    idx.watch_for(unlabelled.clone(), &e, || s.start())
+        .expect("shared");
+    assert!(!idx.unlabelled_settled(&unlabelled), "unknown at first");
+    assert_eq!(idx.settle_unlabelled(&unlabelled), Some(id));
+    assert!(idx.unlabelled_settled(&unlabelled));
+    assert!(idx.forget(&d).is_empty(), "no user holds it any more");
+    assert_eq!(idx.watch_count(), 0);
+    // Settled per cluster and type.
+    let elsewhere = WatchKey::scoped("east", &secret, Scope::Unlabelled);
+    assert!(!idx.unlabelled_settled(&elsewhere));
+    // Copies with a shard label, and objects that are not copies, change nothing.
+    let with_shard = object(serde_json::json!({MANAGED_BY: "uid-e", SHARD: "00a1"}));
+    let theirs = object(serde_json::json!({"app": "x"}));
+    assert_eq!(idx.note_unlabelled(&others, &with_shard), None);
+    assert_eq!(idx.note_unlabelled(&others, &theirs), None);
+    assert!(idx.unlabelled_settled(&unlabelled));
+    // A copy without one: the watch is needed again, and its owner is woken.
+    let copy = object(serde_json::json!({MANAGED_BY: "uid-e"}));
+    assert_eq!(idx.note_unlabelled(&others, &copy), Some(e.clone()));
+    assert!(!idx.unlabelled_settled(&unlabelled));
+    let again = idx
+        .watch_for(unlabelled.clone(), &e, || s.start())
+        .expect("started again");
+    assert_ne!(again, id);
+    // An unknown owner's (another engine's) still needs it; nobody to wake here.
+    idx.settle_unlabelled(&unlabelled);
+    let foreign = object(serde_json::json!({MANAGED_BY: "uid-gone"}));
+    assert_eq!(idx.note_unlabelled(&others, &foreign), None);
+    assert!(!idx.unlabelled_settled(&unlabelled));
+}

@@ -32,7 +32,13 @@ impl FanOut {
         let seen = self.seen.clone();
         let cluster = key.cluster.clone();
         let mapper: crate::runtime::Mapper = Arc::new(move |k: &ObjectKey, obj: &DynamicObject| {
-            let declarations = index.with(|idx| idx.declarations_for(event, &key, k, obj));
+            let declarations = index.with(|idx| {
+                let mut declarations = idx.declarations_for(event, &key, k, obj);
+                if event == EventOf::Other {
+                    declarations.extend(idx.note_unlabelled(&key, obj));
+                }
+                declarations
+            });
             // Not unrelated objects (nor a source namespace's objects no declaration copies):
             // memory must not grow with them.
             let followed = match event {
@@ -151,13 +157,7 @@ impl FanOut {
             )?,
         ];
         if self.sharding.get().is_some() {
-            ids.push(self.ensure_watch(
-                ctx,
-                WatchKey::scoped(cluster, ar, Scope::Unlabelled),
-                EventOf::Copy,
-                key,
-                || Self::copies(ar, &format!("{},!{}", rules::MANAGED_BY, rules::SHARD)),
-            )?);
+            ids.extend(self.ensure_unlabelled_watch(ctx, cluster, ar, key, others)?);
         }
         if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
             let ct = &consent.resource;
@@ -170,6 +170,60 @@ impl FanOut {
             )?);
         }
         Ok(Watches { ids, others })
+    }
+
+    /// Sharded: the watch of the copies of `ar` in `cluster` that carry no shard label (written
+    /// before the engine was sharded, or by an engine that does not shard), in full, for the
+    /// declaration `decl`, until none is left. Once it has listed none, and the watch of the
+    /// other objects (`others`, which sees such copies as metadata) shows none either, it is
+    /// stopped; a copy without a shard label that the other objects' watch shows later starts
+    /// it again (and wakes its owner). Returns it while it runs.
+    fn ensure_unlabelled_watch(
+        &self,
+        ctx: &Context,
+        cluster: &str,
+        ar: &ApiResource,
+        decl: &ObjectKey,
+        others: WatchId,
+    ) -> Result<Option<WatchId>> {
+        let key = WatchKey::scoped(cluster, ar, Scope::Unlabelled);
+        if self.index.with(|idx| idx.unlabelled_settled(&key)) {
+            return Ok(None);
+        }
+        let id = self.ensure_watch(ctx, key.clone(), EventOf::Copy, decl, || {
+            Self::copies(ar, &format!("{},!{}", rules::MANAGED_BY, rules::SHARD))
+        })?;
+        let unlabelled = |o: &Arc<DynamicObject>| {
+            let labels = o.labels();
+            labels.contains_key(rules::MANAGED_BY) && !labels.contains_key(rules::SHARD)
+        };
+        // Cheap checks first: while copies are being labelled, the store is not empty.
+        let none_left = || {
+            [id, others]
+                .iter()
+                .all(|w| ctx.watch_listed(*w) && ctx.watch_error(*w).is_none())
+                && ctx.watch_size(id) == 0
+                && !ctx.list_watch(others).iter().any(unlabelled)
+        };
+        // Checked under the index's lock: a copy the other objects' watch stores after the
+        // check is noted (by its mapper, which takes the lock) after the settling, and starts
+        // the watch again; one stored before is seen by the check.
+        let settled = self.index.with(|idx| {
+            if none_left() {
+                Ok(idx.settle_unlabelled(&key))
+            } else {
+                Err(())
+            }
+        });
+        match settled {
+            Err(()) => Ok(Some(id)),
+            Ok(stopped) => {
+                if let Some(id) = stopped {
+                    ctx.stop_watch(id);
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// The watch of `decl`'s sources in `cluster` (where they live):
