@@ -26,7 +26,7 @@ pub enum Scope {
     /// of the shards this process holds).
     Copies,
     /// Sharded only: copies without a shard label (written before the operator was sharded),
-    /// in full, until each is labelled.
+    /// in full, until none is left ([`Index::settle_unlabelled`]).
     Unlabelled,
     /// Every object without the `managed-by` label (sharded: every object not of the shards
     /// held, other replicas' copies and copies not labelled yet among them), metadata only:

@@ -211,7 +211,9 @@ impl FanOut {
     /// of the other shards (other replicas') are held as metadata only, as the other objects
     /// of the type are: a destination one takes is seen as taken. Copies written before,
     /// without the label, are held in full by one more watch per type and cluster until each
-    /// is labelled (its next write). The selector of the copies names at most half of `all`
+    /// is labelled (its next write); once none is left there, that watch stops, and starts
+    /// again if the other objects' watch shows such a copy (written by an engine that does
+    /// not shard). The selector of the copies names at most half of `all`
     /// (`in` the shards held, or `notin` the others); that of the other objects names the
     /// shards held (none when all are held). A request's URI may have 64 KiB: with shards of
     /// four characters, about 9 000 shards named, e.g. 16 384 shards over two holders or
