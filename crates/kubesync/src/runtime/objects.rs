@@ -91,6 +91,13 @@ struct Inner {
 }
 
 impl Inner {
+    /// The entry of the object `name` in `namespace` (`""` for cluster-scoped ones).
+    fn at(&self, namespace: &str, name: &str) -> Option<&Entry> {
+        self.objects
+            .get(namespace)
+            .and_then(|names| names.get(name))
+    }
+
     fn insert(&mut self, namespace: String, name: String, entry: Entry) {
         self.remove(&namespace, &name);
         if let Some(value) = &entry.label {
@@ -172,9 +179,7 @@ impl Objects {
         let (namespace, name, entry) = self.entry(Arc::clone(&obj));
         let mut inner = self.inner.write();
         let same_version = inner
-            .objects
-            .get(&namespace)
-            .and_then(|names| names.get(&name))
+            .at(&namespace, &name)
             .and_then(|e| e.held.is_metadata().then(|| e.held.object()).flatten())
             .is_some_and(|held| held.metadata.resource_version == obj.metadata.resource_version);
         if same_version {
@@ -187,9 +192,7 @@ impl Objects {
     pub(super) fn hold_as_metadata(&self, namespace: Option<&str>, name: &str) {
         let mut inner = self.inner.write();
         let Some(full) = inner
-            .objects
-            .get(namespace.unwrap_or_default())
-            .and_then(|names| names.get(name))
+            .at(namespace.unwrap_or_default(), name)
             .filter(|e| !e.held.is_metadata())
             .and_then(|e| e.held.object())
         else {
@@ -205,9 +208,7 @@ impl Objects {
     pub(super) fn holds_metadata_of(&self, namespace: Option<&str>, name: &str) -> bool {
         self.inner
             .read()
-            .objects
-            .get(namespace.unwrap_or_default())
-            .and_then(|names| names.get(name))
+            .at(namespace.unwrap_or_default(), name)
             .is_some_and(|e| e.held.is_metadata())
     }
 
@@ -215,9 +216,7 @@ impl Objects {
     pub(super) fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
         self.inner
             .read()
-            .objects
-            .get(namespace.unwrap_or_default())
-            .and_then(|names| names.get(name))
+            .at(namespace.unwrap_or_default(), name)
             .and_then(|e| e.held.object())
     }
 
@@ -274,13 +273,7 @@ impl Objects {
             .get(value)
             .into_iter()
             .flatten()
-            .filter_map(|(namespace, name)| {
-                inner
-                    .objects
-                    .get(namespace)
-                    .and_then(|names| names.get(name))
-                    .and_then(|e| e.held.object())
-            })
+            .filter_map(|(namespace, name)| inner.at(namespace, name)?.held.object())
             .collect()
     }
 }
