@@ -94,7 +94,8 @@ impl Context {
         out
     }
 
-    /// The objects that the watch `id` holds (in full, or metadata only if it was made so).
+    /// The objects that the watch `id` holds (in full, or metadata only if it was made so; a
+    /// mixed watch's as it holds each, those held as metadata with `data` null).
     pub fn list_watch(&self, id: WatchId) -> Vec<Arc<DynamicObject>> {
         self.in_watch(id, Objects::state).unwrap_or_default()
     }

@@ -122,7 +122,9 @@ impl Watch {
     /// of many declarations in one namespace, where one watch serves them all and a tenant's
     /// other objects cost only their metadata. The apiserver still sends every object in
     /// full (no selector can name a set of names). [`Context::get`] and [`Context::list`]
-    /// do not return the objects held as metadata; [`Context::get_metadata`] does.
+    /// do not return the objects held as metadata; [`Context::get_metadata`] does. For
+    /// watches that hold full objects (not with [`Watch::metadata_only`]); a
+    /// [`Watch::transform`] applies to the objects held in full.
     ///
     /// [`Context::hold_in_full`]: super::Context::hold_in_full
     /// [`Context::get`]: super::Context::get

@@ -8,8 +8,9 @@
 //!   source namespace and type, shared by the declarations copying one object from there, that
 //!   holds only their sources in full (the namespace's other objects as metadata). Memory thus
 //!   grows with what kubesync copies, not with unrelated objects of the same kind (see
-//!   `FanOut::ensure_watches`), and watches with source namespaces, not with declarations. Sharded ([`FanOut::shard_copies`]), a
-//!   process holds in full only the copies of its shards. A watch starts when the first
+//!   `FanOut::ensure_watches`), and watches with source namespaces, not with declarations.
+//!   Sharded ([`FanOut::shard_copies`]), a process holds in full only the copies of its
+//!   shards. A watch starts when the first
 //!   declaration needs it and stops when the last one is forgotten; which declaration uses
 //!   which watch is kept in the [`index`](super::index), whose every operation is atomic.
 //! - **Events map straight to declarations**: a source event to the declarations copying it,
@@ -213,8 +214,8 @@ impl FanOut {
     /// without the label, are held in full by one more watch per type and cluster until each
     /// is labelled (its next write); once none is left there, that watch stops, and starts
     /// again if the other objects' watch shows such a copy (written by an engine that does
-    /// not shard). The selector of the copies names at most half of `all`
-    /// (`in` the shards held, or `notin` the others); that of the other objects names the
+    /// not shard). The selector of the copies names at most half of `all` (`in` the shards
+    /// held, or `notin` the others); that of the other objects names the
     /// shards held (none when all are held). A request's URI may have 64 KiB: with shards of
     /// four characters, about 9 000 shards named, e.g. 16 384 shards over two holders or
     /// more. A declaration whose shard is not held is not decided on (its outcome is not
