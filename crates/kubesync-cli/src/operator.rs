@@ -33,6 +33,10 @@ pub use crate::status::{FIELD_MANAGER, Refusal};
 /// [`OperatorOptions::stuck_after`]).
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
+/// How often every object is reconciled without an event (the default of
+/// [`OperatorOptions::resync`]).
+pub const RESYNC: Duration = Duration::from_secs(60);
+
 /// After a unit is handed over from another replica, its fan-out's writes are confirmed by a
 /// live read for this long (the other replica's last writes reach this one's watches within
 /// it).
@@ -105,6 +109,8 @@ pub struct Operator {
     compat: Option<CompatController>,
     /// With `--sharded`: this replica's share of the work.
     shards: Option<Arc<Shards>>,
+    /// How often every object is reconciled without an event.
+    resync: Duration,
 }
 
 /// Options of an [`Operator`].
@@ -128,6 +134,9 @@ pub struct OperatorOptions {
     /// With `--sharded`: this replica works only on the units its share holds (none given:
     /// on everything).
     pub shards: Option<Arc<Shards>>,
+    /// How often every object is reconciled without an event (default [`RESYNC`], 60 s): a
+    /// safety net, not how changes are noticed (each comes as an event).
+    pub resync: Duration,
 }
 
 impl Default for OperatorOptions {
@@ -140,6 +149,7 @@ impl Default for OperatorOptions {
             compat: Vec::new(),
             compat_version_gate: false,
             shards: None,
+            resync: RESYNC,
         }
     }
 }
@@ -193,6 +203,7 @@ impl Operator {
             leader: Mutex::new(None),
             stuck_after: options.stuck_after,
             shards: options.shards,
+            resync: options.resync,
         })
     }
 
@@ -471,7 +482,7 @@ impl Operator {
     ) -> kubesync::Result<()> {
         let controller = Controller::new()
             .cluster(self.local.clone())
-            .resync(Some(Duration::from_secs(60)));
+            .resync(Some(self.resync));
         let ctx = controller.context();
         let _ = self.ctx.set(ctx.clone());
         // Nothing here reads field ownership: the stores keep no managedFields (an ObjectSync's
@@ -485,12 +496,25 @@ impl Operator {
             .watch(LOCAL, own(Watch::of::<ObjectSync>()).packed())?
             .watch(LOCAL, own(Watch::of::<ClusterObjectSync>()).packed())?
             // A RemoteCluster change re-runs every ResourceSync that uses it (the key is all
-            // the mapping needs: metadata only; the primary watch above holds them in full).
-            .watch_mapped(
-                LOCAL,
-                Watch::of::<RemoteCluster>().metadata_only(),
-                move |key, _| ResourceSyncController::users_of_remote_cluster(&ctx, key),
-            )?;
+            // the mapping needs: metadata only; the primary watch above holds them in full),
+            // and a change of its spec every ObjectSync using it: what it admits
+            // (`allowedNamespaces`) and where it leads are checked before any write, so a
+            // withdrawal takes effect at once, not at the next resync. Not a change of its
+            // status only (which follows the ObjectSyncs using it).
+            .watch_mapped(LOCAL, Watch::of::<RemoteCluster>().metadata_only(), {
+                let specs = SpecChanges::default();
+                let me = Arc::downgrade(&self);
+                move |key, rc| {
+                    let mut users = ResourceSyncController::users_of_remote_cluster(&ctx, key);
+                    if specs.changed(key, rc)
+                        && let Some(me) = me.upgrade()
+                    {
+                        let cluster = crate::remote::runtime_name(&key.name);
+                        users.extend(me.object_syncs.fan_out().declarations_in(&cluster));
+                    }
+                    users
+                }
+            })?;
         // With --compat: the annotated objects are declarations too, and a copy they declared
         // maps back to its source (also when the source is gone).
         let mut controller = controller;
@@ -511,6 +535,21 @@ impl Operator {
             .await?;
         self.resource_syncs.shutdown().await;
         Ok(())
+    }
+}
+
+/// Which objects' specs changed, by their `metadata.generation` (which a change of the status
+/// alone leaves as it is), as their events arrive.
+#[derive(Debug, Default)]
+struct SpecChanges(Mutex<std::collections::HashMap<String, Option<i64>>>);
+
+impl SpecChanges {
+    /// Whether `obj` (`key`) shows another generation than its last event did; not at its
+    /// first event (everything is reconciled then anyway).
+    fn changed(&self, key: &ObjectKey, obj: &kube::api::DynamicObject) -> bool {
+        let generation = obj.metadata.generation;
+        let before = self.0.lock().insert(key.name.clone(), generation);
+        before.is_some_and(|g| g != generation)
     }
 }
 
@@ -616,5 +655,33 @@ mod tests {
         let mut other = key(&ApiResource::erase::<ObjectSync>(&()));
         other.group = "example.com".into();
         assert_eq!(Managed::of(&other), None);
+    }
+
+    #[test]
+    fn a_spec_change_is_a_new_generation_not_a_status_change() {
+        let specs = SpecChanges::default();
+        let key = ObjectKey::new(
+            LOCAL,
+            &ApiResource::erase::<RemoteCluster>(&()),
+            None,
+            "hub",
+        );
+        let at = |generation: i64| {
+            let mut rc =
+                kube::api::DynamicObject::new("hub", &ApiResource::erase::<RemoteCluster>(&()));
+            rc.metadata.generation = Some(generation);
+            rc
+        };
+        assert!(!specs.changed(&key, &at(1)), "first seen");
+        assert!(!specs.changed(&key, &at(1)), "its status changed");
+        assert!(specs.changed(&key, &at(2)), "its spec changed");
+        assert!(!specs.changed(&key, &at(2)));
+        let other = ObjectKey::new(
+            LOCAL,
+            &ApiResource::erase::<RemoteCluster>(&()),
+            None,
+            "east",
+        );
+        assert!(!specs.changed(&other, &at(2)), "each object apart");
     }
 }

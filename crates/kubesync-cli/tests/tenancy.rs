@@ -336,6 +336,79 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     running.stop().await;
 }
 
+/// A RemoteCluster that stops admitting a namespace refuses its ObjectSyncs at once (its spec
+/// change re-runs the ObjectSyncs using it), and their copies there are removed: no resync is
+/// needed (this operator resyncs once an hour).
+#[tokio::test]
+async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyncs_at_once() {
+    let (local, remote) = tokio::join!(
+        operator_cluster("withdraw-local", false, &["kubesync-system", "t1"]),
+        operator_cluster("withdraw-remote", false, &["team"])
+    );
+    apply(
+        &local,
+        &serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "hub-kubeconfig", "namespace": "kubesync-system"},
+            "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+        }))
+        .expect("json"),
+    )
+    .await;
+    let hub = |admits: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"{admits}\"}}}}\n"
+        )
+    };
+    apply(&local, &hub("yes")).await;
+    apply(
+        &local,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: t1, labels: {tenant: \"yes\"}}\n",
+    )
+    .await;
+    apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {mode: fast}\n").await;
+    apply(
+        &remote,
+        &grant_yaml("from-hub", "team", "{namespace: t1, cluster: hub}", ""),
+    )
+    .await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
+    let running = start_operator(
+        Cluster::new("local", local.client().expect("client")),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["kubesync-system".into()],
+                ..Default::default()
+            },
+            resync: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        },
+    );
+    let remote_cms: Api<ConfigMap> = Api::namespaced(remote.client().expect("client"), "team");
+    eventually("copied into the remote namespace", T, || async {
+        remote_cms.get_opt("settings").await.ok()?
+    })
+    .await;
+    // The RemoteCluster now admits only namespaces labelled tenant=other; nothing else changes.
+    apply(&local, &hub("other")).await;
+    let syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "t1");
+    let refused = eventually("refused at once", T, || async {
+        let os = syncs.get_opt("settings").await.ok()??;
+        ready_condition(&os.status?.conditions).filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(refused.1, "RemoteClusterNotAllowed");
+    eventually("its copy there removed", T, || async {
+        remote_cms
+            .get_opt("settings")
+            .await
+            .ok()
+            .filter(Option::is_none)
+    })
+    .await;
+    running.stop().await;
+}
+
 /// A control plane with the tenant `tina`, who may manage ConfigMaps, Secrets, Roles,
 /// RoleBindings and ObjectSyncs in `t1` only (as `edit` plus Roles; SyncGrants are for a
 /// namespace's admins), her client, and the namespaces `kubesync-system` (trusted), `t1`,

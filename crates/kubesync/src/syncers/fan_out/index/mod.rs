@@ -336,6 +336,20 @@ impl Index {
         self.release(decl, stale)
     }
 
+    /// The declarations that use the cluster `cluster`: with destinations (or copies) there,
+    /// or reading their sources there.
+    pub fn declarations_in(&self, cluster: &str) -> Vec<ObjectKey> {
+        let mut all: HashSet<&ObjectKey> =
+            self.by_cluster.get(cluster).into_iter().flatten().collect();
+        all.extend(
+            self.watches
+                .iter()
+                .filter(|(key, _)| key.cluster == cluster)
+                .flat_map(|(_, (_, users))| users),
+        );
+        all.into_iter().cloned().collect()
+    }
+
     /// Every declaration the index knows (registered, and not forgotten since).
     pub fn declarations(&self) -> Vec<ObjectKey> {
         let mut all: HashSet<&ObjectKey> = self.used.keys().collect();

@@ -488,3 +488,29 @@ fn the_watch_of_unlabelled_copies_settles_for_all_and_a_copy_without_a_shard_uns
     assert_eq!(idx.note_unlabelled(&others, &foreign), None);
     assert!(!idx.unlabelled_settled(&unlabelled));
 }
+
+#[test]
+fn the_declarations_in_a_cluster_are_those_writing_or_reading_there() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let secret = ar::<Secret>();
+    let (d, e, f) = (decl("d"), decl("e"), decl("f"));
+    idx.register(&d, "uid-d", None, ["east".into()]);
+    idx.register(&e, "uid-e", None, ["local".into()]);
+    idx.register(&f, "uid-f", None, ["local".into()]);
+    // e reads its sources from east (a pull): it uses east too; f does not.
+    let selected = Scope::Selected {
+        namespace: "src".into(),
+        labels: "app=tls".into(),
+    };
+    idx.watch_for(WatchKey::scoped("east", &secret, selected), &e, || {
+        s.start()
+    })
+    .expect("watch");
+    let mut found = idx.declarations_in("east");
+    found.sort();
+    assert_eq!(found, [d.clone(), e.clone()]);
+    assert!(idx.declarations_in("west").is_empty());
+    idx.forget(&d);
+    assert_eq!(idx.declarations_in("east"), [e]);
+}

@@ -267,6 +267,13 @@ impl FanOut {
         )
     }
 
+    /// The declarations that use the cluster `cluster` (destinations or copies there, or
+    /// sources read there): those to decide on again when what is known of that cluster
+    /// changes.
+    pub fn declarations_in(&self, cluster: &str) -> Vec<ObjectKey> {
+        self.index.with(|idx| idx.declarations_in(cluster))
+    }
+
     /// Every declaration it knows (reconciled, and not forgotten since).
     pub fn declarations(&self) -> Vec<ObjectKey> {
         self.index.with(|idx| idx.declarations())
