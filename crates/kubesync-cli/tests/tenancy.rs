@@ -336,9 +336,9 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     running.stop().await;
 }
 
-/// A RemoteCluster that stops admitting a namespace refuses its ObjectSyncs at once (its spec
-/// change re-runs the ObjectSyncs using it), and their copies there are removed: no resync is
-/// needed (this operator resyncs once an hour).
+/// A RemoteCluster that stops admitting a namespace refuses its ObjectSyncs at once: its spec
+/// change re-runs the ObjectSyncs using it, no resync is needed (this operator resyncs once an
+/// hour).
 #[tokio::test]
 async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyncs_at_once() {
     let (local, remote) = tokio::join!(
@@ -398,14 +398,9 @@ async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyn
     })
     .await;
     assert_eq!(refused.1, "RemoteClusterNotAllowed");
-    eventually("its copy there removed", T, || async {
-        remote_cms
-            .get_opt("settings")
-            .await
-            .ok()
-            .filter(Option::is_none)
-    })
-    .await;
+    // Refused, the ObjectSync uses the RemoteCluster no more: its copy there stays as it is
+    // (removed when the ObjectSync goes or is admitted again and stops copying there).
+    assert!(remote_cms.get_opt("settings").await.expect("get").is_some());
     running.stop().await;
 }
 
