@@ -271,13 +271,14 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
     running.stop().await;
 }
 
-/// An untrusted namespace cannot use a RemoteCluster that does not select it; with
-/// `allowedNamespaces` and a grant in the remote namespace, it can.
-#[tokio::test]
-async fn remote_clusters_admit_only_the_namespaces_they_select() {
+/// Two control planes: the operator's (namespaces `kubesync-system` and `t1`, and the
+/// kubeconfig of the other in the Secret `kubesync-system/hub-kubeconfig`) and the hub's
+/// (namespace `team`).
+async fn local_and_hub(name: &str) -> (TestEnv, TestEnv) {
+    let (local_name, remote_name) = (format!("{name}-local"), format!("{name}-remote"));
     let (local, remote) = tokio::join!(
-        operator_cluster("tenancy-local", false, &["kubesync-system", "t1"]),
-        operator_cluster("tenancy-remote", false, &["team"])
+        operator_cluster(&local_name, false, &["kubesync-system", "t1"]),
+        operator_cluster(&remote_name, false, &["team"])
     );
     apply(
         &local,
@@ -289,6 +290,14 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
         .expect("json"),
     )
     .await;
+    (local, remote)
+}
+
+/// An untrusted namespace cannot use a RemoteCluster that does not select it; with
+/// `allowedNamespaces` and a grant in the remote namespace, it can.
+#[tokio::test]
+async fn remote_clusters_admit_only_the_namespaces_they_select() {
+    let (local, remote) = local_and_hub("tenancy").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n").await;
     apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {mode: fast}\n").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
@@ -341,20 +350,7 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
 /// hour).
 #[tokio::test]
 async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyncs_at_once() {
-    let (local, remote) = tokio::join!(
-        operator_cluster("withdraw-local", false, &["kubesync-system", "t1"]),
-        operator_cluster("withdraw-remote", false, &["team"])
-    );
-    apply(
-        &local,
-        &serde_json::to_string(&serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "hub-kubeconfig", "namespace": "kubesync-system"},
-            "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
-        }))
-        .expect("json"),
-    )
-    .await;
+    let (local, remote) = local_and_hub("withdraw").await;
     let hub = |admits: &str| {
         format!(
             "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"{admits}\"}}}}\n"
