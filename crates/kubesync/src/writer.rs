@@ -224,8 +224,7 @@ impl Writer {
     }
 
     /// Whether this writer created or wrote (applied, replaced) the object (namespace, name)
-    /// in the last 30 s, and no store has shown that write since: a store that shows no such
-    /// object may just not show it yet — a create not seen yet, or an object whose write moved
+    /// in the last 30 s: a store that shows no such object may just not show it yet — a create not seen yet, or an object whose write moved
     /// it from one watch's selector to another's (a copy labelled with its shard) — so the
     /// caller reads it live before creating it again (a second create would be a write the
     /// apiserver refuses, or a copy made twice). The body is not compared (hashing every

@@ -489,6 +489,17 @@ impl Index {
             .map(|(old, _)| std::mem::replace(old, id))
     }
 
+    /// The resource type the watch `key` is of, as its users copy it (the first type a
+    /// declaration copies is recorded when it registers; a watch's users copy its type).
+    pub fn resource_of(&self, key: &WatchKey) -> Option<ApiResource> {
+        let (_, users) = self.watches.get(key)?;
+        users
+            .iter()
+            .filter_map(|user| self.types.get(user))
+            .find(|ar| key.is_of(ar))
+            .cloned()
+    }
+
     /// Whether `id` is the watch some key runs as now.
     pub fn is_running(&self, id: WatchId) -> bool {
         self.watches.values().any(|(running, _)| *running == id)

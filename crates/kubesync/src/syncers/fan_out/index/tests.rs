@@ -26,6 +26,20 @@ fn object(labels: serde_json::Value) -> DynamicObject {
     .expect("object")
 }
 
+/// An index where the declaration `d` (uid `uid-d`) copies the Secret `s` to the cluster
+/// `east`.
+fn d_copies_s_to_east() -> (Index, ApiResource) {
+    let mut idx = Index::default();
+    let secret = ar::<Secret>();
+    idx.register(
+        &decl("d"),
+        "uid-d",
+        Some(source(&secret, "s")),
+        ["east".into()],
+    );
+    (idx, secret)
+}
+
 /// Starts watches with ids 0, 1, 2, … and counts the starts.
 struct Starter(usize);
 
@@ -122,14 +136,7 @@ fn a_failed_start_records_nothing() {
 
 #[test]
 fn events_map_to_sources_copies_and_namespaces() {
-    let mut idx = Index::default();
-    let secret = ar::<Secret>();
-    idx.register(
-        &decl("d"),
-        "uid-d",
-        Some(source(&secret, "s")),
-        ["east".into()],
-    );
+    let (idx, secret) = d_copies_s_to_east();
     let none = object(serde_json::json!({}));
     // The source itself, in its cluster only.
     let src = source(&secret, "s");
@@ -165,14 +172,7 @@ fn events_map_to_sources_copies_and_namespaces() {
 
 #[test]
 fn an_object_in_the_way_wakes_the_declarations_it_blocks() {
-    let mut idx = Index::default();
-    let secret = ar::<Secret>();
-    idx.register(
-        &decl("d"),
-        "uid-d",
-        Some(source(&secret, "s")),
-        ["east".into()],
-    );
+    let (mut idx, secret) = d_copies_s_to_east();
     let at = ObjectKey::new("east", &secret, Some("ns".into()), "x");
     let elsewhere = ObjectKey::new("east", &secret, Some("ns".into()), "y");
     let theirs = object(serde_json::json!({}));
@@ -379,14 +379,7 @@ fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_clean
 
 #[test]
 fn forget_removes_every_trace() {
-    let mut idx = Index::default();
-    let secret = ar::<Secret>();
-    idx.register(
-        &decl("d"),
-        "uid-d",
-        Some(source(&secret, "s")),
-        ["east".into()],
-    );
+    let (mut idx, secret) = d_copies_s_to_east();
     assert_eq!(idx.declarations(), vec![decl("d")]);
     idx.forget(&decl("d"));
     assert!(idx.declarations().is_empty());
@@ -513,4 +506,24 @@ fn the_declarations_in_a_cluster_are_those_writing_or_reading_there() {
     assert!(idx.declarations_in("west").is_empty());
     idx.forget(&d);
     assert_eq!(idx.declarations_in("east"), [e]);
+}
+
+#[test]
+fn a_watch_knows_its_type_from_its_users() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let (secret, cm) = (ar::<Secret>(), ar::<ConfigMap>());
+    let d = decl("d");
+    let copies = WatchKey::scoped("local", &secret, Scope::Copies);
+    assert_eq!(idx.resource_of(&copies), None, "not running");
+    idx.register(&d, "uid-d", None, ["local".into()]);
+    assert_eq!(idx.begin_type(&d, &secret), None);
+    idx.watch_for(copies.clone(), &d, || s.start())
+        .expect("watch");
+    assert_eq!(idx.resource_of(&copies), Some(secret.clone()));
+    // d moves to ConfigMaps: until the Secrets are retired, the old watch keeps its type.
+    let retire = idx.begin_type(&d, &cm).expect("a type change");
+    assert_eq!(idx.resource_of(&copies), Some(secret.clone()));
+    idx.finish_retire(&d, &retire, &cm);
+    assert_eq!(idx.resource_of(&copies), None, "released");
 }

@@ -69,8 +69,6 @@ pub struct FanOut {
     confirm: Arc<parking_lot::Mutex<HashMap<ObjectKey, Instant>>>,
     /// Set when the copies are sharded ([`FanOut::shard_copies`]).
     sharding: std::sync::OnceLock<Sharding>,
-    /// The copied types, by group and kind (to restart their watches with a new selector).
-    kinds: parking_lot::Mutex<HashMap<(String, String), ApiResource>>,
 }
 
 /// A declaration's shard: the [`rules::SHARD`] label of its copies.
@@ -154,7 +152,6 @@ impl FanOut {
             seen: Arc::default(),
             confirm: Arc::default(),
             sharding: std::sync::OnceLock::new(),
-            kinds: parking_lot::Mutex::default(),
             namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
                 "",
                 "v1",
@@ -254,18 +251,17 @@ impl FanOut {
             }
             *held = Arc::new(new);
         }
-        let kinds = self.kinds.lock().clone();
         let restarted = self.index.with(|idx| {
             let mut restarted = Vec::new();
             for (key, _, users) in
                 idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::Others))
             {
-                let Some(ar) = kinds.get(&(key.group.clone(), key.kind.clone())) else {
+                let Some(ar) = idx.resource_of(&key) else {
                     continue;
                 };
                 let (event, watch) = match key.scope {
-                    Scope::Copies => (EventOf::Copy, self.copies_watch(ar)),
-                    _ => (EventOf::Other, self.others_watch(ar)),
+                    Scope::Copies => (EventOf::Copy, self.copies_watch(&ar)),
+                    _ => (EventOf::Other, self.others_watch(&ar)),
                 };
                 match self.start(ctx, key.clone(), event, watch) {
                     Ok(new) => {

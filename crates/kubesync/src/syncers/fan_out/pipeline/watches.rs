@@ -129,10 +129,6 @@ impl FanOut {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
         let key = &decl.key;
-        self.kinds
-            .lock()
-            .entry((ar.group.clone(), ar.kind.clone()))
-            .or_insert_with(|| ar.clone());
         let others = self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, Scope::Others),

@@ -253,6 +253,19 @@ mod tests {
         assert!(only.allows("team") && only.allows("example.com/x") && !only.allows("app"));
     }
 
+    /// The copy of the TLS Secret `certs/ca` into `team-a` under `rules`, for `owner`.
+    fn ca_into_team_a(rules: &CopyRules, owner: &Owner) -> DynamicObject {
+        desired_copy(
+            &secret_type(),
+            &tls_secret(),
+            "team-a",
+            "ca",
+            rules,
+            owner,
+            "core/Secret/certs/ca",
+        )
+    }
+
     #[test]
     fn desired_copy_filters_and_marks() {
         let rules = CopyRules {
@@ -279,15 +292,7 @@ mod tests {
                 .into()
             })),
         };
-        let c = desired_copy(
-            &secret_type(),
-            &tls_secret(),
-            "team-a",
-            "ca",
-            &rules,
-            &owner(),
-            "core/Secret/certs/ca",
-        );
+        let c = ca_into_team_a(&rules, &owner());
         let v = serde_json::to_value(&c).expect("json");
         assert_eq!(
             (v["apiVersion"].as_str(), v["kind"].as_str()),
@@ -322,28 +327,12 @@ mod tests {
             shard: Some("03fa".into()),
             ..owner()
         };
-        let c = desired_copy(
-            &secret_type(),
-            &tls_secret(),
-            "team-a",
-            "ca",
-            &rules,
-            &owner,
-            "core/Secret/certs/ca",
-        );
+        let c = ca_into_team_a(&rules, &owner);
         let labels = c.metadata.labels.expect("labels");
         assert_eq!(labels.get(SHARD).map(String::as_str), Some("03fa"));
         assert_eq!(labels.get(MANAGED_BY).map(String::as_str), Some("uid-1"));
         // Unsharded: no shard label, whatever the rules add.
-        let plain = desired_copy(
-            &secret_type(),
-            &tls_secret(),
-            "team-a",
-            "ca",
-            &rules,
-            &super::super::fixtures::owner(),
-            "core/Secret/certs/ca",
-        );
+        let plain = ca_into_team_a(&rules, &super::super::fixtures::owner());
         assert_eq!(plain.metadata.labels.expect("labels").get(SHARD), None);
     }
 }
