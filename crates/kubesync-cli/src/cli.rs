@@ -139,6 +139,12 @@ struct RunArgs {
     /// one that would make more writes nothing and says so.
     #[arg(long = "max-copies-per-declaration", default_value_t = crate::object_sync::policy::DEFAULT_MAX_COPIES)]
     max_copies: usize,
+    /// ObjectSync: the ServiceAccount (a name, of the ObjectSync's own namespace) that
+    /// ObjectSyncs outside the trusted namespaces act as when their `spec.serviceAccountName`
+    /// names none: their source is read and their copies written as it, so RBAC decides.
+    /// Unset: such an ObjectSync is refused (`ServiceAccountRequired`).
+    #[arg(long = "default-service-account", value_parser = service_account_name)]
+    default_service_account: Option<String>,
     /// Address of the probes `/healthz` (liveness) and `/readyz` (readiness), plain HTTP;
     /// `none` turns them off.
     #[arg(
@@ -315,6 +321,7 @@ pub async fn main() -> ExitCode {
                 privileged_resources,
                 grantable_resources,
                 max_copies,
+                default_service_account,
                 telemetry_address,
                 metrics_address,
                 metrics_insecure,
@@ -345,6 +352,7 @@ pub async fn main() -> ExitCode {
                 privileged_resources,
                 grantable_resources,
                 max_copies,
+                default_service_account,
             };
             let endpoints = match crate::telemetry::Endpoints::from_flags(
                 &telemetry_address,
@@ -662,6 +670,17 @@ fn remote_source_namespace(entry: &str) -> Result<String, String> {
         _ => Err(format!(
             "{entry:?}: give <RemoteCluster>/<namespace>, each a name or a glob (e.g. hub/shared-*)"
         )),
+    }
+}
+
+/// A ServiceAccount's name (a DNS subdomain), as `--default-service-account` takes it.
+fn service_account_name(name: &str) -> Result<String, String> {
+    if kubesync::validate::is_dns_subdomain(name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.', at most 253)"
+        ))
     }
 }
 

@@ -43,6 +43,11 @@ pub enum Reason {
     KubeconfigInvalid,
     /// A declaration's destinations name two RemoteClusters of one apiserver.
     DuplicateCluster,
+    /// An untrusted ObjectSync names no ServiceAccount to act as, and the operator sets no
+    /// default.
+    ServiceAccountRequired,
+    /// The ServiceAccount a declaration acts as may not read its source.
+    SourceForbidden,
     /// A ResourceSync's kind has no status subresource.
     NoStatusSubresource,
     /// A going ResourceSync's copies could not be released.
@@ -65,6 +70,8 @@ impl Reason {
             Reason::KubeconfigSecretInvalid => "KubeconfigSecretInvalid",
             Reason::KubeconfigInvalid => "KubeconfigInvalid",
             Reason::DuplicateCluster => "DuplicateCluster",
+            Reason::ServiceAccountRequired => "ServiceAccountRequired",
+            Reason::SourceForbidden => "SourceForbidden",
             Reason::NoStatusSubresource => "NoStatusSubresource",
             Reason::FinalizersNotReleased => "FinalizersNotReleased",
         }

@@ -17,18 +17,26 @@ use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
 use kubesync_testenv::TestEnv;
 
-/// The operator as installed: only its own namespace is trusted.
+/// The operator as installed: only its own namespace is trusted; ObjectSyncs elsewhere act
+/// as their namespace's ServiceAccount `copier` unless they name another.
 fn start(env: &TestEnv) -> RunningOperator {
     start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["kubesync-system".into()],
-                ..Default::default()
-            },
+            policy: tenant_policy(),
             ..Default::default()
         },
     )
+}
+
+/// The policy of an install that trusts only its own namespace, with `copier` as the
+/// ServiceAccount untrusted ObjectSyncs act as by default.
+fn tenant_policy() -> ObjectSyncPolicy {
+    ObjectSyncPolicy {
+        trusted_namespaces: vec!["kubesync-system".into()],
+        default_service_account: Some(COPIER.into()),
+        ..Default::default()
+    }
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
@@ -75,6 +83,8 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
         &["kubesync-system", "t1", "victim"],
     )
     .await;
+    // Her copier may read her RoleBinding: what refuses its copies is kubesync's consent.
+    let_copier_read(&env, "t1", "rbac.authorization.k8s.io", &["rolebindings"]).await;
     apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: victim}\nstringData: {password: hunter2}\n").await;
     apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: secret-reader}\nrules: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}]\n").await;
     // tina: ObjectSyncs and RoleBindings in t1, and `bind` on the secret-reader ClusterRole.
@@ -190,6 +200,10 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
         &["kubesync-system", "t1", "victim", "other"],
     )
     .await;
+    // RBAC lets t1's copier write ConfigMaps and Secrets in victim; kubesync's consent (a
+    // SyncGrant) is still needed on top.
+    let_copier_write(&env, "t1", &["t1", "victim"]).await;
+    let_copier_read(&env, "t1", "rbac.authorization.k8s.io", &["rolebindings"]).await;
     apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {mode: fast}\n").await;
     apply(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: view, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: someone}]\n").await;
     apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: victim}]\n").await;
@@ -298,6 +312,8 @@ async fn local_and_hub(name: &str) -> (TestEnv, TestEnv) {
 #[tokio::test]
 async fn remote_clusters_admit_only_the_namespaces_they_select() {
     let (local, remote) = local_and_hub("tenancy").await;
+    let_copier_write(&local, "t1", &["t1"]).await;
+    let_copier_write(&remote, "t1", &["team"]).await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n").await;
     apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {mode: fast}\n").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
@@ -351,6 +367,8 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
 #[tokio::test]
 async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyncs_at_once() {
     let (local, remote) = local_and_hub("withdraw").await;
+    let_copier_write(&local, "t1", &["t1"]).await;
+    let_copier_write(&remote, "t1", &["team"]).await;
     let hub = |admits: &str| {
         format!(
             "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"{admits}\"}}}}\n"
@@ -372,10 +390,7 @@ async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyn
     let running = start_operator(
         Cluster::new("local", local.client().expect("client")),
         OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["kubesync-system".into()],
-                ..Default::default()
-            },
+            policy: tenant_policy(),
             resync: std::time::Duration::from_secs(3600),
             ..Default::default()
         },
@@ -427,6 +442,10 @@ async fn tenant_cluster(name: &str) -> (TestEnv, kube::Client) {
     )
     .await
     .expect("grant");
+    // Her copier may write ConfigMaps and Secrets where she may and in victim and quiet:
+    // what kubesync refuses there is refused by its own rules (consent, kinds), the second
+    // wall, tested here on its own.
+    let_copier_write(&env, "t1", &["t1", "victim", "quiet"]).await;
     let tina = env.client_as("tina").expect("tina");
     (env, tina)
 }
@@ -543,6 +562,17 @@ async fn kubesyncs_own_kinds_are_no_payload_and_copies_are_never_declarations_or
 #[tokio::test]
 async fn only_an_allow_list_of_kinds_goes_without_a_grant_that_names_it() {
     let (env, tina) = tenant_cluster("allow-list").await;
+    // Her copier reads what she copies; kubesync's allow-list refuses, the second wall.
+    let_copier_read(&env, "t1", "apps", &["deployments"]).await;
+    let_copier_read(
+        &env,
+        "t1",
+        "rbac.authorization.k8s.io",
+        &["roles", "rolebindings"],
+    )
+    .await;
+    let_copier_read(&env, "t1", "events.k8s.io", &["events"]).await;
+    let_copier_read(&env, "t1", "", &["events"]).await;
     apply(
         &env,
         &grant_yaml("anything-from-t1", "victim", "{namespace: t1}", ""),
@@ -571,11 +601,10 @@ async fn only_an_allow_list_of_kinds_goes_without_a_grant_that_names_it() {
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
             policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["kubesync-system".into()],
                 grantable_resources: vec!["Event".into()],
                 privileged_resources: vec!["Event.events.k8s.io".into()],
                 max_copies: 3,
-                ..Default::default()
+                ..tenant_policy()
             },
             ..Default::default()
         },
@@ -970,4 +999,256 @@ async fn destination_namespace_flags_bound_every_declaration() {
         }
     }
     assert_eq!(copied, ["team-a", "team-b"]);
+}
+
+/// Tenancy by construction: a tenant's ObjectSync acts as a ServiceAccount of her namespace,
+/// so the apiserver's RBAC — its escalation check included — decides what it writes, not
+/// kubesync's own rights. With her own SyncGrant naming Roles and ResourceQuotas (and
+/// `adopt: true`), her Role copied with every verb on every resource is refused by the
+/// apiserver's escalation check and said so on the status; the admins' ResourceQuota is
+/// neither loosened nor taken over; her ConfigMap is copied, as the ServiceAccount (the audit
+/// log says who acted). Without impersonation each of the first two is written with
+/// kubesync's rights.
+#[tokio::test]
+async fn a_tenants_objectsync_acts_as_her_service_account_and_rbac_decides() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("impersonation")
+            .user("tina", &[])
+            .audit(true),
+        &["kubesync-system", "t1"],
+    )
+    .await;
+    // Roles as a namespace's `admin` may manage them: without `escalate` or `bind`, which
+    // would let anyone holding them grant herself anything, kubesync or not.
+    let manage = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let own = vec![
+        rule(&[""], &["configmaps", "secrets"], &["*"]),
+        rule(
+            &["rbac.authorization.k8s.io"],
+            &["roles", "rolebindings"],
+            &manage,
+        ),
+    ];
+    let tenant = [
+        own.clone(),
+        vec![rule(
+            &["kubesync.io"],
+            &["objectsyncs", "syncgrants"],
+            &["*"],
+        )],
+    ]
+    .concat();
+    env.grant("tina", Some("t1"), "tenant", tenant)
+        .await
+        .expect("grant");
+    // What t1's admin lets her copier do: what she may, and read the quotas.
+    let copier_rules = [
+        own,
+        vec![rule(&[""], &["resourcequotas"], &["get", "list", "watch"])],
+    ]
+    .concat();
+    env.grant(&copier("t1"), Some("t1"), "copier", copier_rules)
+        .await
+        .expect("grant");
+    apply(&env, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: limits, namespace: t1}\nspec: {hard: {pods: \"0\"}}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: other, namespace: t1}\nspec: {hard: {pods: \"1\"}}\n").await;
+    as_tina(&env, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: reader, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}]\n").await;
+    as_tina(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    as_tina(&env, &grant_yaml("mine", "t1", "{namespace: t1}", "  kinds: [{kind: ConfigMap}, {group: rbac.authorization.k8s.io, kind: Role}, {kind: ResourceQuota}]\n  adopt: true\n")).await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: escalate, namespace: t1}\nspec:\n  source: {group: rbac.authorization.k8s.io, kind: Role, name: reader}\n  destinations: [{namespace: t1, name: everything, patches: [{merge: {rules: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]}}]}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: quota, namespace: t1}\nspec:\n  source: {kind: ResourceQuota, name: limits}\n  onConflict: adopt\n  destinations: [{namespace: t1, name: other, patches: [{merge: {spec: {hard: {pods: \"100\"}}}}]}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: settings-copy}]\n").await;
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(env.client().expect("client"), "t1");
+    let before = quotas.get("other").await.expect("the admins' quota");
+    let running = start(&env);
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+
+    // The positive control: what her ServiceAccount may write is written, as it.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t1");
+    eventually("her ConfigMap copied", T, || async {
+        cms.get_opt("settings-copy").await.ok()?
+    })
+    .await;
+    let created = env
+        .audit()
+        .expect("audit log")
+        .into_iter()
+        .find(|e| e.verb == "create" && e.resource() == "configmaps" && e.name() == "settings-copy")
+        .expect("the copy's create in the audit log");
+    assert_eq!(
+        created.acting_user(),
+        copier("t1"),
+        "written as her ServiceAccount"
+    );
+
+    // Her Role with every right: the apiserver's own escalation check refuses her copier.
+    let (state, message) = eventually("the Role copy refused by RBAC", T, || async {
+        destination(&t1, "escalate", "t1")
+            .await
+            .filter(|(s, _)| *s == CopyState::Error)
+    })
+    .await;
+    assert!(
+        message.contains("attempting to grant RBAC permissions not currently held")
+            && message.contains(&copier("t1"))
+            && message.contains("grant it the rights it lacks"),
+        "the apiserver's escalation check, in words she can act on: {message}"
+    );
+    let os = t1.get("escalate").await.expect("escalate");
+    let synced = os
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Synced")
+        .expect("Synced");
+    assert_eq!(synced.status, "False");
+    assert!(
+        synced.message.contains("RBAC refuses"),
+        "{}",
+        synced.message
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> =
+        Api::namespaced(env.client().expect("client"), "t1");
+    assert!(roles.get_opt("everything").await.expect("get").is_none());
+
+    // The admins' quota: her copier may not update it, so it is neither adopted nor loosened.
+    let (state_q, message_q) = eventually("the quota adoption refused by RBAC", T, || async {
+        destination(&t1, "quota", "t1")
+            .await
+            .filter(|(s, _)| *s == CopyState::Error)
+    })
+    .await;
+    assert_eq!(state_q, CopyState::Error);
+    assert!(message_q.contains("forbidden"), "{message_q}");
+    let after = quotas.get("other").await.expect("the admins' quota");
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "untouched"
+    );
+    assert_eq!(state, CopyState::Error);
+    let tina = Cluster::new("tina", env.client_as("tina").expect("tina"));
+    assert!(
+        !tina
+            .may("create", "", "pods", Some("t1"))
+            .await
+            .expect("review"),
+        "she still may not create Pods"
+    );
+    // Every write the fan-out sent (its field manager) acted as her ServiceAccount: the
+    // copy, the refused Role, the refused adoption.
+    let sent: Vec<_> = env
+        .audit()
+        .expect("audit log")
+        .into_iter()
+        .filter(|e| {
+            e.is_write()
+                && (e.request_uri.contains("fieldManager=kubesync&")
+                    || e.request_uri.ends_with("fieldManager=kubesync"))
+        })
+        .collect();
+    for resource in ["configmaps", "roles", "resourcequotas"] {
+        assert!(
+            sent.iter().any(|e| e.resource() == resource),
+            "a write of {resource} in the audit log"
+        );
+    }
+    for e in &sent {
+        assert_eq!(
+            e.acting_user(),
+            copier("t1"),
+            "{} {} {}",
+            e.verb,
+            e.resource(),
+            e.name()
+        );
+    }
+    running.stop().await;
+}
+
+/// An untrusted ObjectSync that names no ServiceAccount, in an install that sets no default,
+/// is refused with what to do; one whose ServiceAccount may not read the source is refused
+/// before anything is copied; a ClusterObjectSync may not name one.
+#[tokio::test]
+async fn an_objectsync_without_a_service_account_or_one_that_may_not_read_is_refused() {
+    let (env, _) = tenant_cluster("no-identity").await;
+    apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: t1}\nstringData: {password: hunter2}\n").await;
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    // `reader` may read ConfigMaps in t1, not Secrets, and write nothing.
+    env.grant(
+        "system:serviceaccount:t1:reader",
+        Some("t1"),
+        "reader",
+        vec![rule(&[""], &["configmaps"], &["get", "list", "watch"])],
+    )
+    .await
+    .expect("grant");
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nobody, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: nobody}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: secret, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: t1, name: secret-copy}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: readable, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: readable}]\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: named}\nspec:\n  serviceAccountName: reader\n  source: {kind: ConfigMap, namespace: t1, name: settings}\n  destinations: [{namespace: t1, name: named}]\n").await;
+    // The install's policy without a default ServiceAccount.
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                default_service_account: None,
+                ..tenant_policy()
+            },
+            ..Default::default()
+        },
+    );
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let (status, reason, message) = verdict(&t1, "nobody").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ServiceAccountRequired")
+    );
+    assert!(
+        message.contains("spec.serviceAccountName")
+            && message.contains("--default-service-account"),
+        "{message}"
+    );
+    let (status, reason, message) = verdict(&t1, "secret").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SourceForbidden"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ServiceAccount t1/reader") && message.contains("get on secrets"),
+        "{message}"
+    );
+    // Positive control: the source it may read passes the review (its copy is then refused
+    // by RBAC, `reader` may write nothing).
+    let (state, message) = eventually("readable: its write refused by RBAC", T, || async {
+        destination(&t1, "readable", "t1")
+            .await
+            .filter(|(s, _)| *s == CopyState::Error)
+    })
+    .await;
+    assert_eq!(state, CopyState::Error);
+    assert!(
+        message.contains("system:serviceaccount:t1:reader"),
+        "{message}"
+    );
+    let cluster_syncs: Api<kubesync_cli::crd::ClusterObjectSync> =
+        Api::all(env.client().expect("client"));
+    let named = eventually("the ClusterObjectSync's verdict", T, || async {
+        let os = cluster_syncs.get_opt("named").await.ok()??;
+        ready_condition(&os.status?.conditions).filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(named.1, "InvalidSpec");
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), "t1");
+    assert!(secrets.get_opt("secret-copy").await.expect("get").is_none());
+    let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t1");
+    for name in ["nobody", "readable", "named"] {
+        assert!(cms.get_opt(name).await.expect("get").is_none(), "{name}");
+    }
+    running.stop().await;
 }

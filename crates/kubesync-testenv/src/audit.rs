@@ -37,6 +37,9 @@ pub struct AuditEvent {
     pub request_uri: String,
     /// Who sent it.
     pub user: AuditUser,
+    /// Who it acted as, when it was sent with impersonation headers (`None`: as `user`).
+    #[serde(default)]
+    pub impersonated_user: Option<AuditUser>,
     /// What it addressed (absent for non-resource URLs such as `/version`).
     #[serde(default)]
     pub object_ref: Option<AuditObjectRef>,
@@ -86,6 +89,13 @@ pub struct AuditStatus {
 }
 
 impl AuditEvent {
+    /// The user the request acted as: the impersonated one, else the one who sent it.
+    pub fn acting_user(&self) -> &str {
+        self.impersonated_user
+            .as_ref()
+            .map_or(self.user.username.as_str(), |u| u.username.as_str())
+    }
+
     /// The HTTP status code of the answer (0 if none was recorded).
     pub fn code(&self) -> u16 {
         self.response_status.as_ref().map_or(0, |s| s.code)

@@ -303,6 +303,7 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
         mode: Default::default(),
         update_policy: Default::default(),
         adoptable: None,
+        acting_as: None,
     }
 }
 

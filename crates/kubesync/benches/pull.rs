@@ -411,6 +411,7 @@ fn spec(source_cluster: Option<&str>, clusters: Vec<Option<String>>) -> FanOutSp
         mode: Default::default(),
         update_policy: Default::default(),
         adoptable: None,
+        acting_as: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Cluster connections: a name plus a [`kube::Client`], and [`client`], which builds that
 //! client with `TCP_NODELAY`; how the cluster's watches fetch their initial state
-//! ([`ListStrategy`]: streaming lists where the apiserver serves them).
+//! ([`ListStrategy`]: streaming lists where the apiserver serves them); and the identity a
+//! connection's requests act as ([`ActAs`], Kubernetes impersonation), so that a tenant's
+//! declaration is carried out with her namespace's rights, not kubesync's.
 
 use std::fmt;
 use std::path::Path;
@@ -21,6 +23,61 @@ pub struct Cluster {
     name: Arc<str>,
     client: Client,
     lists: Arc<Lists>,
+    /// The identity its requests act as (`None`: its own credentials').
+    acting_as: Option<ActAs>,
+}
+
+/// An identity requests act as, by Kubernetes impersonation (`Impersonate-User`): the
+/// apiserver checks that the connection's own identity may `impersonate` it, then authorizes
+/// and admits the request — RBAC's escalation and `bind` checks included — as that identity,
+/// and its audit log records both.
+///
+/// kubesync acts as a ServiceAccount of a declaration's own namespace
+/// ([`ActAs::service_account`]): with no group given, the apiserver adds the ServiceAccount's
+/// groups (`system:serviceaccounts`, `system:serviceaccounts:<namespace>`,
+/// `system:authenticated`), so RBAC sees what a pod running as that ServiceAccount presents.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ActAs {
+    user: String,
+}
+
+impl ActAs {
+    /// The ServiceAccount `name` of `namespace` (user `system:serviceaccount:<ns>:<name>`).
+    /// Both must be DNS subdomains, as the apiserver names them; anything else is refused
+    /// with why (a header built from it could carry other text).
+    pub fn service_account(namespace: &str, name: &str) -> Result<Self> {
+        for (what, value) in [("namespace", namespace), ("ServiceAccount name", name)] {
+            if !crate::validate::is_dns_subdomain(value) {
+                return Err(Error::Config(format!(
+                    "{what} {value:?} is not a valid name (a DNS subdomain)"
+                )));
+            }
+        }
+        Ok(Self {
+            user: format!("system:serviceaccount:{namespace}:{name}"),
+        })
+    }
+
+    /// The user name requests act as.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The ServiceAccount's namespace and name, when it is one.
+    pub fn service_account_of(&self) -> Option<(&str, &str)> {
+        self.user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+    }
+}
+
+impl fmt::Display for ActAs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.service_account_of() {
+            Some((ns, name)) => write!(f, "ServiceAccount {ns}/{name}"),
+            None => write!(f, "user {}", self.user),
+        }
+    }
 }
 
 /// How the watches of a cluster fetch their initial state (and each re-list after a watch
@@ -76,6 +133,7 @@ impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cluster")
             .field("name", &self.name)
+            .field("acting_as", &self.acting_as)
             .finish_non_exhaustive()
     }
 }
@@ -87,7 +145,58 @@ impl Cluster {
             name: name.into().into(),
             client,
             lists: Arc::default(),
+            acting_as: None,
         }
+    }
+
+    /// The same cluster (name, connections, list strategy) whose requests act as `who`
+    /// (Kubernetes impersonation; see [`ActAs`]). The requests share this cluster's
+    /// connections: only their headers differ. Cheap (one small task for the client's request
+    /// buffer): build one per reconcile that acts as `who`, rather than keeping one per
+    /// identity.
+    pub fn acting_as(&self, who: &ActAs) -> Self {
+        let base = self.client.clone();
+        // Validated by `ActAs::service_account`: a header value can always be made of it.
+        let user = http::HeaderValue::from_str(&who.user).ok();
+        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+            let base = base.clone();
+            let headers = request.headers_mut();
+            // Whatever the request carried, it acts as `who` and nobody else.
+            let extras: Vec<http::HeaderName> = headers
+                .keys()
+                .filter(|k| k.as_str().starts_with("impersonate-"))
+                .cloned()
+                .collect();
+            for k in extras {
+                headers.remove(k);
+            }
+            let valid = match &user {
+                Some(user) => {
+                    headers.insert(IMPERSONATE_USER, user.clone());
+                    true
+                }
+                None => false,
+            };
+            async move {
+                if !valid {
+                    return Err(kube::Error::Service(
+                        "an identity that is not a valid header value".into(),
+                    ));
+                }
+                base.send(request).await
+            }
+        });
+        Self {
+            name: self.name.clone(),
+            client: Client::new(service, self.client.default_namespace().to_string()),
+            lists: self.lists.clone(),
+            acting_as: Some(who.clone()),
+        }
+    }
+
+    /// The identity this cluster's requests act as, if not its own credentials'.
+    pub fn acts_as(&self) -> Option<&ActAs> {
+        self.acting_as.as_ref()
     }
 
     /// The same cluster (client, list strategy) under another name.
@@ -252,6 +361,20 @@ impl Cluster {
         resource: &str,
         namespace: Option<&str>,
     ) -> Result<bool> {
+        self.may_on(verb, group, resource, namespace, None).await
+    }
+
+    /// Like [`Cluster::may`], for the one object `name` when given. On a cluster
+    /// [acting as](Cluster::acting_as) another identity, the answer is that identity's (the
+    /// review is made as it).
+    pub async fn may_on(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<bool> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
@@ -262,6 +385,7 @@ impl Cluster {
                     group: Some(group.into()),
                     resource: Some(resource.into()),
                     namespace: namespace.map(String::from),
+                    name: name.map(String::from),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -303,6 +427,9 @@ where
         None => kube::Api::all_with(client, resource),
     }
 }
+
+/// The header naming the user a request acts as.
+const IMPERSONATE_USER: &str = "impersonate-user";
 
 /// The largest read buffer of one connection. hyper grows a connection's buffer up to about
 /// 400 KiB while a large response arrives, and an idle connection in the pool keeps it: with

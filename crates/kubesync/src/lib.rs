@@ -22,7 +22,7 @@ pub mod validate;
 pub mod version;
 pub mod writer;
 
-pub use cluster::Cluster;
+pub use cluster::{ActAs, Cluster};
 pub use error::{Error, Result};
 pub use key::ObjectKey;
 pub use runtime::{

@@ -167,6 +167,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         mode: Default::default(),
         update_policy: Default::default(),
         adoptable: None,
+        acting_as: None,
     }
 }
 

@@ -441,6 +441,7 @@ impl CompatController {
                 })),
                 refusal,
             }),
+            acting_as: None,
             rules: CopyRules {
                 labels,
                 annotations: nothing(),
@@ -566,6 +567,7 @@ fn clean_up_spec(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
         destinations: vec![Destination::default()],
         on_conflict: OnConflict::Skip,
         adoptable: None,
+        acting_as: None,
         rules: CopyRules::default(),
         consent: None,
         deletion_policy: DeletionPolicy::Delete,

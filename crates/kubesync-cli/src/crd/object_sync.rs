@@ -332,6 +332,16 @@ pub struct DataFilterSpec {
 pub struct ObjectSyncSpec {
     /// The object (or objects) to copy.
     pub source: ObjectSyncSource,
+    /// The ServiceAccount of this ObjectSync's namespace that it acts as: its source is read,
+    /// and every copy created, updated and adopted, as that ServiceAccount (Kubernetes
+    /// impersonation), locally and through RemoteClusters, so the apiserver's RBAC decides
+    /// what it may copy and where. Outside the operator's trusted namespaces an ObjectSync
+    /// that names none acts as the operator's `--default-service-account`, and is refused
+    /// (`ServiceAccountRequired`) when that is not set either. Not for a ClusterObjectSync,
+    /// which acts with the operator's own rights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
     /// Where to copy it. At most 100 entries (each may select many namespaces).
     #[schemars(length(max = 100))]
     pub destinations: Vec<ObjectSyncDestination>,

@@ -54,6 +54,9 @@ pub struct ObjectSyncPolicy {
     pub grantable_resources: Vec<String>,
     /// At most this many copies per untrusted ObjectSync (0: [`DEFAULT_MAX_COPIES`]).
     pub max_copies: usize,
+    /// The ServiceAccount (of its own namespace) an untrusted ObjectSync acts as when its
+    /// spec names none (`--default-service-account`); `None`: such an ObjectSync is refused.
+    pub default_service_account: Option<String>,
 }
 
 /// Copies per untrusted ObjectSync unless `--max-copies-per-declaration` says otherwise.

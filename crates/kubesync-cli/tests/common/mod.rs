@@ -447,3 +447,53 @@ pub async fn request_tls(
     let body = response.split_once("\r\n\r\n")?.1.to_string();
     Some((code, body))
 }
+
+/// The ServiceAccount (of their own namespace) that untrusted ObjectSyncs act as in the tests
+/// that start the operator with `--default-service-account copier`.
+pub const COPIER: &str = "copier";
+
+/// The user name of the ServiceAccount `copier` of `namespace`.
+pub fn copier(namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{COPIER}")
+}
+
+/// Lets the ServiceAccount `copier` of `namespace` read `resources` (plurals) of `group` there:
+/// the sources its ObjectSyncs copy.
+pub async fn let_copier_read(
+    env: &kubesync_testenv::TestEnv,
+    namespace: &str,
+    group: &str,
+    resources: &[&str],
+) {
+    let rule = k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let name = format!("read-{}", if group.is_empty() { "core" } else { group });
+    env.grant(&copier(namespace), Some(namespace), &name, vec![rule])
+        .await
+        .expect("grant the copier");
+}
+
+/// What a namespace's admin grants a tenant's copier where its copies may go: ConfigMaps and
+/// Secrets of each of `namespaces` (read, and write) for the ServiceAccount `copier` of
+/// `from`, as a Role and RoleBinding there.
+pub async fn let_copier_write(env: &kubesync_testenv::TestEnv, from: &str, namespaces: &[&str]) {
+    let rule = k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into(), "secrets".into()]),
+        verbs: [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    };
+    for ns in namespaces {
+        env.grant(&copier(from), Some(ns), "copier", vec![rule.clone()])
+            .await
+            .expect("grant the copier");
+    }
+}

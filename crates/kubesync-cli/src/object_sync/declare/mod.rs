@@ -126,7 +126,41 @@ impl ObjectSyncController {
         for rc in facts.remotes.values().flatten() {
             self.register(ctx, rc).await?;
         }
+        if let Some(who) = &declared.acting_as {
+            self.may_read_source(who, &declared.source).await?;
+        }
         Ok(declared)
+    }
+
+    /// Whether `who`, the identity a declaration acts as, may read its local `source`: `get`
+    /// the one object, or `list` the kind in the namespace for a selection, asked as `who` (a
+    /// SelfSubjectAccessReview made as it). kubesync's shared watches hold the source; this
+    /// is what makes a tenant never copy what her ServiceAccount could not read.
+    ///
+    /// A source pulled from a hub is not asked there: the hub is another cluster, whose
+    /// ServiceAccounts are not the tenant's, and spokes read it with read rights only (they
+    /// may not impersonate there). What a pull may read stays the RemoteCluster's admission
+    /// and the namespace of the ObjectSync's own name on the hub.
+    async fn may_read_source(
+        &self,
+        who: &kubesync::ActAs,
+        source: &SourceRef,
+    ) -> Result<(), Refusal> {
+        if source.cluster.is_some() {
+            return Ok(());
+        }
+        let cluster = &self.local;
+        let ar = &source.resource;
+        let (verb, name) = match &source.select {
+            None => ("get", Some(source.name.as_str())),
+            Some(_) => ("list", None),
+        };
+        let ns = source.namespace();
+        let answer = cluster
+            .acting_as(who)
+            .may_on(verb, &ar.group, &ar.plural, ns, name)
+            .await;
+        source_readable(who, (verb, ar, ns, name), answer)
     }
 
     /// What a going declaration whose spec is refused needs to remove its copies: the kind
@@ -183,6 +217,7 @@ impl ObjectSyncController {
             mode: mode(spec),
             update_policy: Default::default(),
             adoptable: None,
+            acting_as: None,
         })
     }
 }
@@ -309,8 +344,10 @@ pub(super) fn declare(
             }
         })
         .collect();
+    let acting_as = acting_as(own, spec, policy)?;
     let resource = facts.resource.clone();
     Ok(FanOutSpec {
+        acting_as,
         consent: untrusted.map(|ns| consent(policy, ns, &resource)),
         source: {
             let source = match checked.selection {
@@ -350,6 +387,79 @@ pub(super) fn declare(
         },
         adoptable: None,
     })
+}
+
+/// The refusal, if any, of a source `who` may or may not read (`answer`, the apiserver's to
+/// a review of `verb` on it made as `who`), in words that say what to grant (pure).
+pub(super) fn source_readable(
+    who: &kubesync::ActAs,
+    (verb, ar, namespace, name): (&str, &ApiResource, Option<&str>, Option<&str>),
+    answer: kubesync::Result<bool>,
+) -> Result<(), Refusal> {
+    let what = match name {
+        Some(name) => format!("{} {name:?}", ar.plural),
+        None => ar.plural.clone(),
+    };
+    let place = namespace
+        .map(|ns| format!(" in namespace {ns}"))
+        .unwrap_or_default();
+    let group = if ar.group.is_empty() {
+        String::new()
+    } else {
+        format!(" (API group {})", ar.group)
+    };
+    match answer {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Refusal::new(
+            Reason::SourceForbidden,
+            format!(
+                "{who}, which this ObjectSync acts as, may not {verb} {what}{place}: kubesync reads the source only when that ServiceAccount may; grant it {verb} on {}{group}{place} (a Role and a RoleBinding naming it)",
+                ar.plural
+            ),
+        )),
+        Err(e) => Err(Refusal::new(
+            Reason::SourceForbidden,
+            format!(
+                "whether {who} may {verb} {what}{place} could not be asked as it: {e} (the operator needs the right to impersonate ServiceAccounts: verb impersonate on serviceaccounts)"
+            ),
+        )),
+    }
+}
+
+/// The identity an ObjectSync in namespace `own` (`None`: a ClusterObjectSync) acts as
+/// (pure): the ServiceAccount its spec names, else for an untrusted one the operator's
+/// default; `None` where it acts with the operator's own rights (a ClusterObjectSync, or a
+/// trusted ObjectSync that names none).
+pub(super) fn acting_as(
+    own: Option<&str>,
+    spec: &ObjectSyncSpec,
+    policy: &ObjectSyncPolicy,
+) -> Result<Option<kubesync::ActAs>, Refusal> {
+    let named = match (own, spec.service_account_name.as_deref()) {
+        (None, Some(_)) => {
+            return Err(Refusal::new(
+                Reason::InvalidSpec,
+                "spec.serviceAccountName: a ClusterObjectSync acts with the operator's own rights (only cluster admins may create one) and names no ServiceAccount; an ObjectSync does, in its own namespace",
+            ));
+        }
+        (None, None) => return Ok(None),
+        (Some(ns), Some(sa)) => (ns, sa),
+        (Some(ns), None) if policy.is_trusted(ns) => return Ok(None),
+        (Some(ns), None) => match policy.default_service_account.as_deref() {
+            Some(sa) => (ns, sa),
+            None => {
+                return Err(Refusal::new(
+                    Reason::ServiceAccountRequired,
+                    format!(
+                        "an ObjectSync outside the operator's trusted namespaces acts as a ServiceAccount of its own namespace, so that Kubernetes RBAC decides what it may read and write: set spec.serviceAccountName to a ServiceAccount of {ns} that may get the source and create, update and patch the copies in their namespaces (or ask the operator's admin to set --default-service-account)"
+                    ),
+                ));
+            }
+        },
+    };
+    kubesync::ActAs::service_account(named.0, named.1)
+        .map(Some)
+        .map_err(|e| Refusal::new(Reason::InvalidSpec, format!("spec.serviceAccountName: {e}")))
 }
 
 /// The RemoteCluster `name` among the facts, or why it cannot be used.

@@ -804,6 +804,7 @@ mod tests {
                 mode: Default::default(),
                 update_policy: Default::default(),
                 adoptable: None,
+                acting_as: None,
             },
             deleting: false,
             refused: false,

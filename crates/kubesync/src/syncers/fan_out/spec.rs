@@ -237,6 +237,14 @@ pub struct FanOutSpec {
     /// With [`OnConflict::Adopt`]: if given, only the objects it admits are adopted; every
     /// other object kubesync did not create is a `Conflict`.
     pub adoptable: Option<Adoptable>,
+    /// Who the copies are written as (`None`: the destination cluster's own credentials). A
+    /// declaration that acts as a tenant's ServiceAccount has every copy it creates, updates
+    /// or adopts written as that identity ([`Cluster::acting_as`](crate::Cluster::acting_as)),
+    /// so the apiserver's RBAC — its escalation and `bind` checks included — decides what the
+    /// declaration may write. Deleting and releasing the copies it made (found by its marks,
+    /// conditional on their uid) stays kubesync's own: a copy must go when consent ends, even
+    /// if that identity lost its rights meanwhile.
+    pub acting_as: Option<crate::ActAs>,
 }
 
 /// What an [`Adoptable`] calls: `(object there, desired copy) -> bool`.

@@ -261,7 +261,14 @@ impl FanOut {
                     Err(status) => return (status, false),
                 },
                 Step::Write => {
-                    let written = self.write_copy(ctx, ar, w, existing.as_deref()).await;
+                    let written = self
+                        .write_copy(
+                            ctx,
+                            (ar, decl.spec.acting_as.as_ref()),
+                            w,
+                            existing.as_deref(),
+                        )
+                        .await;
                     match &written {
                         Err(e) if is_uid_precondition_failure(e) => {
                             tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
@@ -281,7 +288,7 @@ impl FanOut {
                             } else {
                                 Failure::Other
                             },
-                            message: api_message(&e),
+                            message: refused_as(decl, at, &e),
                         },
                     })
                 }
@@ -359,12 +366,17 @@ impl FanOut {
     pub(super) async fn write_copy(
         &self,
         ctx: &Context,
-        ar: &ApiResource,
+        (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
         w: &Write,
         existing: Option<&DynamicObject>,
     ) -> Result<bool> {
         let (at, desired, strategy, ignore) = (&w.at, &w.desired, w.strategy, &w.ignore);
         let cluster = ctx.require_cluster(&at.cluster)?;
+        // Written as the declaration's identity, when it acts as one: the apiserver decides.
+        let cluster = match &acting_as {
+            Some(who) => cluster.acting_as(who),
+            None => cluster,
+        };
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
                 // Conditional on the object decided on: never takes over an object that
@@ -423,7 +435,17 @@ impl FanOut {
                     Err(Error::Kube(kube::Error::Api(s))) if s.is_invalid() => {
                         // An immutable field changed: delete and recreate the copy.
                         tracing::info!(destination = %at, "immutable field changed; recreating the copy");
-                        self.delete_copy(ctx, ar, at, existing.metadata.uid.as_deref())
+                        // Deleted as the identity that recreates it: a copy it may not make
+                        // again is not lost.
+                        self.writer
+                            .delete(
+                                &cluster,
+                                ar,
+                                at.namespace(),
+                                &at.name,
+                                Some(PropagationPolicy::Background),
+                                existing.metadata.uid.as_deref(),
+                            )
                             .await?;
                         self.writer
                             .create(&cluster, ar, desired, FIELD_MANAGER)
@@ -518,5 +540,23 @@ impl FanOut {
                 uid,
             )
             .await
+    }
+}
+
+/// The message of a failed write at `at`: the apiserver's, and for a 403 to a declaration
+/// that acts as an identity of its own, what that means and what would admit the copy.
+fn refused_as(decl: &Declaration, at: &DestinationRef, e: &Error) -> String {
+    let message = api_message(e);
+    match (&decl.spec.acting_as, e) {
+        (Some(who), Error::Kube(kube::Error::Api(s))) if s.code == 403 => {
+            let place = match at.namespace() {
+                Some(ns) => format!("namespace {ns} of cluster {}", at.cluster),
+                None => format!("cluster {}", at.cluster),
+            };
+            crate::error::bounded(format!(
+                "RBAC refuses {who}, which this declaration's copies are written as, this write (grant it the rights it lacks in {place} if the copy should be made): {message}"
+            ))
+        }
+        _ => message,
     }
 }

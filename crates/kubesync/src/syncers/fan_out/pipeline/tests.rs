@@ -62,6 +62,7 @@ fn declaration(ar: ApiResource) -> Declaration {
             mode: Default::default(),
             update_policy: Default::default(),
             adoptable: None,
+            acting_as: None,
         },
         deleting: false,
         refused: false,
