@@ -682,7 +682,10 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         "A tenant in team-a copies its ConfigMap to team-b: refused until team-b consents",
     );
     west.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {cpu: \"2\"}\n").await?;
-    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: limits, namespace: team-a}\nspec:\n  source: {kind: ConfigMap, name: limits}\n  destinations: [{namespace: team-b}]\n").await?;
+    // A tenant's ObjectSync acts as a ServiceAccount of her namespace: what RBAC lets it read
+    // and write is all it may copy. team-a's admin lets `copier` read team-a's ConfigMaps.
+    west.apply_yaml(&copier_rbac("team-a", "team-a")).await?;
+    west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: limits, namespace: team-a}\nspec:\n  serviceAccountName: copier\n  source: {kind: ConfigMap, name: limits}\n  destinations: [{namespace: team-b}]\n").await?;
     let tenant: Api<ObjectSync> = Api::namespaced(west.client()?, "team-a");
     wait(
         "team-b refuses: team-a is not a trusted namespace",
@@ -699,8 +702,11 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
             d.cluster, d.namespace, d.state, d.message
         );
     }
-    println!("   team-b's owners consent with a SyncGrant in team-b");
+    println!(
+        "   team-b's owners consent with a SyncGrant in team-b, and RBAC for team-a's copier there"
+    );
     west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-team-a, namespace: team-b}\nspec:\n  from: [{namespace: team-a}]\n  kinds: [{kind: ConfigMap}]\n").await?;
+    west.apply_yaml(&copier_rbac("team-a", "team-b")).await?;
     let team_b: Api<ConfigMap> = Api::namespaced(west.client()?, "team-b");
     wait("the copy arrives in team-b", || async {
         Ok(team_b.get_opt("limits").await?.is_some())
@@ -1114,4 +1120,12 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     let _ = stop.send(());
     task.await??;
     Ok(())
+}
+
+/// A Role and RoleBinding in `namespace` letting the ServiceAccount `copier` of `from` read and
+/// write ConfigMaps there: what a namespace's admin grants a tenant's ObjectSync.
+fn copier_rbac(from: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: copier-from-{from}, namespace: {namespace}}}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: copier-from-{from}, namespace: {namespace}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: copier-from-{from}}}\nsubjects: [{{kind: ServiceAccount, name: copier, namespace: {from}}}]\n"
+    )
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{
-    RunningBinary, T, free_port, kubectl, metrics_tokens, request_tls, sample,
-    service_account_kubeconfig,
+    COPIER, RunningBinary, T, free_port, kubectl, let_copier_write, metrics_tokens, request_tls,
+    sample, service_account_kubeconfig,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -23,6 +23,9 @@ use serde_json::json;
 /// trusted namespace: the install trusts only kubesync-system).
 async fn grant_from_apps(env: &TestEnv, namespace: &str) {
     apply(env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {{name: from-apps, namespace: {namespace}}}\nspec:\n  from: [{{namespace: apps}}]\n")).await;
+    // And RBAC: apps' ObjectSyncs act as its ServiceAccount `copier`, which reads apps and
+    // writes here.
+    let_copier_write(env, "apps", &["apps", namespace]).await;
 }
 
 const WIDGET_CRD: &str = include_str!("../../kubesync-testenv/fixtures/widget-crd.yaml");
@@ -162,7 +165,7 @@ async fn object_sync(
         .iter()
         .map(|d| format!("{{namespace: {d}}}"))
         .collect();
-    apply(env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{}]\n", destinations.join(", "))).await;
+    apply(env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: apps}}\nspec:\n  serviceAccountName: {COPIER}\n  source: {{group: \"{group}\", kind: {kind}, name: {name}}}\n  destinations: [{}]\n", destinations.join(", "))).await;
 }
 
 async fn apply(env: &TestEnv, yaml: &str) {

@@ -1460,10 +1460,12 @@ async fn cluster_object_syncs_copy_cluster_scoped_kinds_to_a_remote_cluster() {
 async fn a_typo_in_a_selector_is_refused_up_front_and_its_namespace_goes() {
     let env = operator_cluster("typo", true, &["apps", "typo"]).await;
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: typo, labels: {app: web}}\ndata: {a: \"1\"}\n").await.expect("cm");
+    let_copier_write(&env, "typo", &["typo"]).await;
     let operator = start(
         &env,
         ObjectSyncPolicy {
             trusted_namespaces: vec!["apps".into()],
+            default_service_account: Some(COPIER.into()),
             ..Default::default()
         },
     );

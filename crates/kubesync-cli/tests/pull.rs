@@ -54,6 +54,10 @@ async fn spoke(name: &str) -> TestEnv {
             .await
             .expect("label");
     }
+    // A team's ObjectSyncs write their copies as the team's copier.
+    for ns in ["team-a", "team-b"] {
+        let_copier_write(&env, ns, &[ns]).await;
+    }
     env
 }
 
@@ -63,6 +67,7 @@ fn start(env: &TestEnv) -> RunningOperator {
         OperatorOptions {
             policy: kubesync_cli::object_sync::ObjectSyncPolicy {
                 trusted_namespaces: vec!["ops".into()],
+                default_service_account: Some(COPIER.into()),
                 ..Default::default()
             },
             ..Default::default()

@@ -363,7 +363,21 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
         .into_iter()
         .filter(|(_, (_, _, managed, _))| managed.is_none())
         .collect();
-    let running = start_trusting(&env, &["apps"]);
+    // The tenant's ObjectSyncs act as its copier, which RBAC lets write ConfigMaps and
+    // Secrets everywhere here: where its copies go is kubesync's consent alone (the second
+    // wall, which this campaign checks).
+    let_copier_write(&env, "tenant", &NAMESPACES).await;
+    let running = start_operator(
+        kubesync::Cluster::new("local", env.client().expect("client")),
+        kubesync_cli::operator::OperatorOptions {
+            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+                trusted_namespaces: vec!["apps".into()],
+                default_service_account: Some(COPIER.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: healthy, namespace: apps}\ndata: {tick: \"0\"}\n").await.expect("healthy source");
     env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: healthy, namespace: apps}\nspec:\n  source: {kind: ConfigMap, name: healthy}\n  destinations: [{namespaceSelector: {matchLabels: {team: \"true\"}}}]\n").await.expect("healthy");
     let rss_before = rss_mib();
