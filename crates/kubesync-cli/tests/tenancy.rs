@@ -1252,3 +1252,89 @@ async fn an_objectsync_without_a_service_account_or_one_that_may_not_read_is_ref
     }
     running.stop().await;
 }
+
+/// A copy never carries authority: what an untrusted ObjectSync writes into a copy can never
+/// later act, under `--compat`, as a declaration or consent of the namespace it lands in.
+/// Her source's replicator annotations do not reach the copy, a patch adding one is refused,
+/// and the copy released when she deletes her ObjectSync (`deletionPolicy: Orphan`) keeps
+/// none. Without it, the released copy pushed into a namespace that consented to nothing.
+#[tokio::test]
+async fn a_copy_never_carries_another_copiers_declaration_even_once_released() {
+    let (env, _) = tenant_cluster("laundering").await;
+    apply(
+        &env,
+        &grant_yaml(
+            "secrets-from-t1",
+            "victim",
+            "{namespace: t1}",
+            "  kinds: [{kind: Secret}]\n",
+        ),
+    )
+    .await;
+    as_tina(&env, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: payload\n  namespace: t1\n  annotations: {replicator.v1.mittwald.de/replicate-to: quiet, note: kept}\nstringData: {v: pwned}\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: launder, namespace: t1}\nspec:\n  source: {kind: Secret, name: payload}\n  deletionPolicy: Orphan\n  destinations: [{namespace: victim}]\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: patched, namespace: t1}\nspec:\n  source: {kind: Secret, name: payload}\n  destinations: [{namespace: victim, name: patched, patches: [{merge: {metadata: {annotations: {reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"}}}}]}]\n").await;
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: tenant_policy(),
+            compat: vec![
+                kubesync_cli::compat::Tool::Reflector,
+                kubesync_cli::compat::Tool::Replicator,
+            ],
+            ..Default::default()
+        },
+    );
+    let t1: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let (state, message) = eventually("the patch refused", T, || async {
+        destination(&t1, "patched", "victim")
+            .await
+            .filter(|(s, _)| *s == CopyState::Error)
+    })
+    .await;
+    assert_eq!(state, CopyState::Error);
+    assert!(message.contains("declaration or consent"), "{message}");
+    let victim: Api<Secret> = Api::namespaced(env.client().expect("client"), "victim");
+    let copy = eventually("the copy in victim", T, || async {
+        victim.get_opt("payload").await.ok()?
+    })
+    .await;
+    let tool_keys = |s: &Secret| -> Vec<String> {
+        s.metadata
+            .annotations
+            .iter()
+            .chain(s.metadata.labels.iter())
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .filter(|k| k.contains("mittwald") || k.contains("emberstack"))
+            .collect()
+    };
+    assert_eq!(tool_keys(&copy), Vec::<String>::new(), "none copied");
+    assert_eq!(
+        copy.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("note"))
+            .map(String::as_str),
+        Some("kept"),
+        "her other annotations are copied (the positive control)"
+    );
+    assert!(victim.get_opt("patched").await.expect("get").is_none());
+    // Released: kept without kubesync's marks, and without any tool's annotation.
+    t1.delete("launder", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let released = eventually("the copy released", T, || async {
+        let s = victim.get_opt("payload").await.ok()??;
+        let marked = s
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .any(|(k, _)| k.starts_with("kubesync.io/"));
+        (!marked).then_some(s)
+    })
+    .await;
+    assert_eq!(tool_keys(&released), Vec::<String>::new());
+    running.stop().await;
+}

@@ -248,7 +248,7 @@ proptest! {
             patches.push(CopyPatch::Json(ops));
         }
         let before = copy();
-        if let Ok(after) = rules::patched(before.clone(), &patches) {
+        if let Ok(after) = rules::patched(before.clone(), &patches, &[]) {
             prop_assert_eq!(&after.types, &before.types);
             prop_assert_eq!(&after.metadata.name, &before.metadata.name);
             prop_assert_eq!(&after.metadata.namespace, &before.metadata.namespace);

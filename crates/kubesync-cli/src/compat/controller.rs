@@ -443,6 +443,9 @@ impl CompatController {
             }),
             acting_as: None,
             rules: CopyRules {
+                // Its own bookkeeping is the tool's annotations (the annotator's); it copies
+                // none of the source's.
+                reserved: Vec::new(),
                 labels,
                 annotations: nothing(),
                 data: None,

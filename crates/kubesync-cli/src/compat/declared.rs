@@ -15,9 +15,9 @@ use super::parse::{
 use kubesync::syncers::fan_out::rules::SOURCE;
 
 /// reflector's annotation prefix.
-pub const REFLECTOR: &str = "reflector.v1.k8s.emberstack.com/";
+pub const REFLECTOR: &str = crate::object_sync::policy::DECLARING_PREFIXES[0];
 /// replicator's annotation prefix.
-pub const REPLICATOR: &str = "replicator.v1.mittwald.de/";
+pub const REPLICATOR: &str = crate::object_sync::policy::DECLARING_PREFIXES[1];
 
 /// reflector: the source may be reflected at all.
 pub const REFLECTION_ALLOWED: &str = "reflector.v1.k8s.emberstack.com/reflection-allowed";

@@ -59,6 +59,16 @@ pub struct ObjectSyncPolicy {
     pub default_service_account: Option<String>,
 }
 
+/// The annotation (and label) prefixes that make an object a declaration or consent under
+/// `--compat`: emberstack reflector's and mittwald kubernetes-replicator's. A declaration that
+/// needs its destinations' consent never writes one into a copy (from its source or by a
+/// patch), so no copy of it — nor what one keeps once released — ever declares or consents in
+/// its destination's name, whether `--compat` is on now or later.
+pub const DECLARING_PREFIXES: [&str; 2] = [
+    "reflector.v1.k8s.emberstack.com/",
+    "replicator.v1.mittwald.de/",
+];
+
 /// Copies per untrusted ObjectSync unless `--max-copies-per-declaration` says otherwise.
 pub const DEFAULT_MAX_COPIES: usize = 1000;
 

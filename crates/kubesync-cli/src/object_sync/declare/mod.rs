@@ -377,6 +377,10 @@ pub(super) fn declare(
                 include: d.include.clone(),
                 rename: d.rename.clone(),
             }),
+            reserved: match untrusted {
+                Some(_) => policy::DECLARING_PREFIXES.map(String::from).to_vec(),
+                None => Vec::new(),
+            },
             ..Default::default()
         },
         deletion_policy: deletion_policy(spec),

@@ -203,7 +203,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             &decl.owner,
             &marks[source_name],
         );
-        let desired = match rules::patched(desired, &dest.patches) {
+        let desired = match rules::patched(desired, &dest.patches, &spec.rules.reserved) {
             Ok(desired) => desired,
             // Nothing is written there (an existing copy stays as it is).
             Err(message) => {

@@ -125,6 +125,18 @@ pub struct CopyRules {
     pub extra_labels: BTreeMap<String, String>,
     /// Annotations computed for each copy (see [`Annotator`]).
     pub annotate: Option<Annotator>,
+    /// Label and annotation key prefixes that would make a copy act as someone's declaration
+    /// or consent where it lands (e.g. another copier's, `replicator.v1.mittwald.de/`): never
+    /// copied from the source, and a patch may not add, change or remove one
+    /// ([`patched`](super::patched)). A declaration that may not speak for its destinations
+    /// (one that needs their consent) is given them, so nothing it writes into a copy — nor
+    /// what the copy keeps once released — ever declares or consents in their name.
+    pub reserved: Vec<String>,
+}
+
+/// Whether `key` starts with one of the `reserved` prefixes.
+pub fn is_reserved(reserved: &[String], key: &str) -> bool {
+    reserved.iter().any(|p| key.starts_with(p.as_str()))
 }
 
 /// The value of the [`SOURCE`] mark: `<group>/<kind>/<namespace>/<name>` (`core` for the core
@@ -177,6 +189,8 @@ pub fn desired_copy(
         SOURCE_VERSION.into(),
         source.metadata.resource_version.clone().unwrap_or_default(),
     );
+    labels.retain(|k, _| !is_reserved(&rules.reserved, k));
+    annotations.retain(|k, _| !is_reserved(&rules.reserved, k));
     copy.metadata.labels = Some(labels);
     copy.metadata.annotations = Some(annotations);
     if let Some(m) = copy.data.as_object_mut() {
@@ -291,6 +305,7 @@ mod tests {
                 ]
                 .into()
             })),
+            reserved: vec![],
         };
         let c = ca_into_team_a(&rules, &owner());
         let v = serde_json::to_value(&c).expect("json");
@@ -315,6 +330,64 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"][SOURCE_VERSION], "42");
         assert_eq!(v["data"], json!({"bundle.pem": "Q0E="}));
         assert_eq!(v["type"], "kubernetes.io/tls");
+    }
+
+    #[test]
+    fn reserved_keys_of_the_source_never_reach_the_copy() {
+        let mut source = tls_secret();
+        for (k, v) in [
+            ("replicator.v1.mittwald.de/replicate-to", "*"),
+            ("reflector.v1.k8s.emberstack.com/reflection-allowed", "true"),
+            ("note", "kept"),
+        ] {
+            source
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(k.into(), v.into());
+        }
+        source
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("replicator.v1.mittwald.de/x".into(), "y".into());
+        let copy = |reserved: Vec<String>| {
+            let rules = CopyRules {
+                reserved,
+                ..CopyRules::default()
+            };
+            desired_copy(
+                &secret_type(),
+                &source,
+                "team-a",
+                "ca",
+                &rules,
+                &owner(),
+                "s",
+            )
+        };
+        let guarded = copy(vec![
+            "replicator.v1.mittwald.de/".into(),
+            "reflector.v1.k8s.emberstack.com/".into(),
+        ]);
+        let annotations = guarded.metadata.annotations.expect("annotations");
+        assert!(
+            !annotations
+                .keys()
+                .any(|k| k.contains("mittwald") || k.contains("emberstack"))
+        );
+        assert_eq!(annotations.get("note").map(String::as_str), Some("kept"));
+        let labels = guarded.metadata.labels.expect("labels");
+        assert!(!labels.keys().any(|k| k.contains("mittwald")));
+        // Without reserved prefixes (a trusted declaration), they are copied as any other.
+        let plain = copy(vec![]);
+        assert!(
+            plain
+                .metadata
+                .annotations
+                .expect("annotations")
+                .contains_key("replicator.v1.mittwald.de/replicate-to")
+        );
     }
 
     #[test]

@@ -25,14 +25,17 @@ fn identity(obj: &DynamicObject) -> (Option<(String, String)>, Option<String>, O
 }
 
 /// Every `kubesync.io/` label and annotation on a copy (its marks, and any other key of
-/// kubesync's, such as `kubesync.io/orphan-on-delete`): a patch may not add, change or remove
-/// one. Only kubesync speaks in its own keys; a patch that set `orphan-on-delete` would keep
-/// the copy after consent is withdrawn.
-fn marks(obj: &DynamicObject) -> Vec<(bool, String, String)> {
+/// kubesync's, such as `kubesync.io/orphan-on-delete`), and every one with a `reserved`
+/// prefix: a patch may not add, change or remove one. Only kubesync speaks in its own keys (a
+/// patch that set `orphan-on-delete` would keep the copy after consent is withdrawn), and a
+/// reserved key would make the copy a declaration or consent where it lands.
+fn marks(obj: &DynamicObject, reserved: &[String]) -> Vec<(bool, String, String)> {
     let ours = |m: &Option<std::collections::BTreeMap<String, String>>, label: bool| {
         m.iter()
             .flatten()
-            .filter(|(k, _)| k.starts_with(KUBESYNC_PREFIX))
+            .filter(|(k, _)| {
+                k.starts_with(KUBESYNC_PREFIX) || super::copy::is_reserved(reserved, k)
+            })
             .map(|(k, v)| (label, k.clone(), v.clone()))
             .collect::<Vec<_>>()
     };
@@ -46,8 +49,13 @@ const KUBESYNC_PREFIX: &str = "kubesync.io/";
 
 /// `desired` with `patches` applied in order, or why that fails: a patch that does not apply
 /// (a JSON patch's `test` or path, naming its position), or a result that changes the copy's
-/// apiVersion, kind, namespace or name, or kubesync's marks.
-pub fn patched(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicObject, String> {
+/// apiVersion, kind, namespace or name, kubesync's marks, or a key with a `reserved` prefix
+/// (see [`CopyRules::reserved`](super::CopyRules::reserved)).
+pub fn patched(
+    desired: DynamicObject,
+    patches: &[CopyPatch],
+    reserved: &[String],
+) -> Result<DynamicObject, String> {
     if patches.is_empty() {
         return Ok(desired);
     }
@@ -70,8 +78,14 @@ pub fn patched(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicO
                 .into(),
         );
     }
-    if marks(&out) != marks(&desired) {
+    if marks(&out, &[]) != marks(&desired, &[]) {
         return Err("the patches add, change or remove a kubesync.io/ label or annotation on the copy (kubesync's marks and its own keys), which they may not".into());
+    }
+    if marks(&out, reserved) != marks(&desired, reserved) {
+        return Err(format!(
+            "the patches add, change or remove a label or annotation under {}, which would make the copy a declaration or consent where it lands; a declaration that needs its destinations' consent may not write one",
+            reserved.join(", ")
+        ));
     }
     Ok(out)
 }
@@ -90,13 +104,34 @@ mod tests {
             "data": {"color": "blue", "size": "s"}}))
     }
 
+    fn patch(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicObject, String> {
+        patched(desired, patches, &[])
+    }
+
+    #[test]
+    fn patches_may_not_write_reserved_keys() {
+        let reserved = vec!["replicator.v1.mittwald.de/".to_string()];
+        for p in [
+            json!({"metadata": {"annotations": {"replicator.v1.mittwald.de/replicate-to": "*"}}}),
+            json!({"metadata": {"labels": {"replicator.v1.mittwald.de/x": "y"}}}),
+        ] {
+            let e = patched(copy(), &[CopyPatch::Merge(p.clone())], &reserved)
+                .expect_err("reserved key");
+            assert!(e.contains("declaration or consent"), "{e}");
+            // Without reserved prefixes (a trusted declaration), the same patch applies.
+            assert!(patched(copy(), &[CopyPatch::Merge(p)], &[]).is_ok());
+        }
+        let other = json!({"metadata": {"annotations": {"team": "a"}}});
+        assert!(patched(copy(), &[CopyPatch::Merge(other)], &reserved).is_ok());
+    }
+
     fn json_ops(v: Value) -> CopyPatch {
         CopyPatch::Json(serde_json::from_value(v).expect("ops"))
     }
 
     #[test]
     fn merge_and_json_patches_apply_in_order() {
-        let out = patched(
+        let out = patch(
             copy(),
             &[
                 CopyPatch::Merge(json!({"data": {"color": "red", "size": null}})),
@@ -105,23 +140,23 @@ mod tests {
         )
         .expect("patched");
         assert_eq!(out.data["data"], json!({"color": "red", "region": "eu"}));
-        assert_eq!(patched(copy(), &[]).expect("unchanged"), copy());
+        assert_eq!(patch(copy(), &[]).expect("unchanged"), copy());
     }
 
     #[test]
     fn patches_that_fail_or_change_what_the_copy_is_are_refused() {
         let failing = json_ops(json!([{"op": "test", "path": "/data/color", "value": "green"}]));
-        let e = patched(copy(), &[CopyPatch::Merge(json!({})), failing]).expect_err("test fails");
+        let e = patch(copy(), &[CopyPatch::Merge(json!({})), failing]).expect_err("test fails");
         assert!(e.starts_with("patch 2 does not apply"), "{e}");
         for p in [
             json!({"metadata": {"name": "other"}}),
             json!({"metadata": {"namespace": "us"}}),
             json!({"kind": "Secret"}),
         ] {
-            let e = patched(copy(), &[CopyPatch::Merge(p)]).expect_err("identity");
+            let e = patch(copy(), &[CopyPatch::Merge(p)]).expect_err("identity");
             assert!(e.contains("may not"), "{e}");
         }
-        let e = patched(
+        let e = patch(
             copy(),
             &[CopyPatch::Merge(
                 json!({"metadata": {"labels": {MANAGED_BY: null}}}),
@@ -136,16 +171,16 @@ mod tests {
             json!({"metadata": {"labels": {"kubesync.io/anything": "x"}}}),
             json!({"metadata": {"annotations": {OWNER: "local/t1/other"}}}),
         ] {
-            let e = patched(copy(), &[CopyPatch::Merge(p.clone())]).expect_err("kubesync key");
+            let e = patch(copy(), &[CopyPatch::Merge(p.clone())]).expect_err("kubesync key");
             assert!(e.contains("kubesync.io/"), "{p}: {e}");
         }
         let ops = json_ops(
             json!([{"op": "add", "path": "/metadata/annotations/kubesync.io~1orphan-on-delete", "value": "true"}]),
         );
-        assert!(patched(copy(), &[ops]).is_err());
+        assert!(patch(copy(), &[ops]).is_err());
         // Keys of others stay the patch's to set.
         assert!(
-            patched(
+            patch(
                 copy(),
                 &[CopyPatch::Merge(
                     json!({"metadata": {"labels": {"example.com/x": "y"}}})
@@ -168,7 +203,7 @@ mod tests {
             "metadata": {"name": "cfg", "namespace": "a"}, "data": {"a": "1"}
         }))
         .expect("copy");
-        let err = patched(copy, &[CopyPatch::Json(ops)]).expect_err("does not apply");
+        let err = patch(copy, &[CopyPatch::Json(ops)]).expect_err("does not apply");
         assert!(err.starts_with("patch 1 does not apply"), "{err}");
     }
 }
