@@ -1338,3 +1338,53 @@ async fn a_copy_never_carries_another_copiers_declaration_even_once_released() {
     assert_eq!(tool_keys(&released), Vec::<String>::new());
     running.stop().await;
 }
+
+/// Marks bound to their writer: a copy mark forged by a tenant, naming the uid of a declaration
+/// this operator cannot see (one in another cluster, a fleet manager that writes into this
+/// one), starts a clean-up of that uid here — which removes the forged object only, never the
+/// copies that declaration made (they carry its reference too). Without it, the local operator
+/// deleted the fleet's copies in every namespace, again each time they were made.
+#[tokio::test]
+async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_copies() {
+    let (env, _) = tenant_cluster("forged-mark").await;
+    let fleet_uid = "5d1f0b2e-6c3a-4f7e-9a41-0c2b8e7d9f10";
+    // The copies a fleet manager's ObjectSync apps/fleet-sync wrote into this cluster.
+    for ns in ["victim", "quiet"] {
+        apply(&env, &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: fleet-copy\n  namespace: {ns}\n  labels: {{kubesync.io/managed-by: {fleet_uid}}}\n  annotations: {{kubesync.io/owner: local/apps/fleet-sync, kubesync.io/source: core/Secret/apps/fleet, kubesync.io/source-version: \"7\"}}\nstringData: {{v: fleet}}\n")).await;
+    }
+    let secrets = |ns: &str| -> Api<Secret> { Api::namespaced(env.client().expect("client"), ns) };
+    let before = [
+        secrets("victim").get("fleet-copy").await.expect("copy"),
+        secrets("quiet").get("fleet-copy").await.expect("copy"),
+    ];
+    // Her forgery: an annotation-declared copy of a source that is gone, with the fleet's uid.
+    as_tina(&env, &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: forged\n  namespace: t1\n  labels: {{kubesync.io/managed-by: {fleet_uid}, kubesync.io/declared-by: annotations}}\n  annotations: {{kubesync.io/source: core/Secret/t1/gone}}\nstringData: {{v: x}}\n")).await;
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: tenant_policy(),
+            compat: vec![kubesync_cli::compat::Tool::Replicator],
+            ..Default::default()
+        },
+    );
+    // The witness that the clean-up of that uid ran: the forged object, which carries no
+    // other reference, is removed.
+    eventually("the clean-up of the forged uid ran", T, || async {
+        secrets("t1")
+            .get_opt("forged")
+            .await
+            .ok()
+            .filter(|s| s.is_none())
+    })
+    .await;
+    for (old, ns) in before.iter().zip(["victim", "quiet"]) {
+        let now = secrets(ns).get_opt("fleet-copy").await.expect("get");
+        let now = now.unwrap_or_else(|| panic!("the fleet's copy in {ns} was deleted"));
+        assert_eq!(
+            (&now.metadata.uid, &now.metadata.resource_version),
+            (&old.metadata.uid, &old.metadata.resource_version),
+            "the fleet's copy in {ns} untouched"
+        );
+    }
+    running.stop().await;
+}

@@ -231,13 +231,31 @@ pub fn desired_copy(
     copy
 }
 
-/// Whether a copy may be deleted by `owner`: only copies that carry its marks.
+/// Whether a copy is `owner`'s (to update, release or delete): it carries both of its marks,
+/// its uid in [`MANAGED_BY`] and its reference (`<cluster>/<namespace>/<name>`) in [`OWNER`].
+///
+/// The uid alone is not enough: anyone who may write an object can forge a mark naming any
+/// uid, and a declaration of another cluster (a fleet manager writing into this one) is one
+/// this operator cannot see. A clean-up started for a forged uid (an annotation-declared
+/// source that is gone) then takes only the copies whose reference is its own — never those
+/// of the declaration that really holds the uid. A copy without the [`OWNER`] annotation
+/// (none that kubesync writes) is judged by its uid.
 pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
-    copy.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY))
-        .is_some_and(|uid| *uid == owner.uid)
+    let marked = |key: &str, value: &str| match key {
+        MANAGED_BY => copy
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .is_some_and(|v| v == value),
+        _ => copy
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .is_none_or(|v| v == value),
+    };
+    marked(MANAGED_BY, &owner.uid) && marked(OWNER, &owner.reference)
 }
 
 #[cfg(test)]

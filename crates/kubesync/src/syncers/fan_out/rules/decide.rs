@@ -131,7 +131,7 @@ pub fn decide(
     let labels = existing.metadata.labels.clone().unwrap_or_default();
     let annotations = existing.metadata.annotations.clone().unwrap_or_default();
     match labels.get(MANAGED_BY) {
-        Some(uid) if *uid == owner.uid => {
+        Some(_) if super::owned_by(existing, owner) => {
             if in_sync(existing, desired, strategy) {
                 Decision::InSync
             } else {
@@ -326,6 +326,23 @@ mod tests {
             owned_by(&desired, &owner())
                 && !owned_by(&theirs, &owner())
                 && !owned_by(&foreign, &owner())
+        );
+        // A copy whose uid is ours but whose reference is another's (a declaration of another
+        // cluster with a forged uid, or a forged mark): not ours to write or remove.
+        let forged = obj(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ca", "namespace": "team-a",
+            "labels": {MANAGED_BY: owner().uid}, "annotations": {OWNER: "fleet/apps/sync"}}}),
+        );
+        assert!(!owned_by(&forged, &owner()));
+        assert_eq!(
+            decide(
+                Some(&forged),
+                &desired,
+                &owner(),
+                Strategy::Apply,
+                OnConflict::Adopt
+            ),
+            Decision::Conflict("managed by fleet/apps/sync".into())
         );
     }
 }
