@@ -543,7 +543,15 @@ async fn pulls_need_the_sources_consent_bring_only_their_keys_and_take_only_thos
     );
     // Refused where the source does not consent, for ConfigMaps too; said on the target.
     let note = note_on(&env, "team-b", "creds", "not pulled from ops/creds").await;
-    assert!(note.contains("does not admit namespace team-b"), "{note}");
+    assert!(
+        note.contains("no such object consents to a pull into namespace team-b"),
+        "{note}"
+    );
+    // A source that does not exist reads exactly as one that does not consent: naming objects
+    // in other namespaces tells nobody which exist.
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata:\n  name: ghost\n  namespace: team-b\n  annotations: {replicator.v1.mittwald.de/replicate-from: ops/no-such}\n").await.expect("ghost");
+    let missing = note_on(&env, "team-b", "ghost", "not pulled from ops/no-such").await;
+    assert_eq!(missing.replace("ops/no-such", "ops/creds"), note);
     let note = note_on(&env, "team-a", "cfg", "not pulled from ops/cfg").await;
     assert!(note.contains("replication-allowed"), "{note}");
     let listed = compat_list(&env, &[]);

@@ -120,7 +120,7 @@ impl CompatController {
             Err(e) => return Err(format!("not pulled from {from}: it could not be read: {e}")),
         };
         let Some(source) = source else {
-            notes.insert(format!("not pulled from {from}: it does not exist"));
+            notes.insert(refused(&from, pull.tool, &namespace));
             // reflector keeps a mirror's data when its source goes; replicator's keys go.
             return Ok(match pull.tool {
                 Tool::Reflector => Next::Nothing,
@@ -133,9 +133,12 @@ impl CompatController {
             true => self.namespace_labels(&namespace).await,
             false => None,
         };
-        let consent = consents(pull.tool, consenting, &namespace, labels.as_ref());
-        let consent = consent.and_then(|()| self.grantable(&namespace, ar, &source));
-        if let Err(why) = consent {
+        if consents(pull.tool, consenting, &namespace, labels.as_ref()).is_err() {
+            notes.insert(refused(&from, pull.tool, &namespace));
+            return Ok(end(ar, &target, pull.tool));
+        }
+        // Past its consent, the source may be told about.
+        if let Err(why) = self.grantable(&namespace, ar, &source) {
             notes.insert(format!("not pulled from {from}: {why}"));
             return Ok(end(ar, &target, pull.tool));
         }
@@ -187,6 +190,26 @@ impl CompatController {
             .ok()
             .map(|ns| ns.metadata.labels.unwrap_or_default())
     }
+}
+
+/// Why a pull from `from` into `namespace` is not made, whether its source is missing or does
+/// not consent: one answer for both, so that naming objects in other namespaces tells nobody
+/// which exist (an existence oracle). What the source must say is the tool's documentation.
+fn refused(from: &str, tool: Tool, namespace: &str) -> String {
+    let says = match tool {
+        Tool::Reflector => format!(
+            "{}: \"true\" and allowed namespaces that admit it",
+            super::declared::REFLECTION_ALLOWED
+        ),
+        Tool::Replicator => format!(
+            "{}: \"true\" and {} that admit it",
+            super::pull::REPLICATION_ALLOWED,
+            super::pull::REPLICATION_ALLOWED_NAMESPACES
+        ),
+    };
+    format!(
+        "not pulled from {from}: no such object consents to a pull into namespace {namespace} (it must exist and say {says})"
+    )
 }
 
 /// The pull ends: remove what it brought, if it brought anything.

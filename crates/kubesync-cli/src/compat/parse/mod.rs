@@ -90,6 +90,8 @@ pub struct PatternList {
     valid: Vec<(String, Matcher)>,
     /// The entries that could not be read, each with why.
     invalid: Vec<(String, String)>,
+    /// Whether the value as written is blank (empty or white space only).
+    blank: bool,
 }
 
 impl PatternList {
@@ -112,6 +114,7 @@ impl PatternList {
         let mut list = PatternList {
             valid: Vec::new(),
             invalid: Vec::new(),
+            blank: dialect == Dialect::Reflector && value.trim().is_empty(),
         };
         for entry in entries.iter().take(MAX_PATTERNS) {
             match compile(dialect, entry) {
@@ -132,11 +135,14 @@ impl PatternList {
         list
     }
 
-    /// Whether the value names no entry at all: for reflector, a value that is empty or only
-    /// commas and blanks, which reflector reads as "all namespaces" (the caller decides). For
-    /// replicator always false: its empty value is one empty entry, which matches nothing.
+    /// Whether the value is blank: for reflector, an empty (or white-space) value, which
+    /// reflector reads as "all namespaces" (the caller decides). A value of only commas (`,`,
+    /// `, ,`) is not blank: its entries, dropped as empty, leave a list that matches no
+    /// namespace — as reflector, which tests the value before it splits it, reads it — never
+    /// every namespace. For replicator always false: its empty value is one empty entry, which
+    /// matches nothing.
     pub fn is_empty(&self) -> bool {
-        self.valid.is_empty() && self.invalid.is_empty()
+        self.blank
     }
 
     /// Whether `namespace` matches one of the valid entries.

@@ -60,12 +60,19 @@ fn reflector_is_anchored_in_practice() {
 
 #[test]
 fn reflector_empty_values_name_no_entry() {
-    for value in ["", "   ", ",, ,", " , ,\t,"] {
+    for value in ["", "   ", ",", ",, ,", " , ,\t,"] {
         let list = reflector(value);
-        assert!(list.is_empty(), "{value:?}");
         assert!(list.invalid().is_empty(), "{value:?}");
         assert!(list.entries().is_empty(), "{value:?}");
         assert!(!list.matches("default"), "{value:?}");
+    }
+    // Only a blank value is "no list" (which reflector reads as every namespace); a list of
+    // empty entries matches none.
+    for value in ["", "   "] {
+        assert!(reflector(value).is_empty(), "{value:?}");
+    }
+    for value in [",", ",, ,", " , ,\t,"] {
+        assert!(!reflector(value).is_empty(), "{value:?}");
     }
 }
 
