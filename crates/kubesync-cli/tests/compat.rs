@@ -24,16 +24,23 @@ use kubesync_testenv::{TestEnv, eventually};
 /// The user the operator runs as (its writes are told apart in the audit log).
 const OPERATOR: &str = "kubesync-operator";
 
-/// A control plane with an audit log, the operator's user, and these namespaces.
+/// A control plane with an audit log, the operator's user, and these namespaces. Each
+/// namespace's ServiceAccount `copier` (what its annotations act as outside the trusted
+/// namespaces) may read and write ConfigMaps and Secrets in every one of them: RBAC is open,
+/// so what these tests see refused is kubesync's own consent rules (the second wall).
 async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
-    operator_cluster_from(
+    let env = operator_cluster_from(
         TestEnv::builder()
             .name(name)
             .user(OPERATOR, &["system:masters"])
             .audit(true),
         namespaces,
     )
-    .await
+    .await;
+    for ns in namespaces {
+        let_copier_write(&env, ns, namespaces).await;
+    }
+    env
 }
 
 fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
@@ -42,6 +49,7 @@ fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
         OperatorOptions {
             policy: kubesync_cli::object_sync::ObjectSyncPolicy {
                 trusted_namespaces: trusted.iter().map(|t| t.to_string()).collect(),
+                default_service_account: Some(COPIER.into()),
                 ..Default::default()
             },
             compat: tools.to_vec(),
@@ -811,5 +819,51 @@ async fn forged_compat_marks_never_remove_another_declarations_copies() {
         "never deleted"
     );
     running.assert_no_panic();
+    running.stop().await;
+}
+
+/// Annotations outside the trusted namespaces act as their namespace's ServiceAccount (the
+/// operator's `--default-service-account`), as an ObjectSync does: a replicator push from
+/// `tenant` with consent (SyncGrants) in team-a and team-b is written where RBAC lets
+/// tenant's copier write (team-a, as the ServiceAccount, by the audit log), and refused by
+/// RBAC where it does not (team-b), said in an Event.
+#[tokio::test]
+async fn annotations_outside_the_trusted_namespaces_act_as_their_service_account() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-identity")
+            .user(OPERATOR, &["system:masters"])
+            .audit(true),
+        &["tenant", "team-a", "team-b"],
+    )
+    .await;
+    let_copier_write(&env, "tenant", &["tenant", "team-a"]).await;
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-tenant, namespace: team-a}\nspec:\n  from: [{namespace: tenant}]\n---\napiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-tenant, namespace: team-b}\nspec:\n  from: [{namespace: tenant}]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: tenant\n  annotations: {replicator.v1.mittwald.de/replicate-to: \"team-a,team-b\"}\ndata: {x: \"1\"}\n").await.expect("apply");
+    let running = start(&env, &[Tool::Replicator], &[]);
+    let team_a: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "team-a");
+    eventually("copied into team-a", T, || async {
+        team_a.get_opt("settings").await.ok()?
+    })
+    .await;
+    let created = env
+        .audit()
+        .expect("audit")
+        .into_iter()
+        .find(|e| {
+            e.verb == "create"
+                && e.resource() == "configmaps"
+                && e.namespace() == "team-a"
+                && e.name() == "settings"
+        })
+        .expect("the copy's create");
+    assert_eq!(created.user.username, OPERATOR);
+    assert_eq!(created.acting_user(), copier("tenant"));
+    let note = note_on(&env, "tenant", "settings", "RBAC refuses").await;
+    assert!(
+        note.contains("team-b") && note.contains(&copier("tenant")),
+        "{note}"
+    );
+    let team_b: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "team-b");
+    assert!(team_b.get_opt("settings").await.expect("get").is_none());
     running.stop().await;
 }

@@ -550,6 +550,65 @@ mod tests {
     use std::time::Duration;
     use tower::retry::Policy;
 
+    /// A cluster whose client answers every request with 403 and records its headers.
+    fn recording() -> (Cluster, Arc<parking_lot::Mutex<Vec<http::HeaderMap>>>) {
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            record.lock().push(request.headers().clone());
+            async move {
+                let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"no"}"#;
+                http::Response::builder()
+                    .status(403)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .map_err(|e| kube::Error::Service(e.into()))
+            }
+        });
+        (Cluster::new("c", Client::new(service, "default")), seen)
+    }
+
+    #[tokio::test]
+    async fn a_cluster_acting_as_a_service_account_sends_only_its_identity() {
+        let (cluster, seen) = recording();
+        let who = ActAs::service_account("t1", "copier").expect("identity");
+        assert_eq!(who.user(), "system:serviceaccount:t1:copier");
+        assert_eq!(who.to_string(), "ServiceAccount t1/copier");
+        let acting = cluster.acting_as(&who);
+        assert_eq!(acting.name(), "c");
+        assert_eq!(acting.acts_as(), Some(&who));
+        assert!(cluster.acts_as().is_none());
+        let _ = acting.may("create", "", "pods", Some("t1")).await;
+        let _ = cluster.may("create", "", "pods", Some("t1")).await;
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            seen[0]
+                .get_all("impersonate-user")
+                .iter()
+                .collect::<Vec<_>>(),
+            ["system:serviceaccount:t1:copier"]
+        );
+        assert!(seen[0].get("impersonate-group").is_none());
+        assert!(
+            seen[1].get("impersonate-user").is_none(),
+            "the cluster itself acts as itself"
+        );
+    }
+
+    #[test]
+    fn only_valid_names_make_an_identity() {
+        for (ns, name) in [
+            ("t1", "a b"),
+            ("t1", "x\r\nimpersonate-group: system:masters"),
+            ("T1", "copier"),
+            ("", "copier"),
+            ("t1", ""),
+        ] {
+            assert!(ActAs::service_account(ns, name).is_err(), "{ns:?} {name:?}");
+        }
+    }
+
     fn too_many_requests() -> Result<http::Response<()>, tower::BoxError> {
         Ok(http::Response::builder()
             .status(429)

@@ -331,11 +331,29 @@ impl CompatController {
             notes.insert(format!("not copied: {}", refusal.message));
             return Ok(Action::done());
         }
+        // Outside the trusted namespaces, carried out as the namespace's ServiceAccount: RBAC
+        // decides what it reads and writes, as for an ObjectSync.
+        let acting_as = match self.policy.default_identity(&namespace) {
+            Ok(who) => who,
+            Err(why) => {
+                notes.insert(format!("not copied: {why}"));
+                return Ok(Action::done());
+            }
+        };
+        let spec = self.spec(ar, key, &namespace, declared.clone());
+        let spec = FanOutSpec { acting_as, ..spec };
+        if let Some(who) = &spec.acting_as
+            && let Err(refusal) =
+                crate::object_sync::declare::may_read_source(&self.local, who, &spec.source).await
+        {
+            notes.insert(format!("not copied: {}", refusal.message));
+            return Ok(Action::done());
+        }
         summary.push = declared.tools();
         let decl = Declaration {
             key: key.clone(),
             owner: owner(key, &uid),
-            spec: self.spec(ar, key, &namespace, declared),
+            spec,
             deleting: false,
             refused: false,
         };

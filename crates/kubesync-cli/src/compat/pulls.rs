@@ -74,10 +74,22 @@ impl CompatController {
             return Action::done();
         }
         let before = notes.len();
+        // The target is written as its namespace's ServiceAccount outside the trusted
+        // namespaces (its source consents by its annotations, and is read as kubesync).
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let target_cluster = match self.policy.default_identity(namespace) {
+            Ok(None) => self.local.clone(),
+            Ok(Some(who)) => self.local.acting_as(&who),
+            Err(why) => {
+                notes.insert(format!("not pulled: {why}"));
+                summary.pull = pull.map(|p| (p.tool, false));
+                return Action::done();
+            }
+        };
         let action = match self.decide_pull(key, ar, pull.as_ref(), notes).await {
             Ok(Next::Nothing) => Action::done(),
             Ok(Next::Apply(body)) => {
-                match writer.apply(&self.local, ar, &body, PULL_MANAGER).await {
+                match writer.apply(&target_cluster, ar, &body, PULL_MANAGER).await {
                     Ok(_) => Action::done(),
                     Err(e) => {
                         notes.insert(format!("not pulled: {e}"));

@@ -187,6 +187,25 @@ pub fn refusal_message(
 }
 
 impl ObjectSyncPolicy {
+    /// Who a declaration in `namespace` that names no ServiceAccount acts as: the operator's
+    /// own rights in a trusted namespace (`None`), else the `--default-service-account` of
+    /// `namespace`; `Err` says, for people, why it may not act at all (no default is set).
+    /// What an object's reflector or replicator annotations declare acts so (they can name
+    /// no ServiceAccount).
+    pub fn default_identity(&self, namespace: &str) -> Result<Option<kubesync::ActAs>, String> {
+        if self.is_trusted(namespace) {
+            return Ok(None);
+        }
+        match self.default_service_account.as_deref() {
+            Some(sa) => kubesync::ActAs::service_account(namespace, sa)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            None => Err(format!(
+                "declarations outside the operator's trusted namespaces act as a ServiceAccount of their own namespace, and annotations can name none: the operator's admin sets --default-service-account (then RBAC decides what namespace {namespace}'s declarations may copy)"
+            )),
+        }
+    }
+
     /// Whether ObjectSyncs in `namespace` are trusted.
     pub fn is_trusted(&self, namespace: &str) -> bool {
         self.trusted_namespaces.iter().any(|g| glob(g, namespace))

@@ -362,3 +362,88 @@ fn the_kind_as_discovered_decides_namespaces() {
         r.message
     );
 }
+
+#[test]
+fn who_a_declaration_acts_as() {
+    let base = json!({"source": {"kind": "ConfigMap", "name": "cfg"}, "destinations": [{"namespace": "t1"}]});
+    let named = {
+        let mut v = base.clone();
+        v["serviceAccountName"] = json!("copier");
+        spec(v)
+    };
+    let unnamed = spec(base);
+    let strict = trusting_ops();
+    let lenient = ObjectSyncPolicy {
+        default_service_account: Some("kubesync-copier".into()),
+        ..trusting_ops()
+    };
+    let user =
+        |r: Result<Option<kubesync::ActAs>, Refusal>| r.map(|a| a.map(|a| a.user().to_string()));
+    // Named: that ServiceAccount of the ObjectSync's own namespace, trusted or not.
+    for (ns, policy) in [("t1", &strict), ("ops", &strict), ("t1", &lenient)] {
+        assert_eq!(
+            user(acting_as(Some(ns), &named, policy)),
+            Ok(Some(format!("system:serviceaccount:{ns}:copier")))
+        );
+    }
+    // Unnamed: the operator's own rights in a trusted namespace, else the default, else refused.
+    assert_eq!(user(acting_as(Some("ops"), &unnamed, &strict)), Ok(None));
+    assert_eq!(
+        user(acting_as(Some("t1"), &unnamed, &lenient)),
+        Ok(Some("system:serviceaccount:t1:kubesync-copier".into()))
+    );
+    let refused = acting_as(Some("t1"), &unnamed, &strict).expect_err("no default");
+    assert_eq!(refused.reason, Reason::ServiceAccountRequired);
+    assert!(
+        refused.message.contains("spec.serviceAccountName"),
+        "{}",
+        refused.message
+    );
+    // A ClusterObjectSync acts with the operator's rights and may not name one.
+    assert_eq!(user(acting_as(None, &unnamed, &strict)), Ok(None));
+    let e = acting_as(None, &named, &strict).expect_err("cluster-scoped");
+    assert_eq!(e.reason, Reason::InvalidSpec);
+    // A name that is no ServiceAccount name is refused, not sent as a header.
+    let mut v = json!({"source": {"kind": "ConfigMap", "name": "cfg"}, "destinations": []});
+    v["serviceAccountName"] = json!("a b\r\nX-Evil: 1");
+    let e = acting_as(Some("t1"), &spec(v), &strict).expect_err("invalid");
+    assert_eq!(e.reason, Reason::InvalidSpec);
+    // Annotations name none: the default, or why not.
+    assert_eq!(lenient.default_identity("ops").expect("trusted"), None);
+    assert!(
+        strict
+            .default_identity("t1")
+            .expect_err("none")
+            .contains("--default-service-account")
+    );
+}
+
+#[test]
+fn a_source_the_service_account_may_not_read_is_refused_with_what_to_grant() {
+    let who = kubesync::ActAs::service_account("t1", "copier").expect("identity");
+    let ar = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    assert_eq!(
+        source_readable(&who, ("get", &ar, Some("t1"), Some("db")), Ok(true)),
+        Ok(())
+    );
+    let no =
+        source_readable(&who, ("get", &ar, Some("t1"), Some("db")), Ok(false)).expect_err("no");
+    assert_eq!(no.reason, Reason::SourceForbidden);
+    assert!(
+        no.message.contains("ServiceAccount t1/copier")
+            && no.message.contains("get on secrets in namespace t1"),
+        "{}",
+        no.message
+    );
+    let unasked = source_readable(
+        &who,
+        ("list", &ar, Some("t1"), None),
+        Err(kubesync::Error::Config("forbidden".into())),
+    )
+    .expect_err("unasked");
+    assert!(
+        unasked.message.contains("impersonate"),
+        "{}",
+        unasked.message
+    );
+}
