@@ -949,20 +949,19 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     }
     tokio::time::sleep(SETTLE * 2).await;
     let (grants, _) = process.memory()?;
-    // (b) A 900 KiB ConfigMap copied 100 times inside t1.
-    env.apply_yaml(&format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: t1}}\ndata: {{blob: {}}}\n",
-        "b".repeat(900 * 1024)
-    ))
-    .await?;
-    let destinations: Vec<String> = (0..100)
-        .map(|i| format!("{{namespace: t1, name: big-{i}}}"))
-        .collect();
-    env.apply_yaml(&format!(
-        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: amplify, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, name: big}}\n  destinations: [{}]\n",
-        destinations.join(", ")
-    ))
-    .await?;
+    // (b) A 900 KiB ConfigMap copied 100 times inside t1: its peak from here on.
+    let amplify = |name: &str, fill: char| {
+        let destinations: Vec<String> = (0..100)
+            .map(|i| format!("{{namespace: t1, name: {name}-{i}}}"))
+            .collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: t1}}\ndata: {{blob: {}}}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, name: {name}}}\n  destinations: [{}]\n",
+            fill.to_string().repeat(900 * 1024),
+            destinations.join(", ")
+        )
+    };
+    process.reset_peak()?;
+    env.apply_yaml(&amplify("big", 'b')).await?;
     until(
         "100 copies of the big ConfigMap",
         Box::new(|n| n >= 101),
@@ -971,6 +970,21 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     .await?;
     tokio::time::sleep(SETTLE).await;
     let (amplified, peak) = process.memory()?;
+    // (c) Five of them at once (five tenants' worth), each of its own content.
+    process.reset_peak()?;
+    let five: Vec<String> = ['c', 'd', 'e', 'f', 'g']
+        .iter()
+        .map(|fill| amplify(&format!("big{fill}"), *fill))
+        .collect();
+    futures::future::try_join_all(five.iter().map(|yaml| env.apply_yaml(yaml))).await?;
+    until(
+        "600 copies of the big ConfigMaps",
+        Box::new(|n| n >= 601),
+        Some(MANAGED_BY.to_string()),
+    )
+    .await?;
+    tokio::time::sleep(SETTLE).await;
+    let (five_at_once, peak_five) = process.memory()?;
     process.stop().await;
     println!("\nscenario 3, a tenant's attacks on memory (goal: each adds < 16 MiB)");
     println!(
@@ -983,10 +997,18 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
         (grants - base) / MIB
     );
     println!(
-        "  + a 900 KiB ConfigMap copied 100 times      {:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB)",
+        "  + a 900 KiB ConfigMap copied 100 times      {:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB, {:+.1} MiB, goal < +32)",
         amplified / MIB,
         (amplified - grants) / MIB,
-        peak / MIB
+        peak / MIB,
+        (peak - grants) / MIB
+    );
+    println!(
+        "  + five more at once                         {:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB, {:+.1} MiB, goal < +64)",
+        five_at_once / MIB,
+        (five_at_once - amplified) / MIB,
+        peak_five / MIB,
+        (peak_five - amplified) / MIB
     );
     Ok(())
 }

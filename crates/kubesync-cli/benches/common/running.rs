@@ -21,6 +21,15 @@ impl Running {
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }
 
+    /// Resets the process's peak resident set (`VmHWM`) to its current one (`5` into
+    /// `/proc/<pid>/clear_refs`), so that the next [`Running::memory`] reports the peak of
+    /// what came after.
+    #[allow(dead_code)]
+    pub fn reset_peak(&self) -> anyhow::Result<()> {
+        std::fs::write(format!("/proc/{}/clear_refs", self.0.id()), "5")?;
+        Ok(())
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.0.try_wait(), Ok(None))
