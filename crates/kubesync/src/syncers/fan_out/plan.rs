@@ -57,7 +57,8 @@ pub struct Snapshot<'a, S> {
 pub struct Write {
     /// Where.
     pub at: DestinationRef,
-    /// The copy as it must be.
+    /// The copy as it must be, its large values held in the plan's [`Plan::bulk`] (hydrate
+    /// it with that before it is sent or compared again).
     pub desired: DynamicObject,
     /// What the store showed there (the decision was made on it).
     pub existing: Option<Arc<DynamicObject>>,
@@ -105,6 +106,9 @@ pub struct Plan {
     /// The source resourceVersion the copies will carry (a single source; empty for a
     /// selection: each [`Write`] says its own).
     pub source_resource_version: String,
+    /// The large values of the copies to write, each held once: a [`Write`]'s `desired`
+    /// names them by placeholders, and is [hydrated](rules::Bulk::hydrate) when it is sent.
+    pub bulk: rules::Bulk,
 }
 
 /// Whether a source missing from its store must be confirmed gone by a live read before
@@ -296,6 +300,7 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
                     }
                     _ => (Vec::new(), None),
                 };
+                let desired = plan.bulk.hold(desired);
                 plan.writes.push(Write {
                     at: at.clone(),
                     desired,

@@ -42,8 +42,9 @@ impl FanOut {
         let spec = &decl.spec;
         outcome.destinations = plan.statuses;
         if spec.mode == Mode::Enforce && !decl.refused {
-            let (written, deleted, propagated) =
-                self.execute(ctx, decl, plan.writes, plan.deletes).await;
+            let (written, deleted, propagated) = self
+                .execute(ctx, decl, (plan.writes, &plan.bulk), plan.deletes)
+                .await;
             outcome.destinations.extend(written);
             outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
             outcome.propagated = propagated;
@@ -60,7 +61,8 @@ impl FanOut {
                 let (withdrawn, others) =
                     plan::withdrawn(consent, &self.local, stores, owned, plan.deletes);
                 if !withdrawn.is_empty() {
-                    let (done, deleted, _) = self.execute(ctx, decl, Vec::new(), withdrawn).await;
+                    let nothing = (Vec::new(), &rules::Bulk::default());
+                    let (done, deleted, _) = self.execute(ctx, decl, nothing, withdrawn).await;
                     outcome.destinations.extend(done);
                     outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
                 }
@@ -128,14 +130,15 @@ impl FanOut {
         }
     }
 
-    /// Carries out a plan's writes and deletes, at most `concurrency` at once; returns the
+    /// Carries out a plan's writes (their copies' large values held in `bulk`) and deletes,
+    /// at most `concurrency` at once and within the budget of bytes in flight; returns the
     /// written destinations' states, how many copies were deleted, and the propagation lags
     /// of the writes that carried a change (see [`FanOut::behind_since`]).
     pub(super) async fn execute(
         &self,
         ctx: &Context,
         decl: &Declaration,
-        writes: Vec<Write>,
+        (writes, bulk): (Vec<Write>, &rules::Bulk),
         deletes: Vec<Delete>,
     ) -> (
         Vec<DestinationStatus>,
@@ -171,6 +174,15 @@ impl FanOut {
                         (None, gone.is_ok(), None)
                     }
                     Op::Write(w) => {
+                        // Its share of the budget first, then its copy in full: only the
+                        // writes in flight hold their bodies.
+                        let cost = self.write_cost(bulk.bytes(&w.desired));
+                        // The semaphore is never closed.
+                        let _permit = self.in_flight.acquire_many(cost).await.ok();
+                        let w = Write {
+                            desired: bulk.hydrate(&w.desired),
+                            ..*w
+                        };
                         let started = self.behind_since(decl, &w);
                         let (mut st, sent) = self.settle(ctx, decl, &w, confirm).await;
                         // The reconcile that reverts someone else's change reports it.

@@ -55,11 +55,19 @@ use observe::ContextStores;
 /// recreation counts its lag from the deletion).
 const SEEN_FOR: Duration = Duration::from_secs(600);
 
+/// The default [`FanOut::write_budget`], in KiB.
+const DEFAULT_BUDGET_KIB: u32 = 16 * 1024;
+
 /// The fan-out. Cheap to share (`Arc`); one per process serves every declaration.
 pub struct FanOut {
     local: String,
     writer: Writer,
     concurrency: usize,
+    /// The bytes of copies in flight (bodies being sent, answers being read), in KiB, for
+    /// every reconcile at once ([`FanOut::write_budget`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Its size, in KiB.
+    budget_kib: u32,
     index: SharedIndex,
     namespace_type: ApiResource,
     /// First sightings of the versions copies depend on.
@@ -148,6 +156,8 @@ impl FanOut {
             local: local.to_string(),
             writer: Writer::new(),
             concurrency: 16,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(DEFAULT_BUDGET_KIB as usize)),
+            budget_kib: DEFAULT_BUDGET_KIB,
             index: SharedIndex::default(),
             seen: Arc::default(),
             confirm: Arc::default(),
@@ -165,6 +175,26 @@ impl FanOut {
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
+    }
+
+    /// At most about `bytes` of copies in flight at once, across every reconcile (default 16
+    /// MiB): a write holds its body, what is sent and the answer, about four times the copy's
+    /// size, until it is done. Small copies go [`concurrency`](Self::concurrency) at a time;
+    /// large ones fewer, so a hundred copies of a 900 KiB object never hold a hundred bodies
+    /// at once. A copy larger than the whole budget is written alone.
+    #[must_use]
+    pub fn write_budget(mut self, bytes: usize) -> Self {
+        let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
+        self.in_flight = Arc::new(tokio::sync::Semaphore::new(kib as usize));
+        self.budget_kib = kib;
+        self
+    }
+
+    /// What a write of a copy of about `bytes` holds of the budget, in KiB: four times its
+    /// size (the copy, the body sent, the answer read and decoded), at least 1, at most all.
+    fn write_cost(&self, bytes: usize) -> u32 {
+        let kib = (bytes.saturating_mul(4) / 1024).max(1);
+        u32::try_from(kib).unwrap_or(u32::MAX).min(self.budget_kib)
     }
 
     /// The writer whose counts this fan-out updates.

@@ -3,11 +3,12 @@
 //! which fields of a copy changed and who changed them ([`drift`](mod@drift)),
 //! how a POST's fields are handed to kubesync's apply entry ([`ownership`]), the
 //! per-destination overrides ([`patch`]), how copies are held without their bulk
-//! ([`digest`]), the fields the apiserver allocates or controllers own, never copied
+//! ([`digest`]), the large values of the copies a plan writes, held once ([`bulk`]), the fields the apiserver allocates or controllers own, never copied
 //! ([`allocated`]), the fields a destination leaves to others ([`ignore`]), fields as steps into an object
 //! ([`path`]), and how one destination's write is carried to an end ([`settle`]). No IO.
 
 pub mod allocated;
+pub mod bulk;
 pub mod copy;
 pub mod decide;
 pub mod digest;
@@ -19,6 +20,7 @@ pub mod path;
 pub mod select;
 pub mod settle;
 
+pub use bulk::Bulk;
 pub use copy::{
     Annotator, CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark,
 };
