@@ -449,15 +449,7 @@ impl FanOut {
                         tracing::info!(destination = %at, "immutable field changed; recreating the copy");
                         // Deleted as the identity that recreates it: a copy it may not make
                         // again is not lost.
-                        self.writer
-                            .delete(
-                                &cluster,
-                                ar,
-                                at.namespace(),
-                                &at.name,
-                                Some(PropagationPolicy::Background),
-                                existing.metadata.uid.as_deref(),
-                            )
+                        self.delete_in(&cluster, ar, at, existing.metadata.uid.as_deref())
                             .await?;
                         self.writer
                             .create(&cluster, ar, desired, FIELD_MANAGER)
@@ -542,9 +534,21 @@ impl FanOut {
         uid: Option<&str>,
     ) -> Result<Deleted> {
         let cluster = ctx.require_cluster(&at.cluster)?;
+        self.delete_in(&cluster, ar, at, uid).await
+    }
+
+    /// Deletes the copy at `at` (of `uid`) through `cluster` (its own identity, or the one it
+    /// acts as).
+    async fn delete_in(
+        &self,
+        cluster: &crate::Cluster,
+        ar: &ApiResource,
+        at: &DestinationRef,
+        uid: Option<&str>,
+    ) -> Result<Deleted> {
         self.writer
             .delete(
-                &cluster,
+                cluster,
                 ar,
                 at.namespace(),
                 &at.name,
