@@ -421,12 +421,21 @@ pub(super) fn source_readable(
                 ar.plural
             ),
         )),
-        Err(e) => Err(Refusal::new(
-            Reason::SourceForbidden,
-            format!(
-                "whether {who} may {verb} {what}{place} could not be asked as it: {e} (the operator needs the right to impersonate ServiceAccounts: verb impersonate on serviceaccounts)"
-            ),
-        )),
+        Err(e) => {
+            let forbidden =
+                matches!(&e, kubesync::Error::Kube(kube::Error::Api(s)) if s.code == 403);
+            let hint = if forbidden {
+                " (the operator needs the right to impersonate ServiceAccounts: verb impersonate on serviceaccounts)"
+            } else {
+                ""
+            };
+            Err(Refusal::new(
+                Reason::SourceForbidden,
+                format!(
+                    "whether {who} may {verb} {what}{place} could not be asked as it: {e}{hint}"
+                ),
+            ))
+        }
     }
 }
 

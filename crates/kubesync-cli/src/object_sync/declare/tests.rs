@@ -435,15 +435,25 @@ fn a_source_the_service_account_may_not_read_is_refused_with_what_to_grant() {
         "{}",
         no.message
     );
-    let unasked = source_readable(
-        &who,
-        ("list", &ar, Some("t1"), None),
-        Err(kubesync::Error::Config("forbidden".into())),
-    )
-    .expect_err("unasked");
+    let status = |code: u16| {
+        kubesync::Error::Kube(kube::Error::Api(
+            kube::core::Status::failure("no", "Forbidden")
+                .with_code(code)
+                .boxed(),
+        ))
+    };
+    let unasked = source_readable(&who, ("list", &ar, Some("t1"), None), Err(status(403)))
+        .expect_err("unasked");
     assert!(
         unasked.message.contains("impersonate"),
         "{}",
         unasked.message
+    );
+    let unreachable = source_readable(&who, ("list", &ar, Some("t1"), None), Err(status(503)))
+        .expect_err("unreachable");
+    assert!(
+        !unreachable.message.contains("impersonate"),
+        "{}",
+        unreachable.message
     );
 }
