@@ -813,7 +813,7 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
     let chart = chart();
 
     // Install, as the README says (without waiting for pods that cannot run here).
-    helm.ok(&[
+    let out = helm.run(&[
         "install",
         RELEASE,
         &chart,
@@ -822,6 +822,15 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
         "--create-namespace",
         "--wait=false",
     ]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "helm install: {said}");
+    // A warning-free install (the apiserver's warnings, e.g. of a schema format it does not
+    // know, are printed by helm).
+    assert!(
+        !said.contains("Warning") && !said.contains("unrecognized format"),
+        "{said}"
+    );
     let installed = render(&[]);
     for o in &installed {
         assert!(live(&client, o).await.is_some(), "{} not installed", key(o));
@@ -859,6 +868,10 @@ async fn install_upgrade_and_uninstall_on_a_control_plane() {
         applied.matches("serverside-applied").count(),
         5,
         "{applied}"
+    );
+    assert!(
+        !applied.contains("Warning"),
+        "no warning from the apiserver: {applied}"
     );
 
     // The operator, as the installed Deployment runs it, as the installed ServiceAccount.

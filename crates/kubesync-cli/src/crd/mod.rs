@@ -59,6 +59,79 @@ pub fn crds()
         ClusterObjectSync::crd(),
         SyncGrant::crd(),
     ]
+    .into_iter()
+    .map(known_formats_only)
+    .collect()
+}
+
+/// The schema formats the apiserver knows (`k8s.io/kube-openapi`'s format registry, as
+/// structural schemas accept them). Any other (`uint32`, which schemars writes for a `u32`)
+/// makes every `kubectl apply` and `helm install` of the CRDs print a warning.
+const KNOWN_FORMATS: [&str; 24] = [
+    "bsonobjectid",
+    "uri",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "cidr",
+    "mac",
+    "uuid",
+    "uuid3",
+    "uuid4",
+    "uuid5",
+    "isbn",
+    "isbn10",
+    "isbn13",
+    "creditcard",
+    "ssn",
+    "hexcolor",
+    "rgbcolor",
+    "byte",
+    "password",
+    "date",
+    "duration",
+    "datetime",
+];
+
+/// Whether the apiserver knows `format` (also the integer and number formats, `date-time`).
+fn is_known_format(format: &str) -> bool {
+    KNOWN_FORMATS.contains(&format)
+        || matches!(format, "int32" | "int64" | "float" | "double" | "date-time")
+}
+
+/// `crd` with every schema format the apiserver does not know removed (the bounds schemars
+/// writes with it, such as `minimum: 0` for an unsigned integer, stay).
+fn known_formats_only(
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map
+                    .get("format")
+                    .and_then(|f| f.as_str())
+                    .is_some_and(|f| !is_known_format(f))
+                {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    for version in value["spec"]["versions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        strip(&mut version["schema"]["openAPIV3Schema"]);
+    }
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 /// The CRDs as a multi-document YAML manifest (what `kubesync crds` prints).
@@ -74,6 +147,28 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::ser_error::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_schema_format_is_one_the_apiserver_knows() {
+        let yaml = crds_yaml().expect("yaml");
+        let formats: std::collections::BTreeSet<&str> = yaml
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("format: "))
+            .collect();
+        assert!(
+            !formats.is_empty(),
+            "some formats remain (int64, date-time)"
+        );
+        for f in &formats {
+            assert!(
+                is_known_format(f),
+                "format {f} would make the apiserver warn"
+            );
+        }
+        assert!(!yaml.contains("uint32"));
+        // The bound that came with it stays.
+        assert!(yaml.contains("minimum: 0"));
+    }
 
     #[test]
     fn crds_have_the_right_names_scope_and_columns() {
