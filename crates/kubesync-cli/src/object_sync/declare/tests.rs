@@ -106,6 +106,7 @@ fn an_untrusted_declaration_writes_only_through_remote_clusters_that_admit_its_n
     let team_a = json!({"matchLabels": {"team": "a"}});
     let policy = || ObjectSyncPolicy {
         trusted_namespaces: vec!["ops".into()],
+        default_service_account: Some("copier".into()),
         ..Default::default()
     };
 
@@ -199,6 +200,7 @@ fn a_source_read_from_a_remote_cluster_needs_its_admission_and_the_namespace_of_
     let hub = || facts(vec![remote("hub", Some(team_a.clone()))], labels("a"));
     let policy = || ObjectSyncPolicy {
         trusted_namespaces: vec!["ops".into()],
+        default_service_account: Some("copier".into()),
         ..Default::default()
     };
     // Its own namespace there, through a RemoteCluster that admits it.
@@ -280,6 +282,7 @@ fn the_operators_policy_bounds_every_destination_and_source() {
     let policy = || ObjectSyncPolicy {
         allow_destination_namespaces: vec!["team-*".into()],
         deny_destination_namespaces: vec!["team-secret".into()],
+        default_service_account: Some("copier".into()),
         ..Default::default()
     };
     let d = judged(Some("a"), &s, &facts(Vec::new(), None), policy()).expect("valid");
