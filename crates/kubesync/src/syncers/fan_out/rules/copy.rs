@@ -241,21 +241,15 @@ pub fn desired_copy(
 /// of the declaration that really holds the uid. A copy without the [`OWNER`] annotation
 /// (none that kubesync writes) is judged by its uid.
 pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
-    let marked = |key: &str, value: &str| match key {
-        MANAGED_BY => copy
-            .metadata
-            .labels
+    let (labels, annotations) = (&copy.metadata.labels, &copy.metadata.annotations);
+    labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY))
+        .is_some_and(|uid| *uid == owner.uid)
+        && annotations
             .as_ref()
-            .and_then(|l| l.get(key))
-            .is_some_and(|v| v == value),
-        _ => copy
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .is_none_or(|v| v == value),
-    };
-    marked(MANAGED_BY, &owner.uid) && marked(OWNER, &owner.reference)
+            .and_then(|a| a.get(OWNER))
+            .is_none_or(|reference| *reference == owner.reference)
 }
 
 #[cfg(test)]
