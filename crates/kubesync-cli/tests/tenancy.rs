@@ -63,6 +63,17 @@ async fn destination(
         .map(|d| (d.state, d.message))
 }
 
+/// The `Synced` condition of the ObjectSync `name` as it stands now.
+async fn synced_now(syncs: &Api<ObjectSync>, name: &str) -> kubesync_cli::crd::Condition {
+    let os = syncs.get(name).await.expect("objectsync");
+    os.status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Synced")
+        .expect("Synced")
+}
+
 async fn apply(env: &TestEnv, yaml: &str) {
     env.apply_yaml(yaml).await.expect("apply");
 }
@@ -155,14 +166,7 @@ async fn a_tenant_cannot_plant_rolebindings_in_other_namespaces() {
             "the message names the rule and what would admit it: {message}"
         );
     }
-    let os = syncs.get("escalate").await.expect("objectsync");
-    let synced = os
-        .status
-        .expect("status")
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Synced")
-        .expect("Synced");
+    let synced = synced_now(&syncs, "escalate").await;
     assert_eq!(
         (synced.status.as_str(), synced.reason.as_str()),
         ("False", "DestinationRefused")
@@ -1098,14 +1102,7 @@ async fn a_tenants_objectsync_acts_as_her_service_account_and_rbac_decides() {
             && message.contains("grant it the rights it lacks"),
         "the apiserver's escalation check, in words she can act on: {message}"
     );
-    let os = t1.get("escalate").await.expect("escalate");
-    let synced = os
-        .status
-        .expect("status")
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Synced")
-        .expect("Synced");
+    let synced = synced_now(&t1, "escalate").await;
     assert_eq!(synced.status, "False");
     assert!(
         synced.message.contains("RBAC refuses"),
