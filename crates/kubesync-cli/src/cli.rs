@@ -551,13 +551,31 @@ async fn run(
         Replicas::Elected(election) => (Some(election), None),
         Replicas::Sharded(membership) => (None, Some(membership)),
     };
+    let shards = membership
+        .as_ref()
+        .map(|m| crate::shard::Shards::new(&m.identity));
+    // With a Lease to hold, every write of the operator asks the permit its renewals feed;
+    // the Lease itself is written with the unfenced client.
+    let base = local.client().clone();
+    let permit = (election.is_some() || membership.is_some())
+        .then(|| crate::fence::WritePermit::new(crate::leader::Timing::default(), shards.clone()));
+    let local = match &permit {
+        Some(permit) => local.fenced(permit.clone()),
+        None => local,
+    };
+    if let Some(permit) = permit.clone() {
+        // A lost permit (a missed deadline, a late renewal, a write refused after a freeze):
+        // this replica starts afresh at once, whatever else it was doing.
+        tokio::spawn(async move {
+            let reason = permit.until_lost().await;
+            crate::fence::start_afresh(&reason);
+        });
+    }
     let options = crate::operator::OperatorOptions {
         policy,
         compat,
         compat_version_gate,
-        shards: membership
-            .as_ref()
-            .map(|m| crate::shard::Shards::new(&m.identity)),
+        shards,
         ..Default::default()
     };
     let operator = crate::operator::Operator::with_options(local, options);
@@ -580,14 +598,15 @@ async fn run(
     };
     let mut holding = None;
     let mut lost_rx = None;
-    if let Some(election) = election {
+    if let (Some(election), Some(permit)) = (election, &permit) {
         let mut elector = crate::leader::Elector::new(
-            operator.local().client().clone(),
+            base.clone(),
             &election.namespace,
             &election.name,
             &election.identity,
             crate::leader::Timing::default(),
-        );
+        )
+        .with_permit(permit.clone());
         operator.set_leader(Some(false));
         tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", election.namespace, election.name), "waiting to become the leader");
         tokio::select! {
@@ -612,10 +631,10 @@ async fn run(
             }
         }));
     }
-    if let Some(membership) = membership {
+    if let (Some(membership), Some(permit)) = (membership, permit) {
         return crate::replicas::run_sharded(
             operator,
-            membership,
+            (base, membership, permit),
             stopped(&stop_rx),
             stop_telemetry,
         )

@@ -16,11 +16,14 @@
 //! and apply patches that carry no resourceVersion, where kubesync promises every write is
 //! conditional on the resourceVersion it read (of two replicas racing, exactly one wins).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
+
+use crate::fence::{Stamp, WritePermit};
 
 /// Timing of the election (client-go's defaults).
 #[derive(Clone, Debug)]
@@ -79,6 +82,8 @@ pub struct Elector {
     observed: Option<(String, Instant)>,
     /// Its holder as last read (`None`: no Lease, or none holds it).
     holder: Option<String>,
+    /// The write permit its renewals feed (see [`crate::fence`]).
+    permit: Option<Arc<WritePermit>>,
 }
 
 impl Elector {
@@ -97,7 +102,26 @@ impl Elector {
             timing,
             observed: None,
             holder: None,
+            permit: None,
         }
+    }
+
+    /// Feeds `permit` with every renewal the apiserver accepts, and ends it when the Lease is
+    /// lost (see [`crate::fence`]).
+    pub fn with_permit(mut self, permit: Arc<WritePermit>) -> Self {
+        self.permit = Some(permit);
+        self
+    }
+
+    /// One attempt to acquire or renew, fed to the permit: whether this replica holds the
+    /// Lease afterwards, and, if it holds it but the permit refused the renewal, why.
+    async fn renew_once(&mut self) -> kube::Result<Result<bool, String>> {
+        let sent = Stamp::now();
+        let held = self.try_once().await?;
+        Ok(match (&self.permit, held) {
+            (Some(permit), true) if !permit.renewed(sent) => Err(permit.lost().unwrap_or_default()),
+            _ => Ok(held),
+        })
     }
 
     /// This replica's identity.
@@ -185,9 +209,9 @@ impl Elector {
     /// Waits until this replica holds the Lease.
     pub async fn acquire(&mut self) {
         loop {
-            match self.try_once().await {
-                Ok(true) => return,
-                Ok(false) => {}
+            match self.renew_once().await {
+                Ok(Ok(true)) => return,
+                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "leader election: cannot read or write the Lease")
                 }
@@ -199,17 +223,27 @@ impl Elector {
     /// Renews the Lease until a renewal has not succeeded for the renew deadline (or another
     /// replica holds it): returns then, with the reason. Leadership is lost.
     pub async fn hold(&mut self) -> String {
+        let reason = self.renew_until_lost().await;
+        if let Some(permit) = &self.permit {
+            permit.lose(reason.clone());
+        }
+        reason
+    }
+
+    async fn renew_until_lost(&mut self) -> String {
         let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            match self.try_once().await {
-                Ok(true) => last_renewal = Instant::now(),
+            match self.renew_once().await {
+                Ok(Ok(true)) => last_renewal = Instant::now(),
+                // Renewed after the Lease could have expired on another's clock.
+                Ok(Err(why)) => return why,
                 // Another replica holds it now (as just read): lost. A write that lost a race
                 // while the Lease still names us is tried again.
-                Ok(false) if self.holder.as_deref() != Some(self.identity.as_str()) => {
+                Ok(Ok(false)) if self.holder.as_deref() != Some(self.identity.as_str()) => {
                     return format!("the Lease is held by {:?} now", self.holder);
                 }
-                Ok(false) => {}
+                Ok(Ok(false)) => {}
                 Err(e) => tracing::warn!(error = %e, "leader election: renewal failed"),
             }
             if last_renewal.elapsed() >= self.timing.renew_deadline {

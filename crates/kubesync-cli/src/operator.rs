@@ -596,16 +596,29 @@ impl Reconciler for OperatorReconciler {
     async fn reconcile(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
         let op = &self.0;
         // With --sharded: only units this replica works on now, each held while in flight.
-        let _permit = match (&op.shards, op.unit_of(key, ctx)) {
+        // Its writes are decided for its unit: each is refused once this replica no longer
+        // works on it (see `crate::fence`).
+        let (_permit, scope) = match (&op.shards, op.unit_of(key, ctx)) {
             (Some(shards), Some(unit)) => match shards.enter(&unit) {
-                Some(permit) => Some(permit),
+                Some(permit) => (Some(permit), Some(unit.point())),
                 None => {
                     op.release_key(key, ctx).await;
                     return Ok(Action::done());
                 }
             },
-            _ => None,
+            _ => (None, None),
         };
+        match scope {
+            Some(scope) => kubesync::fence::within(scope, self.dispatch(key, ctx)).await,
+            None => self.dispatch(key, ctx).await,
+        }
+    }
+}
+
+impl OperatorReconciler {
+    /// Reconciles `key` by the kind of object it names.
+    async fn dispatch(&self, key: &ObjectKey, ctx: &Context) -> kubesync::Result<Action> {
+        let op = &self.0;
         match Managed::of(key) {
             Some(Managed::ObjectSync) => op.object_syncs.reconcile::<ObjectSync>(key, ctx).await,
             Some(Managed::ClusterObjectSync) => {

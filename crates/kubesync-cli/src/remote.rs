@@ -136,6 +136,11 @@ impl RemoteClusters {
         .await
         .map_err(|e| Refusal::new(Reason::KubeconfigInvalid, e.to_string()))?
         .with_list_strategy(self.local.list_strategy());
+        // Written to under the same permit as the local cluster (see `crate::fence`).
+        let cluster = match self.local.fence() {
+            Some(fence) => cluster.fenced(fence.clone()),
+            None => cluster,
+        };
         self.lock().insert(
             rc_name,
             (fingerprint.clone(), server.clone(), cluster.clone()),

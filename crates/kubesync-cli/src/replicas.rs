@@ -10,7 +10,11 @@ use std::time::Duration;
 /// operator stops. A replica that loses its member Lease exits at once.
 pub async fn run_sharded(
     operator: Arc<crate::operator::Operator>,
-    membership: crate::shard::members::Membership,
+    (client, membership, permit): (
+        kube::Client,
+        crate::shard::members::Membership,
+        Arc<crate::fence::WritePermit>,
+    ),
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     stop_telemetry: tokio::sync::watch::Sender<()>,
 ) -> ExitCode {
@@ -39,13 +43,12 @@ pub async fn run_sharded(
             let ended = tokio::select! {
                 () = listed => {
                     let work = Arc::new(crate::operator::SharedWork(operator.clone()));
-                    serve(operator.local().client().clone(), membership, shards, work, stop).await
+                    serve(client, (membership, permit), shards, work, stop).await
                 }
                 () = &mut stop => Ended::Stopped,
             };
             if let Ended::Lost(reason) = ended {
-                eprintln!("kubesync: {reason}; stopping at once");
-                std::process::exit(1);
+                crate::fence::start_afresh(&reason);
             }
             let _ = left_tx.send(());
         })

@@ -13,6 +13,7 @@ use kube::core::ApiResource;
 use kube::{Client, Config};
 
 use crate::error::{Error, Result};
+use crate::fence::Fence;
 
 /// One Kubernetes cluster known to kubesync: a name (used in every [`ObjectKey`](crate::ObjectKey)
 /// and log line) and a client.
@@ -25,6 +26,8 @@ pub struct Cluster {
     lists: Arc<Lists>,
     /// The identity its requests act as (`None`: its own credentials').
     acting_as: Option<ActAs>,
+    /// What decides whether this process may still write to it (`None`: always).
+    fence: Option<Arc<dyn Fence>>,
 }
 
 /// An identity requests act as, by Kubernetes impersonation (`Impersonate-User`): the
@@ -146,6 +149,54 @@ impl Cluster {
             client,
             lists: Arc::default(),
             acting_as: None,
+            fence: None,
+        }
+    }
+
+    /// The same cluster whose writes `fence` gates (see [`crate::fence`]): every mutating
+    /// request its client sends asks [`Fence::live`] just before it leaves the process, and
+    /// fails with [`Fenced`](crate::fence::Fenced) when refused; the [`Writer`](crate::Writer) also asks
+    /// [`Fence::admits`] for the scope a write was decided within. Reads are never gated.
+    pub fn fenced(&self, fence: Arc<dyn Fence>) -> Self {
+        let base = self.client.clone();
+        let gate = fence.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let base = base.clone();
+            let refused = match crate::fence::mutates(request.method()) {
+                true => gate.live().err(),
+                false => None,
+            };
+            async move {
+                match refused {
+                    Some(fenced) => Err(kube::Error::Service(Box::new(fenced))),
+                    None => base.send(request).await,
+                }
+            }
+        });
+        Self {
+            client: Client::new(service, self.client.default_namespace().to_string()),
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// The fence that gates this cluster's writes, if any (see [`Cluster::fenced`]): a
+    /// cluster connected at run time for the same work is fenced with it too.
+    pub fn fence(&self) -> Option<&Arc<dyn Fence>> {
+        self.fence.as_ref()
+    }
+
+    /// Whether a write to this cluster may be sent now: its fence's verdict ([`Fence::live`],
+    /// and [`Fence::admits`] for the [scope](crate::fence::scope) the current task decides
+    /// within); always yes without a fence.
+    pub fn may_write(&self) -> Result<()> {
+        let Some(fence) = &self.fence else {
+            return Ok(());
+        };
+        fence.live()?;
+        match crate::fence::scope() {
+            Some(scope) => Ok(fence.admits(scope)?),
+            None => Ok(()),
         }
     }
 
@@ -187,10 +238,9 @@ impl Cluster {
             }
         });
         Self {
-            name: self.name.clone(),
             client: Client::new(service, self.client.default_namespace().to_string()),
-            lists: self.lists.clone(),
             acting_as: Some(who.clone()),
+            ..self.clone()
         }
     }
 
@@ -566,6 +616,71 @@ mod tests {
             }
         });
         (Cluster::new("c", Client::new(service, "default")), seen)
+    }
+
+    /// Refuses every write while `stale`, and any write decided for scope 7.
+    struct TestFence {
+        stale: bool,
+    }
+
+    impl Fence for TestFence {
+        fn live(&self) -> std::result::Result<(), crate::fence::Fenced> {
+            match self.stale {
+                true => Err(crate::fence::Fenced("stale".into())),
+                false => Ok(()),
+            }
+        }
+        fn admits(&self, scope: u64) -> std::result::Result<(), crate::fence::Fenced> {
+            match scope {
+                7 => Err(crate::fence::Fenced("not mine".into())),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fenced_cluster_sends_no_write_its_fence_refuses_and_every_read() {
+        use crate::fence::{is_fenced, within};
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let copy: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "copy", "namespace": "t1"}
+        }))
+        .expect("object");
+        let (cluster, seen) = recording();
+        let stale = cluster.fenced(Arc::new(TestFence { stale: true }));
+        let writer = crate::Writer::new();
+        // Through the writer: refused before anything is sent or counted.
+        let refused = writer.create(&stale, &ar, &copy, "fm").await;
+        assert!(matches!(refused, Err(Error::Fenced(_))), "{refused:?}");
+        assert_eq!(writer.writes(), 0);
+        // Past the writer, the client refuses it as it leaves: nothing reaches the server.
+        let configmaps = api(stale.client().clone(), Some("t1"), &ar);
+        let deleted = configmaps.delete("copy", &Default::default()).await;
+        assert!(deleted.as_ref().is_err_and(is_fenced), "{deleted:?}");
+        // So does a cluster acting as someone derived from it.
+        let who = ActAs::service_account("t1", "copier").expect("identity");
+        let acting = api(stale.acting_as(&who).client().clone(), Some("t1"), &ar);
+        let patched = acting
+            .patch(
+                "copy",
+                &Default::default(),
+                &kube::api::Patch::Merge(serde_json::json!({})),
+            )
+            .await;
+        assert!(patched.as_ref().is_err_and(is_fenced), "{patched:?}");
+        assert!(seen.lock().is_empty(), "a write was sent");
+        // Reads are never fenced.
+        let read = configmaps.get_opt("copy").await;
+        assert!(read.as_ref().is_err_and(|e| !is_fenced(e)), "{read:?}");
+        assert_eq!(seen.lock().len(), 1);
+        // A live fence lets writes through, except those decided for a scope it refuses.
+        let live = cluster.fenced(Arc::new(TestFence { stale: false }));
+        let mine = within(8, writer.create(&live, &ar, &copy, "fm")).await;
+        assert!(matches!(&mine, Err(Error::Kube(kube::Error::Api(s))) if s.code == 403));
+        let theirs = within(7, writer.create(&live, &ar, &copy, "fm")).await;
+        assert!(matches!(theirs, Err(Error::Fenced(_))), "{theirs:?}");
+        assert_eq!(seen.lock().len(), 2, "only the write of scope 8 was sent");
     }
 
     #[tokio::test]

@@ -49,6 +49,10 @@ pub enum Error {
     /// The controller's run loop has stopped, so it takes no new watches.
     #[error("the controller is not running")]
     NotRunning,
+    /// This process may no longer write (see [`crate::fence`]): the write was not sent, and
+    /// the work that decided it is dropped, not retried.
+    #[error(transparent)]
+    Fenced(#[from] crate::fence::Fenced),
 }
 
 impl From<serde_json::Error> for Error {
@@ -64,6 +68,7 @@ impl Error {
             Error::UnknownCluster(_) => "UnknownCluster",
             Error::Kubeconfig(_) => "Kubeconfig",
             Error::InCluster(_) => "InClusterConfig",
+            Error::Kube(e) if crate::fence::is_fenced(e) => "Fenced",
             Error::Kube(kube::Error::Api(s)) if s.is_forbidden() => "Forbidden",
             Error::Kube(kube::Error::Api(s)) if s.is_not_found() => "NotFound",
             Error::Kube(kube::Error::Api(s)) if s.is_conflict() => "Conflict",
@@ -75,6 +80,17 @@ impl Error {
             Error::ClusterUnreachable { .. } => "Unreachable",
             Error::NamespaceTerminating(_) => "NamespaceTerminating",
             Error::NotRunning => "NotRunning",
+            Error::Fenced(_) => "Fenced",
+        }
+    }
+
+    /// Whether the write was refused by this process's [fence](crate::fence) (by the
+    /// [`Writer`](crate::Writer) or as it left the client): work to drop, not to retry.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Error::Fenced(_) => true,
+            Error::Kube(e) => crate::fence::is_fenced(e),
+            _ => false,
         }
     }
 }
@@ -83,7 +99,7 @@ impl Error {
 /// `Error` (a plain message, see [`ErrorCategory`](crate::runtime::ErrorCategory)) and
 /// `Panic`. Exporters list each from the start (at zero), so that a rate over them exists
 /// before the first failure.
-pub const CATEGORIES: [&str; 15] = [
+pub const CATEGORIES: [&str; 16] = [
     "UnknownCluster",
     "Kubeconfig",
     "InClusterConfig",
@@ -97,6 +113,7 @@ pub const CATEGORIES: [&str; 15] = [
     "Serialization",
     "NamespaceTerminating",
     "NotRunning",
+    "Fenced",
     "Error",
     "Panic",
 ];
@@ -264,6 +281,10 @@ mod tests {
             },
             Error::NamespaceTerminating("n".into()),
             Error::NotRunning,
+            Error::Fenced(crate::fence::Fenced("stale".into())),
+            Error::Kube(kube::Error::Service(Box::new(crate::fence::Fenced(
+                "refused by the client".into(),
+            )))),
         ];
         // A new variant must be added above (the match makes the compiler say so).
         for e in &every {
@@ -277,7 +298,8 @@ mod tests {
                 | Error::Serialization(_)
                 | Error::ClusterUnreachable { .. }
                 | Error::NamespaceTerminating(_)
-                | Error::NotRunning => {}
+                | Error::NotRunning
+                | Error::Fenced(_) => {}
             }
         }
         let used: std::collections::BTreeSet<&str> = every.iter().map(Error::category).collect();

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod error;
+pub mod fence;
 pub mod key;
 pub mod object;
 pub mod runtime;

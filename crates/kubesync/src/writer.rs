@@ -315,6 +315,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
+        cluster.may_write()?;
         let _timer = self.count(cluster, ar);
         let namespace = obj.metadata.namespace.as_deref();
         let answer = api(cluster, ar, namespace)
@@ -338,6 +339,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
+        cluster.may_write()?;
         let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
         let namespace = obj.metadata.namespace.as_deref();
@@ -361,6 +363,7 @@ impl Writer {
         obj: &DynamicObject,
         field_manager: &str,
     ) -> Result<DynamicObject> {
+        cluster.may_write()?;
         let _timer = self.count(cluster, ar);
         let name = obj.metadata.name.clone().unwrap_or_default();
         let namespace = obj.metadata.namespace.as_deref();
@@ -447,6 +450,7 @@ impl Writer {
         (kind, field_manager): (&str, &str),
         status: bool,
     ) -> Result<DynamicObject> {
+        cluster.may_write()?;
         let _timer = self.count(cluster, ar);
         let pp = PatchParams {
             field_manager: Some(field_manager.into()),
@@ -510,6 +514,7 @@ impl Writer {
         propagation: Option<PropagationPolicy>,
         uid: Option<&str>,
     ) -> Result<Deleted> {
+        cluster.may_write()?;
         let _timer = self.count(cluster, ar);
         let dp = DeleteParams {
             propagation_policy: propagation,

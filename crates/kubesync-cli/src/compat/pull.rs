@@ -159,8 +159,10 @@ pub fn pulled_fields(resource: &ApiResource) -> &'static [&'static str] {
     }
 }
 
-/// What a pull applies to `target` (identified, with its uid as the precondition: an apply
-/// that carries a uid never creates): the source's pulled fields and the tool's bookkeeping;
+/// What a pull applies to `target` (identified, with its uid and resourceVersion as the
+/// preconditions: an apply that carries a uid never creates, and one decided on an older
+/// target than the apiserver's fails with 409): the source's pulled fields and the tool's
+/// bookkeeping;
 /// with no `source` (the pull ends), nothing — the apiserver then removes everything the pull
 /// brought.
 pub fn apply_body(
@@ -175,6 +177,7 @@ pub fn apply_body(
     );
     body.metadata.namespace = target.metadata.namespace.clone();
     body.metadata.uid = target.metadata.uid.clone();
+    body.metadata.resource_version = target.metadata.resource_version.clone();
     body.data = Value::Object(Map::new());
     let Some(source) = source else {
         // The maps stay in the applied configuration, empty: the apiserver removes the keys

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::Shards;
 use super::assign::{Tenure, View};
+use crate::fence::{Stamp, WritePermit};
 use crate::leader::Timing;
 
 /// The label naming the group a member Lease belongs to (its value: the group's name).
@@ -203,7 +204,7 @@ pub enum Ended {
 /// acknowledges, settles, and queues the units it starts working on.
 pub async fn serve<W: Work>(
     client: kube::Client,
-    membership: Membership,
+    (membership, permit): (Membership, Arc<WritePermit>),
     shards: Arc<Shards>,
     work: Arc<W>,
     stop: impl Future<Output = ()> + Send,
@@ -217,7 +218,7 @@ pub async fn serve<W: Work>(
     let renewer = tokio::spawn(renew(
         api.clone(),
         name.clone(),
-        membership.clone(),
+        (membership.clone(), permit.clone()),
         ack_rx,
         (written_tx, joined_tx),
         lost_tx,
@@ -241,12 +242,15 @@ pub async fn serve<W: Work>(
         () = follow => unreachable!("following never ends"),
         () = stop => None,
         lost = lost_rx.wait_for(|l| l.is_some()) => lost.ok().and_then(|l| l.clone()),
+        // A write found the permit gone (its deadline passed unnoticed, as after a freeze).
+        why = permit.until_lost() => Some(why),
     };
     renewer.abort();
     let _ = renewer.await;
     let before = shards.tenure();
     shards.change(Tenure::resign);
     if let Some(reason) = ended {
+        permit.lose(reason.clone());
         // No reconcile starts any more; the caller exits at once, before the Lease can
         // expire on another member's clock (no waiting for the ones in flight).
         tracing::error!(%reason, "lost the member Lease: stopped working");
@@ -269,7 +273,7 @@ pub async fn serve<W: Work>(
 async fn renew(
     api: Api<Lease>,
     name: String,
-    membership: Membership,
+    (membership, permit): (Membership, Arc<WritePermit>),
     mut ack: watch::Receiver<Option<String>>,
     (written, joined): (watch::Sender<Option<String>>, watch::Sender<bool>),
     lost: watch::Sender<Option<String>>,
@@ -282,6 +286,7 @@ async fn renew(
     loop {
         let digest = ack.borrow_and_update().clone();
         let fresh = !acquired;
+        let sent = Stamp::now();
         match write(
             &api,
             &name,
@@ -292,6 +297,12 @@ async fn renew(
         )
         .await
         {
+            // Accepted after the Lease could have expired on another's clock (a freeze, or
+            // requests that did not get through): it proves nothing, the permit is lost.
+            Ok(()) if !permit.renewed(sent) => {
+                let _ = lost.send(permit.lost());
+                return;
+            }
             Ok(()) => {
                 last = Instant::now();
                 acquired = true;

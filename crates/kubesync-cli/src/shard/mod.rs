@@ -210,7 +210,13 @@ impl Shards {
 
     /// Whether this replica works on `unit` now.
     pub fn runs(&self, unit: &Unit) -> bool {
-        self.state.lock().tenure.runs(unit.point())
+        self.runs_point(unit.point())
+    }
+
+    /// Whether this replica works now on the units of the bucket whose point is `point`
+    /// ([`Unit::point`]).
+    pub fn runs_point(&self, point: u64) -> bool {
+        self.state.lock().tenure.runs(point)
     }
 
     /// The shard labels of the buckets this member owns under the view it adopted last

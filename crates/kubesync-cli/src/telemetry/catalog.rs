@@ -93,6 +93,14 @@ pub const LEADER: Entry = Entry {
     help: "1 while this replica holds the leader Lease (only with --leader-elect)",
     more: "",
 };
+/// Fresh starts of this process (`--leader-elect`, `--sharded`).
+pub const FRESH_STARTS: Entry = Entry {
+    name: "kubesync_fresh_starts_total",
+    kind: Kind::Counter,
+    labels: &[],
+    help: "Times this replica started afresh in place after it lost its write permit (only with --leader-elect or --sharded)",
+    more: "A replica whose Lease renewal went past the renew deadline (a stall of the process or its node, an apiserver it could not reach) stops writing at once and executes itself again, same process id: no container restart. Its log says why. A rate above zero means stalls long enough to hand work over.",
+};
 /// Units this replica works on (`--sharded`).
 pub const SHARD_UNITS: Entry = Entry {
     name: "kubesync_shard_units",
@@ -318,6 +326,7 @@ pub const ALL: &[Entry] = &[
     IN_FLIGHT,
     KEYS_FAILING,
     LEADER,
+    FRESH_STARTS,
     SHARD_UNITS,
     SHARD_MEMBERS,
     SHARD_SETTLED,

@@ -138,6 +138,10 @@ async fn registry(operator: &Operator) -> Registry {
     if let Some(leading) = operator.leader() {
         add(&mut r, &catalog::LEADER, gauge(u8::from(leading)));
     }
+    if operator.leader().is_some() || operator.shards().is_some() {
+        let starts = counter(crate::fence::fresh_starts());
+        add(&mut r, &catalog::FRESH_STARTS, starts);
+    }
     if let (Some(shards), Some(owned)) = (operator.shards(), operator.units_owned()) {
         let units = Family::<KindLabels, Gauge>::default();
         for (kind, count) in owned {

@@ -346,6 +346,11 @@ fn spawn_reconcile<R: Reconciler>(
                         None => (Outcome::Done, None),
                     }
                 }
+                // Refused by the process's fence: dropped, not retried (see crate::fence).
+                Ok(Err(e)) if e.category() == "Fenced" => {
+                    tracing::info!(error = %e, "reconcile dropped: this process may no longer write");
+                    (Outcome::Done, None)
+                }
                 Ok(Err(e)) => {
                     let category = e.category();
                     tracing::warn!(error = %e, category, "reconcile failed");

@@ -285,6 +285,9 @@ impl FanOut {
                         Err(e) if is_uid_precondition_failure(e) => {
                             tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
                         }
+                        Err(e) if is_changed(e) => {
+                            tracing::debug!(destination = %at, "the copy changed after it was read; deciding again on it read live")
+                        }
                         Err(e) if !is_already_exists(e) => {
                             tracing::warn!(destination = %at, error = %e, "writing a copy failed")
                         }
@@ -297,6 +300,8 @@ impl FanOut {
                                 Failure::AlreadyExists
                             } else if is_uid_precondition_failure(&e) {
                                 Failure::UidPrecondition
+                            } else if is_changed(&e) {
+                                Failure::Changed
                             } else {
                                 Failure::Other
                             },
@@ -396,7 +401,11 @@ impl FanOut {
                 // copy's values.
                 let desired = &*rules::ignore::body(desired, existing, ignore);
                 let mut body = desired.clone();
+                // Conditioned on the object decided on: its uid (never takes over an object
+                // that replaced it) and its resourceVersion (never overwrites a newer value: a
+                // write decided on a stale store fails with 409, see `crate::fence`).
                 body.metadata.uid = rules::apply_precondition(Some(existing));
+                body.metadata.resource_version = existing.metadata.resource_version.clone();
                 // Decided on a store that does not show this writer's last apply yet, which
                 // sent the same: nothing to do.
                 if self.writer.already_written(
@@ -412,7 +421,8 @@ impl FanOut {
                 // apply cannot remove; hand them to the `Apply` entry first when this apply
                 // leaves something out.
                 if let Some(patch) = rules::ownership_upgrade(existing, desired, FIELD_MANAGER) {
-                    self.writer
+                    let upgraded = self
+                        .writer
                         .json_patch(
                             &cluster,
                             ar,
@@ -422,6 +432,8 @@ impl FanOut {
                             FIELD_MANAGER,
                         )
                         .await?;
+                    // The apply follows the patch it just made.
+                    body.metadata.resource_version = upgraded.metadata.resource_version;
                 }
                 self.writer
                     .apply(&cluster, ar, &body, FIELD_MANAGER)

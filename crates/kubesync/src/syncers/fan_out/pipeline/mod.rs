@@ -425,6 +425,12 @@ impl FanOut {
 }
 
 /// Whether a create failed because an object of that name exists.
+/// Whether a write was refused on its resourceVersion precondition (409 `Conflict`, not a uid
+/// mismatch): the object changed after it was read.
+fn is_changed(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if s.is_conflict() && !s.message.contains("uid mismatch"))
+}
+
 fn is_already_exists(e: &Error) -> bool {
     matches!(e, Error::Kube(kube::Error::Api(s)) if s.is_already_exists())
 }

@@ -82,6 +82,9 @@ pub enum Failure {
     AlreadyExists,
     /// An apply was refused on its uid precondition (the object was deleted or replaced).
     UidPrecondition,
+    /// An update or apply was refused on its resourceVersion precondition: the object changed
+    /// after the store the decision was made on was read.
+    Changed,
     /// Anything else.
     Other,
 }
@@ -93,6 +96,8 @@ enum Reading {
     Adoption,
     /// A create found the name taken.
     TakenName,
+    /// An update found the object changed since it was read.
+    Changed,
     /// The store the decision was made on may be behind (a copy this writer just created, a
     /// declaration just handed over by another replica): confirmed live before writing.
     Confirm,
@@ -189,6 +194,16 @@ impl Settling {
                 self.reading = Some(Reading::TakenName);
                 Step::LookAgain
             }
+            // Decided on an object older than the apiserver's: decided once more on the
+            // object read live, and written conditioned on that one.
+            WriteOutcome::Failed {
+                cause: Failure::Changed,
+                ..
+            } if !self.live => {
+                self.live = true;
+                self.reading = Some(Reading::Changed);
+                Step::LookAgain
+            }
             WriteOutcome::Failed {
                 cause: Failure::UidPrecondition,
                 ..
@@ -220,6 +235,29 @@ mod tests {
             Step::Done(s) => s,
             other => panic!("not done: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_write_refused_as_decided_on_an_older_object_is_decided_again_live_once() {
+        let changed = || failed(Failure::Changed, "the object has been modified (409)");
+        let mut s = Settling::new(Decision::Update, true, Strategy::Apply);
+        assert_eq!(s.start(), Step::Write);
+        assert_eq!(s.written(changed()), Step::LookAgain);
+        // Live, it asks for the write still: written once more, conditioned on what was read.
+        assert_eq!(s.found(true, Decision::Update), Step::Write);
+        // Refused again: an error, looked at again later (no third write now).
+        assert!(matches!(
+            s.written(changed()),
+            Step::Done(Settled {
+                state: DestinationState::Error,
+                ..
+            })
+        ));
+        // Live, it is in sync already: nothing is written.
+        let mut s = Settling::new(Decision::Update, true, Strategy::Replace);
+        assert_eq!(s.start(), Step::Write);
+        assert_eq!(s.written(changed()), Step::LookAgain);
+        assert_eq!(s.found(true, Decision::InSync), Settled::synced(false));
     }
 
     #[test]
