@@ -566,6 +566,7 @@ async fn run(
     if let Some(permit) = permit.clone() {
         // A lost permit (a missed deadline, a late renewal, a write refused after a freeze):
         // this replica starts afresh at once, whatever else it was doing.
+        tokio::spawn(permit.clone().watch_deadline());
         tokio::spawn(async move {
             let reason = permit.until_lost().await;
             crate::fence::start_afresh(&reason);

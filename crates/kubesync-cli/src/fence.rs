@@ -174,6 +174,31 @@ impl WritePermit {
         self.state.lock().lost.clone()
     }
 
+    /// Ends the permit the moment its deadline passes without a renewal, whether or not
+    /// anything tries to write then (a renewal stuck in flight decides nothing). Runs until
+    /// the permit is lost.
+    pub async fn watch_deadline(self: Arc<Self>) {
+        loop {
+            let wait = {
+                let state = self.state.lock();
+                if state.lost.is_some() {
+                    return;
+                }
+                match state.last {
+                    Some(last) => self
+                        .timing
+                        .renew_deadline
+                        .saturating_sub(Stamp::now().since(last)),
+                    None => self.timing.retry_period,
+                }
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+            if self.state.lock().last.is_some() {
+                let _ = self.live();
+            }
+        }
+    }
+
     /// Resolves, with the reason, once the permit is lost.
     pub async fn until_lost(&self) -> String {
         let mut rx = self.lost.subscribe();

@@ -234,7 +234,15 @@ impl Elector {
         let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(self.timing.retry_period).await;
-            match self.renew_once().await {
+            // An attempt that hangs (an apiserver cut off) ends at the deadline.
+            let left = self
+                .timing
+                .renew_deadline
+                .saturating_sub(last_renewal.elapsed());
+            let attempt = tokio::time::timeout(left, self.renew_once())
+                .await
+                .unwrap_or_else(|_| Ok(Ok(false)));
+            match attempt {
                 Ok(Ok(true)) => last_renewal = Instant::now(),
                 // Renewed after the Lease could have expired on another's clock.
                 Ok(Err(why)) => return why,

@@ -287,16 +287,20 @@ async fn renew(
         let digest = ack.borrow_and_update().clone();
         let fresh = !acquired;
         let sent = Stamp::now();
-        match write(
+        // A write that hangs (an apiserver cut off) ends at the deadline.
+        let left = timing.renew_deadline.saturating_sub(last.elapsed());
+        let attempt = write(
             &api,
             &name,
             &membership,
             digest.as_deref(),
             fresh,
             &mut held,
-        )
-        .await
-        {
+        );
+        let outcome = tokio::time::timeout(left.max(Duration::from_millis(1)), attempt)
+            .await
+            .unwrap_or_else(|_| Err(kube::Error::Service("no answer by the deadline".into())));
+        match outcome {
             // Accepted after the Lease could have expired on another's clock (a freeze, or
             // requests that did not get through): it proves nothing, the permit is lost.
             Ok(()) if !permit.renewed(sent) => {

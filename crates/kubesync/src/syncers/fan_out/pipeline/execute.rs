@@ -285,6 +285,8 @@ impl FanOut {
                         Err(e) if is_uid_precondition_failure(e) => {
                             tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
                         }
+                        // Said once, by whoever owns the fence; not once per copy.
+                        Err(e) if e.is_fenced() => {}
                         Err(e) if is_changed(e) => {
                             tracing::debug!(destination = %at, "the copy changed after it was read; deciding again on it read live")
                         }
