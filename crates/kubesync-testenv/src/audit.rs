@@ -46,12 +46,19 @@ pub struct AuditEvent {
     /// The answer's status (its `code`: 200, 201, 404, 409, 429, …).
     #[serde(default)]
     pub response_status: Option<AuditStatus>,
+    /// The object the request carried (writes only).
+    #[serde(default)]
+    pub request_object: Option<serde_json::Value>,
     /// The object the apiserver returned (writes only).
     #[serde(default)]
     pub response_object: Option<serde_json::Value>,
     /// When the answer was complete (RFC 3339, microseconds).
     #[serde(default)]
     pub stage_timestamp: String,
+    /// When the apiserver received the request (RFC 3339, microseconds): a request sent
+    /// before a client froze may be answered, and logged, after it woke.
+    #[serde(default)]
+    pub request_received_timestamp: String,
 }
 
 /// The authenticated user of an [`AuditEvent`].
@@ -133,14 +140,18 @@ impl AuditEvent {
             .map_or("", |o| o.namespace.as_str())
     }
 
-    /// The name of the object addressed: the reference's, else the returned object's.
+    /// The name of the object addressed: the reference's, else the returned object's, else
+    /// the sent one's (a create the apiserver refused returns a Status, not the object).
     pub fn name(&self) -> &str {
+        fn named(o: &Option<serde_json::Value>) -> Option<&str> {
+            o.as_ref()
+                .and_then(|o| o["metadata"]["name"].as_str())
+                .filter(|n| !n.is_empty())
+        }
         match self.object_ref.as_ref().map(|o| o.name.as_str()) {
             Some(name) if !name.is_empty() => name,
-            _ => self
-                .response_object
-                .as_ref()
-                .and_then(|o| o["metadata"]["name"].as_str())
+            _ => named(&self.response_object)
+                .or_else(|| named(&self.request_object))
                 .unwrap_or_default(),
         }
     }

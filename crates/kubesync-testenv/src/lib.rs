@@ -40,7 +40,8 @@
 //! - Objects: [`TestEnv::create_namespace`], [`TestEnv::apply_yaml`], [`TestEnv::install_crds`].
 //! - Faults and evidence: [`TestEnvBuilder::apiserver_arg`] (e.g. tiny in-flight limits),
 //!   [`TestEnv::compact_etcd`], [`TestEnv::delete_from_etcd`], and the audit log of every
-//!   write ([`TestEnvBuilder::audit`], [`TestEnv::audit`]).
+//!   write ([`TestEnvBuilder::audit`], [`TestEnv::audit`]); a [`Proxy`] a test blocks and
+//!   unblocks between a client and an apiserver (a partition).
 //! - Waiting in tests: [`eventually`].
 #![deny(unsafe_code)]
 
@@ -56,6 +57,7 @@ mod helm;
 mod kubeconfig;
 mod launch;
 mod process;
+mod proxy;
 mod users;
 mod wait;
 
@@ -68,4 +70,5 @@ pub use env::TestEnv;
 pub use error::Error;
 pub use helm::helm;
 pub use kubeconfig::{KubeconfigEntry, kubeconfig_yaml, merged_kubeconfig};
+pub use proxy::Proxy;
 pub use wait::{POLL_INTERVAL, eventually};
