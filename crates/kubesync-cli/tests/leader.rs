@@ -198,43 +198,41 @@ async fn one_replica_leads_a_stopped_leader_hands_over_and_a_killed_one_expires(
 }
 
 /// A leader that cannot renew its Lease (the apiserver is gone) steps down: after the renew
-/// deadline (10 s) the process says so and exits non-zero, so that its Pod restarts and no two
-/// replicas ever work at once.
+/// deadline (10 s) it may no longer write, and it starts afresh in place — the same process,
+/// its queue and stores discarded — as a standby, so that no two replicas ever work at once.
 #[tokio::test]
 async fn a_leader_that_cannot_renew_steps_down() {
     let mut env = operator_cluster("leader-renew", false, &["apps"]).await;
     let port = free_port();
-    let child = replica_command(&env, port)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubesync");
+    let child = replica_command(&env, port).spawn().expect("run kubesync");
     let mut replica = RunningBinary(child);
     wait_leading(port, true).await;
+    let before = sample_of(port, "kubesync_fresh_starts_total").await;
+    assert_eq!(before, Some(0.0), "a new process");
     env.stop_apiserver();
-    let stderr = replica.0.stderr.take().expect("stderr");
-    let (replica, status, said) = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let deadline = Instant::now() + Duration::from_secs(40);
-        let status = loop {
-            if let Some(status) = replica.0.try_wait().expect("wait") {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let mut said = String::new();
-        if status.is_some() {
-            let _ = std::io::BufReader::new(stderr).read_to_string(&mut said);
-        }
-        (replica, status, said)
-    })
-    .await
-    .expect("join");
-    let status = status.expect("the replica stepped down within 40 s");
-    assert!(!status.success(), "a lost leadership exits non-zero");
-    assert!(said.contains("lost the leadership"), "{said}");
-    assert!(said.contains("not renewed"), "{said}");
-    drop(replica);
+    let stopped = Instant::now();
+    eventually(
+        "the leader started afresh",
+        Duration::from_secs(40),
+        || async { (sample_of(port, "kubesync_fresh_starts_total").await? == 1.0).then_some(()) },
+    )
+    .await;
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(8),
+        "gave up after {:?}, before the renew deadline",
+        stopped.elapsed()
+    );
+    assert_eq!(leading(port).await, Some(false), "it stands by");
+    assert!(
+        replica.0.try_wait().expect("wait").is_none(),
+        "the same process goes on"
+    );
+    // Once the apiserver is back, it leads again (nobody else took the Lease).
+    env.restart_apiserver().await.expect("restart");
+    wait_leading(port, true).await;
+}
+
+async fn sample_of(port: u16, series: &str) -> Option<f64> {
+    let (_, metrics) = request(port, "GET", "/metrics").await?;
+    sample(&metrics, series)
 }

@@ -122,6 +122,14 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// The `kubesync` binary the tests run: this build's, or the one `$KUBESYNC_TEST_BINARY`
+/// names (to run a test against another build, e.g. the one before a fix, and see it fail).
+pub fn binary() -> std::path::PathBuf {
+    std::env::var_os("KUBESYNC_TEST_BINARY")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kubesync").into())
+}
+
 /// `kubesync run` on `kubeconfig`, its probes and `/metrics` (plain HTTP) on `port`, with `args`
 /// more (logs at `warn`, to the test's output).
 pub fn operator_command(
@@ -129,7 +137,7 @@ pub fn operator_command(
     port: u16,
     args: &[&str],
 ) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"));
+    let mut command = std::process::Command::new(binary());
     command
         .arg("run")
         .arg("--kubeconfig")
@@ -298,6 +306,96 @@ pub async fn service_account_kubeconfig(
     let path = env.dir().join(file);
     std::fs::write(&path, yaml).expect("write kubeconfig");
     path
+}
+
+/// A kubeconfig file (`file` in `env`'s directory) authenticating as the ServiceAccount
+/// `kubesync-system/<account>` (a token from the TokenRequest API), for the apiserver at
+/// `server` (`None`: `env`'s own; a [`kubesync_testenv::Proxy`]'s URL to go through it).
+#[allow(dead_code)]
+pub async fn kubeconfig_of_account(
+    env: &kubesync_testenv::TestEnv,
+    account: &str,
+    server: Option<&str>,
+    file: &str,
+) -> std::path::PathBuf {
+    let token = service_account_token(env, "kubesync-system", account).await;
+    let user = format!("system:serviceaccount:kubesync-system:{account}");
+    let yaml = kubesync_testenv::kubeconfig_yaml(&[kubesync_testenv::KubeconfigEntry {
+        context: env.name(),
+        server: server.unwrap_or(env.server()),
+        ca_pem: env.ca_pem(),
+        user: &user,
+        token: &token,
+    }]);
+    let path = env.dir().join(file);
+    std::fs::write(&path, yaml).expect("write kubeconfig");
+    path
+}
+
+/// Installs `config/<overlay>` as a user would (`kubectl apply --server-side -k`), waits for
+/// its CRDs, and binds every role it binds to its ServiceAccount `kubesync-system/kubesync`
+/// to the ServiceAccounts `accounts` (made here) as well, exactly so: each replica of a test
+/// runs with the install's own RBAC, under a name of its own in the audit log.
+#[allow(dead_code)]
+pub async fn install_for_accounts(
+    env: &kubesync_testenv::TestEnv,
+    overlay: &str,
+    accounts: &[&str],
+) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config")
+        .join(overlay);
+    kubectl(
+        env,
+        &[
+            "apply",
+            "--server-side",
+            "-k",
+            dir.to_str().expect("utf-8 path"),
+        ],
+    );
+    kubectl(
+        env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
+    );
+    for account in accounts {
+        env.apply_yaml(&format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {account}, namespace: kubesync-system}}\n"
+        ))
+        .await
+        .expect("service account");
+    }
+    let installed = serde_json::json!({"kind": "ServiceAccount", "name": "kubesync", "namespace": "kubesync-system"});
+    let mut bound = 0;
+    for mut object in kustomize(overlay) {
+        if !matches!(
+            object["kind"].as_str(),
+            Some("ClusterRoleBinding" | "RoleBinding")
+        ) {
+            continue;
+        }
+        let Some(subjects) = object["subjects"].as_array_mut() else {
+            continue;
+        };
+        if !subjects.contains(&installed) {
+            continue;
+        }
+        for account in accounts {
+            subjects.push(serde_json::json!({"kind": "ServiceAccount", "name": account, "namespace": "kubesync-system"}));
+        }
+        env.apply_yaml(&object.to_string()).await.expect("binding");
+        bound += 1;
+    }
+    assert!(
+        bound > 0,
+        "config/{overlay} binds nothing to its ServiceAccount"
+    );
 }
 
 /// A token of the ServiceAccount `namespace/name` from the TokenRequest API (valid one hour).
