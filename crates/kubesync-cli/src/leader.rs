@@ -5,8 +5,10 @@
 //! take it over when it has not changed for the lease duration, measured on their own clock
 //! from when they last saw it change (so clocks of different machines need not agree). Every
 //! write carries the Lease's resourceVersion: of two replicas racing for it, one wins. A
-//! leader that cannot renew within the renew deadline stops working (the process exits and is
-//! restarted); one that stops normally releases the Lease, so a standby takes over at once.
+//! leader that cannot renew within the renew deadline may no longer write: its renewals feed
+//! the write permit every write asks ([`crate::fence`]), and once the permit is lost the
+//! process starts afresh as a standby. One that stops normally releases the Lease, so a
+//! standby takes over at once.
 //!
 //! Why not the `kube-lease-manager` crate (0.13.1, which supports kube 5): it decides that a
 //! Lease expired from the Lease's own `renewTime` plus `leaseDurationSeconds` compared with

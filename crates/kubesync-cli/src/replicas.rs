@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// `kubesync run --sharded`: the operator runs while this replica is a member; once its
 /// stores have listed it joins, and on a stop it drains its share and leaves before the
-/// operator stops. A replica that loses its member Lease exits at once.
+/// operator stops. A replica that loses its member Lease starts afresh at once ([`crate::fence`]).
 pub async fn run_sharded(
     operator: Arc<crate::operator::Operator>,
     (client, membership, permit): (

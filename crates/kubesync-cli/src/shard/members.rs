@@ -6,9 +6,11 @@
 //! As for the leader Lease ([`crate::leader`]), expiry is measured on the reader's own clock:
 //! another member's Lease is expired when its resourceVersion has not changed for its
 //! duration since this replica first read it so — from reads of the apiserver (lists, never a
-//! cache), so a slow watch cannot make a live member look dead. A member that cannot renew
-//! within the renew deadline (shorter than the duration) stops working at once and exits, so
-//! it has stopped before anyone can see its Lease expire. A member that stops normally drains
+//! cache), so a slow watch cannot make a live member look dead. A member writes only
+//! while its permit holds ([`crate::fence`], fed by its renewals here): every write asks, so a
+//! member that cannot renew within the renew deadline (shorter than the duration), or wakes
+//! from a freeze, has stopped writing before anyone can see its Lease expire, and starts
+//! afresh. A member that stops normally drains
 //! its work and deletes its Lease: its units move at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -195,7 +197,8 @@ pub fn view_of(me: &str, others: &[Observed]) -> View {
 pub enum Ended {
     /// Stopped normally: the work was drained and the Lease deleted.
     Stopped,
-    /// The Lease could not be renewed in time: the work was dropped; the process must exit.
+    /// The Lease could not be renewed in time: the work was dropped; the process must start
+    /// afresh.
     Lost(String),
 }
 
@@ -251,7 +254,7 @@ pub async fn serve<W: Work>(
     shards.change(Tenure::resign);
     if let Some(reason) = ended {
         permit.lose(reason.clone());
-        // No reconcile starts any more; the caller exits at once, before the Lease can
+        // No reconcile starts any more; the caller starts afresh at once, before the Lease can
         // expire on another member's clock (no waiting for the ones in flight).
         tracing::error!(%reason, "lost the member Lease: stopped working");
         return Ended::Lost(reason);
