@@ -221,13 +221,13 @@ impl Fence for WritePermit {
             return Err(Fenced(why.clone()));
         }
         let verdict = may_write(state.last, Stamp::now(), &self.timing);
-        let first_write = state.last.is_some();
+        let held = state.last.is_some();
         drop(state);
         match verdict {
             Ok(()) => Ok(()),
             Err(why) => {
                 // Holding nothing yet is not losing anything; a missed deadline is.
-                if first_write {
+                if held {
                     self.lose(why.clone());
                 }
                 Err(Fenced(why))
