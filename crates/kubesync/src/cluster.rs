@@ -162,7 +162,7 @@ impl Cluster {
         let gate = fence.clone();
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
             let base = base.clone();
-            let refused = match crate::fence::mutates(request.method()) {
+            let refused = match crate::fence::mutates(request.method(), request.uri().path()) {
                 true => gate.live().err(),
                 false => None,
             };

@@ -9,9 +9,9 @@
 //! process checks nothing, and when it wakes its workers may run before the loop. So the
 //! question is asked at the moment of writing, by every write:
 //!
-//! - [`Fence::live`] by every mutating request (`POST`, `PUT`, `PATCH`, `DELETE`) a
-//!   [fenced](crate::Cluster::fenced) cluster's client sends, just before it leaves the
-//!   process: whether this process may write at all now;
+//! - [`Fence::live`] by every mutating request (`POST`, `PUT`, `PATCH`, `DELETE`; not the
+//!   reviews, which are never stored) a [fenced](crate::Cluster::fenced) cluster's client
+//!   sends, just before it leaves the process: whether this process may write at all now;
 //! - [`Fence::admits`] by the [`Writer`](crate::Writer), for a write decided [`within`] a
 //!   scope (a unit of work: an ObjectSync, a RemoteCluster): whether this process still works
 //!   on that scope.
@@ -69,12 +69,22 @@ pub fn is_fenced(e: &kube::Error) -> bool {
     }
 }
 
-/// Whether an HTTP method changes what the apiserver stores (so the fence is asked).
-pub(crate) fn mutates(method: &http::Method) -> bool {
-    !matches!(
+/// Whether a request changes what the apiserver stores (so the fence is asked): any method but
+/// a read's, except the reviews (`TokenReview`, `SubjectAccessReview`, …), which are created
+/// to be answered and never stored — a standby still answers who may read its `/metrics`.
+pub(crate) fn mutates(method: &http::Method, path: &str) -> bool {
+    let read = matches!(
         *method,
         http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
-    )
+    );
+    let review = *method == http::Method::POST
+        && [
+            "/apis/authentication.k8s.io/",
+            "/apis/authorization.k8s.io/",
+        ]
+        .iter()
+        .any(|group| path.starts_with(group));
+    !read && !review
 }
 
 #[cfg(test)]
@@ -96,7 +106,25 @@ mod tests {
         let refused = kube::Error::Service(Box::new(Fenced("stale".into())));
         assert!(is_fenced(&refused));
         assert!(!is_fenced(&kube::Error::Service("other".into())));
-        assert!(mutates(&http::Method::PATCH) && mutates(&http::Method::DELETE));
-        assert!(!mutates(&http::Method::GET));
+        let configmaps = "/api/v1/namespaces/a/configmaps/b";
+        assert!(mutates(&http::Method::PATCH, configmaps));
+        assert!(mutates(&http::Method::DELETE, configmaps));
+        assert!(mutates(
+            &http::Method::POST,
+            "/api/v1/namespaces/a/configmaps"
+        ));
+        assert!(!mutates(&http::Method::GET, configmaps));
+        // Reviews are answered, never stored.
+        let review = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+        assert!(!mutates(&http::Method::POST, review));
+        assert!(!mutates(
+            &http::Method::POST,
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+        ));
+        // Not a prefix of another group's path.
+        assert!(mutates(
+            &http::Method::POST,
+            "/apis/authorization.k8s.io.example/v1/x"
+        ));
     }
 }
