@@ -554,24 +554,9 @@ async fn run(
     let shards = membership
         .as_ref()
         .map(|m| crate::shard::Shards::new(&m.identity));
-    // With a Lease to hold, every write of the operator asks the permit its renewals feed;
-    // the Lease itself is written with the unfenced client.
     let base = local.client().clone();
-    let permit = (election.is_some() || membership.is_some())
-        .then(|| crate::fence::WritePermit::new(crate::leader::Timing::default(), shards.clone()));
-    let local = match &permit {
-        Some(permit) => local.fenced(permit.clone()),
-        None => local,
-    };
-    if let Some(permit) = permit.clone() {
-        // A lost permit (a missed deadline, a late renewal, a write refused after a freeze):
-        // this replica starts afresh at once, whatever else it was doing.
-        tokio::spawn(permit.clone().watch_deadline());
-        tokio::spawn(async move {
-            let reason = permit.until_lost().await;
-            crate::fence::start_afresh(&reason);
-        });
-    }
+    let leased = election.is_some() || membership.is_some();
+    let (local, permit) = crate::replicas::fence(local, leased, shards.clone());
     let options = crate::operator::OperatorOptions {
         policy,
         compat,

@@ -32,8 +32,28 @@ use std::time::Duration;
 
 use kubesync::fence::{Fence, Fenced};
 
-use crate::leader::Timing;
 use crate::shard::Shards;
+
+/// Timing of a Lease: the leader election's and the member Leases' (client-go's defaults).
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// A Lease unchanged for this long may be taken over.
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops.
+    pub renew_deadline: Duration,
+    /// How often the Lease is renewed or tried.
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
 
 /// A reading of the boot clock (`CLOCK_BOOTTIME`): time since boot, suspends included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -27,26 +27,7 @@ use kube::api::{Api, PostParams};
 
 use crate::fence::{Stamp, WritePermit};
 
-/// Timing of the election (client-go's defaults).
-#[derive(Clone, Debug)]
-pub struct Timing {
-    /// A Lease unchanged for this long may be taken over.
-    pub lease_duration: Duration,
-    /// A leader that could not renew for this long stops.
-    pub renew_deadline: Duration,
-    /// How often the Lease is renewed or tried.
-    pub retry_period: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Self {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
+pub use crate::fence::Timing;
 
 /// What to do with the Lease as observed (pure).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

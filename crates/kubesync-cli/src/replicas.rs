@@ -5,6 +5,31 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// With a Lease to hold (`leased`: `--leader-elect`, `--sharded`): the write permit its
+/// renewals will feed, `local` fenced with it (every write of the operator asks it; the Lease
+/// itself is written with the unfenced client), its deadline watchdog, and the task that starts
+/// this replica afresh the moment the permit is lost (a missed deadline, a late renewal, a
+/// write refused after a freeze), whatever else it was doing. Alone: `local` as it is.
+pub fn fence(
+    local: kubesync::Cluster,
+    leased: bool,
+    shards: Option<Arc<crate::shard::Shards>>,
+) -> (kubesync::Cluster, Option<Arc<crate::fence::WritePermit>>) {
+    if !leased {
+        return (local, None);
+    }
+    let permit = crate::fence::WritePermit::new(crate::fence::Timing::default(), shards);
+    tokio::spawn(permit.clone().watch_deadline());
+    tokio::spawn({
+        let permit = permit.clone();
+        async move {
+            let reason = permit.until_lost().await;
+            crate::fence::start_afresh(&reason);
+        }
+    });
+    (local.fenced(permit.clone()), Some(permit))
+}
+
 /// `kubesync run --sharded`: the operator runs while this replica is a member; once its
 /// stores have listed it joins, and on a stop it drains its share and leaves before the
 /// operator stops. A replica that loses its member Lease starts afresh at once ([`crate::fence`]).

@@ -209,8 +209,9 @@ async fn a_leader_that_cannot_renew_steps_down() {
     wait_leading(port, true).await;
     let before = sample_of(port, "kubesync_fresh_starts_total").await;
     assert_eq!(before, Some(0.0), "a new process");
-    env.stop_apiserver();
+    // Stopping takes a few seconds (SIGTERM, then SIGKILL after 5 s): counted from its start.
     let stopped = Instant::now();
+    env.stop_apiserver();
     eventually(
         "the leader started afresh",
         Duration::from_secs(40),
