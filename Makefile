@@ -40,7 +40,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -73,6 +73,19 @@ test-k8s: control-plane
 # minutes. The fault suite's failover (leader election under faults) runs on both, and so does
 # the cut-off leader of tests/fencing.rs (the apiserver refusing late, stale applies with 409).
 NEWEST_ONLY := --skip one_replica_leads_a_stopped_leader --skip a_leader_that_cannot_renew_steps_down --skip replicas_share_the_units_and_hand_them_over --skip a_frozen_member_writes_nothing_when_it_wakes --skip a_frozen_leader_writes_nothing_when_it_wakes
+
+# An upgrade from the previous release (releases/previous) to this tree on a real control plane:
+# builds that release's binary from this repository's history (cached under
+# ~/.cache/kubesync/releases), then runs tests/upgrade.rs with it. Run before each release.
+upgrade-test: control-plane
+	KUBESYNC_PREVIOUS_BINARY="$$(scripts/previous-release.sh)" $(CARGO) test -p kubesync-cli --test upgrade -- --ignored
+
+# The library crates as crates.io would take them: packaged and built from the package alone
+# (`cargo publish --dry-run`; they enable no k8s-openapi version feature, so the check picks one,
+# as docs.rs does).
+publish-check:
+	$(CARGO) publish --dry-run --locked -p kubesync --features k8s-openapi/latest
+	$(CARGO) publish --dry-run --locked -p kubesync-testenv --features k8s-openapi/latest
 
 test-oldest:
 	$(MAKE) test-k8s K8S_VERSION=$(OLDEST_K8S) TEST_ARGS="$(NEWEST_ONLY)"

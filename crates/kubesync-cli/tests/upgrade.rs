@@ -1,0 +1,361 @@
+//! An upgrade from the previous release (`releases/previous`, built from this repository's
+//! history by `scripts/previous-release.sh`; `make upgrade-test`) on a real control plane: the
+//! old binary makes an estate of copies — ObjectSyncs with one source and with many, patches,
+//! Report mode, `deletionPolicy: Orphan`, a tenant's ObjectSync, a ClusterObjectSync, a
+//! RemoteCluster with a ResourceSync, reflector annotations — and stops; the new CRDs are
+//! applied the documented way; the new binary takes over. From the apiserver's audit log: no
+//! copy is deleted or recreated (every uid is the same), no copy in sync is written, nothing
+//! new appears; every declaration is Ready again, except the tenant's, which the new release
+//! refuses until it names a ServiceAccount (`ServiceAccountRequired`) — its copy stays.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{RunningBinary, T, add_remote_cluster, free_port, kubectl, request, sample};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kubesync_testenv::{TestEnv, eventually};
+
+/// The previous release's binary (`make upgrade-test` sets it).
+fn previous() -> PathBuf {
+    std::env::var_os("KUBESYNC_PREVIOUS_BINARY")
+        .map(PathBuf::from)
+        .expect(
+            "KUBESYNC_PREVIOUS_BINARY: the previous release's binary (make upgrade-test builds it)",
+        )
+}
+
+/// `binary run` on `env` as its admin, the ObjectSyncs of `apps` trusted, with reflector's
+/// annotations honoured; its `/metrics` on the returned port.
+fn run(binary: &std::path::Path, env: &TestEnv) -> (RunningBinary, u16) {
+    let port = free_port();
+    let child = std::process::Command::new(binary)
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path().expect("kubeconfig"))
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .arg("--metrics-insecure")
+        .args(["--trusted-namespace", "apps", "--compat", "reflector"])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("run kubesync");
+    (RunningBinary(child), port)
+}
+
+/// Stops a replica with SIGTERM and waits for it to exit.
+async fn stop(mut replica: RunningBinary) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &replica.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exited = tokio::task::spawn_blocking(move || replica.0.wait().expect("wait"))
+        .await
+        .expect("join");
+    assert!(exited.success(), "a normal stop exits 0: {exited:?}");
+}
+
+/// The estate's declarations: (resource, namespace, name).
+const DECLARATIONS: [(&str, &str, &str); 6] = [
+    ("objectsyncs", "apps", "registry"),
+    ("objectsyncs", "apps", "tls"),
+    ("objectsyncs", "apps", "settings"),
+    ("objectsyncs", "apps", "kept"),
+    ("clusterobjectsyncs", "", "ca"),
+    ("resourcesyncs", "", "widgets"),
+];
+
+fn resource(plural: &str) -> ApiResource {
+    let kind = match plural {
+        "objectsyncs" => "ObjectSync",
+        "clusterobjectsyncs" => "ClusterObjectSync",
+        "resourcesyncs" => "ResourceSync",
+        _ => "RemoteCluster",
+    };
+    ApiResource::from_gvk(&GroupVersionKind::gvk("kubesync.io", "v1alpha1", kind))
+}
+
+/// A declaration's Ready condition: (status, reason), once it has one.
+async fn ready(
+    env: &TestEnv,
+    plural: &str,
+    namespace: &str,
+    name: &str,
+) -> Option<(String, String)> {
+    let ar = resource(plural);
+    let client = env.client().expect("client");
+    let api: Api<DynamicObject> = match namespace {
+        "" => Api::all_with(client, &ar),
+        ns => Api::namespaced_with(client, ns, &ar),
+    };
+    let obj = api.get_opt(name).await.ok()??;
+    let conditions = obj.data["status"]["conditions"].as_array()?.clone();
+    conditions.iter().find(|c| c["type"] == "Ready").map(|c| {
+        (
+            c["status"].as_str().unwrap_or_default().to_string(),
+            c["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    })
+}
+
+/// Every copy in the destination namespaces (ConfigMaps and Secrets), by (kind, namespace,
+/// name) → uid.
+async fn copies(env: &TestEnv) -> BTreeMap<(String, String, String), String> {
+    let client = env.client().expect("client");
+    let mut all = BTreeMap::new();
+    for ns in ["team-a", "team-b", "team-c"] {
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for c in configmaps
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+        {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            if name != "kube-root-ca.crt" {
+                all.insert(
+                    ("ConfigMap".into(), ns.into(), name),
+                    c.metadata.uid.unwrap_or_default(),
+                );
+            }
+        }
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        for s in secrets
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+        {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            all.insert(
+                ("Secret".into(), ns.into(), name),
+                s.metadata.uid.unwrap_or_default(),
+            );
+        }
+    }
+    all
+}
+
+/// Waits until the replica on `port` has reconciled every declaration of the estate once (its
+/// gauges of each are served only then: its decisions on every copy are made, and sent), the
+/// ResourceSync's sync counts its Widget, and reflector's copy is seen.
+async fn reconciled_all(port: u16) {
+    let series = [
+        "kubesync_objectsync_ready{namespace=\"apps\",objectsync=\"registry\"}",
+        "kubesync_objectsync_ready{namespace=\"apps\",objectsync=\"tls\"}",
+        "kubesync_objectsync_ready{namespace=\"apps\",objectsync=\"settings\"}",
+        "kubesync_objectsync_ready{namespace=\"apps\",objectsync=\"kept\"}",
+        "kubesync_objectsync_ready{namespace=\"tenant\",objectsync=\"mine\"}",
+        "kubesync_objectsync_ready{namespace=\"\",objectsync=\"ca\"}",
+        "kubesync_resourcesync_objects{resourcesync=\"widgets\"}",
+        "kubesync_compat_destinations{state=\"Synced\"}",
+    ];
+    eventually(
+        "every declaration reconciled by the new release",
+        T,
+        || async {
+            let (_, m) = request(port, "GET", "/metrics").await?;
+            let missing: Vec<&str> = series
+                .iter()
+                .copied()
+                .filter(|s| sample(&m, s).is_none_or(|v| v == 0.0 && !s.contains("tenant")))
+                .collect();
+            missing.is_empty().then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-test"]
+async fn an_upgrade_from_the_previous_release_keeps_every_copy_and_writes_none_in_sync() {
+    let previous = previous();
+    let (env, remote) = tokio::join!(
+        TestEnv::builder().name("upgrade").audit(true).start(),
+        TestEnv::builder().name("upgrade-edge").start()
+    );
+    let (env, remote) = (env.expect("local"), remote.expect("remote"));
+    // The previous release's CRDs, as it printed them, applied as an admin would.
+    let old_crds = std::process::Command::new(&previous)
+        .arg("crds")
+        .output()
+        .expect("previous crds");
+    assert!(old_crds.status.success());
+    let file = env.dir().join("previous-crds.yaml");
+    std::fs::write(&file, &old_crds.stdout).expect("write");
+    kubectl(
+        &env,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    kubectl(
+        &env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
+    );
+    env.install_crds(kubesync_testenv::fixtures::WIDGET_CRD)
+        .await
+        .expect("widget crd");
+    remote
+        .install_crds(kubesync_testenv::fixtures::WIDGET_CRD)
+        .await
+        .expect("widget crd");
+    for ns in [
+        "apps",
+        "team-a",
+        "team-b",
+        "team-c",
+        "tenant",
+        "kubesync-system",
+    ] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    let namespaces: Api<Namespace> = Api::all(env.client().expect("client"));
+    for ns in ["team-a", "team-b", "team-c"] {
+        namespaces
+            .patch(
+                ns,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"team": "true"}}})),
+            )
+            .await
+            .expect("label");
+    }
+    remote.create_namespace("ops-a").await.expect("ns");
+    remote.apply_yaml("apiVersion: demo.kubesync.io/v1\nkind: Widget\nmetadata: {name: w, namespace: ops-a}\nspec: {size: 3}\n").await.expect("widget");
+    add_remote_cluster(&env, &remote, "edge", "kubesync-system").await;
+    let estate = [
+        // One source, two destinations, one of them patched.
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: t0k3n}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: registry, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations:\n  - {namespace: team-a}\n  - namespace: team-b\n    patches: [{merge: {metadata: {labels: {patched: \"yes\"}}}}]\n",
+        // Many sources by a selector, renamed.
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: tls-1, namespace: apps, labels: {share: tls}}\nstringData: {crt: one}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: tls-2, namespace: apps, labels: {share: tls}}\nstringData: {crt: two}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: tls-3, namespace: apps, labels: {share: tls}}\nstringData: {crt: three}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: tls, namespace: apps}\nspec:\n  source: {kind: Secret, selector: {matchLabels: {share: tls}}}\n  destinations:\n  - namespaceSelector: {matchLabels: {team: \"true\"}}\n    namePrefix: platform-\n",
+        // Report mode: plans, writes nothing.
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: apps}\ndata: {level: debug}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: apps}\nspec:\n  mode: Report\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: team-c}]\n",
+        // Orphan: copies outlive it.
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept, namespace: apps}\ndata: {k: v}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: kept, namespace: apps}\nspec:\n  deletionPolicy: Orphan\n  source: {kind: ConfigMap, name: kept}\n  destinations: [{namespace: team-a}]\n",
+        // A ClusterObjectSync.
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ca, namespace: apps}\ndata: {ca.crt: pem}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: ca}\nspec:\n  source: {kind: ConfigMap, namespace: apps, name: ca}\n  destinations:\n  - namespaceSelector: {matchLabels: {team: \"true\"}}\n    name: cluster-ca\n",
+        // A tenant's ObjectSync, with the destination's consent.
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: mine, namespace: tenant}\ndata: {k: tenant}\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-tenant, namespace: team-c}\nspec:\n  from: [{namespace: tenant}]\n",
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: tenant}\nspec:\n  source: {kind: ConfigMap, name: mine}\n  destinations: [{namespace: team-c}]\n",
+        // Reflector's annotations.
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: mirrored\n  namespace: apps\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-namespaces: team-b\nstringData: {token: mirrored}\n",
+        // A RemoteCluster's Widgets synced down.
+        "apiVersion: kubesync.io/v1alpha1\nkind: ResourceSync\nmetadata: {name: widgets}\nspec:\n  resource: {group: demo.kubesync.io, version: v1, kind: Widget}\n  remoteCluster: edge\n  namespacePrefix: ops-\n",
+    ];
+    for yaml in estate {
+        env.apply_yaml(yaml).await.expect("estate");
+    }
+
+    // The previous release makes the copies.
+    let (old, _) = run(&previous, &env);
+    for (plural, ns, name) in DECLARATIONS {
+        eventually(
+            &format!("{plural} {ns}/{name} Ready under the previous release"),
+            T,
+            || async { (ready(&env, plural, ns, name).await?.0 == "True").then_some(()) },
+        )
+        .await;
+    }
+    eventually("the tenant's copy", T, || async {
+        (ready(&env, "objectsyncs", "tenant", "mine").await?.0 == "True").then_some(())
+    })
+    .await;
+    // registry 2, tls 3 × 3, kept 1, ca 3, the tenant's 1, reflector's 1 (Report mode: none).
+    let expected = 2 + 3 * 3 + 1 + 3 + 1 + 1;
+    let before = eventually(&format!("{expected} copies"), T, || async {
+        let now = copies(&env).await;
+        (now.len() == expected).then_some(now)
+    })
+    .await;
+    stop(old).await;
+
+    // The new CRDs, the documented way; then the new release.
+    let crd = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/crd");
+    kubectl(
+        &env,
+        &["apply", "--server-side", "-k", crd.to_str().expect("utf-8")],
+    );
+    let mark = env.audit().expect("audit").len();
+    let (_new, port) = run(env!("CARGO_BIN_EXE_kubesync").as_ref(), &env);
+    for (plural, ns, name) in DECLARATIONS {
+        eventually(
+            &format!("{plural} {ns}/{name} Ready under the new release"),
+            T,
+            || async { (ready(&env, plural, ns, name).await?.0 == "True").then_some(()) },
+        )
+        .await;
+    }
+    let tenant = eventually("the tenant's ObjectSync refused", T, || async {
+        let (status, reason) = ready(&env, "objectsyncs", "tenant", "mine").await?;
+        (status == "False").then_some(reason)
+    })
+    .await;
+    assert_eq!(tenant, "ServiceAccountRequired");
+    reconciled_all(port).await;
+
+    // Every copy is the one the previous release made; none was written, none deleted.
+    let after = copies(&env).await;
+    assert_eq!(after, before, "copies deleted, recreated or added");
+    let log = env.audit().expect("audit");
+    let copy_writes: Vec<String> = log[mark..]
+        .iter()
+        .filter(|e| {
+            e.is_write()
+                && matches!(e.resource(), "configmaps" | "secrets")
+                && e.namespace().starts_with("team-")
+        })
+        .map(|e| {
+            format!(
+                "{} {}/{}/{} ({})",
+                e.verb,
+                e.resource(),
+                e.namespace(),
+                e.name(),
+                e.code()
+            )
+        })
+        .collect();
+    assert!(
+        copy_writes.is_empty(),
+        "copies in sync written: {copy_writes:?}"
+    );
+    let deletes: Vec<String> = log[mark..]
+        .iter()
+        .filter(|e| e.verb == "delete" || e.verb == "deletecollection")
+        .map(|e| format!("{}/{}/{}", e.resource(), e.namespace(), e.name()))
+        .collect();
+    assert!(deletes.is_empty(), "deleted: {deletes:?}");
+    // The Widget synced down by the previous release is the same object.
+    let widgets = ApiResource::from_gvk(&GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"));
+    let local: Api<DynamicObject> =
+        Api::namespaced_with(env.client().expect("client"), "ops-a", &widgets);
+    assert!(local.get_opt("w").await.expect("get").is_some());
+    let widget_writes = log[mark..]
+        .iter()
+        .filter(|e| e.is_write() && e.resource() == "widgets")
+        .count();
+    assert_eq!(widget_writes, 0, "the Widget in sync was written");
+}
