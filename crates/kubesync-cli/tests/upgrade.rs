@@ -6,13 +6,14 @@
 //! applied the documented way; the new binary takes over. From the apiserver's audit log: no
 //! copy is deleted or recreated (every uid is the same), no copy in sync is written, nothing
 //! new appears; every declaration is Ready again, except the tenant's, which the new release
-//! refuses until it names a ServiceAccount (`ServiceAccountRequired`) — its copy stays.
+//! refuses until it names a ServiceAccount (`ServiceAccountRequired`) — its copy stays. And a
+//! rolling upgrade of three `--sharded` replicas, one at a time: nothing in sync is written,
+//! and a change while old and new members work side by side is written once per copy.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use common::{RunningBinary, T, add_remote_cluster, free_port, kubectl, request, sample};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -358,4 +359,220 @@ async fn an_upgrade_from_the_previous_release_keeps_every_copy_and_writes_none_i
         .filter(|e| e.is_write() && e.resource() == "widgets")
         .count();
     assert_eq!(widget_writes, 0, "the Widget in sync was written");
+}
+
+/// A sharded replica of `binary` as the user `name` (in `system:masters`), with that identity.
+fn member(binary: &std::path::Path, env: &TestEnv, name: &str) -> (RunningBinary, u16) {
+    let kubeconfig = env.dir().join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &kubeconfig,
+        env.kubeconfig_yaml_as(name).expect("kubeconfig"),
+    )
+    .expect("write");
+    let port = free_port();
+    let child = std::process::Command::new(binary)
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--telemetry-address", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-address", &format!("127.0.0.1:{port}")])
+        .arg("--metrics-insecure")
+        .args([
+            "--sharded",
+            "--identity",
+            name,
+            "--trusted-namespace",
+            "team",
+        ])
+        .env("POD_NAMESPACE", "kubesync-system")
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("run kubesync");
+    (RunningBinary(child), port)
+}
+
+/// Waits until the members on `ports` have all settled one view of exactly them, and own the
+/// `syncs` ObjectSyncs between them.
+async fn settled(ports: &[u16], syncs: usize) {
+    eventually(
+        &format!("{} members settled", ports.len()),
+        T * 2,
+        || async {
+            let mut owned = 0.0;
+            for port in ports {
+                let (_, m) = request(*port, "GET", "/metrics").await?;
+                if sample(&m, "kubesync_shard_view_settled")? != 1.0
+                    || sample(&m, "kubesync_shard_members")? != ports.len() as f64
+                {
+                    return None;
+                }
+                owned += sample(&m, "kubesync_shard_units{kind=\"ObjectSync\"}")?;
+            }
+            (owned == syncs as f64).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the previous release's binary: make upgrade-test"]
+async fn a_rolling_upgrade_of_sharded_replicas_writes_each_copy_once_per_change() {
+    const SYNCS: usize = 12;
+    const NAMESPACES: usize = 10;
+    let previous = previous();
+    let current: PathBuf = env!("CARGO_BIN_EXE_kubesync").into();
+    let old_names = ["old-0", "old-1", "old-2"];
+    let new_names = ["new-0", "new-1", "new-2"];
+    let mut builder = TestEnv::builder().name("upgrade-sharded").audit(true);
+    for name in old_names.iter().chain(&new_names) {
+        builder = builder.user(*name, &["system:masters"]);
+    }
+    let env = builder.start().await.expect("start");
+    let old_crds = std::process::Command::new(&previous)
+        .arg("crds")
+        .output()
+        .expect("crds");
+    let file = env.dir().join("previous-crds.yaml");
+    std::fs::write(&file, &old_crds.stdout).expect("write");
+    kubectl(
+        &env,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    kubectl(
+        &env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
+    );
+    for ns in ["team", "kubesync-system"] {
+        env.create_namespace(ns).await.expect("ns");
+    }
+    let namespaces: Api<Namespace> = Api::all(env.client().expect("client"));
+    for i in 0..NAMESPACES {
+        let ns = format!("dest-{i}");
+        env.create_namespace(&ns).await.expect("ns");
+        namespaces
+            .patch(
+                &ns,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {"fan-out": "yes"}}})),
+            )
+            .await
+            .expect("label");
+    }
+    let set = |v: u32| {
+        let env = &env;
+        async move {
+            for i in 0..SYNCS {
+                env.apply_yaml(&format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: team}}\ndata: {{version: \"{v}\"}}\n")).await.expect("source");
+            }
+        }
+    };
+    set(1).await;
+    for i in 0..SYNCS {
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: sync-{i}, namespace: team}}\nspec:\n  source: {{kind: ConfigMap, name: cm-{i}}}\n  destinations:\n  - namespaceSelector: {{matchLabels: {{fan-out: \"yes\"}}}}\n")).await.expect("objectsync");
+    }
+    let all: Api<ConfigMap> = Api::all(env.client().expect("client"));
+    let at = |v: u32| {
+        let all = all.clone();
+        async move {
+            let copies = all
+                .list(&ListParams::default().labels("kubesync.io/managed-by"))
+                .await
+                .ok()?;
+            let uids: BTreeMap<(String, String), String> = copies
+                .items
+                .iter()
+                .filter(|c| c.data.as_ref().and_then(|d| d.get("version")) == Some(&v.to_string()))
+                .map(|c| {
+                    let m = &c.metadata;
+                    (
+                        (
+                            m.namespace.clone().unwrap_or_default(),
+                            m.name.clone().unwrap_or_default(),
+                        ),
+                        m.uid.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            (uids.len() == SYNCS * NAMESPACES).then_some(uids)
+        }
+    };
+    let mut replicas: Vec<(RunningBinary, u16)> = old_names
+        .iter()
+        .map(|n| member(&previous, &env, n))
+        .collect();
+    settled(&replicas.iter().map(|r| r.1).collect::<Vec<_>>(), SYNCS).await;
+    let before = eventually("every copy at v1", T, || at(1)).await;
+    let copy_writes = |from: usize| -> Vec<kubesync_testenv::AuditEvent> {
+        env.audit().expect("audit")[from..]
+            .iter()
+            .filter(|e| {
+                e.is_write()
+                    && e.resource() == "configmaps"
+                    && e.namespace().starts_with("dest-")
+                    && e.code() != 429
+            })
+            .cloned()
+            .collect()
+    };
+
+    // The new CRDs, then one replica at a time: the old one stops (SIGTERM: it drains and
+    // leaves), a new one joins. In sync throughout: nothing is written.
+    let crd = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/crd");
+    kubectl(
+        &env,
+        &["apply", "--server-side", "-k", crd.to_str().expect("utf-8")],
+    );
+    let mark = env.audit().expect("audit").len();
+    for (i, name) in new_names.iter().enumerate() {
+        let (old, _) = std::mem::replace(&mut replicas[i], member(&current, &env, name));
+        stop(old).await;
+        settled(&replicas.iter().map(|r| r.1).collect::<Vec<_>>(), SYNCS).await;
+        if i == 0 {
+            // Old and new members at once: a change of every source is written once per copy,
+            // by one of them.
+            let written = copy_writes(mark);
+            assert!(
+                written.is_empty(),
+                "{} copies in sync written",
+                written.len()
+            );
+            let changed = env.audit().expect("audit").len();
+            set(2).await;
+            eventually("every copy at v2", T, || at(2)).await;
+            let written = copy_writes(changed);
+            assert!(written.iter().all(|e| e.succeeded()), "writes refused");
+            let copies: std::collections::BTreeSet<(&str, &str)> =
+                written.iter().map(|e| (e.namespace(), e.name())).collect();
+            assert_eq!(
+                (written.len(), copies.len()),
+                (SYNCS * NAMESPACES, SYNCS * NAMESPACES),
+                "each copy written once"
+            );
+        }
+    }
+    let after = eventually("every copy at v2", T, || at(2)).await;
+    assert_eq!(after, before, "copies recreated or added");
+    let log = env.audit().expect("audit");
+    let deleted = log[mark..]
+        .iter()
+        .filter(|e| e.verb == "delete" && e.resource() == "configmaps")
+        .count();
+    assert_eq!(deleted, 0, "copies deleted");
+    // Once every member is new: the next change is written once per copy too.
+    let changed = log.len();
+    set(3).await;
+    eventually("every copy at v3", T, || at(3)).await;
+    let written = copy_writes(changed);
+    assert_eq!(written.len(), SYNCS * NAMESPACES, "each copy written once");
 }
