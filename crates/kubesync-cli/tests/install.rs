@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{
-    COPIER, RunningBinary, T, free_port, kubectl, let_copier_write, metrics_tokens, request_tls,
-    sample, service_account_kubeconfig,
+    COPIER, RunningBinary, T, apply_overlay, free_port, let_copier_write, metrics_tokens,
+    request_tls, sample, service_account_kubeconfig,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -36,24 +36,10 @@ const NS: &str = "kubesync-system";
 /// authenticating as its ServiceAccount with a token from the TokenRequest API (current
 /// Kubernetes creates no token Secrets).
 async fn install(env: &TestEnv, overlay: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config")
-        .join(overlay);
-    let dir = dir.to_str().expect("utf-8 path");
-    let applied = kubectl(env, &["apply", "--server-side", "-k", dir]);
+    let applied = apply_overlay(env, overlay);
     // A warning-free install: the apiserver warns of nothing in the manifests (e.g. a schema
     // format it does not know).
     assert!(!applied.contains("Warning"), "{applied}");
-    kubectl(
-        env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinitions",
-            "--all",
-        ],
-    );
     service_account_kubeconfig(env, &format!("{overlay}-serviceaccount.kubeconfig")).await
 }
 

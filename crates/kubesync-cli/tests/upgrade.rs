@@ -61,6 +61,36 @@ async fn stop(mut replica: RunningBinary) {
     assert!(exited.success(), "a normal stop exits 0: {exited:?}");
 }
 
+/// Applies the previous release's CRDs, as `previous crds` prints them, as an admin would.
+fn previous_crds(env: &TestEnv, previous: &std::path::Path) {
+    let printed = std::process::Command::new(previous)
+        .arg("crds")
+        .output()
+        .expect("previous crds");
+    assert!(printed.status.success());
+    let file = env.dir().join("previous-crds.yaml");
+    std::fs::write(&file, &printed.stdout).expect("write");
+    kubectl(
+        env,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    kubectl(
+        env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
+    );
+}
+
 /// The estate's declarations: (resource, namespace, name).
 const DECLARATIONS: [(&str, &str, &str); 6] = [
     ("objectsyncs", "apps", "registry"),
@@ -181,33 +211,7 @@ async fn an_upgrade_from_the_previous_release_keeps_every_copy_and_writes_none_i
         TestEnv::builder().name("upgrade-edge").start()
     );
     let (env, remote) = (env.expect("local"), remote.expect("remote"));
-    // The previous release's CRDs, as it printed them, applied as an admin would.
-    let old_crds = std::process::Command::new(&previous)
-        .arg("crds")
-        .output()
-        .expect("previous crds");
-    assert!(old_crds.status.success());
-    let file = env.dir().join("previous-crds.yaml");
-    std::fs::write(&file, &old_crds.stdout).expect("write");
-    kubectl(
-        &env,
-        &[
-            "apply",
-            "--server-side",
-            "-f",
-            file.to_str().expect("utf-8"),
-        ],
-    );
-    kubectl(
-        &env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinitions",
-            "--all",
-        ],
-    );
+    previous_crds(&env, &previous);
     env.install_crds(kubesync_testenv::fixtures::WIDGET_CRD)
         .await
         .expect("widget crd");
@@ -428,31 +432,7 @@ async fn a_rolling_upgrade_of_sharded_replicas_writes_each_copy_once_per_change(
         builder = builder.user(*name, &["system:masters"]);
     }
     let env = builder.start().await.expect("start");
-    let old_crds = std::process::Command::new(&previous)
-        .arg("crds")
-        .output()
-        .expect("crds");
-    let file = env.dir().join("previous-crds.yaml");
-    std::fs::write(&file, &old_crds.stdout).expect("write");
-    kubectl(
-        &env,
-        &[
-            "apply",
-            "--server-side",
-            "-f",
-            file.to_str().expect("utf-8"),
-        ],
-    );
-    kubectl(
-        &env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinitions",
-            "--all",
-        ],
-    );
+    previous_crds(&env, &previous);
     for ns in ["team", "kubesync-system"] {
         env.create_namespace(ns).await.expect("ns");
     }

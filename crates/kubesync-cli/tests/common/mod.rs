@@ -295,17 +295,7 @@ pub async fn service_account_kubeconfig(
     env: &kubesync_testenv::TestEnv,
     file: &str,
 ) -> std::path::PathBuf {
-    let token = service_account_token(env, "kubesync-system", "kubesync").await;
-    let yaml = kubesync_testenv::kubeconfig_yaml(&[kubesync_testenv::KubeconfigEntry {
-        context: env.name(),
-        server: env.server(),
-        ca_pem: env.ca_pem(),
-        user: "system:serviceaccount:kubesync-system:kubesync",
-        token: &token,
-    }]);
-    let path = env.dir().join(file);
-    std::fs::write(&path, yaml).expect("write kubeconfig");
-    path
+    kubeconfig_of_account(env, "kubesync", None, file).await
 }
 
 /// A kubeconfig file (`file` in `env`'s directory) authenticating as the ServiceAccount
@@ -332,20 +322,13 @@ pub async fn kubeconfig_of_account(
     path
 }
 
-/// Installs `config/<overlay>` as a user would (`kubectl apply --server-side -k`), waits for
-/// its CRDs, and binds every role it binds to its ServiceAccount `kubesync-system/kubesync`
-/// to the ServiceAccounts `accounts` (made here) as well, exactly so: each replica of a test
-/// runs with the install's own RBAC, under a name of its own in the audit log.
-#[allow(dead_code)]
-pub async fn install_for_accounts(
-    env: &kubesync_testenv::TestEnv,
-    overlay: &str,
-    accounts: &[&str],
-) {
+/// Applies `config/<overlay>` as a user would (`kubectl apply --server-side -k`) and waits for
+/// its CRDs; returns what kubectl said.
+pub fn apply_overlay(env: &kubesync_testenv::TestEnv, overlay: &str) -> String {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../config")
         .join(overlay);
-    kubectl(
+    let applied = kubectl(
         env,
         &[
             "apply",
@@ -364,6 +347,19 @@ pub async fn install_for_accounts(
             "--all",
         ],
     );
+    applied
+}
+
+/// Installs `config/<overlay>` ([`apply_overlay`]) and binds every role it binds to its ServiceAccount `kubesync-system/kubesync`
+/// to the ServiceAccounts `accounts` (made here) as well, exactly so: each replica of a test
+/// runs with the install's own RBAC, under a name of its own in the audit log.
+#[allow(dead_code)]
+pub async fn install_for_accounts(
+    env: &kubesync_testenv::TestEnv,
+    overlay: &str,
+    accounts: &[&str],
+) {
+    apply_overlay(env, overlay);
     for account in accounts {
         env.apply_yaml(&format!(
             "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {account}, namespace: kubesync-system}}\n"
