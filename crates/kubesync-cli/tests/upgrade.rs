@@ -8,7 +8,9 @@
 //! new appears; every declaration is Ready again, except the tenant's, which the new release
 //! refuses until it names a ServiceAccount (`ServiceAccountRequired`) — its copy stays. And a
 //! rolling upgrade of three `--sharded` replicas, one at a time: nothing in sync is written,
-//! and a change while old and new members work side by side is written once per copy.
+//! and a change while old and new members work side by side is written once per copy. Also
+//! (not needing the previous release): a CRD that tightens a field over an object stored
+//! before.
 
 mod common;
 
@@ -555,4 +557,78 @@ async fn a_rolling_upgrade_of_sharded_replicas_writes_each_copy_once_per_change(
     eventually("every copy at v3", T, || at(3)).await;
     let written = copy_writes(changed);
     assert_eq!(written.len(), SYNCS * NAMESPACES, "each copy written once");
+}
+
+/// A CRD that tightens a field (here: `spec.source.name` of ObjectSyncs, bounded to 5
+/// characters) over an object stored before: the apiserver's validation ratcheting keeps it
+/// working — the operator's status writes go through, and so does an update of its spec that
+/// leaves that field as it is — while a new object that breaks the bound is refused.
+#[tokio::test]
+async fn a_tightened_crd_keeps_the_objects_stored_before_working() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env =
+        common::operator_cluster("upgrade-ratchet", false, &["apps", "team-a", "team-b"]).await;
+    env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\nstringData: {token: t}\n").await.expect("source");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: legacy, namespace: apps}\nspec:\n  source: {kind: Secret, name: registry}\n  destinations: [{namespace: team-a}]\n").await.expect("objectsync");
+
+    // The tightening, as a new release's CRD would bring it.
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client().expect("client"));
+    let mut crd = crds.get("objectsyncs.kubesync.io").await.expect("crd");
+    for version in &mut crd.spec.versions {
+        let schema = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut());
+        let name = schema
+            .and_then(|s| s.properties.as_mut()?.get_mut("spec"))
+            .and_then(|s| s.properties.as_mut()?.get_mut("source"))
+            .and_then(|s| s.properties.as_mut()?.get_mut("name"))
+            .expect("spec.source.name");
+        name.max_length = Some(5);
+    }
+    crds.replace("objectsyncs.kubesync.io", &Default::default(), &crd)
+        .await
+        .expect("tightened CRD");
+    let objectsyncs: Api<DynamicObject> = Api::namespaced_with(
+        env.client().expect("client"),
+        "apps",
+        &resource("objectsyncs"),
+    );
+    eventually("the tightening in force", T, || async {
+        let new = serde_json::json!({
+            "apiVersion": "kubesync.io/v1alpha1", "kind": "ObjectSync",
+            "metadata": {"name": "new", "namespace": "apps"},
+            "spec": {"source": {"kind": "Secret", "name": "registry"}, "destinations": [{"namespace": "team-a"}]}
+        });
+        let refused = objectsyncs
+            .patch("new", &PatchParams::apply("test"), &Patch::Apply(new))
+            .await;
+        matches!(refused, Err(kube::Error::Api(s)) if s.code == 422).then_some(())
+    })
+    .await;
+
+    // The operator works on the object stored before: its status is written, its copy made.
+    let operator = common::start_trusting(&env, &["apps"]);
+    eventually("the stored ObjectSync Ready", T, || async {
+        (ready(&env, "objectsyncs", "apps", "legacy").await?.0 == "True").then_some(())
+    })
+    .await;
+    let copies: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-a");
+    assert!(copies.get_opt("registry").await.expect("get").is_some());
+    // Its spec changes elsewhere: accepted, and carried out.
+    objectsyncs
+        .patch(
+            "legacy",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"destinations": [{"namespace": "team-a"}, {"namespace": "team-b"}]}})),
+        )
+        .await
+        .expect("an update that leaves the tightened field as it is");
+    let team_b: Api<Secret> = Api::namespaced(env.client().expect("client"), "team-b");
+    eventually("the new destination's copy", T, || async {
+        team_b.get_opt("registry").await.ok()?
+    })
+    .await;
+    operator.assert_no_panic();
+    operator.stop().await;
 }
