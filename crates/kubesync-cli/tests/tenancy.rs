@@ -968,13 +968,23 @@ async fn destination_namespace_flags_bound_every_declaration() {
     );
     let client = env.client().expect("client");
     let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
-    let refused = eventually("to-prod refused", T, || async {
+    let (refused, message) = eventually("to-prod refused", T, || async {
         let st = syncs.get("to-prod").await.ok()?.status?;
         let (status, reason) = ready_condition(&st.conditions)?;
-        (status == "False").then_some(reason)
+        let message = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.message.clone())?;
+        (status == "False").then_some((reason, message))
     })
     .await;
     assert_eq!(refused, "DestinationNotAllowed");
+    // Saying which flag refuses it.
+    assert!(
+        message.contains("--allow-destination-namespace team-*"),
+        "{message}"
+    );
     // Every namespace but those: copies in team-a and team-b only, and the declaration in sync.
     eventually("everywhere in sync", T, || async {
         let os = syncs.get("everywhere").await.ok()?;

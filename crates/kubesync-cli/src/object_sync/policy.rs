@@ -388,16 +388,30 @@ impl ObjectSyncPolicy {
             .flatten()
             .filter(|n| !n.is_empty() && n.as_str() != "*")
         {
-            if self.deny_destination_namespaces.iter().any(|g| glob(g, ns))
-                || (!self.allow_destination_namespaces.is_empty()
+            // The rule that refuses it, named as the admin set it.
+            let rule = match self
+                .deny_destination_namespaces
+                .iter()
+                .find(|g| glob(g, ns))
+            {
+                Some(denied) => Some(format!("--deny-destination-namespace {denied}")),
+                None if !self.allow_destination_namespaces.is_empty()
                     && !self
                         .allow_destination_namespaces
                         .iter()
-                        .any(|g| glob(g, ns)))
-            {
+                        .any(|g| glob(g, ns)) =>
+                {
+                    Some(format!(
+                        "--allow-destination-namespace {}",
+                        self.allow_destination_namespaces.join(", ")
+                    ))
+                }
+                None => None,
+            };
+            if let Some(rule) = rule {
                 return Err(Refusal::new(
                     Reason::DestinationNotAllowed,
-                    format!("destination namespace {ns:?} is not allowed by the operator"),
+                    format!("destination namespace {ns:?} is not allowed by the operator ({rule})"),
                 ));
             }
         }
@@ -460,11 +474,27 @@ mod tests {
                 .reason,
             "DestinationNotAllowed"
         );
-        assert_eq!(
-            p.check(Some("a"), "a", "", "Secret", &[Some("team-secret".into())])
-                .expect_err("deny")
-                .reason,
-            "DestinationNotAllowed"
+        let denied = p
+            .check(Some("a"), "a", "", "Secret", &[Some("team-secret".into())])
+            .expect_err("deny");
+        assert_eq!(denied.reason, "DestinationNotAllowed");
+        // Each refusal names the flag that refuses it.
+        assert!(
+            denied
+                .message
+                .ends_with("(--deny-destination-namespace team-secret)"),
+            "{}",
+            denied.message
+        );
+        let outside = p
+            .check(Some("a"), "a", "", "Secret", &[Some("prod".into())])
+            .expect_err("allow");
+        assert!(
+            outside
+                .message
+                .ends_with("(--allow-destination-namespace team-*)"),
+            "{}",
+            outside.message
         );
         assert_eq!(
             p.check(Some("a"), "a", "", "Secret", &[Some("prod".into())])
