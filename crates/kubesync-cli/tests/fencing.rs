@@ -275,16 +275,7 @@ fn nothing_written_after_the_wake(after: &[AuditEvent], woken: &Replica, woke: j
     let by_woken: Vec<String> = after
         .iter()
         .filter(|e| e.is_write() && e.acting_user() == woken.user())
-        .map(|e| {
-            format!(
-                "{} {}/{}/{} ({})",
-                e.verb,
-                e.resource(),
-                e.namespace(),
-                e.name(),
-                e.code()
-            )
-        })
+        .map(|e| e.describe())
         .collect();
     assert!(
         by_woken.is_empty(),

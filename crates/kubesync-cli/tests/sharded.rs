@@ -571,14 +571,7 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
             ));
         }
         let Some(unit) = unit_of(e) else {
-            unknown.insert(format!(
-                "{} {} {}/{} ({})",
-                e.verb,
-                e.resource(),
-                e.namespace(),
-                e.name(),
-                e.code()
-            ));
+            unknown.insert(e.describe());
             continue;
         };
         let at: jiff::Timestamp = e.stage_timestamp.parse().expect("stageTimestamp");

@@ -81,16 +81,7 @@ fn previous_crds(env: &TestEnv, previous: &std::path::Path) {
             file.to_str().expect("utf-8"),
         ],
     );
-    kubectl(
-        env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinitions",
-            "--all",
-        ],
-    );
+    common::crds_established(env);
 }
 
 /// The estate's declarations: (resource, namespace, name).
@@ -334,16 +325,7 @@ async fn an_upgrade_from_the_previous_release_keeps_every_copy_and_writes_none_i
                 && matches!(e.resource(), "configmaps" | "secrets")
                 && e.namespace().starts_with("team-")
         })
-        .map(|e| {
-            format!(
-                "{} {}/{}/{} ({})",
-                e.verb,
-                e.resource(),
-                e.namespace(),
-                e.name(),
-                e.code()
-            )
-        })
+        .map(kubesync_testenv::AuditEvent::describe)
         .collect();
     assert!(
         copy_writes.is_empty(),

@@ -140,6 +140,19 @@ impl AuditEvent {
             .map_or("", |o| o.namespace.as_str())
     }
 
+    /// The request in one line, for a test's failure message: `verb resource/namespace/name
+    /// (code)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {}/{}/{} ({})",
+            self.verb,
+            self.resource(),
+            self.namespace(),
+            self.name(),
+            self.code()
+        )
+    }
+
     /// The name of the object addressed: the reference's, else the returned object's, else
     /// the sent one's (a create the apiserver refused returns a Status, not the object).
     pub fn name(&self) -> &str {

@@ -158,23 +158,17 @@ impl Cluster {
     /// fails with [`Fenced`](crate::fence::Fenced) when refused; the [`Writer`](crate::Writer) also asks
     /// [`Fence::admits`] for the scope a write was decided within. Reads are never gated.
     pub fn fenced(&self, fence: Arc<dyn Fence>) -> Self {
-        let base = self.client.clone();
         let gate = fence.clone();
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let base = base.clone();
-            let refused = match crate::fence::mutates(request.method(), request.uri().path()) {
-                true => gate.live().err(),
-                false => None,
-            };
-            async move {
-                match refused {
-                    Some(fenced) => Err(kube::Error::Service(Box::new(fenced))),
-                    None => base.send(request).await,
-                }
+        let client = self.through(move |request| {
+            match crate::fence::mutates(request.method(), request.uri().path()) {
+                true => gate
+                    .live()
+                    .map_err(|fenced| kube::Error::Service(Box::new(fenced))),
+                false => Ok(()),
             }
         });
         Self {
-            client: Client::new(service, self.client.default_namespace().to_string()),
+            client,
             fence: Some(fence),
             ..self.clone()
         }
@@ -206,11 +200,9 @@ impl Cluster {
     /// buffer): build one per reconcile that acts as `who`, rather than keeping one per
     /// identity.
     pub fn acting_as(&self, who: &ActAs) -> Self {
-        let base = self.client.clone();
         // Validated by `ActAs::service_account`: a header value can always be made of it.
         let user = http::HeaderValue::from_str(&who.user).ok();
-        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
-            let base = base.clone();
+        let client = self.through(move |request| {
             let headers = request.headers_mut();
             // Whatever the request carried, it acts as `who` and nobody else.
             let extras: Vec<http::HeaderName> = headers
@@ -221,27 +213,44 @@ impl Cluster {
             for k in extras {
                 headers.remove(k);
             }
-            let valid = match &user {
+            match &user {
                 Some(user) => {
                     headers.insert(IMPERSONATE_USER, user.clone());
-                    true
+                    Ok(())
                 }
-                None => false,
-            };
-            async move {
-                if !valid {
-                    return Err(kube::Error::Service(
-                        "an identity that is not a valid header value".into(),
-                    ));
-                }
-                base.send(request).await
+                None => Err(kube::Error::Service(
+                    "an identity that is not a valid header value".into(),
+                )),
             }
         });
         Self {
-            client: Client::new(service, self.client.default_namespace().to_string()),
+            client,
             acting_as: Some(who.clone()),
             ..self.clone()
         }
+    }
+
+    /// This cluster's client with `prepare` run on every request before it is sent (on the
+    /// same connections): it may change the request, or refuse it with an error, and then
+    /// nothing is sent.
+    fn through(
+        &self,
+        prepare: impl Fn(&mut http::Request<kube::client::Body>) -> std::result::Result<(), kube::Error>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Client {
+        let base = self.client.clone();
+        let prepare = Arc::new(prepare);
+        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+            let base = base.clone();
+            let prepared = prepare(&mut request);
+            async move {
+                prepared?;
+                base.send(request).await
+            }
+        });
+        Client::new(service, self.client.default_namespace().to_string())
     }
 
     /// The identity this cluster's requests act as, if not its own credentials'.

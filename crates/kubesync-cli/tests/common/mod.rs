@@ -322,6 +322,20 @@ pub async fn kubeconfig_of_account(
     path
 }
 
+/// Waits (at most 60 s) until every CRD of `env` is established.
+pub fn crds_established(env: &kubesync_testenv::TestEnv) {
+    kubectl(
+        env,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "customresourcedefinitions",
+            "--all",
+        ],
+    );
+}
+
 /// Applies `config/<overlay>` as a user would (`kubectl apply --server-side -k`) and waits for
 /// its CRDs; returns what kubectl said.
 pub fn apply_overlay(env: &kubesync_testenv::TestEnv, overlay: &str) -> String {
@@ -337,16 +351,7 @@ pub fn apply_overlay(env: &kubesync_testenv::TestEnv, overlay: &str) -> String {
             dir.to_str().expect("utf-8 path"),
         ],
     );
-    kubectl(
-        env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinitions",
-            "--all",
-        ],
-    );
+    crds_established(env);
     applied
 }
 
