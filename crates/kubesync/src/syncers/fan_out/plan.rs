@@ -7,15 +7,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::rules::{self, Decision, OnConflict, Strategy};
 use super::spec::{
-    Adoptable, Consent, Declaration, Destination, DestinationRef, DestinationState,
-    DestinationStatus, Mode, Planned, UpdatePolicy,
+    Consent, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, Mode,
+    Planned,
 };
+use crate::key::ObjectKey;
+
+mod destination;
+
+pub use destination::{Judge, Verdict, decide_at, gate_adoption, held_back, redecide};
 
 /// What the plan reads from the fan-out's stores.
 pub trait Stores {
@@ -27,6 +33,11 @@ pub trait Stores {
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>>;
     /// The consent objects (see [`Consent`]) in `namespace` of `cluster`.
     fn consents(&self, cluster: &str, namespace: &str) -> Vec<Arc<DynamicObject>>;
+    /// When the watches first saw the latest change of `key` (its latest version, or its
+    /// deletion), or of that `version` of it (`None` when another version is the latest).
+    fn first_seen(&self, key: &ObjectKey, version: Option<&str>) -> Option<Instant>;
+    /// When the watches first saw the latest change of `namespace` of `cluster`.
+    fn namespace_seen(&self, cluster: &str, namespace: &str) -> Option<Instant>;
 }
 
 /// What one reconcile observed.
@@ -80,6 +91,18 @@ pub struct Write {
     /// consent allows it); a decision made again on a live read is held to it
     /// ([`gate_adoption`]).
     pub adoption_refused: Option<String>,
+    /// Since when the copy has been behind, as the watches first saw it ([`behind`]).
+    pub behind: Option<Behind>,
+}
+
+/// Since when a copy has been behind what it must be, and whether writing it propagates a
+/// change of its source (what the propagation lag measures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Behind {
+    /// When the change it lacks was first seen.
+    pub since: Instant,
+    /// Whether the write carries a change: a new copy, or a newer source version.
+    pub propagates: bool,
 }
 
 /// A copy of this declaration to delete, or to release.
@@ -131,22 +154,15 @@ fn name_of(obj: &DynamicObject) -> &str {
 /// Every source is copied to every destination under [`Destination::copy_name`]. Where two
 /// sources would be copied to the same name, neither is written and the destination is a
 /// `Conflict` naming both (an existing copy stays as it is); a copy is never written onto
-/// one of the declaration's sources, nor under a name longer than [`MAX_NAME`].
+/// one of the declaration's sources, nor under a name longer than [`MAX_NAME`]. Each
+/// destination is decided by [`decide_at`].
 pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
-    let Snapshot {
-        declaration: decl,
-        sources,
-        unreachable,
-        owned,
-        stores,
-        ..
-    } = snapshot;
-    let spec = &decl.spec;
+    let spec = &snapshot.declaration.spec;
     if let Some(why) = snapshot.source_unreachable {
         return keep_while_unknown(snapshot, why);
     }
     let ar = &spec.source.resource;
-    let mut sources: Vec<&DynamicObject> = sources.iter().map(AsRef::as_ref).collect();
+    let mut sources: Vec<&DynamicObject> = snapshot.sources.iter().map(AsRef::as_ref).collect();
     sources.sort_by(|a, b| name_of(a).cmp(name_of(b)));
     let mut plan = Plan {
         source_resource_version: match (&spec.source.select, sources.first()) {
@@ -168,164 +184,245 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
     // Destinations that stay as they are: not written, and their copies not deleted.
     let mut kept = BTreeSet::new();
     let targets = targets(snapshot, &sources, &mut plan.statuses, &mut kept);
-    if let Some(consent) = &spec.consent
-        && targets.len() > consent.max_copies
-    {
-        // Bounded work per declaration: nothing is written or deleted, and one status says why.
-        plan.statuses = vec![DestinationStatus::new(
-            &DestinationRef::new(snapshot.local, "", ""),
-            DestinationState::Error,
-            format!(
-                "this declaration would make {} copies; at most {} are allowed for a declaration outside the trusted namespaces (nothing is written or deleted until it asks for fewer)",
-                targets.len(),
-                consent.max_copies
-            ),
-            "",
-        )];
+    if let Some(too_many) = too_many_copies(snapshot, targets.len()) {
+        plan.statuses = vec![too_many];
         return plan;
     }
     for (at, (source, dest)) in &targets {
-        let source_name = name_of(source);
-        let source_rv = source.metadata.resource_version.clone().unwrap_or_default();
-        let status = |state, message: String, rv: &str| {
-            DestinationStatus::new(at, state, message, rv).of_source(source_name)
-        };
-        if unreachable.contains(&at.cluster) {
-            plan.statuses.push(status(
-                DestinationState::Error,
-                format!("cluster {} is unreachable", at.cluster),
-                "",
-            ));
-            continue;
-        }
-        let desired = rules::desired_copy(
-            ar,
-            source,
-            &at.namespace,
-            &at.name,
-            &spec.rules,
-            &decl.owner,
-            &marks[source_name],
-        );
-        let desired = match rules::patched(desired, &dest.patches, &spec.rules.reserved) {
-            Ok(desired) => desired,
-            // Nothing is written there (an existing copy stays as it is).
-            Err(message) => {
-                plan.statuses
-                    .push(status(DestinationState::Error, message, ""));
-                continue;
-            }
-        };
-        // Consent was given for the source; a patched copy is judged again as it will be
-        // written (a patch may turn a plain Secret into a privilege-bearing one).
-        if let Some(consent) = &spec.consent
-            && !dest.patches.is_empty()
-            && !consented(consent, snapshot.local, *stores, &desired, at)
-        {
-            plan.statuses.push(status(
-                DestinationState::Refused,
-                (consent.refusal)(&desired, at),
-                "",
-            ));
-            continue;
-        }
-        let existing = stores.object(at);
-        // Fields left to others are compared nowhere (an update writes the copy's own
-        // values there).
-        let theirs = match &existing {
-            Some(copy) if !dest.ignore.is_empty() => rules::ignore::resolve(copy, &dest.ignore),
-            _ => Vec::new(),
-        };
-        let compared = existing
-            .as_deref()
-            .map(|e| rules::ignore::without(e, &theirs));
-        let wanted = rules::ignore::without(&desired, &theirs);
-        let decision = rules::decide(
-            compared.as_deref(),
-            &wanted,
-            &decl.owner,
-            dest.strategy,
-            spec.on_conflict,
-        );
-        // Adopting someone else's object needs the consent of its namespace's owners, also
-        // where copies need none, and the declaration's adoption rule.
-        let adoption_refused = match &spec.consent {
-            Some(consent)
-                if spec.on_conflict == OnConflict::Adopt
-                    && !adoption_consented(consent, *stores, source, at) =>
-            {
-                Some(format!(
-                    "{} exists and kubesync did not create it; adopting it (onConflict: adopt) needs a SyncGrant in {} with adopt: true that admits this declaration",
-                    at.name, at.namespace
-                ))
-            }
-            _ => None,
-        };
-        let decision = gate_adoption(
-            decision,
-            adoption_refused.as_deref(),
-            spec.adoptable.as_ref(),
-            existing.as_deref(),
-            &desired,
-        );
-        match decision {
-            Decision::InSync => {
-                plan.statuses
-                    .push(status(DestinationState::Synced, String::new(), &source_rv));
-            }
-            Decision::Update
-                if let Some((message, version)) =
-                    held_back(spec.update_policy, existing.as_deref(), &source_rv) =>
-            {
-                plan.statuses
-                    .push(status(DestinationState::Synced, message.into(), version));
-            }
-            Decision::Conflict(message) => {
-                plan.statuses
-                    .push(status(DestinationState::Conflict, message, ""));
-            }
-            Decision::Create | Decision::Update | Decision::Adopt => {
-                // A copy (held in full) that is updated: what changes, and whether someone
-                // else changed it. Objects to adopt are held as metadata only.
-                // The paths are kept for Report mode only (Enforce writes at once).
-                let (changed, drift) = match (&decision, compared.as_deref()) {
-                    (Decision::Update, Some(copy)) => {
-                        let changed = rules::changed_fields(copy, &wanted, dest.strategy);
-                        let drift = rules::drift(copy, &desired, &changed, rules::FIELD_MANAGER);
-                        let changed = match spec.mode {
-                            Mode::Report => changed.iter().map(ToString::to_string).collect(),
-                            Mode::Enforce => Vec::new(),
-                        };
-                        (changed, drift)
-                    }
-                    _ => (Vec::new(), None),
-                };
-                let desired = plan.bulk.hold(desired);
-                plan.writes.push(Write {
-                    at: at.clone(),
-                    desired,
-                    existing,
-                    ignore: dest.ignore.clone(),
-                    strategy: dest.strategy,
-                    decision,
-                    source: source_name.to_string(),
-                    source_resource_version: source_rv,
-                    drift,
-                    changed,
-                    adoption_refused,
-                });
-            }
-        }
+        let mark = &marks[name_of(source)];
+        plan_destination(snapshot, at, (source, dest), mark, &mut plan);
     }
     let current: BTreeSet<&str> = marks.values().map(String::as_str).collect();
-    for (at, copy) in owned.iter() {
-        // Unwanted copies go, but not where the cluster cannot be checked, and not while the
-        // Namespace store does not show the copy's namespace: the copy exists, so its
-        // namespace does, and the store is behind — not a sign the copy is unwanted.
+    plan.deletes = unwanted(snapshot, &targets, &kept, &current);
+    plan
+}
+
+/// Bounded work per declaration: the one status of a declaration that needs consent and
+/// would make more copies than it may (nothing is then written or deleted).
+fn too_many_copies<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    copies: usize,
+) -> Option<DestinationStatus> {
+    let consent = snapshot.declaration.spec.consent.as_ref()?;
+    (copies > consent.max_copies).then(|| {
+        DestinationStatus::new(
+            &DestinationRef::new(snapshot.local, "", ""),
+            DestinationState::Error,
+            format!(
+                "this declaration would make {copies} copies; at most {} are allowed for a declaration outside the trusted namespaces (nothing is written or deleted until it asks for fewer)",
+                consent.max_copies
+            ),
+            "",
+        )
+    })
+}
+
+/// Decides the destination `at` of `source` (selected by the entry `dest`; its copies carry
+/// `mark`) and adds what it needs to `plan`: a status, or a write.
+fn plan_destination<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    at: &DestinationRef,
+    (source, dest): (&DynamicObject, &Destination),
+    mark: &str,
+    plan: &mut Plan,
+) {
+    let spec = &snapshot.declaration.spec;
+    let source_rv = source.metadata.resource_version.clone().unwrap_or_default();
+    let status = |state, message: String, rv: &str| {
+        DestinationStatus::new(at, state, message, rv).of_source(name_of(source))
+    };
+    let desired = match desired_at(snapshot, at, (source, dest), mark) {
+        Ok(desired) => desired,
+        // Nothing is written there (an existing copy stays as it is).
+        Err((state, message)) => {
+            plan.statuses.push(status(state, message, ""));
+            return;
+        }
+    };
+    let existing = snapshot.stores.object(at);
+    let adoption_refused = adoption_refused(snapshot, source, at);
+    let judge = Judge {
+        owner: &snapshot.declaration.owner,
+        strategy: dest.strategy,
+        on_conflict: spec.on_conflict,
+        ignore: &dest.ignore,
+        adoption_refused: adoption_refused.as_deref(),
+        adoptable: spec.adoptable.as_ref(),
+        update_policy: spec.update_policy,
+        source_version: &source_rv,
+    };
+    match decide_at(&judge, existing.as_deref(), &desired) {
+        Verdict::Synced { message, version } => {
+            plan.statuses
+                .push(status(DestinationState::Synced, message.into(), &version));
+        }
+        Verdict::Conflict(message) => {
+            plan.statuses
+                .push(status(DestinationState::Conflict, message, ""));
+        }
+        Verdict::Write {
+            decision,
+            changed,
+            drift,
+        } => {
+            let behind = behind(
+                snapshot.stores,
+                (&source_key(snapshot, name_of(source)), &source_rv),
+                (at, &spec.source.resource),
+                &decision,
+                existing.as_deref(),
+            );
+            plan.writes.push(Write {
+                at: at.clone(),
+                desired: plan.bulk.hold(desired),
+                existing,
+                ignore: dest.ignore.clone(),
+                strategy: dest.strategy,
+                decision,
+                source: name_of(source).to_string(),
+                source_resource_version: source_rv,
+                drift,
+                // The paths are kept for Report mode only (Enforce writes at once).
+                changed: match spec.mode {
+                    Mode::Report => changed.iter().map(ToString::to_string).collect(),
+                    Mode::Enforce => Vec::new(),
+                },
+                adoption_refused,
+                behind,
+            });
+        }
+    }
+}
+
+/// The copy of `source` at `at` as it must be (the entry `dest`'s patches applied; its
+/// source's `mark` on it), or the destination's state and why nothing is written there: its
+/// cluster cannot be checked, a patch fails, or its namespace's owners do not consent to the
+/// patched copy.
+fn desired_at<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    at: &DestinationRef,
+    (source, dest): (&DynamicObject, &Destination),
+    mark: &str,
+) -> Result<DynamicObject, (DestinationState, String)> {
+    let decl = snapshot.declaration;
+    let spec = &decl.spec;
+    if snapshot.unreachable.contains(&at.cluster) {
+        let message = format!("cluster {} is unreachable", at.cluster);
+        return Err((DestinationState::Error, message));
+    }
+    let desired = rules::desired_copy(
+        &spec.source.resource,
+        source,
+        &at.namespace,
+        &at.name,
+        &spec.rules,
+        &decl.owner,
+        mark,
+    );
+    let desired = rules::patched(desired, &dest.patches, &spec.rules.reserved)
+        .map_err(|message| (DestinationState::Error, message))?;
+    // Consent was given for the source; a patched copy is judged again as it will be
+    // written (a patch may turn a plain Secret into a privilege-bearing one).
+    if let Some(consent) = &spec.consent
+        && !dest.patches.is_empty()
+        && !consented(consent, snapshot.local, snapshot.stores, &desired, at)
+    {
+        return Err((DestinationState::Refused, (consent.refusal)(&desired, at)));
+    }
+    Ok(desired)
+}
+
+/// The key of the source named `name`, in its cluster.
+fn source_key<S: Stores>(snapshot: &Snapshot<'_, S>, name: &str) -> ObjectKey {
+    let source = &snapshot.declaration.spec.source;
+    ObjectKey::new(
+        source.cluster_or(snapshot.local).to_string(),
+        &source.resource,
+        source.namespace().map(String::from),
+        name,
+    )
+}
+
+/// Since when the copy at `at` has been behind, as the watches first saw it, and whether its
+/// write propagates a change: a new copy (since the latest sight of its source's version, of
+/// its namespace's, or of the copy's deletion), or a newer source version (since that
+/// version's first sight). Other updates (a copy someone else changed; a changed
+/// declaration) are behind since the copy's last change, and propagate nothing.
+pub fn behind<S: Stores>(
+    stores: &S,
+    (source, source_rv): (&ObjectKey, &str),
+    (at, resource): (&DestinationRef, &kube::core::ApiResource),
+    decision: &Decision,
+    existing: Option<&DynamicObject>,
+) -> Option<Behind> {
+    let copy = at.key(resource);
+    let (since, propagates) = match decision {
+        Decision::Create => {
+            let namespace = at
+                .namespace()
+                .and_then(|ns| stores.namespace_seen(&at.cluster, ns));
+            let since = [
+                stores.first_seen(source, None),
+                namespace,
+                stores.first_seen(&copy, None),
+            ]
+            .into_iter()
+            .flatten()
+            .max()?;
+            (since, true)
+        }
+        Decision::Update => {
+            let carried =
+                existing.and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned());
+            if carried.as_deref() == Some(source_rv) {
+                (stores.first_seen(&copy, None)?, false)
+            } else {
+                (stores.first_seen(source, Some(source_rv))?, true)
+            }
+        }
+        _ => return None,
+    };
+    Some(Behind { since, propagates })
+}
+
+/// Why adopting the object at `at` as the copy of `source` is refused by its namespace's
+/// owners (`None`: they consent, or the declaration needs no consent or adopts nothing).
+/// Adopting someone else's object needs their consent also where copies need none.
+fn adoption_refused<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    source: &DynamicObject,
+    at: &DestinationRef,
+) -> Option<String> {
+    let spec = &snapshot.declaration.spec;
+    let consent = spec.consent.as_ref()?;
+    (spec.on_conflict == OnConflict::Adopt
+        && !adoption_consented(consent, snapshot.stores, source, at))
+    .then(|| {
+        format!(
+            "{} exists and kubesync did not create it; adopting it (onConflict: adopt) needs a SyncGrant in {} with adopt: true that admits this declaration",
+            at.name, at.namespace
+        )
+    })
+}
+
+/// The copies this declaration has that are no longer wanted (`current`: the marks of the
+/// sources it copies now), to delete or release — but not where the cluster cannot be
+/// checked, and not while the Namespace store does not show the copy's namespace: the copy
+/// exists, so its namespace does, and the store is behind — not a sign the copy is unwanted.
+fn unwanted<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    targets: &BTreeMap<DestinationRef, (&DynamicObject, &Destination)>,
+    kept: &BTreeSet<DestinationRef>,
+    current: &BTreeSet<&str>,
+) -> Vec<Delete> {
+    let spec = &snapshot.declaration.spec;
+    let mut deletes = Vec::new();
+    for (at, copy) in snapshot.owned {
         if targets.contains_key(at)
             || kept.contains(at)
-            || unreachable.contains(&at.cluster)
-            || (at.namespace().is_some() && !stores.has_namespace(&at.cluster, &at.namespace))
+            || snapshot.unreachable.contains(&at.cluster)
+            || (at.namespace().is_some()
+                && !snapshot.stores.has_namespace(&at.cluster, &at.namespace))
         {
             continue;
         }
@@ -333,13 +430,13 @@ pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
             .annotations()
             .get(rules::SOURCE)
             .is_none_or(|m| !current.contains(m.as_str()));
-        plan.deletes.push(Delete {
+        deletes.push(Delete {
             at: at.clone(),
             uid: copy.metadata.uid.clone(),
             orphan: rules::orphans(copy, spec.deletion_policy, source_gone),
         });
     }
-    plan
+    deletes
 }
 
 /// The plan while the sources are unknown (their cluster cannot be read: `why`): nothing is
@@ -458,60 +555,6 @@ pub fn withdrawn<S: Stores>(
     })
 }
 
-/// Why an update of the copy `existing` is held back by the update policy (pure), with the
-/// source version its status reports: created once, then the destination's (`CreateOnly`:
-/// never updated); or the version gate (`OnSourceChange`: the copy carries the source's
-/// version `source_rv`, and someone else's change to it stays until the source changes).
-/// The plan decides with it, and so does a decision made again on a live read.
-pub fn held_back<'a>(
-    policy: UpdatePolicy,
-    existing: Option<&DynamicObject>,
-    source_rv: &'a str,
-) -> Option<(&'static str, &'a str)> {
-    match policy {
-        UpdatePolicy::OnSourceChange
-            if existing
-                .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
-                .is_some_and(|v| v == source_rv) =>
-        {
-            Some((
-                "held back by the version gate: the source has not changed since this copy was written",
-                source_rv,
-            ))
-        }
-        UpdatePolicy::CreateOnly => Some((
-            "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)",
-            "",
-        )),
-        _ => None,
-    }
-}
-
-/// A decision to adopt the object `there`, held to the destination's consent (`refused`: why
-/// it does not allow adoption) and the declaration's adoption rule (judged on the object and
-/// the `desired` copy); any other decision is kept (pure). The plan decides with it, and so
-/// does a decision made again on a live read.
-pub fn gate_adoption(
-    decision: Decision,
-    refused: Option<&str>,
-    adoptable: Option<&Adoptable>,
-    there: Option<&DynamicObject>,
-    desired: &DynamicObject,
-) -> Decision {
-    if decision != Decision::Adopt {
-        return decision;
-    }
-    if let Some(why) = refused {
-        return Decision::Conflict(why.to_string());
-    }
-    match adoptable {
-        Some(a) if !there.is_some_and(|e| (a.admits.0)(e, desired)) => {
-            Decision::Conflict(a.refusal.clone())
-        }
-        _ => decision,
-    }
-}
-
 /// Whether the owners of `at`'s namespace consent to kubesync adopting the object there as
 /// the copy of `source` (no namespace is exempt).
 pub fn adoption_consented<S: Stores>(
@@ -588,36 +631,14 @@ fn targets<'a, 's, S: Stores>(
         for (cluster, namespace, d) in &namespaces {
             let name = d.copy_name(&spec.source, source_name);
             let at = DestinationRef::new(*cluster, namespace.clone(), name);
-            let mut report = |state, message: String| {
+            let mut report = |(state, message): (DestinationState, String)| {
                 if reported.insert(at.clone()) {
-                    statuses.push(
-                        DestinationStatus::new(&at, state, message, "").of_source(source_name),
-                    );
+                    let status = DestinationStatus::new(&at, state, message, "");
+                    statuses.push(status.of_source(source_name));
                 }
             };
-            // Never copy onto a source. A source's own place is skipped silently where "*" or a
-            // selector reaches it, and reported where the destination names it (a namespace,
-            // or this cluster for a cluster-scoped kind): a copy there would be the source.
-            if *cluster == spec.source.cluster_or(snapshot.local)
-                && *namespace == spec.source.namespace
-                && source_names.contains(at.name.as_str())
-            {
-                if at.name != source_name {
-                    report(
-                        DestinationState::Conflict,
-                        format!(
-                            "{} is one of the sources; its copy of {source_name} is not written",
-                            at.name
-                        ),
-                    );
-                } else if d.namespaces.names(namespace) || spec.source.namespace().is_none() {
-                    report(
-                        DestinationState::Conflict,
-                        format!(
-                            "the copy of {source_name} would be the source itself; give this destination another namespace or cluster, or a name, namePrefix or nameSuffix"
-                        ),
-                    );
-                }
+            if let Some(onto) = onto_a_source(snapshot, &at, source_name, d, &source_names) {
+                onto.map(&mut report);
                 continue;
             }
             if let Some((other, _)) = targets.get(&at) {
@@ -627,67 +648,15 @@ fn targets<'a, 's, S: Stores>(
                 }
                 continue;
             }
-            if at.name.len() > MAX_NAME {
-                report(
-                    DestinationState::Error,
-                    format!(
-                        "the copy's name would be {} characters long; at most {MAX_NAME} are allowed",
-                        at.name.len()
-                    ),
-                );
-                continue;
-            }
-            if let Some(consent) = &spec.consent
-                && !consented(consent, snapshot.local, snapshot.stores, source, &at)
-            {
-                if d.namespaces.names(&at.namespace) {
-                    report(DestinationState::Refused, (consent.refusal)(source, &at));
+            match admitted(snapshot, &at, source, d) {
+                Ok(()) => {
+                    targets.insert(at, (*source, *d));
                 }
-                continue;
-            }
-            targets.insert(at, (*source, *d));
-        }
-    }
-    // To a declaration that needs consent, a namespace it names that does not exist reads
-    // exactly as one that exists and refuses: no oracle of which namespaces exist.
-    if let Some(consent) = &spec.consent
-        && spec.source.namespace().is_some()
-    {
-        for d in &spec.destinations {
-            let Some(ns) = d
-                .namespaces
-                .namespace
-                .as_deref()
-                .filter(|n| !n.is_empty() && *n != "*")
-            else {
-                continue;
-            };
-            let cluster = d.cluster.as_deref().unwrap_or(snapshot.local);
-            if snapshot.unknown_clusters.iter().any(|c| c == cluster)
-                || snapshot.stores.has_namespace(cluster, ns)
-            {
-                continue;
-            }
-            for source in sources {
-                let at = DestinationRef::new(
-                    cluster,
-                    ns.to_string(),
-                    d.copy_name(&spec.source, name_of(source)),
-                );
-                if reported.insert(at.clone()) {
-                    statuses.push(
-                        DestinationStatus::new(
-                            &at,
-                            DestinationState::Refused,
-                            (consent.refusal)(source, &at),
-                            "",
-                        )
-                        .of_source(name_of(source)),
-                    );
-                }
+                Err(refused) => refused.map(&mut report).unwrap_or_default(),
             }
         }
     }
+    refuse_missing_namespaces(snapshot, sources, &mut reported, statuses);
     for (at, names) in shared {
         targets.remove(&at);
         let names: Vec<&str> = names.into_iter().collect();
@@ -707,6 +676,111 @@ fn targets<'a, 's, S: Stores>(
     targets
 }
 
+/// Whether `at` is the place of one of the sources (a copy is never written onto a source),
+/// and then what is reported there (`None`: skipped silently). A source's own place is
+/// skipped silently where "*" or a selector reaches it, and reported where the destination
+/// `d` names it (a namespace, or this cluster for a cluster-scoped kind).
+fn onto_a_source<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    at: &DestinationRef,
+    source_name: &str,
+    d: &Destination,
+    source_names: &BTreeSet<&str>,
+) -> Option<Option<(DestinationState, String)>> {
+    let spec = &snapshot.declaration.spec;
+    if at.cluster != spec.source.cluster_or(snapshot.local)
+        || at.namespace != spec.source.namespace
+        || !source_names.contains(at.name.as_str())
+    {
+        return None;
+    }
+    if at.name != source_name {
+        let message = format!(
+            "{} is one of the sources; its copy of {source_name} is not written",
+            at.name
+        );
+        return Some(Some((DestinationState::Conflict, message)));
+    }
+    if d.namespaces.names(&at.namespace) || spec.source.namespace().is_none() {
+        let message = format!(
+            "the copy of {source_name} would be the source itself; give this destination another namespace or cluster, or a name, namePrefix or nameSuffix"
+        );
+        return Some(Some((DestinationState::Conflict, message)));
+    }
+    Some(None)
+}
+
+/// Whether the copy of `source` may be made at `at` (selected by the entry `d`), or the state
+/// and reason reported there instead (`None`: skipped silently): never under a name too long;
+/// never where its namespace's owners do not consent (reported where `d` names the
+/// namespace).
+fn admitted<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    at: &DestinationRef,
+    source: &DynamicObject,
+    d: &Destination,
+) -> Result<(), Option<(DestinationState, String)>> {
+    let spec = &snapshot.declaration.spec;
+    if at.name.len() > MAX_NAME {
+        let message = format!(
+            "the copy's name would be {} characters long; at most {MAX_NAME} are allowed",
+            at.name.len()
+        );
+        return Err(Some((DestinationState::Error, message)));
+    }
+    if let Some(consent) = &spec.consent
+        && !consented(consent, snapshot.local, snapshot.stores, source, at)
+    {
+        return Err(d
+            .namespaces
+            .names(&at.namespace)
+            .then(|| (DestinationState::Refused, (consent.refusal)(source, at))));
+    }
+    Ok(())
+}
+
+/// To a declaration that needs consent, a namespace it names that does not exist reads
+/// exactly as one that exists and refuses: no oracle of which namespaces exist.
+fn refuse_missing_namespaces<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    sources: &[&DynamicObject],
+    reported: &mut BTreeSet<DestinationRef>,
+    statuses: &mut Vec<DestinationStatus>,
+) {
+    let spec = &snapshot.declaration.spec;
+    let Some(consent) = &spec.consent else {
+        return;
+    };
+    if spec.source.namespace().is_none() {
+        return;
+    }
+    for d in &spec.destinations {
+        let Some(ns) = d
+            .namespaces
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty() && *n != "*")
+        else {
+            continue;
+        };
+        let cluster = d.cluster.as_deref().unwrap_or(snapshot.local);
+        if snapshot.unknown_clusters.iter().any(|c| c == cluster)
+            || snapshot.stores.has_namespace(cluster, ns)
+        {
+            continue;
+        }
+        for source in sources {
+            let name = d.copy_name(&spec.source, name_of(source));
+            let at = DestinationRef::new(cluster, ns.to_string(), name);
+            if reported.insert(at.clone()) {
+                let refusal = (consent.refusal)(source, &at);
+                let status = DestinationStatus::new(&at, DestinationState::Refused, refusal, "");
+                statuses.push(status.of_source(name_of(source)));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -716,9 +790,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::key::ObjectKey;
     use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, NamespaceRule, OnConflict, Owner};
-    use crate::syncers::fan_out::spec::{Destination, FanOutSpec, SourceRef};
+    use crate::syncers::fan_out::spec::{
+        Adoptable, Destination, FanOutSpec, SourceRef, UpdatePolicy,
+    };
 
     /// Stores held in maps.
     #[derive(Clone, Default)]
@@ -726,6 +801,9 @@ mod tests {
         namespaces: HashMap<String, Vec<Arc<DynamicObject>>>,
         objects: HashMap<DestinationRef, Arc<DynamicObject>>,
         consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
+        /// First sightings: the latest version of an object, and when it was first seen.
+        seen: HashMap<ObjectKey, (String, Instant)>,
+        namespace_seen: HashMap<(String, String), Instant>,
     }
 
     impl Stores for Fake {
@@ -745,6 +823,15 @@ mod tests {
                 .get(&(cluster.to_string(), namespace.to_string()))
                 .cloned()
                 .unwrap_or_default()
+        }
+        fn first_seen(&self, key: &ObjectKey, version: Option<&str>) -> Option<Instant> {
+            let (rv, at) = self.seen.get(key)?;
+            version.is_none_or(|v| v == rv).then_some(*at)
+        }
+        fn namespace_seen(&self, cluster: &str, namespace: &str) -> Option<Instant> {
+            self.namespace_seen
+                .get(&(cluster.to_string(), namespace.to_string()))
+                .copied()
         }
     }
 
@@ -899,6 +986,7 @@ mod tests {
             drift: None,
             changed: changed.iter().map(|c| c.to_string()).collect(),
             adoption_refused: None,
+            behind: None,
         };
         let statuses = report_mode_statuses(
             vec![
@@ -1772,6 +1860,236 @@ mod tests {
                 .contains("would make 3 copies; at most 2"),
             "{}",
             plan.statuses[0].message
+        );
+    }
+
+    /// The object at the destination, one of the shapes the rules tell apart, made from the
+    /// copy as it must be (`desired`).
+    fn there(shape: u8, desired: &DynamicObject) -> Option<DynamicObject> {
+        let mut o = desired.clone();
+        o.metadata.uid = Some("there".into());
+        o.metadata.resource_version = Some("7".into());
+        let annotate = |o: &mut DynamicObject, k: &str, v: &str| {
+            o.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(k.into(), v.into());
+        };
+        match shape {
+            // None.
+            0 => return None,
+            // This declaration's copy, in sync.
+            1 => {}
+            // Its copy, changed by someone (and carrying an older source version).
+            2 => {
+                o.data["data"]["ca.crt"] = json!("ZWRpdGVk");
+                annotate(&mut o, rules::SOURCE_VERSION, "41");
+            }
+            // Its copy, changed, carrying the current source version (the version gate).
+            3 => o.data["data"]["ca.crt"] = json!("ZWRpdGVk"),
+            // Its copy, changed only at the field a destination may leave to others.
+            4 => o.data["data"]["theirs"] = json!("dGhlaXJz"),
+            // Another declaration's copy.
+            5 => {
+                o.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(MANAGED_BY.into(), "uid-other".into());
+            }
+            // Someone else's object: unmarked, then also protected, then made from this
+            // source (the adoption rule admits it).
+            6..=8 => {
+                o.metadata.labels = None;
+                o.metadata.annotations = None;
+                o.data["data"] = json!({"x": "eA=="});
+                if shape == 7 {
+                    annotate(&mut o, rules::PROTECT, "true");
+                }
+                if shape == 8 {
+                    annotate(&mut o, "made-from", "core/Secret/src/ca");
+                }
+            }
+            // Its copy without data.
+            _ => o.data["data"] = json!({}),
+        }
+        Some(o)
+    }
+
+    /// The declaration and its stores for one combination of the rules a destination is
+    /// decided by.
+    fn judged_case(rules: (u8, u8, u8, u8, u8), shape: Option<DynamicObject>) -> Run {
+        let (conflict, policy, adoptable, ignore, consent) = rules;
+        let mut dest = destination(None, "a");
+        dest.strategy = if ignore % 2 == 0 {
+            Strategy::Apply
+        } else {
+            Strategy::Replace
+        };
+        if ignore >= 2 {
+            dest.ignore.pointers = vec![rules::Pointer::parse("/data/theirs").expect("pointer")];
+        }
+        let mut decl = declaration(vec![dest]);
+        decl.spec.on_conflict = [OnConflict::Skip, OnConflict::Adopt][usize::from(conflict % 2)];
+        decl.spec.update_policy = [
+            UpdatePolicy::Sync,
+            UpdatePolicy::CreateOnly,
+            UpdatePolicy::OnSourceChange,
+        ][usize::from(policy % 3)];
+        if adoptable % 2 == 1 {
+            decl.spec.adoptable = Some(Adoptable {
+                admits: rules::Shared(Arc::new(|there, copy| {
+                    there.annotations().get("made-from") == copy.annotations().get(rules::SOURCE)
+                })),
+                refusal: "not made from this source".into(),
+            });
+        }
+        let mut stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        if consent % 3 != 0 {
+            decl.spec.consent = Some(grant_consent());
+            let g = grant("ca");
+            let mut g = (*g).clone();
+            if consent % 3 == 2 {
+                g.labels_mut().insert("adopt".into(), "true".into());
+            }
+            stores
+                .consents
+                .insert(("local".into(), "a".into()), vec![Arc::new(g)]);
+        }
+        if let Some(o) = shape {
+            stores = stores.with_object(&at("local", "a"), o);
+        }
+        Run::new(decl, stores)
+    }
+
+    /// The live re-decision of a write (made when its destination is read again) equals the
+    /// plan's decision on the same object, for every shape of object and every combination of
+    /// the rules that decide: conflicts, update policy, adoption rule, fields left to others,
+    /// strategy and consent (all 1 440 cases; every kind of decision among them).
+    #[test]
+    fn the_live_re_decision_equals_the_plan_s_decision_on_the_same_facts() {
+        let mut seen = BTreeMap::new();
+        for conflict in 0..2 {
+            for policy in 0..3 {
+                for adoptable in 0..2 {
+                    for ignore in 0..4 {
+                        for consent in 0..3 {
+                            for shape in 0..10 {
+                                let rules = (conflict, policy, adoptable, ignore, consent);
+                                let decision = re_decided_as_planned(rules, shape);
+                                let kind = match decision {
+                                    Decision::Conflict(_) => "Conflict".to_string(),
+                                    other => format!("{other:?}"),
+                                };
+                                *seen.entry(kind).or_insert(0) += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let kinds: Vec<&str> = seen.keys().map(String::as_str).collect();
+        assert_eq!(
+            kinds,
+            ["Adopt", "Conflict", "Create", "InSync", "Update"],
+            "{seen:?}"
+        );
+    }
+
+    /// The plan's decision at a destination holding the object of `shape`, checked against
+    /// the live re-decision of the write the plan made where nothing was.
+    fn re_decided_as_planned(rules: (u8, u8, u8, u8, u8), shape: u8) -> Decision {
+        // The write the plan makes where nothing is (a create), as the executor holds it.
+        let empty = judged_case(rules, None);
+        let first = empty.plan();
+        assert_eq!(first.writes.len(), 1, "{:?}", first.statuses);
+        let w0 = &first.writes[0];
+        let w0 = Write {
+            desired: first.bulk.hydrate(&w0.desired),
+            ..w0.clone()
+        };
+        let found = there(shape, &w0.desired);
+        // The plan on the same object, held in the stores.
+        let case = judged_case(rules, found.clone());
+        let planned = case.plan();
+        let expected = match (planned.writes.as_slice(), planned.statuses.as_slice()) {
+            ([w], []) => w.decision.clone(),
+            ([], [st]) => match st.state {
+                DestinationState::Synced => Decision::InSync,
+                DestinationState::Conflict => Decision::Conflict(st.message.clone()),
+                other => panic!("unexpected state {other:?}: {}", st.message),
+            },
+            other => panic!("one destination, one verdict: {other:?}"),
+        };
+        let live = redecide(&case.decl, &w0, found.as_ref());
+        assert_eq!(live, expected, "shape {shape}, rules {rules:?}");
+        expected
+    }
+
+    /// The lag a write measures is decided by the plan, from the first sightings it is given:
+    /// a create is behind since the latest of its source's version, its namespace and its
+    /// copy's deletion; an update to a newer source version since that version; an update of
+    /// a copy someone changed since that change, and it propagates nothing.
+    #[test]
+    fn a_write_is_behind_since_the_change_it_carries_was_first_seen() {
+        let t0 = Instant::now();
+        let t = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let source_key = ObjectKey::new("local", &secret_type(), Some("src".into()), "ca");
+        let copy_key = at("local", "a").key(&secret_type());
+        let mut stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        stores.seen.insert(source_key.clone(), ("42".into(), t(1)));
+        stores
+            .namespace_seen
+            .insert(("local".into(), "a".into()), t(3));
+        stores.seen.insert(copy_key.clone(), ("9".into(), t(2)));
+        let behind_of = |stores: &Fake| {
+            let plan = Run::new(declaration(vec![destination(None, "a")]), stores.clone()).plan();
+            assert_eq!(plan.writes.len(), 1, "{:?}", plan.statuses);
+            (plan.writes[0].decision.clone(), plan.writes[0].behind)
+        };
+        // Created: since its namespace appeared (the latest of the three).
+        assert_eq!(
+            behind_of(&stores),
+            (
+                Decision::Create,
+                Some(Behind {
+                    since: t(3),
+                    propagates: true
+                })
+            )
+        );
+        // An update to a newer source version: since that version was first seen.
+        let mut old = copy("c", "uid-d");
+        old.annotations_mut()
+            .insert(rules::SOURCE_VERSION.into(), "41".into());
+        let with_copy = stores.clone().with_object(&at("local", "a"), old.clone());
+        assert_eq!(
+            behind_of(&with_copy),
+            (
+                Decision::Update,
+                Some(Behind {
+                    since: t(1),
+                    propagates: true
+                })
+            )
+        );
+        // The same source version, changed by someone: since that change, propagating nothing.
+        old.annotations_mut()
+            .insert(rules::SOURCE_VERSION.into(), "42".into());
+        let edited = stores.clone().with_object(&at("local", "a"), old);
+        assert_eq!(
+            behind_of(&edited),
+            (
+                Decision::Update,
+                Some(Behind {
+                    since: t(2),
+                    propagates: false
+                })
+            )
+        );
+        // Nothing seen: no lag to measure.
+        assert_eq!(
+            behind_of(&Fake::default().with_namespaces("local", &[("a", json!({}))])).1,
+            None
         );
     }
 }

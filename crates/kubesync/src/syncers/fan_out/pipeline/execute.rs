@@ -53,7 +53,7 @@ impl FanOut {
         let since: Vec<Option<Instant>> = plan
             .writes
             .iter()
-            .map(|w| self.behind_since(decl, w).map(|(t, _)| t))
+            .map(|w| w.behind.map(|b| b.since))
             .collect();
         // Consent withdrawn ends the copies it admitted, whatever the mode.
         let deletes = match &spec.consent {
@@ -77,63 +77,10 @@ impl FanOut {
         outcome.destinations.extend(statuses);
     }
 
-    /// Since when the copy `w` writes has been behind, as first seen by the watches (see
-    /// [`Seen`]), and whether the write propagates a change: a new copy (since the latest
-    /// sight of its source's version, of its namespace's, or of the copy's deletion), or a
-    /// newer source version (since that version's first sight). Other updates (a copy someone
-    /// else changed; a changed declaration) are behind since the copy's last change, and
-    /// propagate nothing.
-    pub(super) fn behind_since(&self, decl: &Declaration, w: &Write) -> Option<(Instant, bool)> {
-        let spec = &decl.spec;
-        let ar = &spec.source.resource;
-        let source = ObjectKey::new(
-            spec.source.cluster_or(&self.local).to_string(),
-            ar,
-            spec.source.namespace().map(String::from),
-            &w.source,
-        );
-        let copy = w.at.key(ar);
-        match w.decision {
-            Decision::Create => {
-                let namespace = w.at.namespace().and_then(|ns| {
-                    self.seen.changed(&ObjectKey::new(
-                        &w.at.cluster,
-                        &self.namespace_type,
-                        None,
-                        ns,
-                    ))
-                });
-                [
-                    self.seen.changed(&source),
-                    namespace,
-                    self.seen.changed(&copy),
-                ]
-                .into_iter()
-                .flatten()
-                .max()
-                .map(|t| (t, true))
-            }
-            Decision::Update => {
-                let carried = w
-                    .existing
-                    .as_ref()
-                    .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned());
-                if carried.as_deref() == Some(w.source_resource_version.as_str()) {
-                    self.seen.changed(&copy).map(|t| (t, false))
-                } else {
-                    self.seen
-                        .since(&source, &w.source_resource_version)
-                        .map(|t| (t, true))
-                }
-            }
-            _ => None,
-        }
-    }
-
     /// Carries out a plan's writes (their copies' large values held in `bulk`) and deletes,
     /// at most `concurrency` at once and within the budget of bytes in flight; returns the
     /// written destinations' states, how many copies were deleted, and the propagation lags
-    /// of the writes that carried a change (see [`FanOut::behind_since`]).
+    /// of the writes that carried a change (see [`plan::behind`]).
     pub(super) async fn execute(
         &self,
         ctx: &Context,
@@ -145,72 +92,27 @@ impl FanOut {
         usize,
         Vec<(String, std::time::Duration)>,
     ) {
-        let ar = &decl.spec.source.resource;
         let confirm = self.confirming(&decl.key);
-        enum Op {
-            Write(Box<Write>),
-            Delete(Delete),
-        }
         let ops = writes
             .into_iter()
             .map(|w| Op::Write(Box::new(w)))
             .chain(deletes.into_iter().map(Op::Delete));
-        type Done = (Option<DestinationStatus>, bool, Option<std::time::Duration>);
         let results: Vec<Done> = futures::stream::iter(ops)
             .map(|op| async move {
                 match op {
-                    Op::Delete(Delete { at, uid, orphan }) => {
-                        if !orphan && self.deleted_already(ctx, ar, &at, uid.as_deref(), confirm).await {
-                            return (None, true, None);
-                        }
-                        let gone = if orphan {
-                            self.release_copy(ctx, ar, &at, uid.as_deref()).await
-                        } else {
-                            self.delete_copy(ctx, ar, &at, uid.as_deref()).await.map(|_| ())
-                        };
-                        if let Err(e) = &gone {
-                            tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
-                        }
-                        (None, gone.is_ok(), None)
-                    }
-                    Op::Write(w) => {
-                        // Its share of the budget first, then its copy in full: only the
-                        // writes in flight hold their bodies.
-                        let cost = self.write_cost(bulk.bytes(&w.desired));
-                        // The semaphore is never closed.
-                        let _permit = self.in_flight.acquire_many(cost).await.ok();
-                        let w = Write {
-                            desired: bulk.hydrate(&w.desired),
-                            ..*w
-                        };
-                        let started = self.behind_since(decl, &w);
-                        let (mut st, sent) = self.settle(ctx, decl, &w, confirm).await;
-                        // The reconcile that reverts someone else's change reports it.
-                        if sent && w.decision == Decision::Update {
-                            st.drift = w.drift.clone();
-                        }
-                        let synced = st.state == DestinationState::Synced;
-                        let lag = match started {
-                            Some((t, true)) if sent && synced => Some(t.elapsed()),
-                            _ => None,
-                        };
-                        if !synced {
-                            st.behind_since = started.map(|(t, _)| t);
-                        }
-                        let source = &w.source;
-                        (Some(st.of_source(source)), false, lag)
-                    }
+                    Op::Delete(d) => self.remove(ctx, decl, d, confirm).await,
+                    Op::Write(w) => self.write(ctx, decl, (*w, bulk), confirm).await,
                 }
             })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        let deleted = results.iter().filter(|(_, d, _)| *d).count();
+        let deleted = results.iter().filter(|d| d.deleted).count();
         let mut statuses = Vec::with_capacity(results.len());
         let mut propagated = Vec::new();
-        for (st, _, lag) in results {
-            if let Some(st) = st {
-                if let Some(lag) = lag {
+        for done in results {
+            if let Some(st) = done.status {
+                if let Some(lag) = done.lag {
                     propagated.push((st.cluster.clone(), lag));
                 }
                 statuses.push(st);
@@ -219,9 +121,72 @@ impl FanOut {
         (statuses, deleted, propagated)
     }
 
+    /// Deletes (or releases) one copy of the plan, unless it is gone already.
+    async fn remove(&self, ctx: &Context, decl: &Declaration, d: Delete, confirm: bool) -> Done {
+        let ar = &decl.spec.source.resource;
+        let Delete { at, uid, orphan } = d;
+        if !orphan
+            && self
+                .deleted_already(ctx, ar, &at, uid.as_deref(), confirm)
+                .await
+        {
+            return Done::deleted(true);
+        }
+        let gone = if orphan {
+            self.release_copy(ctx, ar, &at, uid.as_deref()).await
+        } else {
+            self.delete_copy(ctx, ar, &at, uid.as_deref())
+                .await
+                .map(|_| ())
+        };
+        if let Err(e) = &gone {
+            tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
+        }
+        Done::deleted(gone.is_ok())
+    }
+
+    /// Writes one copy of the plan (its large values held in `bulk`), within the budget of
+    /// bytes in flight, and says how it ended and the lag it propagated.
+    async fn write(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        (w, bulk): (Write, &rules::Bulk),
+        confirm: bool,
+    ) -> Done {
+        // Its share of the budget first, then its copy in full: only the writes in flight
+        // hold their bodies.
+        let cost = self.write_cost(bulk.bytes(&w.desired));
+        // The semaphore is never closed.
+        let _permit = self.in_flight.acquire_many(cost).await.ok();
+        let w = Write {
+            desired: bulk.hydrate(&w.desired),
+            ..w
+        };
+        let (mut st, sent) = self.settle(ctx, decl, &w, confirm).await;
+        // The reconcile that reverts someone else's change reports it.
+        if sent && w.decision == Decision::Update {
+            st.drift = w.drift.clone();
+        }
+        let synced = st.state == DestinationState::Synced;
+        let lag = match w.behind {
+            Some(b) if b.propagates && sent && synced => Some(b.since.elapsed()),
+            _ => None,
+        };
+        if !synced {
+            st.behind_since = w.behind.map(|b| b.since);
+        }
+        Done {
+            status: Some(st.of_source(&w.source)),
+            deleted: false,
+            lag,
+        }
+    }
+
     /// Carries out `decision` at one destination and says how it ended, and whether a write
     /// was sent that the copy now shows. The rules (adopt only after a live read, decide once
-    /// more after a create finds the name taken, back off on a uid precondition) are the pure
+    /// more after a create finds the name taken, back off on a uid precondition, recreate
+    /// after a replace found invalid) are the pure
     /// [`rules::settle`]; this does the reads and writes it asks for.
     pub(super) async fn settle(
         &self,
@@ -273,43 +238,14 @@ impl FanOut {
                     Err(status) => return (status, false),
                 },
                 Step::Write => {
-                    let written = self
-                        .write_copy(
-                            ctx,
-                            (ar, decl.spec.acting_as.as_ref()),
-                            w,
-                            existing.as_deref(),
-                        )
-                        .await;
-                    match &written {
-                        Err(e) if is_uid_precondition_failure(e) => {
-                            tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched")
-                        }
-                        // Said once, by whoever owns the fence; not once per copy.
-                        Err(e) if e.is_fenced() => {}
-                        Err(e) if is_changed(e) => {
-                            tracing::debug!(destination = %at, "the copy changed after it was read; deciding again on it read live")
-                        }
-                        Err(e) if !is_already_exists(e) => {
-                            tracing::warn!(destination = %at, error = %e, "writing a copy failed")
-                        }
-                        _ => {}
-                    }
-                    settling.written(match written {
-                        Ok(sent) => WriteOutcome::Written { sent },
-                        Err(e) => WriteOutcome::Failed {
-                            cause: if is_already_exists(&e) {
-                                Failure::AlreadyExists
-                            } else if is_uid_precondition_failure(&e) {
-                                Failure::UidPrecondition
-                            } else if is_changed(&e) {
-                                Failure::Changed
-                            } else {
-                                Failure::Other
-                            },
-                            message: refused_as(decl, at, &e),
-                        },
-                    })
+                    let acting = (ar, decl.spec.acting_as.as_ref());
+                    let written = self.write_copy(ctx, acting, w, existing.as_deref()).await;
+                    settling.written(write_outcome(decl, at, written))
+                }
+                Step::Recreate => {
+                    let acting = (ar, decl.spec.acting_as.as_ref());
+                    let recreated = self.recreate(ctx, acting, w, existing.as_deref()).await;
+                    settling.written(write_outcome(decl, at, recreated))
                 }
             };
         }
@@ -326,37 +262,8 @@ impl FanOut {
         let at = &w.at;
         match self.read(ctx, &decl.spec.source.resource, at).await {
             Ok(found) => {
-                let decision = rules::ignore::decide_leaving(
-                    found.as_ref(),
-                    &w.desired,
-                    &w.ignore,
-                    &decl.owner,
-                    w.strategy,
-                    decl.spec.on_conflict,
-                );
-                // Held to the same consent, adoption rule and update policy as the plan's
-                // decision (a create that finds the copy there does not update it past the
-                // version gate or CreateOnly).
-                let decision = plan::gate_adoption(
-                    decision,
-                    w.adoption_refused.as_deref(),
-                    decl.spec.adoptable.as_ref(),
-                    found.as_ref(),
-                    &w.desired,
-                );
-                let decision = match decision {
-                    Decision::Update
-                        if plan::held_back(
-                            decl.spec.update_policy,
-                            found.as_ref(),
-                            &w.source_resource_version,
-                        )
-                        .is_some() =>
-                    {
-                        Decision::InSync
-                    }
-                    other => other,
-                };
+                // The plan's decision, made again on the object read live.
+                let decision = plan::redecide(decl, w, found.as_ref());
                 Ok((found.map(Arc::new), decision))
             }
             Err(e) => Err(DestinationStatus::new(
@@ -453,28 +360,35 @@ impl FanOut {
                 let mut body = rules::ignore::body(desired, existing, ignore).into_owned();
                 body.metadata.resource_version = existing.metadata.resource_version.clone();
                 rules::allocated::carry_over(existing, &mut body);
-                match self
-                    .writer
+                self.writer
                     .replace(&cluster, ar, &body, FIELD_MANAGER)
-                    .await
-                {
-                    Err(Error::Kube(kube::Error::Api(s))) if s.is_invalid() => {
-                        // An immutable field changed: delete and recreate the copy.
-                        tracing::info!(destination = %at, "immutable field changed; recreating the copy");
-                        // Deleted as the identity that recreates it: a copy it may not make
-                        // again is not lost.
-                        self.delete_in(&cluster, ar, at, existing.metadata.uid.as_deref())
-                            .await?;
-                        self.writer
-                            .create(&cluster, ar, desired, FIELD_MANAGER)
-                            .await?;
-                    }
-                    other => {
-                        other?;
-                    }
-                }
+                    .await?;
             }
         }
+        Ok(true)
+    }
+
+    /// Deletes the object `existing` at `w`'s destination (conditional on its uid) and creates
+    /// the copy again: a replace found an immutable field changed ([`Step::Recreate`]). Both
+    /// as the identity that writes the copy: a copy it may not make again is not deleted.
+    async fn recreate(
+        &self,
+        ctx: &Context,
+        (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
+        w: &Write,
+        existing: Option<&DynamicObject>,
+    ) -> Result<bool> {
+        let cluster = ctx.require_cluster(&w.at.cluster)?;
+        let cluster = match acting_as {
+            Some(who) => cluster.acting_as(who),
+            None => cluster,
+        };
+        tracing::info!(destination = %w.at, "immutable field changed; recreating the copy");
+        let uid = existing.and_then(|e| e.metadata.uid.as_deref());
+        self.delete_in(&cluster, ar, &w.at, uid).await?;
+        self.writer
+            .create(&cluster, ar, &w.desired, FIELD_MANAGER)
+            .await?;
         Ok(true)
     }
 
@@ -588,5 +502,61 @@ fn refused_as(decl: &Declaration, at: &DestinationRef, e: &Error) -> String {
             ))
         }
         _ => message,
+    }
+}
+
+/// What a write (or a recreation) at `at` ended with, as the rules of [`rules::settle`] tell
+/// it apart; logged once here (a fenced write is said once, by whoever owns the fence).
+fn write_outcome(decl: &Declaration, at: &DestinationRef, written: Result<bool>) -> WriteOutcome {
+    let e = match written {
+        Ok(sent) => return WriteOutcome::Written { sent },
+        Err(e) => e,
+    };
+    let cause = if is_already_exists(&e) {
+        Failure::AlreadyExists
+    } else if is_uid_precondition_failure(&e) {
+        tracing::info!(destination = %at, "the object was replaced while kubesync wrote its copy; left untouched");
+        Failure::UidPrecondition
+    } else if is_changed(&e) {
+        tracing::debug!(destination = %at, "the copy changed after it was read; deciding again on it read live");
+        Failure::Changed
+    } else if matches!(&e, Error::Kube(kube::Error::Api(s)) if s.is_invalid()) {
+        tracing::info!(destination = %at, error = %e, "the write was refused as invalid");
+        Failure::Invalid
+    } else {
+        if !e.is_fenced() {
+            tracing::warn!(destination = %at, error = %e, "writing a copy failed");
+        }
+        Failure::Other
+    };
+    WriteOutcome::Failed {
+        cause,
+        message: refused_as(decl, at, &e),
+    }
+}
+
+/// One operation of a plan.
+enum Op {
+    Write(Box<Write>),
+    Delete(Delete),
+}
+
+/// How one operation of a plan ended.
+struct Done {
+    /// A write's destination status.
+    status: Option<DestinationStatus>,
+    /// A delete (or release) that removed the copy.
+    deleted: bool,
+    /// The propagation lag a write that carried a change measured.
+    lag: Option<std::time::Duration>,
+}
+
+impl Done {
+    fn deleted(deleted: bool) -> Self {
+        Self {
+            status: None,
+            deleted,
+            lag: None,
+        }
     }
 }

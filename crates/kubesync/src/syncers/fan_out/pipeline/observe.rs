@@ -198,6 +198,8 @@ pub(super) struct ContextStores<'a> {
     ctx: &'a Context,
     resource: &'a ApiResource,
     namespace_type: &'a ApiResource,
+    /// First sightings of the versions copies depend on.
+    seen: &'a Seen,
     /// Consent objects by (cluster, namespace), gathered once per reconcile.
     consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
     /// This declaration's copies, read once per reconcile (their store is packed: every read
@@ -228,6 +230,7 @@ impl<'a> ContextStores<'a> {
             ctx,
             resource: &decl.spec.source.resource,
             namespace_type: &fan_out.namespace_type,
+            seen: &fan_out.seen,
             consents,
             owned,
         }
@@ -257,5 +260,17 @@ impl Stores for ContextStores<'_> {
             .get(&(cluster.to_string(), namespace.to_string()))
             .cloned()
             .unwrap_or_default()
+    }
+
+    fn first_seen(&self, key: &ObjectKey, version: Option<&str>) -> Option<Instant> {
+        match version {
+            Some(v) => self.seen.since(key, v),
+            None => self.seen.changed(key),
+        }
+    }
+
+    fn namespace_seen(&self, cluster: &str, namespace: &str) -> Option<Instant> {
+        let key = ObjectKey::new(cluster, self.namespace_type, None, namespace);
+        self.seen.changed(&key)
     }
 }

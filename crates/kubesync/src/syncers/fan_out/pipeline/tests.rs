@@ -105,6 +105,7 @@ async fn settle_create_under(
         drift: None,
         changed: Vec::new(),
         adoption_refused: None,
+        behind: None,
     };
     fan.settle(ctx, &decl, &write, confirm).await.0
 }
@@ -272,6 +273,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
         drift: None,
         changed: Vec::new(),
         adoption_refused: None,
+        behind: None,
     };
     let (client, seen) = canned(vec![(200, ours)]);
     let ctx = Controller::new()

@@ -209,33 +209,6 @@ pub fn keep_theirs(body: &mut DynamicObject, existing: &DynamicObject, paths: &[
     }
 }
 
-/// The decision at a destination whose fields at `ignore` are left to others: [`decide`]
-/// on the object and the desired copy without them.
-///
-/// [`decide`]: super::decide()
-pub fn decide_leaving(
-    existing: Option<&DynamicObject>,
-    desired: &DynamicObject,
-    ignore: &Ignore,
-    owner: &super::Owner,
-    strategy: super::Strategy,
-    on_conflict: super::OnConflict,
-) -> super::Decision {
-    match existing {
-        Some(e) if !ignore.is_empty() => {
-            let theirs = resolve(e, ignore);
-            super::decide(
-                Some(&without(e, &theirs)),
-                &without(desired, &theirs),
-                owner,
-                strategy,
-                on_conflict,
-            )
-        }
-        existing => super::decide(existing, desired, owner, strategy, on_conflict),
-    }
-}
-
 /// What an update of `existing` writes: `desired`, with the copy's own values at the fields
 /// left to others.
 pub fn body<'a>(

@@ -10,10 +10,9 @@
 //! - **Back off on a uid precondition**: an apply carries the uid of the object it was decided
 //!   on; when the apiserver refuses it, that object was deleted or replaced, and nothing is
 //!   changed (the destination is looked at again on the next pass).
+//! - **Recreate after a 422 on a replace**: a copy written whole (`Replace`) whose immutable
+//!   field changed is deleted and created again (conditional on its uid), once.
 //! - Any other failure ends in the destination's `Error` with the apiserver's words.
-//!
-//! (Recreating a copy after a 422 on an immutable field is part of the `Replace` write
-//! itself.)
 
 use super::decide::{Decision, Strategy};
 use crate::syncers::fan_out::spec::DestinationState;
@@ -25,6 +24,9 @@ pub enum Step {
     Write,
     /// Read the object live and report [`Settling::found`].
     LookAgain,
+    /// Delete the object decided on (conditional on its uid) and create the copy again; report
+    /// [`Settling::written`].
+    Recreate,
     /// Done.
     Done(Settled),
 }
@@ -85,6 +87,8 @@ pub enum Failure {
     /// An update or apply was refused on its resourceVersion precondition: the object changed
     /// after the store the decision was made on was read.
     Changed,
+    /// The write was found invalid (422): e.g. a field that cannot change did.
+    Invalid,
     /// Anything else.
     Other,
 }
@@ -115,6 +119,8 @@ pub struct Settling {
     reading: Option<Reading>,
     /// Read the destination live before any write (see [`Settling::confirming`]).
     confirm: bool,
+    /// Whether the copy was recreated (at most once).
+    recreated: bool,
 }
 
 impl Settling {
@@ -137,6 +143,7 @@ impl Settling {
             live: false,
             reading: None,
             confirm: false,
+            recreated: false,
         }
     }
 
@@ -210,6 +217,14 @@ impl Settling {
             } if self.strategy == Strategy::Apply => Settled::error(
                 "the object kubesync decided on was deleted or replaced while it wrote; nothing was changed, and it is looked at again",
             ),
+            // A copy written whole whose immutable field changed: recreated, once.
+            WriteOutcome::Failed {
+                cause: Failure::Invalid,
+                ..
+            } if self.strategy == Strategy::Replace && self.existing && !self.recreated => {
+                self.recreated = true;
+                Step::Recreate
+            }
             WriteOutcome::Failed { message, .. } => Settled::error(message),
         }
     }
@@ -391,5 +406,33 @@ mod tests {
             (end.state, end.message.as_str()),
             (DestinationState::Error, "Forbidden: no")
         );
+    }
+
+    #[test]
+    fn a_replace_refused_as_invalid_recreates_the_copy_once_and_an_apply_does_not() {
+        let invalid = || failed(Failure::Invalid, "Invalid: field is immutable");
+        let mut s = Settling::new(Decision::Update, true, Strategy::Replace);
+        assert_eq!(s.start(), Step::Write);
+        assert_eq!(s.written(invalid()), Step::Recreate);
+        assert_eq!(
+            s.written(WriteOutcome::Written { sent: true }),
+            Settled::synced(true)
+        );
+        // Recreated, and refused again: an error, not a second recreation.
+        let mut s = Settling::new(Decision::Update, true, Strategy::Replace);
+        s.start();
+        assert_eq!(s.written(invalid()), Step::Recreate);
+        assert_eq!(
+            done(s.written(invalid())).message,
+            "Invalid: field is immutable"
+        );
+        // An apply is never recreated: its 422 is the destination's error.
+        let mut s = Settling::new(Decision::Update, true, Strategy::Apply);
+        s.start();
+        assert_eq!(done(s.written(invalid())).state, DestinationState::Error);
+        // Nor is a create (there is nothing to delete).
+        let mut s = Settling::new(Decision::Create, false, Strategy::Replace);
+        s.start();
+        assert_eq!(done(s.written(invalid())).state, DestinationState::Error);
     }
 }

@@ -1,0 +1,215 @@
+//! One destination's decision, pure: what to do there, given the object there and the copy
+//! as it must be. The plan decides with [`decide_at`] on what the stores show; a write that
+//! reads its destination live ([`rules::settle`](crate::syncers::fan_out::rules::settle)) decides
+//! again with the same function on what it read ([`redecide`]), so the two cannot drift apart.
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
+use super::Write;
+use crate::syncers::fan_out::rules::{
+    self, Decision, Drift, FieldPath, OnConflict, Owner, Strategy,
+};
+use crate::syncers::fan_out::spec::{Adoptable, Declaration, UpdatePolicy};
+
+/// What decides at one destination besides the object there and the desired copy: the
+/// declaration's rules, its destination entry's, and what the destination's namespace says
+/// of adoption.
+#[derive(Clone, Copy, Debug)]
+pub struct Judge<'a> {
+    /// Whose copies count as this declaration's.
+    pub owner: &'a Owner,
+    /// How the copy is written (what "in sync" means).
+    pub strategy: Strategy,
+    /// What to do with an object kubesync did not create.
+    pub on_conflict: OnConflict,
+    /// The fields there left to others: compared nowhere.
+    pub ignore: &'a rules::Ignore,
+    /// Why the destination's namespace does not consent to adoption (`None`: it does, or
+    /// none is needed).
+    pub adoption_refused: Option<&'a str>,
+    /// The declaration's adoption rule.
+    pub adoptable: Option<&'a Adoptable>,
+    /// Whether copies are updated once they exist.
+    pub update_policy: UpdatePolicy,
+    /// The source's resourceVersion, which the copy carries.
+    pub source_version: &'a str,
+}
+
+impl<'a> Judge<'a> {
+    /// The judge of the write `w` of `decl`: the same rules the plan decided it with.
+    pub fn of_write(decl: &'a Declaration, w: &'a Write) -> Self {
+        Self {
+            owner: &decl.owner,
+            strategy: w.strategy,
+            on_conflict: decl.spec.on_conflict,
+            ignore: &w.ignore,
+            adoption_refused: w.adoption_refused.as_deref(),
+            adoptable: decl.spec.adoptable.as_ref(),
+            update_policy: decl.spec.update_policy,
+            source_version: &w.source_resource_version,
+        }
+    }
+}
+
+/// What one destination needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Nothing to write: the copy is in sync, or its update is held back by the update
+    /// policy (`message` says why; empty when in sync). Its status reports `version`.
+    Synced {
+        /// Why it is not written though it differs (empty: it does not differ).
+        message: &'static str,
+        /// The source version the destination's status reports.
+        version: String,
+    },
+    /// Left as it is: someone else's object (or one the adoption rules refuse).
+    Conflict(String),
+    /// Written: [`Decision::Create`], [`Decision::Update`] or [`Decision::Adopt`].
+    Write {
+        /// Which write.
+        decision: Decision,
+        /// An update: the fields that change (compared without the fields left to others).
+        changed: Vec<FieldPath>,
+        /// An update of a copy someone else changed: who changed what.
+        drift: Option<Drift>,
+    },
+}
+
+impl Verdict {
+    /// The decision a write carries out: [`Decision::InSync`] for a destination not written.
+    pub fn decision(&self) -> Decision {
+        match self {
+            Verdict::Synced { .. } => Decision::InSync,
+            Verdict::Conflict(message) => Decision::Conflict(message.clone()),
+            Verdict::Write { decision, .. } => decision.clone(),
+        }
+    }
+}
+
+/// Decides what the destination holding `there` (as the stores show it, or as read live)
+/// needs for the copy `desired`: compared without the fields left to others, an adoption
+/// held to the namespace's consent and the declaration's adoption rule, an update held back
+/// by the update policy.
+pub fn decide_at(
+    judge: &Judge<'_>,
+    there: Option<&DynamicObject>,
+    desired: &DynamicObject,
+) -> Verdict {
+    let theirs = match there {
+        Some(copy) if !judge.ignore.is_empty() => rules::ignore::resolve(copy, judge.ignore),
+        _ => Vec::new(),
+    };
+    let compared = there.map(|e| rules::ignore::without(e, &theirs));
+    let wanted = rules::ignore::without(desired, &theirs);
+    let decision = rules::decide(
+        compared.as_deref(),
+        &wanted,
+        judge.owner,
+        judge.strategy,
+        judge.on_conflict,
+    );
+    let decision = gate_adoption(
+        decision,
+        judge.adoption_refused,
+        judge.adoptable,
+        there,
+        desired,
+    );
+    match decision {
+        Decision::InSync => Verdict::Synced {
+            message: "",
+            version: judge.source_version.to_string(),
+        },
+        Decision::Update
+            if let Some((message, version)) =
+                held_back(judge.update_policy, there, judge.source_version) =>
+        {
+            Verdict::Synced {
+                message,
+                version: version.to_string(),
+            }
+        }
+        Decision::Conflict(message) => Verdict::Conflict(message),
+        Decision::Update => {
+            // A copy (held in full) that is updated: what changes, and whether someone else
+            // changed it.
+            let (changed, drift) = match compared.as_deref() {
+                Some(copy) => {
+                    let changed = rules::changed_fields(copy, &wanted, judge.strategy);
+                    let drift = rules::drift(copy, desired, &changed, rules::FIELD_MANAGER);
+                    (changed, drift)
+                }
+                None => (Vec::new(), None),
+            };
+            Verdict::Write {
+                decision: Decision::Update,
+                changed,
+                drift,
+            }
+        }
+        decision => Verdict::Write {
+            decision,
+            changed: Vec::new(),
+            drift: None,
+        },
+    }
+}
+
+/// The decision on `found`, the object at `w`'s destination read live: the plan's decision
+/// ([`decide_at`], with the same rules) made again on it.
+pub fn redecide(decl: &Declaration, w: &Write, found: Option<&DynamicObject>) -> Decision {
+    decide_at(&Judge::of_write(decl, w), found, &w.desired).decision()
+}
+
+/// Why an update of the copy `existing` is held back by the update policy, with the source
+/// version its status reports: created once, then the destination's (`CreateOnly`: never
+/// updated); or the version gate (`OnSourceChange`: the copy carries the source's version
+/// `source_rv`, and someone else's change to it stays until the source changes).
+pub fn held_back<'a>(
+    policy: UpdatePolicy,
+    existing: Option<&DynamicObject>,
+    source_rv: &'a str,
+) -> Option<(&'static str, &'a str)> {
+    match policy {
+        UpdatePolicy::OnSourceChange
+            if existing
+                .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
+                .is_some_and(|v| v == source_rv) =>
+        {
+            Some((
+                "held back by the version gate: the source has not changed since this copy was written",
+                source_rv,
+            ))
+        }
+        UpdatePolicy::CreateOnly => Some((
+            "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)",
+            "",
+        )),
+        _ => None,
+    }
+}
+
+/// A decision to adopt the object `there`, held to the destination's consent (`refused`: why
+/// it does not allow adoption) and the declaration's adoption rule (judged on the object and
+/// the `desired` copy); any other decision is kept.
+pub fn gate_adoption(
+    decision: Decision,
+    refused: Option<&str>,
+    adoptable: Option<&Adoptable>,
+    there: Option<&DynamicObject>,
+    desired: &DynamicObject,
+) -> Decision {
+    if decision != Decision::Adopt {
+        return decision;
+    }
+    if let Some(why) = refused {
+        return Decision::Conflict(why.to_string());
+    }
+    match adoptable {
+        Some(a) if !there.is_some_and(|e| (a.admits.0)(e, desired)) => {
+            Decision::Conflict(a.refusal.clone())
+        }
+        _ => decision,
+    }
+}
