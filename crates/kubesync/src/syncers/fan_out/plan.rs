@@ -155,12 +155,45 @@ fn name_of(obj: &DynamicObject) -> &str {
 /// sources would be copied to the same name, neither is written and the destination is a
 /// `Conflict` naming both (an existing copy stays as it is); a copy is never written onto
 /// one of the declaration's sources, nor under a name longer than [`MAX_NAME`]. Each
-/// destination is decided by [`decide_at`].
+/// destination is decided by [`decide_at`]. In [`Mode::Report`], and for a refused spec,
+/// only the deletes whose consent was withdrawn are carried out ([`as_declared`]).
 pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
-    let spec = &snapshot.declaration.spec;
-    if let Some(why) = snapshot.source_unreachable {
-        return keep_while_unknown(snapshot, why);
+    let plan = match snapshot.source_unreachable {
+        Some(why) => keep_while_unknown(snapshot, why),
+        None => decide_all(snapshot),
+    };
+    as_declared(snapshot, plan)
+}
+
+/// A plan as the declaration's mode has it carried out: in [`Mode::Enforce`] as it is; in
+/// [`Mode::Report`] (and for a refused spec) only the deletes whose consent was withdrawn
+/// (consent ends when it is withdrawn, whatever the mode), every other write and delete
+/// reported as what would be done ([`report_mode_statuses`]).
+pub fn as_declared<S: Stores>(snapshot: &Snapshot<'_, S>, mut plan: Plan) -> Plan {
+    let decl = snapshot.declaration;
+    if decl.spec.mode == Mode::Enforce && !decl.refused {
+        return plan;
     }
+    let deletes = std::mem::take(&mut plan.deletes);
+    let (withdrawn, others) = match &decl.spec.consent {
+        Some(consent) => withdrawn(
+            consent,
+            snapshot.local,
+            snapshot.stores,
+            snapshot.owned,
+            deletes,
+        ),
+        None => (Vec::new(), deletes),
+    };
+    let writes = std::mem::take(&mut plan.writes);
+    plan.statuses.extend(report_mode_statuses(writes, others));
+    plan.deletes = withdrawn;
+    plan
+}
+
+/// What every destination needs (see [`plan`]), as if enforced.
+fn decide_all<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
+    let spec = &snapshot.declaration.spec;
     let ar = &spec.source.resource;
     let mut sources: Vec<&DynamicObject> = snapshot.sources.iter().map(AsRef::as_ref).collect();
     sources.sort_by(|a, b| name_of(a).cmp(name_of(b)));
@@ -439,6 +472,20 @@ fn unwanted<S: Stores>(
     deletes
 }
 
+/// The deletes that retire a kind a declaration no longer copies: each of its copies of that
+/// kind (found by their marks), conditional on its uid, deleted (never released: the
+/// declaration still wants copies, of the kind it names now).
+pub fn retire(copies: Vec<(DestinationRef, Arc<DynamicObject>)>) -> Vec<Delete> {
+    copies
+        .into_iter()
+        .map(|(at, copy)| Delete {
+            at,
+            uid: copy.metadata.uid.clone(),
+            orphan: false,
+        })
+        .collect()
+}
+
 /// The plan while the sources are unknown (their cluster cannot be read: `why`): nothing is
 /// written, and every copy stays as it is, reported `Error` with the source version it
 /// carries — except the copies whose consent was withdrawn (consent ends when it is
@@ -505,6 +552,7 @@ pub fn report_mode_statuses(writes: Vec<Write>, deletes: Vec<Delete>) -> Vec<Des
         let mut st = DestinationStatus::new(&w.at, DestinationState::OutOfSync, message, "")
             .of_source(&w.source);
         st.planned = Some(planned);
+        st.behind_since = w.behind.map(|b| b.since);
         st.changed_fields = w.changed;
         st.drift = w.drift;
         st

@@ -247,6 +247,50 @@ pub struct FanOutSpec {
     pub acting_as: Option<crate::ActAs>,
 }
 
+impl FanOutSpec {
+    /// A declaration of `source` with no destination yet and every rule at its default: an
+    /// object kubesync did not make left alone ([`OnConflict::Skip`]), nothing filtered, no
+    /// consent needed, copies deleted with it, [`Mode::Enforce`], copies following their
+    /// source, written with the destination cluster's own credentials. Every declaration
+    /// starts here (`FanOutSpec { destinations, .., ..FanOutSpec::new(source) }`).
+    pub fn new(source: SourceRef) -> Self {
+        Self {
+            source,
+            destinations: Vec::new(),
+            on_conflict: OnConflict::Skip,
+            rules: CopyRules::default(),
+            consent: None,
+            deletion_policy: DeletionPolicy::Delete,
+            mode: Mode::Enforce,
+            update_policy: UpdatePolicy::Sync,
+            adoptable: None,
+            acting_as: None,
+        }
+    }
+
+    /// What removing a declaration's copies needs, and nothing more: `source` (its kind, and
+    /// where it lives), one destination entry per cluster its copies may be in (`None`: the
+    /// fan-out's own), and whether they are deleted or released (`deletion_policy`). Its copies
+    /// are found by their marks; nothing is written with it.
+    pub fn removal(
+        source: SourceRef,
+        clusters: impl IntoIterator<Item = Option<String>>,
+        deletion_policy: DeletionPolicy,
+    ) -> Self {
+        Self {
+            destinations: clusters
+                .into_iter()
+                .map(|cluster| Destination {
+                    cluster,
+                    ..Destination::default()
+                })
+                .collect(),
+            deletion_policy,
+            ..Self::new(source)
+        }
+    }
+}
+
 /// What an [`Adoptable`] calls: `(object there, desired copy) -> bool`.
 pub type AdoptionRule = dyn Fn(&DynamicObject, &DynamicObject) -> bool + Send + Sync;
 

@@ -1,97 +1,150 @@
-//! Step 4 of a reconcile: a plan carried out, with bounded concurrency; each write carried
-//! to an end by the pure [`rules::settle`](super::super::rules::settle), deletes and releases
-//! conditional on the copy's uid.
+//! Step 4 of a reconcile: the executor. It owns the writer and the budget of writes in
+//! flight, and carries out a plan — nothing else: with bounded concurrency, each write
+//! carried to an end by the pure [`rules::settle`], deletes and releases conditional on the
+//! copy's uid.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-impl FanOut {
-    /// What later events need: first sightings pruned now and then, the outcome's destinations
-    /// in order, and the objects in the way (a `Conflict`) indexed, so that their change
-    /// (deleted, unprotected) wakes this declaration instead of the next periodic pass.
-    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, outcome: &mut Outcome) {
-        if self.seen.needs_prune() {
-            self.seen
-                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
+use futures::StreamExt;
+use kube::api::{DynamicObject, PropagationPolicy};
+use kube::core::ApiResource;
+
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+use crate::runtime::Context;
+use crate::syncers::fan_out::plan::{self, Delete, Plan, Write};
+use crate::syncers::fan_out::rules::settle::{Failure, Settling, Step, WriteOutcome};
+use crate::syncers::fan_out::rules::{self, Decision, FIELD_MANAGER, Strategy};
+use crate::syncers::fan_out::spec::{
+    Declaration, DestinationRef, DestinationState, DestinationStatus,
+};
+use crate::writer::{Deleted, Writer};
+
+/// The default budget of bytes in flight ([`Executor::budget`]), in KiB.
+const DEFAULT_BUDGET_KIB: u32 = 16 * 1024;
+
+/// Carries out plans: the one part of the fan-out that writes.
+pub(super) struct Executor {
+    writer: Writer,
+    /// At most this many writes in flight per reconcile.
+    concurrency: usize,
+    /// The bytes of copies in flight (bodies being sent, answers being read), in KiB, for
+    /// every reconcile at once ([`Executor::budget`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Its size, in KiB.
+    budget_kib: u32,
+    /// Declarations whose writes are confirmed by a live read first, until when (see
+    /// [`Executor::confirm_writes`]).
+    confirm: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
+}
+
+/// What carrying out a plan did.
+#[derive(Default)]
+pub(super) struct Executed {
+    /// The written destinations' states.
+    pub statuses: Vec<DestinationStatus>,
+    /// How many copies were deleted (or released).
+    pub deleted: usize,
+    /// The propagation lags of the writes that carried a change: (cluster, lag).
+    pub propagated: Vec<(String, Duration)>,
+}
+
+impl Executor {
+    /// An executor with at most 16 writes in flight per reconcile, and 16 MiB of copies in
+    /// flight at once.
+    pub(super) fn new() -> Self {
+        Self {
+            writer: Writer::new(),
+            concurrency: 16,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(DEFAULT_BUDGET_KIB as usize)),
+            budget_kib: DEFAULT_BUDGET_KIB,
+            confirm: parking_lot::Mutex::default(),
         }
-        outcome.destinations.sort_by(|a, b| {
-            (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
-        });
-        let ar = &decl.spec.source.resource;
-        let blocked: Vec<ObjectKey> = outcome
-            .destinations
-            .iter()
-            .filter(|d| d.state == DestinationState::Conflict)
-            .map(|d| {
-                DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
-            })
-            .collect();
-        self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
     }
 
-    /// Carries out `plan`: every write and delete; in Report mode (and for a refused spec)
-    /// only the deletes whose consent was withdrawn, the rest reported as what would be done.
+    /// At most `n` copy writes in flight per reconcile.
+    pub(super) fn concurrency(&mut self, n: usize) {
+        self.concurrency = n.max(1);
+    }
+
+    /// At most about `bytes` of copies in flight at once, across every reconcile (see
+    /// [`FanOut::write_budget`](super::FanOut::write_budget)).
+    pub(super) fn budget(&mut self, bytes: usize) {
+        let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
+        self.in_flight = Arc::new(tokio::sync::Semaphore::new(kib as usize));
+        self.budget_kib = kib;
+    }
+
+    /// What a write of a copy of about `bytes` holds of the budget, in KiB: four times its
+    /// size (the copy, the body sent, the answer read and decoded), at least 1, at most all.
+    fn write_cost(&self, bytes: usize) -> u32 {
+        let kib = (bytes.saturating_mul(4) / 1024).max(1);
+        u32::try_from(kib).unwrap_or(u32::MAX).min(self.budget_kib)
+    }
+
+    /// The writer whose counts this executor updates.
+    pub(super) fn writer(&self) -> Writer {
+        self.writer.clone()
+    }
+
+    /// For `window`, every write and delete of the declaration `decl` is confirmed by a live
+    /// read of its destination first (see
+    /// [`FanOut::confirm_writes`](super::FanOut::confirm_writes)).
+    pub(super) fn confirm_writes(&self, decl: &ObjectKey, window: Duration) {
+        let mut confirm = self.confirm.lock();
+        let now = Instant::now();
+        confirm.retain(|_, until| *until > now);
+        confirm.insert(decl.clone(), now + window);
+    }
+
+    /// Whether the writes of `decl` are confirmed live now.
+    fn confirming(&self, decl: &ObjectKey) -> bool {
+        self.confirm
+            .lock()
+            .get(decl)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// Carries out `plan`, made for `decl`: its writes and deletes.
     pub(super) async fn carry_out(
         &self,
         ctx: &Context,
         decl: &Declaration,
-        plan: plan::Plan,
-        stores: &ContextStores<'_>,
-        owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
-        outcome: &mut Outcome,
-    ) {
-        let spec = &decl.spec;
-        outcome.destinations = plan.statuses;
-        if spec.mode == Mode::Enforce && !decl.refused {
-            let (written, deleted, propagated) = self
-                .execute(ctx, decl, (plan.writes, &plan.bulk), plan.deletes)
-                .await;
-            outcome.destinations.extend(written);
-            outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
-            outcome.propagated = propagated;
-            return;
+        plan: Plan,
+    ) -> Executed {
+        self.execute(ctx, decl, (plan.writes, &plan.bulk), plan.deletes)
+            .await
+    }
+
+    /// Deletes the copies `deletes` of the kind `ar` a declaration no longer copies (as this
+    /// process's own identity); the first failure is the error (the kind is retired once all
+    /// are gone).
+    pub(super) async fn retire(
+        &self,
+        ctx: &Context,
+        ar: &ApiResource,
+        deletes: Vec<Delete>,
+    ) -> Result<()> {
+        for Delete { at, uid, .. } in deletes {
+            self.delete_copy(ctx, ar, &at, uid.as_deref()).await?;
+            tracing::info!(destination = %at, kind = %ar.kind, "the source kind changed; deleted the old copy");
         }
-        let since: Vec<Option<Instant>> = plan
-            .writes
-            .iter()
-            .map(|w| w.behind.map(|b| b.since))
-            .collect();
-        // Consent withdrawn ends the copies it admitted, whatever the mode.
-        let deletes = match &spec.consent {
-            Some(consent) => {
-                let (withdrawn, others) =
-                    plan::withdrawn(consent, &self.local, stores, owned, plan.deletes);
-                if !withdrawn.is_empty() {
-                    let nothing = (Vec::new(), &rules::Bulk::default());
-                    let (done, deleted, _) = self.execute(ctx, decl, nothing, withdrawn).await;
-                    outcome.destinations.extend(done);
-                    outcome.remaining_copies = outcome.remaining_copies.saturating_sub(deleted);
-                }
-                others
-            }
-            None => plan.deletes,
-        };
-        let mut statuses = plan::report_mode_statuses(plan.writes, deletes);
-        for (st, since) in statuses.iter_mut().zip(since) {
-            st.behind_since = since;
-        }
-        outcome.destinations.extend(statuses);
+        Ok(())
     }
 
     /// Carries out a plan's writes (their copies' large values held in `bulk`) and deletes,
     /// at most `concurrency` at once and within the budget of bytes in flight; returns the
     /// written destinations' states, how many copies were deleted, and the propagation lags
     /// of the writes that carried a change (see [`plan::behind`]).
-    pub(super) async fn execute(
+    async fn execute(
         &self,
         ctx: &Context,
         decl: &Declaration,
         (writes, bulk): (Vec<Write>, &rules::Bulk),
         deletes: Vec<Delete>,
-    ) -> (
-        Vec<DestinationStatus>,
-        usize,
-        Vec<(String, std::time::Duration)>,
-    ) {
+    ) -> Executed {
         let confirm = self.confirming(&decl.key);
         let ops = writes
             .into_iter()
@@ -107,18 +160,19 @@ impl FanOut {
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        let deleted = results.iter().filter(|d| d.deleted).count();
-        let mut statuses = Vec::with_capacity(results.len());
-        let mut propagated = Vec::new();
+        let mut executed = Executed {
+            deleted: results.iter().filter(|d| d.deleted).count(),
+            ..Executed::default()
+        };
         for done in results {
             if let Some(st) = done.status {
                 if let Some(lag) = done.lag {
-                    propagated.push((st.cluster.clone(), lag));
+                    executed.propagated.push((st.cluster.clone(), lag));
                 }
-                statuses.push(st);
+                executed.statuses.push(st);
             }
         }
-        (statuses, deleted, propagated)
+        executed
     }
 
     /// Deletes (or releases) one copy of the plan, unless it is gone already.
@@ -188,7 +242,7 @@ impl FanOut {
     /// more after a create finds the name taken, back off on a uid precondition, recreate
     /// after a replace found invalid) are the pure
     /// [`rules::settle`]; this does the reads and writes it asks for.
-    pub(super) async fn settle(
+    async fn settle(
         &self,
         ctx: &Context,
         decl: &Declaration,
@@ -253,7 +307,7 @@ impl FanOut {
 
     /// Reads the object at `at` live and decides again on it; a failed read is the
     /// destination's error status.
-    pub(super) async fn look_again(
+    async fn look_again(
         &self,
         ctx: &Context,
         decl: &Declaration,
@@ -276,7 +330,7 @@ impl FanOut {
     }
 
     /// A live read of one destination object.
-    pub(super) async fn read(
+    async fn read(
         &self,
         ctx: &Context,
         ar: &ApiResource,
@@ -289,7 +343,7 @@ impl FanOut {
 
     /// Writes the copy `w` decided at its destination, over `existing` (the object the
     /// decision was made on, if any).
-    pub(super) async fn write_copy(
+    async fn write_copy(
         &self,
         ctx: &Context,
         (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
@@ -394,7 +448,7 @@ impl FanOut {
 
     /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
     /// copy already gone, or replaced by another object (its uid no longer matches), is left.
-    pub(super) async fn release_copy(
+    async fn release_copy(
         &self,
         ctx: &Context,
         ar: &ApiResource,
@@ -454,7 +508,7 @@ impl FanOut {
         }
     }
 
-    pub(super) async fn delete_copy(
+    async fn delete_copy(
         &self,
         ctx: &Context,
         ar: &ApiResource,
@@ -560,3 +614,41 @@ impl Done {
         }
     }
 }
+
+/// Whether a write was refused on its resourceVersion precondition (409 `Conflict`, not a uid
+/// mismatch): the object changed after it was read.
+fn is_changed(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if s.is_conflict() && !s.message.contains("uid mismatch"))
+}
+
+/// Whether a create failed because an object of that name exists.
+fn is_already_exists(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if s.is_already_exists())
+}
+
+/// Whether a write failed on its uid precondition ([`rules::apply_precondition`]): the object
+/// it was decided on is gone (409, "uid mismatch") or was replaced by another one (422,
+/// `metadata.uid` is immutable).
+pub fn is_uid_precondition_failure(e: &Error) -> bool {
+    let Error::Kube(kube::Error::Api(s)) = e else {
+        return false;
+    };
+    (s.code == 409 && s.message.contains("uid mismatch"))
+        || (s.code == 422
+            && s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")))
+}
+
+/// The apiserver's reason and message of a failed request (bounded), or the error.
+fn api_message(e: &Error) -> String {
+    match e {
+        Error::Kube(kube::Error::Api(s)) => {
+            crate::error::bounded(format!("{}: {}", s.reason, s.message))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

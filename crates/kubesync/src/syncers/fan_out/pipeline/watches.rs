@@ -1,10 +1,321 @@
-//! Step 1 of a reconcile, and the watches' lifecycle: which watches a declaration needs in
-//! each cluster, started through the index (shared with other declarations), their health;
-//! a declaration forgotten, or copying another kind, releases what it no longer uses.
+//! Step 1 of a reconcile: the watch set. It owns what the fan-out watches — the index of
+//! which declaration uses which watch, the first sightings of the versions copies depend on
+//! ([`Seen`]), and the shards whose copies this process holds — and answers, for a
+//! declaration, which watches it needs in each cluster (started through the index, shared
+//! with other declarations), whether they have listed and are healthy, and its source held
+//! in full. A declaration forgotten, or copying another kind, releases what it no longer
+//! uses; the old kind's copies are removed by the plan and the executor first
+//! ([`WatchSet::retiring`]).
 
-use super::*;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-impl FanOut {
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+
+use super::shards::{self, Shards};
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+use crate::runtime::{ClusterStatus, Context, Watch, WatchId};
+use crate::syncers::fan_out::index::{EventOf, Retire, Scope, SharedIndex, WatchKey};
+use crate::syncers::fan_out::rules;
+use crate::syncers::fan_out::seen::Seen;
+use crate::syncers::fan_out::spec::{
+    Declaration, DestinationRef, DestinationState, Outcome, SourceUnreachable,
+};
+
+/// How long the first sight of a version is kept after its object is gone (a deleted copy's
+/// recreation counts its lag from the deletion).
+const SEEN_FOR: Duration = Duration::from_secs(600);
+
+/// What the fan-out watches, and for whom.
+pub(super) struct WatchSet {
+    /// The fan-out's own cluster.
+    local: String,
+    index: SharedIndex,
+    namespace_type: ApiResource,
+    /// First sightings of the versions copies depend on.
+    seen: Arc<Seen>,
+    /// Set when the copies are sharded ([`WatchSet::shard_copies`]).
+    sharding: std::sync::OnceLock<Shards>,
+}
+
+/// The watches one declaration uses in one cluster.
+struct Watches {
+    /// Those a plan waits for.
+    ids: Vec<WatchId>,
+    /// The metadata-only watch of the other objects of the copied type.
+    others: WatchId,
+}
+
+/// What a declaration's watches say ([`WatchSet::watch`]).
+pub(super) struct Watched {
+    /// The clusters it touches (this one, and its destinations').
+    pub clusters: Vec<String>,
+    /// Those of them no RemoteCluster is registered for.
+    pub unknown: Vec<String>,
+    /// Every watch it needs has listed.
+    pub ready: bool,
+    /// Failing watches: (cluster, the API's message).
+    pub errors: Vec<(String, String)>,
+    /// The source watch (in the source's cluster), if the source is read.
+    pub source: Option<WatchId>,
+    /// A single source, as its watch holds it (once every watch has listed).
+    pub held: Option<SourceRead>,
+    /// The source lives in another cluster that cannot be read now.
+    pub source_unreachable: Option<SourceUnreachable>,
+}
+
+/// A single source as its watch holds it.
+pub(super) enum SourceRead {
+    /// In full.
+    Held(Arc<DynamicObject>),
+    /// Not there: the object does not exist (once the watch has listed).
+    Absent,
+    /// A version of it is on its way in an event (which wakes the declarations copying it).
+    Coming,
+}
+
+/// The key of `decl`'s single source, in its cluster (its name is empty for a selection).
+pub(super) fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
+    let source = &decl.spec.source;
+    ObjectKey::new(
+        source.cluster_or(local).to_string(),
+        &source.resource,
+        source.namespace().map(String::from),
+        &source.name,
+    )
+}
+
+impl WatchSet {
+    /// The watch set of a fan-out whose sources live in the cluster named `local`.
+    pub(super) fn new(local: &str) -> Self {
+        Self {
+            local: local.to_string(),
+            index: SharedIndex::default(),
+            seen: Arc::default(),
+            sharding: std::sync::OnceLock::new(),
+            namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "",
+                "v1",
+                "Namespace",
+            )),
+        }
+    }
+
+    /// The fan-out's own cluster.
+    pub(super) fn local(&self) -> &str {
+        &self.local
+    }
+
+    /// The type of Namespaces.
+    pub(super) fn namespace_type(&self) -> &ApiResource {
+        &self.namespace_type
+    }
+
+    /// First sightings of the versions copies depend on.
+    pub(super) fn first_sightings(&self) -> &Seen {
+        &self.seen
+    }
+
+    /// When the latest version of `key` was first seen, and which version that is.
+    pub(super) fn source_seen(&self, key: &ObjectKey) -> Option<(String, Instant)> {
+        self.seen.latest(key)
+    }
+
+    /// Watches in use (type and namespace watches, all clusters).
+    pub(super) fn watch_count(&self) -> usize {
+        self.index.with(|idx| idx.watch_count())
+    }
+
+    /// Shards the copies, for an operator whose replicas share the declarations: every copy a
+    /// declaration writes carries the label [`rules::SHARD`] with `shard_of(declaration)`,
+    /// one of `all`, and this process holds only the copies of the shards
+    /// [`WatchSet::hold_shards`] gave it (none until then), selected on the server. The copies
+    /// of the other shards (other replicas') are held as metadata only, as the other objects
+    /// of the type are: a destination one takes is seen as taken. Copies written before,
+    /// without the label, are held in full by one more watch per type and cluster until each
+    /// is labelled (its next write); once none is left there, that watch stops, and starts
+    /// again if the other objects' watch shows such a copy (written by an engine that does
+    /// not shard). The selector of the copies names at most half of `all` (`in` the shards
+    /// held, or `notin` the others); that of the other objects names the
+    /// shards held (none when all are held). A request's URI may have 64 KiB: with shards of
+    /// four characters, about 9 000 shards named, e.g. 16 384 shards over two holders or
+    /// more. A declaration whose shard is not held is not decided on (its outcome is not
+    /// ready): its copies are not in view. Set once, before the first reconcile; later calls
+    /// change nothing (whether it was set is returned).
+    pub(super) fn shard_copies(
+        &self,
+        shard_of: impl Fn(&ObjectKey) -> String + Send + Sync + 'static,
+        all: BTreeSet<String>,
+    ) -> bool {
+        self.sharding
+            .set(Shards::new(Arc::new(shard_of), all))
+            .is_ok()
+    }
+
+    /// Sharded ([`WatchSet::shard_copies`]): hold the copies of `shards` from now on (shards
+    /// that are not among all the shards are ignored). Each watch of copies, and of the other
+    /// objects, of every type and cluster is restarted with the new selector; the one
+    /// it replaces runs until the new one has listed, so no store ever lacks a copy it held
+    /// (stores of a type are read together), and the declarations using it are woken once it
+    /// has. A declaration of a shard just gained waits for that list, as for any new watch.
+    /// Unsharded, or with the same shards: nothing.
+    pub(super) fn hold_shards(&self, ctx: &Context, shards: BTreeSet<String>) {
+        if !self.sharding.get().is_some_and(|s| s.hold(&shards)) {
+            return;
+        }
+        let restarted = self.index.with(|idx| {
+            let mut restarted = Vec::new();
+            for (key, _, users) in
+                idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::Others))
+            {
+                let Some(ar) = idx.resource_of(&key) else {
+                    continue;
+                };
+                let (event, watch) = match key.scope {
+                    Scope::Copies => (EventOf::Copy, self.copies_watch(&ar)),
+                    _ => (EventOf::Other, self.others_watch(&ar)),
+                };
+                match self.start(ctx, key.clone(), event, watch) {
+                    Ok(new) => {
+                        if let Some(old) = idx.replace_watch(&key, new) {
+                            restarted.push((old, new, users));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(cluster = %key.cluster, kind = %key.kind, error = %e, "cannot restart a watch of copies with the new shards")
+                    }
+                }
+            }
+            restarted
+        });
+        for (old, new, users) in restarted {
+            for user in users {
+                ctx.when_listed(new, user);
+            }
+            let (weak, index) = (ctx.downgrade(), self.index.clone());
+            tokio::spawn(async move {
+                // The old watch until the new one lists (or is itself replaced or stopped).
+                loop {
+                    let Some(ctx) = weak.upgrade() else { return };
+                    if ctx.watch_listed(new) || !index.with(|idx| idx.is_running(new)) {
+                        ctx.stop_watch(old);
+                        return;
+                    }
+                    drop(ctx);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+    }
+
+    /// How many copies this process holds in memory (every watch of copies, all types and
+    /// clusters).
+    pub(super) fn copies_held(&self, ctx: &Context) -> usize {
+        self.index
+            .with(|idx| idx.watches_where(|k| matches!(k.scope, Scope::Copies | Scope::Unlabelled)))
+            .into_iter()
+            .map(|(_, id, _)| ctx.watch_size(id))
+            .sum()
+    }
+
+    /// `decl` as this process decides on it: sharded, marked with its shard (its copies carry
+    /// it), or `None` when its shard's copies are not held here (nothing else would see
+    /// them); unsharded, as it is.
+    pub(super) fn marked<'d>(&self, decl: &'d Declaration) -> Option<Cow<'d, Declaration>> {
+        match self.sharding.get() {
+            Some(shards) => shards.marked(decl).map(Cow::Owned),
+            None => Some(Cow::Borrowed(decl)),
+        }
+    }
+
+    /// Whether `decl` is known to copy a type other than the one it names now (the old type's
+    /// copies not yet removed).
+    pub(super) fn copies_another_type(&self, decl: &Declaration) -> bool {
+        let ar = &decl.spec.source.resource;
+        self.index
+            .with(|idx| idx.copies_another_type(&decl.key, ar))
+    }
+
+    /// `decl` copies another kind now: the old kind and the watches it used, whose copies
+    /// (this declaration's, by their marks) must go before [`WatchSet::retired`]. The first
+    /// kind a declaration copies is recorded here.
+    pub(super) fn retiring(&self, decl: &Declaration) -> Option<Retire> {
+        let ar = &decl.spec.source.resource;
+        self.index.with(|idx| idx.begin_type(&decl.key, ar))
+    }
+
+    /// This declaration's copies of the kind it retires, by destination, found by their marks
+    /// where copies were watched (a cluster sources were only read from holds none, and its
+    /// outage holds nothing up). A cluster that cannot be read is an error: its copies cannot
+    /// be known to be gone.
+    pub(super) fn retired_copies(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        retire: &Retire,
+    ) -> Result<Vec<(DestinationRef, Arc<DynamicObject>)>> {
+        let mut copies = Vec::new();
+        for wk in retire.watches.iter().filter(|w| !w.scope.of_sources()) {
+            if let ClusterStatus::Unreachable(m) = ctx.cluster_status(&wk.cluster) {
+                return Err(Error::ClusterUnreachable {
+                    cluster: wk.cluster.clone(),
+                    message: format!("{m}; cannot remove the old copies yet"),
+                });
+            }
+            for copy in ctx
+                .list_labelled(&wk.cluster, &retire.old, rules::MANAGED_BY, &decl.owner.uid)
+                .into_iter()
+                .filter(|c| rules::owned_by(c, &decl.owner))
+            {
+                let at = DestinationRef::new(
+                    wk.cluster.clone(),
+                    copy.namespace().unwrap_or_default(),
+                    copy.name_any(),
+                );
+                copies.push((at, copy));
+            }
+        }
+        Ok(copies)
+    }
+
+    /// The old kind's copies are gone: `decl` copies the kind it names now, and the old kind's
+    /// watches no other declaration uses stop.
+    pub(super) fn retired(&self, ctx: &Context, decl: &Declaration, retire: &Retire) {
+        let ar = &decl.spec.source.resource;
+        for id in self
+            .index
+            .with(|idx| idx.finish_retire(&decl.key, retire, ar))
+        {
+            ctx.stop_watch(id);
+        }
+        self.drop_unnamed_sources(ctx);
+    }
+
+    /// What later events need of a reconcile's `outcome`: first sightings pruned now and then,
+    /// and the objects in the way (a `Conflict`) indexed, so that their change (deleted,
+    /// unprotected) wakes this declaration instead of the next periodic pass.
+    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, outcome: &Outcome) {
+        if self.seen.needs_prune() {
+            self.seen
+                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
+        }
+        let ar = &decl.spec.source.resource;
+        let blocked: Vec<ObjectKey> = outcome
+            .destinations
+            .iter()
+            .filter(|d| d.state == DestinationState::Conflict)
+            .map(|d| {
+                DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
+            })
+            .collect();
+        self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
+    }
+
     /// The watch `key` for `decl` (events mapped as `event`), started with `watch()` if no
     /// declaration uses it yet.
     pub(super) fn ensure_watch(
@@ -57,25 +368,14 @@ impl FanOut {
     /// The watch of kubesync's copies of `ar` (sharded: of the shards held, selected on the
     /// server), in full.
     pub(super) fn copies_watch(&self, ar: &ApiResource) -> Watch {
-        let selector = match self.held_shards() {
-            None => rules::MANAGED_BY.to_string(),
-            Some((mine, all)) => format!("{},{}", rules::MANAGED_BY, among(&mine, all)),
-        };
-        Self::copies(ar, &selector)
+        Self::copies(ar, &shards::copies_selector(self.sharding.get()))
     }
 
     /// The watch of the other objects of `ar`, metadata only: those without the `managed-by`
     /// label, or, sharded, those not of a shard held (other replicas' copies, and copies not
     /// labelled yet, are others too).
     pub(super) fn others_watch(&self, ar: &ApiResource) -> Watch {
-        let shard = rules::SHARD;
-        let selector = match self.held_shards() {
-            None => format!("!{}", rules::MANAGED_BY),
-            Some((mine, _)) if mine.is_empty() => format!("{shard} notin (none)"),
-            Some((mine, all)) if mine.len() == all.len() => format!("!{shard}"),
-            Some((mine, _)) => format!("{shard} notin ({})", list(&mine)),
-        };
-        Self::metadata(ar, &selector)
+        Self::metadata(ar, &shards::others_selector(self.sharding.get()))
     }
 
     /// A metadata-only watch of the objects of `ar` that `selector` selects.
@@ -120,12 +420,7 @@ impl FanOut {
     /// copies). It only spares requests: an object it does not show yet is found by the
     /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
     /// is deleted on what it shows or does not show.
-    pub(super) fn ensure_watches(
-        &self,
-        ctx: &Context,
-        cluster: &str,
-        decl: &Declaration,
-    ) -> Result<Watches> {
+    fn ensure_watches(&self, ctx: &Context, cluster: &str, decl: &Declaration) -> Result<Watches> {
         let ar = &decl.spec.source.resource;
         let ns_type = &self.namespace_type;
         let key = &decl.key;
@@ -162,7 +457,7 @@ impl FanOut {
                 WatchKey::of(cluster, ct),
                 EventOf::Cluster,
                 key,
-                || Watch::dynamic(ct.clone()).transform(compact_consent),
+                || Watch::dynamic(ct.clone()).transform(rules::hold_consent),
             )?);
         }
         Ok(Watches { ids, others })
@@ -266,18 +561,18 @@ impl FanOut {
     /// The declarations that use the cluster `cluster` (destinations or copies there, or
     /// sources read there): those to decide on again when what is known of that cluster
     /// changes.
-    pub fn declarations_in(&self, cluster: &str) -> Vec<ObjectKey> {
+    pub(super) fn declarations_in(&self, cluster: &str) -> Vec<ObjectKey> {
         self.index.with(|idx| idx.declarations_in(cluster))
     }
 
     /// Every declaration it knows (reconciled, and not forgotten since).
-    pub fn declarations(&self) -> Vec<ObjectKey> {
+    pub(super) fn declarations(&self) -> Vec<ObjectKey> {
         self.index.with(|idx| idx.declarations())
     }
 
     /// Drops a declaration that is gone: its index entries, and the watches no other
     /// declaration uses.
-    pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
+    pub(super) fn forget(&self, ctx: &Context, key: &ObjectKey) {
         for id in self.index.with(|idx| idx.forget(key)) {
             ctx.stop_watch(id);
         }
@@ -292,60 +587,11 @@ impl FanOut {
         }
     }
 
-    /// The declaration now copies another kind: delete the copies of the old kind first (found
-    /// by their marks in the old kind's stores) and release its watches. Until that is done,
-    /// the index keeps the old kind, so a failure is retried.
-    pub(super) async fn retire_previous_type(
-        &self,
-        ctx: &Context,
-        decl: &Declaration,
-    ) -> Result<()> {
-        let ar = &decl.spec.source.resource;
-        let Some(retire) = self.index.with(|idx| idx.begin_type(&decl.key, ar)) else {
-            return Ok(());
-        };
-        let Retire { old, watches } = &retire;
-        // Copies are looked for where copies are watched; a cluster sources were only read
-        // from (a hub) holds none, and its outage holds nothing up.
-        for wk in watches.iter().filter(|w| !w.scope.of_sources()) {
-            if let ClusterStatus::Unreachable(m) = ctx.cluster_status(&wk.cluster) {
-                return Err(Error::ClusterUnreachable {
-                    cluster: wk.cluster.clone(),
-                    message: format!("{m}; cannot remove the old copies yet"),
-                });
-            }
-            for copy in ctx
-                .list_labelled(&wk.cluster, old, rules::MANAGED_BY, &decl.owner.uid)
-                .iter()
-                .filter(|c| rules::owned_by(c, &decl.owner))
-            {
-                let at = DestinationRef::new(
-                    wk.cluster.clone(),
-                    copy.namespace().unwrap_or_default(),
-                    copy.name_any(),
-                );
-                self.delete_copy(ctx, old, &at, copy.metadata.uid.as_deref())
-                    .await?;
-                tracing::info!(destination = %at, kind = %old.kind, "the source kind changed; deleted the old copy");
-            }
-        }
-        for id in self
-            .index
-            .with(|idx| idx.finish_retire(&decl.key, &retire, ar))
-        {
-            ctx.stop_watch(id);
-        }
-        self.drop_unnamed_sources(ctx);
-        Ok(())
-    }
-
     /// The watches `decl` needs in every cluster it touches, started if need be (shared with
     /// other declarations through the index), and whether they have listed and are healthy.
-    /// A watch that has not listed, or fails, wakes the declaration when it lists. A
-    /// declaration that now copies another kind first retires the old kind's copies and
-    /// watches ([`Self::retire_previous_type`]).
+    /// A watch that has not listed, or fails, wakes the declaration when it lists. A single
+    /// source is held in full once every watch has listed ([`WatchSet::source_in_full`]).
     pub(super) async fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
-        self.retire_previous_type(ctx, decl).await?;
         let spec = &decl.spec;
         let source_key = source_key(&self.local, decl);
         let source_cluster = spec.source.cluster_or(&self.local);
@@ -386,34 +632,11 @@ impl FanOut {
             ready: true,
             errors: Vec::new(),
             source: None,
+            held: None,
             source_unreachable: None,
         };
-        for c in &watched.clusters {
-            if ctx.cluster(c).is_none() {
-                watched.unknown.push(c.clone());
-                continue;
-            }
-            let Watches { ids, others } = self.ensure_watches(ctx, c, decl)?;
-            for id in &ids {
-                if !ctx.watch_listed(*id) {
-                    // Look again when it has listed: its objects may map to no declaration
-                    // (no copies yet), and then no event would.
-                    watched.ready = false;
-                    ctx.when_listed(*id, decl.key.clone());
-                }
-            }
-            // Health is judged from this declaration's own watches, not the whole cluster's. A
-            // failing watch wakes the declaration when it lists again: what was put off while
-            // the cluster could not be checked (deletes there) is then decided, even if no
-            // object of it changes.
-            let first_error = ids.iter().chain([&others]).find_map(|id| {
-                let e = ctx.watch_error(*id)?;
-                ctx.when_listed(*id, decl.key.clone());
-                Some(e)
-            });
-            if let Some(e) = first_error {
-                watched.errors.push((c.clone(), e));
-            }
+        for c in watched.clusters.clone() {
+            self.watch_cluster(ctx, &c, decl, &mut watched)?;
         }
         // A declaration that goes needs no source: its copies are found by their marks, so a
         // source watch that cannot start (a selector the apiserver refuses, a kind no longer
@@ -421,7 +644,53 @@ impl FanOut {
         if !decl.reads_no_source() {
             self.watch_source(ctx, decl, source_cluster, &source_scope, &mut watched)?;
         }
+        if let (true, None, None, Some(id)) = (
+            watched.ready,
+            &spec.source.select,
+            &watched.source_unreachable,
+            watched.source,
+        ) {
+            let ar = &spec.source.resource;
+            watched.held = Some(self.source_in_full(ctx, id, &source_key, ar).await?);
+        }
         Ok(watched)
+    }
+
+    /// The watches `decl` needs in `cluster` (unknown: none), and their health, noted in
+    /// `watched`.
+    fn watch_cluster(
+        &self,
+        ctx: &Context,
+        c: &str,
+        decl: &Declaration,
+        watched: &mut Watched,
+    ) -> Result<()> {
+        if ctx.cluster(c).is_none() {
+            watched.unknown.push(c.to_string());
+            return Ok(());
+        }
+        let Watches { ids, others } = self.ensure_watches(ctx, c, decl)?;
+        for id in &ids {
+            if !ctx.watch_listed(*id) {
+                // Look again when it has listed: its objects may map to no declaration
+                // (no copies yet), and then no event would.
+                watched.ready = false;
+                ctx.when_listed(*id, decl.key.clone());
+            }
+        }
+        // Health is judged from this declaration's own watches, not the whole cluster's. A
+        // failing watch wakes the declaration when it lists again: what was put off while
+        // the cluster could not be checked (deletes there) is then decided, even if no
+        // object of it changes.
+        let first_error = ids.iter().chain([&others]).find_map(|id| {
+            let e = ctx.watch_error(*id)?;
+            ctx.when_listed(*id, decl.key.clone());
+            Some(e)
+        });
+        if let Some(e) = first_error {
+            watched.errors.push((c.to_string(), e));
+        }
+        Ok(())
     }
 
     /// The source watch, where the source lives, and its health. In this cluster, a failing
@@ -479,58 +748,40 @@ impl FanOut {
         }
         Ok(())
     }
-}
 
-/// A selector of the objects whose shard is one of `these` (of `all`, which holds them): `in`
-/// them, or, when they are more than the rest, labelled and `notin` the rest — a selector names
-/// at most half of the shards. None: a value no shard has (the apiserver refuses an empty
-/// list).
-fn among(these: &BTreeSet<String>, all: &BTreeSet<String>) -> String {
-    let shard = rules::SHARD;
-    let rest = all.len().saturating_sub(these.len());
-    if these.len() <= rest {
-        if these.is_empty() {
-            return format!("{shard} in (none)");
+    /// The single source `key` in full, from the watch `id` of its namespace. That watch holds
+    /// in full only the objects some declaration copies, each from its first event after the
+    /// declaration named it; one that has not changed since is held as metadata only, so it
+    /// is read live (one GET) and handed to the watch, which holds it in full from then on.
+    async fn source_in_full(
+        &self,
+        ctx: &Context,
+        id: WatchId,
+        key: &ObjectKey,
+        ar: &ApiResource,
+    ) -> Result<SourceRead> {
+        if let Some(source) = ctx.get(key) {
+            return Ok(SourceRead::Held(source));
         }
-        format!("{shard} in ({})", list(these))
-    } else if rest == 0 {
-        shard.to_string()
-    } else {
-        let rest: BTreeSet<String> = all.difference(these).cloned().collect();
-        format!("{shard},{shard} notin ({})", list(&rest))
-    }
-}
-
-/// Shards as a selector's list of values.
-fn list(set: &BTreeSet<String>) -> String {
-    set.iter().map(String::as_str).collect::<Vec<_>>().join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set(values: &[&str]) -> BTreeSet<String> {
-        values.iter().map(|v| v.to_string()).collect()
-    }
-
-    #[test]
-    fn a_shard_selector_names_the_smaller_side() {
-        let s = rules::SHARD;
-        assert_eq!(
-            among(&set(&["a"]), &set(&["a", "b", "c"])),
-            format!("{s} in (a)")
-        );
-        assert_eq!(
-            among(&set(&["a", "b"]), &set(&["a", "b", "c"])),
-            format!("{s},{s} notin (c)"),
-            "labelled (not a copy written before shards), and not another's"
-        );
-        assert_eq!(among(&set(&["a", "b"]), &set(&["a", "b"])), s);
-        assert_eq!(among(&set(&[]), &set(&["a"])), format!("{s} in (none)"));
-        assert_eq!(
-            among(&set(&["a"]), &set(&["a", "b"])),
-            format!("{s} in (a)")
-        );
+        if !ctx.held_as_metadata(id, key) {
+            return Ok(SourceRead::Absent);
+        }
+        let Some(live) = ctx
+            .api(&key.cluster, ar, key.namespace.as_deref())?
+            .get_opt(&key.name)
+            .await?
+        else {
+            // Deleted since: the deletion's event is on its way.
+            return Ok(SourceRead::Coming);
+        };
+        let version = live.metadata.resource_version.clone();
+        if ctx.hold_in_full(id, live)
+            && let Some(rv) = &version
+        {
+            self.seen.saw(key, rv);
+        }
+        // Not held: the watch holds another version, whose event (held in full, the object
+        // being a source now) has come or is on its way.
+        Ok(ctx.get(key).map_or(SourceRead::Coming, SourceRead::Held))
     }
 }

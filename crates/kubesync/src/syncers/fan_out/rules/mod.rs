@@ -67,6 +67,18 @@ pub fn hold(copy: &mut kube::api::DynamicObject) {
     digest::shrink(copy);
 }
 
+/// A consent object as the fan-out holds it in its stores (a watch transform): its name, namespace, labels (kubesync's mark
+/// among them) and `spec`; no annotations, no managedFields, nothing else. What a consent
+/// says is in its spec; the rest would only cost memory (a tenant may fill annotations up to
+/// 256 KiB per object).
+pub fn hold_consent(obj: &mut kube::api::DynamicObject) {
+    obj.metadata.annotations = None;
+    obj.metadata.managed_fields = None;
+    if let Some(fields) = obj.data.as_object_mut() {
+        fields.retain(|k, _| k == "spec");
+    }
+}
+
 /// Field manager of every copy write.
 pub const FIELD_MANAGER: &str = "kubesync";
 /// Label on every copy: the uid of the declaration (e.g. the ObjectSync) that made it.
@@ -133,5 +145,33 @@ mod fixtures {
             "type": "kubernetes.io/tls",
             "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::ResourceExt;
+    use kube::api::DynamicObject;
+
+    #[test]
+    fn consent_objects_are_held_without_what_they_do_not_say() {
+        let mut grant: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "victim", "labels": {"a": "b"},
+                "annotations": {"padding": "x".repeat(100_000)},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"from": [{"namespace": "t1"}]},
+            "status": {"junk": "y".repeat(10_000)}
+        }))
+        .expect("grant");
+        super::hold_consent(&mut grant);
+        assert_eq!(grant.metadata.annotations, None);
+        assert_eq!(grant.metadata.managed_fields, None);
+        assert_eq!(grant.labels().get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            grant.data,
+            serde_json::json!({"spec": {"from": [{"namespace": "t1"}]}})
+        );
+        assert!(serde_json::to_string(&grant).expect("json").len() < 300);
     }
 }

@@ -71,13 +71,13 @@ fn declaration(ar: ApiResource) -> Declaration {
 
 /// Settles a `Create` at `ns/copy` in `ctx`'s cluster `local`, the store having shown
 /// nothing there.
-async fn settle_create(fan: &FanOut, ctx: &Context, ns: &str) -> DestinationStatus {
+async fn settle_create(fan: &Executor, ctx: &Context, ns: &str) -> DestinationStatus {
     settle_create_under(fan, ctx, ns, UpdatePolicy::Sync, false).await
 }
 
 /// [`settle_create`] under an update policy, its write confirmed live first or not.
 async fn settle_create_under(
-    fan: &FanOut,
+    fan: &Executor,
     ctx: &Context,
     ns: &str,
     policy: UpdatePolicy,
@@ -116,7 +116,7 @@ async fn create_finds(found: (u16, serde_json::Value)) -> (DestinationStatus, Ve
     let ctx = Controller::new()
         .cluster(Cluster::new("local", client))
         .context();
-    let st = settle_create(&FanOut::new("local"), &ctx, "ns").await;
+    let st = settle_create(&Executor::new(), &ctx, "ns").await;
     let seen = seen.lock().clone();
     (st, seen)
 }
@@ -149,12 +149,12 @@ async fn create_finds_on_a_real_apiserver(
         .expect("create");
     let local = Cluster::from_config("local", env.config().expect("config")).expect("client");
     let ctx = Controller::new().cluster(local).context();
-    let fan = FanOut::new("local");
+    let fan = Executor::new();
     let st = settle_create(&fan, &ctx, &ns).await;
     let after = api.get("copy").await.expect("still there");
     let unchanged = after.metadata.uid == before.metadata.uid
         && after.metadata.resource_version == before.metadata.resource_version;
-    (st, unchanged, fan.write_counter().writes())
+    (st, unchanged, fan.writer().writes())
 }
 
 #[tokio::test]
@@ -233,7 +233,7 @@ async fn a_create_that_finds_its_copy_changed_keeps_to_the_update_policy() {
         let ctx = Controller::new()
             .cluster(Cluster::new("local", client))
             .context();
-        let st = settle_create_under(&FanOut::new("local"), &ctx, "ns", policy, confirm).await;
+        let st = settle_create_under(&Executor::new(), &ctx, "ns", policy, confirm).await;
         assert_eq!(
             st.state,
             DestinationState::Synced,
@@ -279,9 +279,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
     let ctx = Controller::new()
         .cluster(Cluster::new("local", client))
         .context();
-    let (st, sent) = FanOut::new("local")
-        .settle(&ctx, &decl, &write, false)
-        .await;
+    let (st, sent) = Executor::new().settle(&ctx, &decl, &write, false).await;
     assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
     assert!(!sent, "nothing sent");
     assert_eq!(
@@ -297,26 +295,4 @@ async fn a_create_whose_name_is_free_again_is_looked_at_again() {
     assert_eq!(st.state, DestinationState::Error);
     assert!(st.message.contains("looked at again"), "{}", st.message);
     assert_eq!(seen, POST_THEN_GET);
-}
-
-#[test]
-fn consent_objects_are_held_without_what_they_do_not_say() {
-    let mut grant: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
-        "metadata": {"name": "g", "namespace": "victim", "labels": {"a": "b"},
-            "annotations": {"padding": "x".repeat(100_000)},
-            "managedFields": [{"manager": "kubectl"}]},
-        "spec": {"from": [{"namespace": "t1"}]},
-        "status": {"junk": "y".repeat(10_000)}
-    }))
-    .expect("grant");
-    compact_consent(&mut grant);
-    assert_eq!(grant.metadata.annotations, None);
-    assert_eq!(grant.metadata.managed_fields, None);
-    assert_eq!(grant.labels().get("a").map(String::as_str), Some("b"));
-    assert_eq!(
-        grant.data,
-        serde_json::json!({"spec": {"from": [{"namespace": "t1"}]}})
-    );
-    assert!(serde_json::to_string(&grant).expect("json").len() < 300);
 }
