@@ -1804,6 +1804,67 @@ mod tests {
         );
     }
 
+    /// In Report mode, and for a refused spec, the plan carries out only the deletes whose
+    /// consent was withdrawn; every other write and delete is reported as what would be done.
+    #[test]
+    fn report_mode_and_a_refused_spec_carry_out_only_withdrawn_consent() {
+        let mut stores = Fake::default().with_namespaces(
+            "local",
+            &[
+                ("src", json!({})),
+                ("granted", json!({})),
+                ("silent", json!({})),
+                ("new", json!({})),
+            ],
+        );
+        for ns in ["granted", "new"] {
+            stores
+                .consents
+                .insert(("local".into(), ns.into()), vec![grant("ca")]);
+        }
+        let enforce = || {
+            let mut decl = declaration(vec![destination(None, "new")]);
+            decl.spec.consent = Some(grant_consent());
+            Run::new(decl, stores.clone())
+                .owning(at("local", "granted"), "c-g")
+                .owning(at("local", "silent"), "c-s")
+        };
+        // Enforced: a copy made in `new`, both unwanted copies deleted.
+        let plan = enforce().plan();
+        assert_eq!(written(&plan), [(at("local", "new"), Decision::Create)]);
+        assert_eq!(plan.deletes.len(), 2);
+        let mut report = enforce();
+        report.decl.spec.mode = Mode::Report;
+        let mut refused = enforce();
+        refused.decl.refused = true;
+        for run in [report, refused] {
+            let plan = run.plan();
+            assert!(plan.writes.is_empty(), "nothing is written");
+            let deleted: Vec<&str> = plan
+                .deletes
+                .iter()
+                .map(|d| d.at.namespace.as_str())
+                .collect();
+            assert_eq!(
+                deleted,
+                ["silent"],
+                "only the copy whose consent was withdrawn goes"
+            );
+            let planned: Vec<(&str, Option<Planned>)> = plan
+                .statuses
+                .iter()
+                .map(|s| (s.namespace.as_str(), s.planned))
+                .collect();
+            assert_eq!(
+                planned,
+                [
+                    ("new", Some(Planned::Create)),
+                    ("granted", Some(Planned::Delete))
+                ]
+            );
+        }
+    }
+
     #[test]
     fn while_the_source_s_cluster_cannot_be_read_copies_stay_unless_consent_is_withdrawn() {
         let mut stores = Fake::default()
