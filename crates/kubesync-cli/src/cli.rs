@@ -12,6 +12,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kubesync::Cluster;
 
+mod run;
+
 /// kubesync keeps Kubernetes objects in sync between namespaces and clusters.
 #[derive(Debug, Parser)]
 #[command(name = "kubesync", version, about)]
@@ -219,63 +221,8 @@ pub fn flags_reference() -> String {
     let mut out = String::from(
         "# Flags\n\n<!-- Generated from the command line's definitions: `make reference` writes this page, and a test fails when it differs. -->\n\n",
     );
-    let one_line = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let table = |out: &mut String, args: Vec<&clap::Arg>| {
-        out.push_str("| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n");
-        for arg in args {
-            let Some(long) = arg.get_long() else { continue };
-            let value = match arg.get_action() {
-                clap::ArgAction::SetTrue | clap::ArgAction::SetFalse => String::new(),
-                _ => arg
-                    .get_value_names()
-                    .and_then(|n| n.first())
-                    .map(|n| format!(" {n}"))
-                    .unwrap_or_else(|| format!(" {}", long.to_uppercase().replace('-', "_"))),
-            };
-            let env = arg
-                .get_env()
-                .map(|e| format!("`{}`", e.to_string_lossy()))
-                .unwrap_or_default();
-            let default: Vec<String> = arg
-                .get_default_values()
-                .iter()
-                .map(|d| format!("`{}`", d.to_string_lossy()))
-                .collect();
-            let mut help = one_line(
-                arg.get_long_help()
-                    .or(arg.get_help())
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-            );
-            if !help.is_empty() && !help.ends_with('.') {
-                help.push('.');
-            }
-            let flag = matches!(
-                arg.get_action(),
-                clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
-            );
-            let values: Vec<String> = arg
-                .get_possible_values()
-                .iter()
-                .map(|v| format!("`{}`", v.get_name()))
-                .collect();
-            if !values.is_empty() && !flag {
-                help.push_str(&format!(" One of {}.", values.join(", ")));
-            }
-            if matches!(arg.get_action(), clap::ArgAction::Append)
-                && !help.to_lowercase().contains("repeatable")
-            {
-                help.push_str(" Repeatable.");
-            }
-            out.push_str(&format!(
-                "| `--{long}{value}` | {env} | {} | {} |\n",
-                default.join(", "),
-                help.replace('|', "\\|")
-            ));
-        }
-    };
     out.push_str("## Global flags\n\n");
-    table(
+    flags_table(
         &mut out,
         cli.get_arguments().filter(|a| a.is_global_set()).collect(),
     );
@@ -292,10 +239,80 @@ pub fn flags_reference() -> String {
         if args.is_empty() {
             out.push_str("No flags but the global ones.\n");
         } else {
-            table(&mut out, args);
+            flags_table(&mut out, args);
         }
     }
     out
+}
+
+/// `text` on one line: its words joined by single spaces.
+fn one_line(text: String) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Appends to `out` the Markdown table of `args` (those with a long name): the flag with its
+/// value, its environment variable, its default and its meaning.
+fn flags_table(out: &mut String, args: Vec<&clap::Arg>) {
+    out.push_str("| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n");
+    for arg in args {
+        let Some(long) = arg.get_long() else { continue };
+        let value = match arg.get_action() {
+            clap::ArgAction::SetTrue | clap::ArgAction::SetFalse => String::new(),
+            _ => arg
+                .get_value_names()
+                .and_then(|n| n.first())
+                .map(|n| format!(" {n}"))
+                .unwrap_or_else(|| format!(" {}", long.to_uppercase().replace('-', "_"))),
+        };
+        let env = arg
+            .get_env()
+            .map(|e| format!("`{}`", e.to_string_lossy()))
+            .unwrap_or_default();
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|d| format!("`{}`", d.to_string_lossy()))
+            .collect();
+        let help = flag_meaning(arg);
+        out.push_str(&format!(
+            "| `--{long}{value}` | {env} | {} | {} |\n",
+            default.join(", "),
+            help.replace('|', "\\|")
+        ));
+    }
+}
+
+/// The meaning of `arg` in its table: its help on one line, ending in a period, then the
+/// values it takes (unless it is a switch) and, when it may be repeated and its help does not
+/// say so, "Repeatable.".
+fn flag_meaning(arg: &clap::Arg) -> String {
+    let mut help = one_line(
+        arg.get_long_help()
+            .or(arg.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    );
+    if !help.is_empty() && !help.ends_with('.') {
+        help.push('.');
+    }
+    let flag = matches!(
+        arg.get_action(),
+        clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+    );
+    let values: Vec<String> = arg
+        .get_possible_values()
+        .iter()
+        .map(|v| format!("`{}`", v.get_name()))
+        .collect();
+    if !values.is_empty() && !flag {
+        help.push_str(&format!(" One of {}.", values.join(", ")));
+    }
+    if matches!(arg.get_action(), clap::ArgAction::Append)
+        && !help.to_lowercase().contains("repeatable")
+    {
+        help.push_str(" Repeatable.");
+    }
+    help
 }
 
 fn parse_list_strategy(text: &str) -> Result<kubesync::cluster::ListStrategy, String> {
@@ -308,95 +325,7 @@ pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log);
     match cli.command {
-        Command::Run(args) => {
-            let RunArgs {
-                kubeconfig,
-                context,
-                source_namespaces,
-                remote_source_namespaces,
-                allow_destination_namespaces,
-                deny_destination_namespaces,
-                allowed_resources,
-                mut trusted_namespaces,
-                privileged_resources,
-                grantable_resources,
-                max_copies,
-                default_service_account,
-                telemetry_address,
-                metrics_address,
-                metrics_insecure,
-                metrics_cert_dir,
-                leader_elect,
-                leader_election_namespace,
-                leader_election_name,
-                sharded,
-                shard_namespace,
-                identity: given_identity,
-                shard_group,
-                list_strategy,
-                compat,
-                compat_version_gate,
-            } = *args;
-            if let Ok(own) = std::env::var("POD_NAMESPACE")
-                && !own.is_empty()
-            {
-                trusted_namespaces.push(own);
-            }
-            let policy = crate::object_sync::ObjectSyncPolicy {
-                source_namespaces,
-                remote_source_namespaces,
-                allow_destination_namespaces,
-                deny_destination_namespaces,
-                allowed_resources,
-                trusted_namespaces,
-                privileged_resources,
-                grantable_resources,
-                max_copies,
-                default_service_account,
-            };
-            let endpoints = match crate::telemetry::Endpoints::from_flags(
-                &telemetry_address,
-                &metrics_address,
-                metrics_insecure,
-                metrics_cert_dir,
-            ) {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("kubesync: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let own_namespace = || {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|ns| !ns.is_empty())
-                    .unwrap_or_else(|| "default".into())
-            };
-            let replicas = match (leader_elect, sharded) {
-                (true, _) => Replicas::Elected(Election {
-                    namespace: leader_election_namespace.unwrap_or_else(own_namespace),
-                    name: leader_election_name,
-                    identity: given_identity.clone().unwrap_or_else(identity),
-                }),
-                (false, true) => Replicas::Sharded(crate::shard::members::Membership {
-                    namespace: shard_namespace.unwrap_or_else(own_namespace),
-                    group: shard_group,
-                    identity: given_identity.clone().unwrap_or_else(identity),
-                    timing: crate::leader::Timing::default(),
-                }),
-                (false, false) => Replicas::One,
-            };
-            run(
-                kubeconfig,
-                context,
-                policy,
-                endpoints,
-                replicas,
-                list_strategy,
-                (compat, compat_version_gate),
-            )
-            .await
-        }
+        Command::Run(args) => run::command(*args).await,
         Command::Crds => match crate::crd::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -483,184 +412,6 @@ async fn load(kubeconfig: &Option<PathBuf>, context: Option<&str>) -> kubesync::
             let kc = kube::config::Kubeconfig::read()
                 .map_err(|e| kubesync::Error::Kubeconfig(e.to_string()))?;
             Cluster::from_kubeconfig(kc, None, None).await
-        }
-    }
-}
-
-/// How this replica works with the others.
-enum Replicas {
-    /// Alone: it works on everything.
-    One,
-    /// With leader election: it works on everything while it holds the leader Lease.
-    Elected(Election),
-    /// Sharded: it works on its share.
-    Sharded(crate::shard::members::Membership),
-}
-
-/// Where the leader Lease lives, and who this replica is.
-struct Election {
-    namespace: String,
-    name: String,
-    identity: String,
-}
-
-/// This replica's identity in the election: the pod's (or host's) name and the process id.
-fn identity() -> String {
-    let host = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
-        .unwrap_or_else(|_| "kubesync".into());
-    format!("{}-{}", host.trim(), std::process::id())
-}
-
-/// How the holding of the Lease ended.
-enum Held {
-    /// Leadership was lost (the operator must stop and the process exit non-zero).
-    Lost(String),
-    /// The operator stopped normally; the Lease may be released.
-    Stopped(Box<crate::leader::Elector>),
-}
-
-async fn run(
-    kubeconfig: Option<PathBuf>,
-    context: Option<String>,
-    policy: crate::object_sync::ObjectSyncPolicy,
-    endpoints: crate::telemetry::Endpoints,
-    replicas: Replicas,
-    list_strategy: kubesync::cluster::ListStrategy,
-    (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
-) -> ExitCode {
-    let local = if kubeconfig.is_none() && context.is_none() {
-        match Cluster::in_cluster(crate::operator::LOCAL) {
-            Ok(c) => Ok(c),
-            Err(_) => load(&None, None).await,
-        }
-    } else {
-        load(&kubeconfig, context.as_deref()).await
-    };
-    let local = match local {
-        Ok(c) => c.with_list_strategy(list_strategy),
-        Err(e) => {
-            eprintln!("kubesync: cannot connect to the local cluster: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    tracing::info!("kubesync operator starting");
-    let (election, membership) = match replicas {
-        Replicas::One => (None, None),
-        Replicas::Elected(election) => (Some(election), None),
-        Replicas::Sharded(membership) => (None, Some(membership)),
-    };
-    let shards = membership
-        .as_ref()
-        .map(|m| crate::shard::Shards::new(&m.identity));
-    let base = local.client().clone();
-    let leased = election.is_some() || membership.is_some();
-    let (local, permit) = crate::replicas::fence(local, leased, shards.clone());
-    let options = crate::operator::OperatorOptions {
-        policy,
-        compat,
-        compat_version_gate,
-        shards,
-        ..Default::default()
-    };
-    let operator = crate::operator::Operator::with_options(local, options);
-    let (stop_telemetry, telemetry_stopped) = tokio::sync::watch::channel(());
-    if let Err(e) = crate::telemetry::start(&endpoints, operator.clone(), telemetry_stopped).await {
-        eprintln!("kubesync: {e}");
-        return ExitCode::FAILURE;
-    }
-    // SIGTERM / Ctrl-C, observable from several places.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        kubesync::runtime::shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
-        let mut rx = rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    let mut holding = None;
-    let mut lost_rx = None;
-    if let (Some(election), Some(permit)) = (election, &permit) {
-        let mut elector = crate::leader::Elector::new(
-            base.clone(),
-            &election.namespace,
-            &election.name,
-            &election.identity,
-            crate::leader::Timing::default(),
-        )
-        .with_permit(permit.clone());
-        operator.set_leader(Some(false));
-        tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", election.namespace, election.name), "waiting to become the leader");
-        tokio::select! {
-            () = elector.acquire() => {}
-            () = stopped(&stop_rx) => {
-                let _ = stop_telemetry.send(());
-                return ExitCode::SUCCESS;
-            }
-        }
-        operator.set_leader(Some(true));
-        tracing::info!(identity = elector.identity(), "became the leader");
-        let (lost_tx, rx) = tokio::sync::oneshot::channel::<()>();
-        lost_rx = Some(rx);
-        let until_stopped = stopped(&stop_rx);
-        holding = Some(tokio::spawn(async move {
-            tokio::select! {
-                reason = elector.hold() => {
-                    let _ = lost_tx.send(());
-                    Held::Lost(reason)
-                }
-                () = until_stopped => Held::Stopped(Box::new(elector)),
-            }
-        }));
-    }
-    if let (Some(membership), Some(permit)) = (membership, permit) {
-        return crate::replicas::run_sharded(
-            operator,
-            (base, membership, permit),
-            stopped(&stop_rx),
-            stop_telemetry,
-        )
-        .await;
-    }
-    let until_stopped = stopped(&stop_rx);
-    let result = operator
-        .clone()
-        .run(async move {
-            match lost_rx {
-                Some(lost) => {
-                    tokio::select! {
-                        () = until_stopped => {}
-                        _ = lost => {}
-                    }
-                }
-                None => until_stopped.await,
-            }
-        })
-        .await;
-    let _ = stop_telemetry.send(());
-    if let Some(holding) = holding {
-        match holding.await {
-            Ok(Held::Stopped(mut elector)) => elector.release().await,
-            Ok(Held::Lost(reason)) => {
-                operator.set_leader(Some(false));
-                eprintln!("kubesync: lost the leadership ({reason}); stopping");
-                return ExitCode::FAILURE;
-            }
-            Err(e) => {
-                eprintln!("kubesync: leader election failed: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kubesync: {e}");
-            ExitCode::FAILURE
         }
     }
 }

@@ -102,19 +102,7 @@ pub async fn check(local: &Cluster, timeout: Duration) -> kubesync::Result<bool>
     let remotes = Api::<RemoteCluster>::all(client.clone())
         .list(&Default::default())
         .await?;
-    let mut declarations: Vec<(Option<String>, serde_json::Value)> = Vec::new();
-    for ar in [
-        ApiResource::erase::<ObjectSync>(&()),
-        ApiResource::erase::<ClusterObjectSync>(&()),
-    ] {
-        let all = Api::<DynamicObject>::all_with(client.clone(), &ar)
-            .list(&Default::default())
-            .await?;
-        for d in all.items {
-            let spec = d.data.get("spec").cloned().unwrap_or_default();
-            declarations.push((d.namespace(), spec));
-        }
-    }
+    let declarations = declarations(&client).await?;
     let stored = || declarations.iter().map(|(ns, spec)| (ns.as_deref(), spec));
     let service = RemoteClusters::new(local.clone());
     let mut ok = true;
@@ -157,21 +145,7 @@ pub async fn check(local: &Cluster, timeout: Duration) -> kubesync::Result<bool>
             }
         }
         for pull in pulls(&name, stored()) {
-            let line = match plural(local, &pull).await {
-                Err(e) => Err(format!("{} is not served by this cluster: {e}", pull.kind)),
-                Ok(resource) => {
-                    let ns = (!pull.namespace.is_empty()).then_some(pull.namespace.as_str());
-                    let mut reads = Vec::new();
-                    for verb in READ_VERBS {
-                        if cluster.may(verb, &pull.group, &resource, ns).await? {
-                            reads.push(verb);
-                        }
-                    }
-                    let writes = cluster.may("create", &pull.group, &resource, ns).await?;
-                    verdict(&pull, &reads, writes)
-                }
-            };
-            match line {
+            match pull_line(local, &cluster, &pull).await? {
                 Ok(line) => println!("  {line}"),
                 Err(line) => {
                     ok = false;
@@ -181,6 +155,49 @@ pub async fn check(local: &Cluster, timeout: Duration) -> kubesync::Result<bool>
         }
     }
     Ok(ok)
+}
+
+/// Every ObjectSync's and ClusterObjectSync's `(own namespace, spec)` as stored.
+async fn declarations(
+    client: &kube::Client,
+) -> kubesync::Result<Vec<(Option<String>, serde_json::Value)>> {
+    let mut declarations: Vec<(Option<String>, serde_json::Value)> = Vec::new();
+    for ar in [
+        ApiResource::erase::<ObjectSync>(&()),
+        ApiResource::erase::<ClusterObjectSync>(&()),
+    ] {
+        let all = Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&Default::default())
+            .await?;
+        for d in all.items {
+            let spec = d.data.get("spec").cloned().unwrap_or_default();
+            declarations.push((d.namespace(), spec));
+        }
+    }
+    Ok(declarations)
+}
+
+/// The [`verdict`] on `pull` of the RemoteCluster `cluster`'s credentials, its kind resolved
+/// by the cluster `local`'s discovery; `Err` also when the kind is not served there.
+async fn pull_line(
+    local: &Cluster,
+    cluster: &Cluster,
+    pull: &Pull,
+) -> kubesync::Result<Result<String, String>> {
+    Ok(match plural(local, pull).await {
+        Err(e) => Err(format!("{} is not served by this cluster: {e}", pull.kind)),
+        Ok(resource) => {
+            let ns = (!pull.namespace.is_empty()).then_some(pull.namespace.as_str());
+            let mut reads = Vec::new();
+            for verb in READ_VERBS {
+                if cluster.may(verb, &pull.group, &resource, ns).await? {
+                    reads.push(verb);
+                }
+            }
+            let writes = cluster.may("create", &pull.group, &resource, ns).await?;
+            verdict(pull, &reads, writes)
+        }
+    })
 }
 
 /// The plural resource name of `pull`'s kind, by this cluster's discovery (the operator

@@ -4,7 +4,7 @@
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::process::{self, Process};
@@ -20,63 +20,18 @@ impl TestEnv {
         let started = Instant::now();
         let dir = make_dir(&builder.name)?;
         let certs = certs::Certs::generate(&builder.name)?;
-        let write = |file: &str, text: &str| -> Result<PathBuf, Error> {
-            let p = dir.join(file);
-            std::fs::write(&p, text).map_err(|e| Error::Io(format!("write {}", p.display()), e))?;
-            Ok(p)
-        };
-        let ca = write("ca.crt", &certs.ca_pem)?;
-        let tls_crt = write("apiserver.crt", &certs.serving_cert_pem)?;
-        let tls_key = write("apiserver.key", &certs.serving_key_pem)?;
-        let sa_key = write("sa.key", &certs.service_account_key_pem)?;
-        let sa_pub = write("sa.pub", &certs.service_account_pub_pem)?;
-        let admin_token = random_token();
-        let token_file = write("tokens.csv", &token_file(&admin_token, &builder.users))?;
+        let files = Files::write(&dir, &certs, &builder)?;
 
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
         let api_port = free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let etcd_args: Vec<String> = vec![
-            "--name=default".into(),
-            format!("--data-dir={}", dir.join("etcd").display()),
-            format!("--listen-client-urls={etcd_url}"),
-            format!("--advertise-client-urls={etcd_url}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
-            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
-            "--log-level=warn".into(),
-            "--logger=zap".into(),
-        ];
+        let etcd_args = etcd_args(&dir, &etcd_url, etcd_peer_port);
         let etcd = Process::spawn("etcd", &binaries.etcd, &etcd_args, &dir.join("etcd.log"))?;
 
-        let apiserver_args: Vec<String> = vec![
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            // The `kubernetes` Service's endpoints would be this loopback address, which
-            // current releases refuse; nothing here reaches the apiserver through that Service.
-            "--endpoint-reconciler-type=none".into(),
-            format!("--secure-port={api_port}"),
-            format!("--cert-dir={}", dir.join("certs").display()),
-            format!("--tls-cert-file={}", tls_crt.display()),
-            format!("--tls-private-key-file={}", tls_key.display()),
-            format!("--client-ca-file={}", ca.display()),
-            format!("--token-auth-file={}", token_file.display()),
-            "--authorization-mode=RBAC".into(),
-            format!("--service-account-key-file={}", sa_pub.display()),
-            format!("--service-account-signing-key-file={}", sa_key.display()),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--allow-privileged=true".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
-            "--enable-priority-and-fairness=false".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ];
-        let mut apiserver_args = apiserver_args;
+        let mut apiserver_args = apiserver_args(&dir, &etcd_url, api_port, &files);
         if builder.audit {
-            let policy = write("audit-policy.yaml", crate::audit::POLICY)?;
+            let policy = write(&dir, "audit-policy.yaml", crate::audit::POLICY)?;
             apiserver_args.extend([
                 format!("--audit-policy-file={}", policy.display()),
                 format!("--audit-log-path={}", dir.join(crate::audit::LOG).display()),
@@ -90,7 +45,7 @@ impl TestEnv {
             server: format!("https://127.0.0.1:{api_port}"),
             etcd_url: etcd_url.clone(),
             ca_pem: certs.ca_pem.clone(),
-            admin_token,
+            admin_token: files.admin_token.clone(),
             users: builder.users.clone(),
             controller_manager: None,
             apiserver: None,
@@ -102,44 +57,8 @@ impl TestEnv {
         env.start_apiserver(builder.startup_timeout).await?;
 
         if builder.controller_manager {
-            let kubeconfig = write("controller-manager.kubeconfig", &env.kubeconfig_yaml())?;
-            let args: Vec<String> = vec![
-                format!("--kubeconfig={}", kubeconfig.display()),
-                match builder.all_controllers {
-                    true => "--controllers=*".into(),
-                    false => {
-                        "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token"
-                            .into()
-                    }
-                },
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                format!("--service-account-private-key-file={}", sa_key.display()),
-                format!("--root-ca-file={}", ca.display()),
-                "--use-service-account-credentials=false".into(),
-                "--concurrent-namespace-syncs=5".into(),
-                "--namespace-sync-period=10s".into(),
-                "--v=1".into(),
-            ];
-            let cm_bin = env
-                .binaries
-                .kube_controller_manager
-                .clone()
-                .ok_or_else(|| Error::Binaries("kube-controller-manager missing".into()))?;
-            let mut cm = Process::spawn(
-                "kube-controller-manager",
-                &cm_bin,
-                &args,
-                &dir.join("kube-controller-manager.log"),
-            )?;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if let Some(status) = cm.exited() {
-                return Err(Error::Process(format!(
-                    "kube-controller-manager exited ({status}):\n{}",
-                    cm.log_tail(30)
-                )));
-            }
-            env.controller_manager = Some(cm);
+            env.start_controller_manager(builder.all_controllers, &files)
+                .await?;
         }
         tracing::info!(
             cluster = %env.name,
@@ -148,6 +67,59 @@ impl TestEnv {
             "control plane ready"
         );
         Ok(env)
+    }
+
+    /// Spawns kube-controller-manager (every controller, or only those the tests rely on)
+    /// and checks that it has not exited at once.
+    async fn start_controller_manager(
+        &mut self,
+        all_controllers: bool,
+        files: &Files,
+    ) -> Result<(), Error> {
+        let kubeconfig = write(
+            &self.dir,
+            "controller-manager.kubeconfig",
+            &self.kubeconfig_yaml(),
+        )?;
+        let args: Vec<String> =
+            vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            match all_controllers {
+                true => "--controllers=*".into(),
+                false => {
+                    "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token"
+                        .into()
+                }
+            },
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            format!("--service-account-private-key-file={}", files.sa_key.display()),
+            format!("--root-ca-file={}", files.ca.display()),
+            "--use-service-account-credentials=false".into(),
+            "--concurrent-namespace-syncs=5".into(),
+            "--namespace-sync-period=10s".into(),
+            "--v=1".into(),
+        ];
+        let cm_bin = self
+            .binaries
+            .kube_controller_manager
+            .clone()
+            .ok_or_else(|| Error::Binaries("kube-controller-manager missing".into()))?;
+        let mut cm = Process::spawn(
+            "kube-controller-manager",
+            &cm_bin,
+            &args,
+            &self.dir.join("kube-controller-manager.log"),
+        )?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some(status) = cm.exited() {
+            return Err(Error::Process(format!(
+                "kube-controller-manager exited ({status}):\n{}",
+                cm.log_tail(30)
+            )));
+        }
+        self.controller_manager = Some(cm);
+        Ok(())
     }
 
     /// Spawns kube-apiserver with the environment's arguments and waits until it is ready.
@@ -215,6 +187,96 @@ impl TestEnv {
         self.apiserver = Some(api);
         Ok(())
     }
+}
+
+/// The files an environment's processes read, written into its directory, and the admin's
+/// token.
+struct Files {
+    ca: PathBuf,
+    tls_crt: PathBuf,
+    tls_key: PathBuf,
+    sa_key: PathBuf,
+    sa_pub: PathBuf,
+    token_file: PathBuf,
+    admin_token: String,
+}
+
+impl Files {
+    /// Writes the CA, the apiserver's serving pair, the service-account key pair and the
+    /// token file (a new admin token, and `builder`'s users) into `dir`.
+    fn write(dir: &Path, certs: &certs::Certs, builder: &TestEnvBuilder) -> Result<Files, Error> {
+        let ca = write(dir, "ca.crt", &certs.ca_pem)?;
+        let tls_crt = write(dir, "apiserver.crt", &certs.serving_cert_pem)?;
+        let tls_key = write(dir, "apiserver.key", &certs.serving_key_pem)?;
+        let sa_key = write(dir, "sa.key", &certs.service_account_key_pem)?;
+        let sa_pub = write(dir, "sa.pub", &certs.service_account_pub_pem)?;
+        let admin_token = random_token();
+        let token_file = write(dir, "tokens.csv", &token_file(&admin_token, &builder.users))?;
+        Ok(Files {
+            ca,
+            tls_crt,
+            tls_key,
+            sa_key,
+            sa_pub,
+            token_file,
+            admin_token,
+        })
+    }
+}
+
+/// Writes `text` into `file` in `dir`; the file's path.
+fn write(dir: &Path, file: &str, text: &str) -> Result<PathBuf, Error> {
+    let p = dir.join(file);
+    std::fs::write(&p, text).map_err(|e| Error::Io(format!("write {}", p.display()), e))?;
+    Ok(p)
+}
+
+/// The arguments of a single-member etcd serving clients at `etcd_url` and its peer at
+/// `peer_port`, its data in `dir`.
+fn etcd_args(dir: &Path, etcd_url: &str, peer_port: u16) -> Vec<String> {
+    vec![
+        "--name=default".into(),
+        format!("--data-dir={}", dir.join("etcd").display()),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+        "--log-level=warn".into(),
+        "--logger=zap".into(),
+    ]
+}
+
+/// The arguments of kube-apiserver on `api_port`, on the etcd at `etcd_url`, with `files`
+/// (before the audit arguments and the builder's own).
+fn apiserver_args(dir: &Path, etcd_url: &str, api_port: u16, files: &Files) -> Vec<String> {
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        // The `kubernetes` Service's endpoints would be this loopback address, which
+        // current releases refuse; nothing here reaches the apiserver through that Service.
+        "--endpoint-reconciler-type=none".into(),
+        format!("--secure-port={api_port}"),
+        format!("--cert-dir={}", dir.join("certs").display()),
+        format!("--tls-cert-file={}", files.tls_crt.display()),
+        format!("--tls-private-key-file={}", files.tls_key.display()),
+        format!("--client-ca-file={}", files.ca.display()),
+        format!("--token-auth-file={}", files.token_file.display()),
+        "--authorization-mode=RBAC".into(),
+        format!("--service-account-key-file={}", files.sa_pub.display()),
+        format!(
+            "--service-account-signing-key-file={}",
+            files.sa_key.display()
+        ),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--allow-privileged=true".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--enable-priority-and-fairness=false".into(),
+        "--profiling=false".into(),
+        "--v=1".into(),
+    ]
 }
 
 fn http_get(path: &str) -> http::Request<Vec<u8>> {

@@ -13,28 +13,24 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kubesync::ObjectKey;
 use kubesync::runtime::{Action, Context, Watch};
-use kubesync::syncers::fan_out::rules::{
-    Annotator, CopyRules, DeletionPolicy, KeyFilter, MANAGED_BY, NamespaceMatcher, NamespaceRule,
-    OnConflict, Owner, SOURCE, Shared,
-};
-use kubesync::syncers::fan_out::{
-    Adoptable, Declaration, Destination, DestinationState, FanOut, FanOutSpec, Mode, Outcome,
-    SourceRef, UpdatePolicy,
-};
+use kubesync::syncers::fan_out::FanOut;
+use kubesync::syncers::fan_out::rules::{MANAGED_BY, SOURCE};
 use parking_lot::Mutex;
 
-use super::declared::{self, Declared, REFLECTOR, REPLICATOR, marked_source};
+use super::declared::{self, REFLECTOR, REPLICATOR, marked_source};
 use super::{DECLARED_BY, DECLARED_BY_ANNOTATIONS, Tool};
 use crate::events;
 use crate::object_sync::ObjectSyncPolicy;
 use crate::remote::LOCAL;
+
+mod push;
 
 /// The compat controller (see the module's documentation).
 pub struct CompatController {
@@ -267,127 +263,6 @@ impl CompatController {
         Ok(sooner(push, pull))
     }
 
-    /// The push `object`'s annotations declare (none when it is gone): gather (who made
-    /// copies of it) → decide (the operator's policy, the declaration) → the fan-out writes.
-    async fn push(
-        &self,
-        key: &ObjectKey,
-        ar: &ApiResource,
-        object: Option<&DynamicObject>,
-        ctx: &Context,
-        fan_out: &FanOut,
-        found: &mut Found,
-    ) -> kubesync::Result<Action> {
-        let Found { notes, summary } = found;
-        let makers = self.copies.makers(ctx, key);
-        let declared = object.map(|o| {
-            let none = BTreeMap::new();
-            let annotations = o.metadata.annotations.as_ref().unwrap_or(&none);
-            Declared::read(&self.tools, ar, annotations)
-        });
-        let uid = object
-            .and_then(|o| o.metadata.uid.clone())
-            .unwrap_or_default();
-        if let Some(declared) = &declared {
-            notes.extend(declared.problems.iter().cloned());
-        }
-        let declared = declared.filter(Declared::pushes);
-
-        // Copies made by another object of that name (deleted and made again), or by this
-        // one when it no longer declares a push: they go. Only this object's own uid, or one
-        // no live declaration holds: the marks the copies' watch reads can be forged by anyone
-        // who can write an object, and a cleanup removes every copy of its uid, anywhere.
-        let mut cleaning = false;
-        let gone = makers
-            .iter()
-            .filter(|m| declared.is_none() || **m != uid)
-            .filter(|m| **m == uid || !self.claimed(ctx, m));
-        for maker in gone {
-            let decl = Declaration {
-                key: key.clone(),
-                owner: owner(key, maker),
-                spec: clean_up_spec(ar, key),
-                deleting: true,
-                refused: false,
-            };
-            let outcome = fan_out.reconcile(ctx, &decl).await?;
-            if !outcome.ready || outcome.remaining_copies > 0 {
-                cleaning = true;
-            }
-        }
-        let Some(declared) = declared else {
-            if cleaning {
-                return Ok(Action::requeue(Duration::from_secs(1)));
-            }
-            fan_out.forget(ctx, key);
-            return Ok(Action::done());
-        };
-
-        let namespace = key.namespace.clone().unwrap_or_default();
-        if let Err(refusal) =
-            self.policy
-                .check(Some(&namespace), &namespace, &ar.group, &ar.kind, &[])
-        {
-            notes.insert(format!("not copied: {}", refusal.message));
-            return Ok(Action::done());
-        }
-        // Outside the trusted namespaces, carried out as the namespace's ServiceAccount: RBAC
-        // decides what it reads and writes, as for an ObjectSync.
-        let acting_as = match self.policy.default_identity(&namespace) {
-            Ok(who) => who,
-            Err(why) => {
-                notes.insert(format!("not copied: {why}"));
-                return Ok(Action::done());
-            }
-        };
-        let spec = self.spec(ar, key, &namespace, declared.clone());
-        let spec = FanOutSpec { acting_as, ..spec };
-        if let Some(who) = &spec.acting_as
-            && let Err(refusal) =
-                crate::object_sync::declare::may_read_source(&self.local, who, &spec.source).await
-        {
-            notes.insert(format!("not copied: {}", refusal.message));
-            return Ok(Action::done());
-        }
-        summary.push = declared.tools();
-        let decl = Declaration {
-            key: key.clone(),
-            owner: owner(key, &uid),
-            spec,
-            deleting: false,
-            refused: false,
-        };
-        let outcome = fan_out.reconcile(ctx, &decl).await?;
-        for d in &outcome.destinations {
-            *summary
-                .destinations
-                .entry(format!("{:?}", d.state))
-                .or_default() += 1;
-        }
-        for (cluster, lag) in &outcome.propagated {
-            self.lags.observe("Annotations", cluster, *lag);
-        }
-        notes.extend(destination_notes(&outcome));
-        Ok(match cleaning {
-            true => Action::requeue(Duration::from_millis(500)),
-            false => crate::object_sync::requeue_after(&outcome),
-        })
-    }
-
-    /// Whether a live declaration has the uid `uid`: an ObjectSync, a ClusterObjectSync, or an
-    /// object of the tools' kinds (an annotated source).
-    fn claimed(&self, ctx: &Context, uid: &str) -> bool {
-        let declarations = [
-            ApiResource::erase::<crate::crd::ObjectSync>(&()),
-            ApiResource::erase::<crate::crd::ClusterObjectSync>(&()),
-        ];
-        declarations.iter().chain(&self.resources).any(|ar| {
-            ctx.list_metadata(LOCAL, ar)
-                .iter()
-                .any(|o| o.metadata.uid.as_deref() == Some(uid))
-        })
-    }
-
     /// The annotation-declared syncs, counted (for `/metrics`).
     pub fn counts(&self) -> CompatCounts {
         let mut counts = CompatCounts::default();
@@ -409,79 +284,6 @@ impl CompatController {
             }
         }
         counts
-    }
-
-    /// The fan-out declaration of a push the annotations of `key` declare (pure but for the
-    /// policy it reads).
-    fn spec(
-        &self,
-        ar: &ApiResource,
-        key: &ObjectKey,
-        namespace: &str,
-        declared: Declared,
-    ) -> FanOutSpec {
-        let tools = declared.tools();
-        let labels = match declared.copies_labels() {
-            true => KeyFilter::default(),
-            false => nothing(),
-        };
-        let untrusted = !self.policy.is_trusted(namespace);
-        let mut exclude = vec![namespace.to_string()];
-        exclude.extend(self.policy.deny_destination_namespaces.iter().cloned());
-        let refusal = format!(
-            "exists and was made neither by kubesync nor by {} as a copy of this source: left untouched",
-            tools
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(" or ")
-        );
-        let adopt_tools = tools.clone();
-        let declared = Arc::new(declared);
-        FanOutSpec {
-            source: SourceRef::one(ar.clone(), namespace, key.name.clone()),
-            destinations: vec![Destination {
-                namespaces: NamespaceRule {
-                    namespace: None,
-                    namespace_selector: None,
-                    exclude_namespaces: exclude,
-                    only_namespaces: self.policy.allow_destination_namespaces.clone(),
-                    matcher: Some(NamespaceMatcher::new(move |name, labels| {
-                        declared.admits(name, labels)
-                    })),
-                },
-                ..Destination::default()
-            }],
-            on_conflict: OnConflict::Adopt,
-            adoptable: Some(Adoptable {
-                admits: Shared(Arc::new(move |there, copy| {
-                    marked_source(copy).is_some_and(|s| declared::made_by(&adopt_tools, there, &s))
-                })),
-                refusal,
-            }),
-            acting_as: None,
-            rules: CopyRules {
-                // Its own bookkeeping is the tool's annotations (the annotator's); it copies
-                // none of the source's.
-                reserved: Vec::new(),
-                labels,
-                annotations: nothing(),
-                data: None,
-                extra_labels: [(DECLARED_BY.to_string(), DECLARED_BY_ANNOTATIONS.to_string())]
-                    .into(),
-                annotate: Some(Annotator::new(move |source, copy| {
-                    declared::bookkeeping(&tools, source, copy)
-                })),
-            },
-            consent: untrusted
-                .then(|| crate::object_sync::declare::consent(&self.policy, namespace, ar)),
-            deletion_policy: DeletionPolicy::Delete,
-            mode: Mode::Enforce,
-            update_policy: match self.version_gate {
-                true => UpdatePolicy::OnSourceChange,
-                false => UpdatePolicy::Sync,
-            },
-        }
     }
 
     /// Publishes the notes about `key` not published already, as Warning Events on the
@@ -537,63 +339,6 @@ fn sooner(a: Action, b: Action) -> Action {
         (Some(x), Some(y)) => Action::requeue(x.min(y)),
         (Some(_), None) => a,
         _ => b,
-    }
-}
-
-/// The notes an outcome calls for: each destination kubesync could not write, and why.
-fn destination_notes(outcome: &Outcome) -> Vec<String> {
-    outcome
-        .destinations
-        .iter()
-        .filter(|d| {
-            matches!(
-                d.state,
-                DestinationState::Conflict | DestinationState::Error | DestinationState::Refused
-            )
-        })
-        .map(|d| format!("not copied to namespace {}: {}", d.namespace, d.message))
-        .collect()
-}
-
-/// A key filter that lets nothing through.
-fn nothing() -> KeyFilter {
-    KeyFilter {
-        include: Vec::new(),
-        exclude: vec!["*".into()],
-    }
-}
-
-/// The owner of the copies an object with uid `uid` declared.
-fn owner(key: &ObjectKey, uid: &str) -> Owner {
-    Owner {
-        reference: format!(
-            "{LOCAL}/{}/{} ({} annotations)",
-            key.namespace.as_deref().unwrap_or_default(),
-            key.name,
-            key.kind
-        ),
-        uid: uid.to_string(),
-        shard: None,
-    }
-}
-
-/// What removing every copy of `key` needs: the kind, the source, this cluster.
-fn clean_up_spec(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
-    FanOutSpec {
-        source: SourceRef::one(
-            ar.clone(),
-            key.namespace.clone().unwrap_or_default(),
-            key.name.clone(),
-        ),
-        destinations: vec![Destination::default()],
-        on_conflict: OnConflict::Skip,
-        adoptable: None,
-        acting_as: None,
-        rules: CopyRules::default(),
-        consent: None,
-        deletion_policy: DeletionPolicy::Delete,
-        mode: Mode::Enforce,
-        update_policy: UpdatePolicy::Sync,
     }
 }
 

@@ -114,9 +114,33 @@ pub(super) struct Checked {
 /// copy names, patches) and the filters. The refusal names the field's path and the value.
 /// What depends on the kind (namespaced or not) or on the cluster is judged after discovery.
 pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
-    let invalid =
-        |path: String, m: String| Refusal::new(Reason::InvalidSpec, format!("{path}: {m}"));
-    let source = &spec.source;
+    let selection = check_source_fields(&spec.source)?;
+    if spec.destinations.is_empty() {
+        return Err(Refusal::new(
+            Reason::InvalidSpec,
+            "spec.destinations is empty",
+        ));
+    }
+    let mut destinations = Vec::new();
+    let every = ignore_of("spec", &spec.ignore_fields, &spec.ignore_managers)?;
+    for (i, d) in spec.destinations.iter().enumerate() {
+        destinations.push(check_destination_fields(i, d, selection.is_some(), &every)?);
+    }
+    check_filters(spec)?;
+    Ok(Checked {
+        selection,
+        destinations,
+    })
+}
+
+/// The refusal of the field at `path` with message `m`.
+fn invalid_field(path: String, m: String) -> Refusal {
+    Refusal::new(Reason::InvalidSpec, format!("{path}: {m}"))
+}
+
+/// The source's fields judged (kind, group, version, name, names, namespace, selector,
+/// cluster); its selection parsed (`None`: one object by name).
+fn check_source_fields(source: &ObjectSyncSource) -> Result<Option<Selection>, Refusal> {
     if source.kind.is_empty() {
         return Err(Refusal::new(
             Reason::InvalidSpec,
@@ -126,7 +150,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
     if !source.kind.chars().all(|c| c.is_ascii_alphanumeric())
         || !source.kind.starts_with(|c: char| c.is_ascii_alphabetic())
     {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.kind".into(),
             format!(
                 "{} is not a kind: give a name such as ConfigMap (letters and digits)",
@@ -135,7 +159,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         ));
     }
     if !source.group.is_empty() && !validate::is_dns_subdomain(&source.group) {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.group".into(),
             format!(
                 "{} is not an API group: give a DNS subdomain such as apps or example.com, or nothing for the core group",
@@ -148,7 +172,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
         .as_deref()
         .filter(|v| !validate::is_dns_label(v))
     {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.version".into(),
             format!(
                 "{} is not an API version such as v1 or v1beta1",
@@ -158,7 +182,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
     }
     let selection = source_selection(source)?;
     if !source.name.is_empty() && !is_object_name(&source.name) {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.name".into(),
             format!(
                 "{} is not a valid object name",
@@ -169,7 +193,7 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
     if let Some(ns) = source.namespace.as_deref().filter(|ns| !ns.is_empty())
         && !validate::is_dns_label(ns)
     {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.namespace".into(),
             format!("{} is not a namespace name", validate::quoted(ns)),
         ));
@@ -177,85 +201,90 @@ pub(super) fn check_spec(spec: &ObjectSyncSpec) -> Result<Checked, Refusal> {
     if let Some(c) = source.cluster.as_deref()
         && !validate::is_dns_subdomain(c)
     {
-        return Err(invalid(
+        return Err(invalid_field(
             "spec.source.cluster".into(),
             format!("{} is not a RemoteCluster's name", validate::quoted(c)),
         ));
     }
-    if spec.destinations.is_empty() {
-        return Err(Refusal::new(
-            Reason::InvalidSpec,
-            "spec.destinations is empty",
+    Ok(selection)
+}
+
+/// The fields of destination `i` judged (copy names, for `many` sources or one; namespace,
+/// namespaceSelector, excludeNamespaces, cluster, patches, ignored fields); its namespace
+/// selector, patches and the fields its copies leave to others (`every` destination's and its
+/// own) parsed.
+fn check_destination_fields(
+    i: usize,
+    d: &ObjectSyncDestination,
+    many: bool,
+    every: &Ignore,
+) -> Result<(Option<kube::core::Selector>, Vec<CopyPatch>, Ignore), Refusal> {
+    let at = |field: &str| format!("spec.destinations[{i}]{field}");
+    check_copy_names(d, many).map_err(|m| invalid_field(at(""), m))?;
+    let namespace = d.namespace.as_deref().unwrap_or_default();
+    if !(namespace.is_empty() || namespace == "*" || validate::is_dns_label(namespace)) {
+        return Err(invalid_field(
+            at(".namespace"),
+            format!(
+                "{} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)",
+                validate::quoted(namespace)
+            ),
         ));
     }
-    let mut destinations = Vec::new();
-    let every = ignore_of("spec", &spec.ignore_fields, &spec.ignore_managers)?;
-    for (i, d) in spec.destinations.iter().enumerate() {
-        let at = |field: &str| format!("spec.destinations[{i}]{field}");
-        check_copy_names(d, selection.is_some()).map_err(|m| invalid(at(""), m))?;
-        let namespace = d.namespace.as_deref().unwrap_or_default();
-        if !(namespace.is_empty() || namespace == "*" || validate::is_dns_label(namespace)) {
-            return Err(invalid(
-                at(".namespace"),
-                format!(
-                    "{} is not a namespace name: give one name, \"*\" for all, or a namespaceSelector (and excludeNamespaces, which takes globs)",
-                    validate::quoted(namespace)
-                ),
-            ));
-        }
-        let selector = d
-            .namespace_selector
-            .as_ref()
-            .map(selector)
-            .transpose()
-            .map_err(|e| {
-                Refusal::new(
-                    Reason::InvalidSpec,
-                    e.under(&at(".namespaceSelector")).to_string(),
-                )
-            })?;
-        for (j, glob) in d.exclude_namespaces.iter().enumerate() {
-            validate::namespace_glob(glob)
-                .map_err(|m| invalid(at(&format!(".excludeNamespaces[{j}]")), m))?;
-        }
-        if let Some(c) = d.cluster.as_deref()
-            && !validate::is_dns_subdomain(c)
-        {
-            return Err(invalid(
-                at(".cluster"),
-                format!("{} is not a RemoteCluster's name", validate::quoted(c)),
-            ));
-        }
-        let patches = copy_patches(&d.patches)
-            .map_err(|m| Refusal::new(Reason::InvalidPatch, format!("{}: {m}", at(""))))?;
-        let own = ignore_of(&at(""), &d.ignore_fields, &d.ignore_managers)?;
-        let mut ignore = every.clone();
-        ignore.pointers.extend(own.pointers);
-        ignore.managers.extend(own.managers);
-        destinations.push((selector, patches, ignore));
+    let selector = d
+        .namespace_selector
+        .as_ref()
+        .map(selector)
+        .transpose()
+        .map_err(|e| {
+            Refusal::new(
+                Reason::InvalidSpec,
+                e.under(&at(".namespaceSelector")).to_string(),
+            )
+        })?;
+    for (j, glob) in d.exclude_namespaces.iter().enumerate() {
+        validate::namespace_glob(glob)
+            .map_err(|m| invalid_field(at(&format!(".excludeNamespaces[{j}]")), m))?;
     }
+    if let Some(c) = d.cluster.as_deref()
+        && !validate::is_dns_subdomain(c)
+    {
+        return Err(invalid_field(
+            at(".cluster"),
+            format!("{} is not a RemoteCluster's name", validate::quoted(c)),
+        ));
+    }
+    let patches = copy_patches(&d.patches)
+        .map_err(|m| Refusal::new(Reason::InvalidPatch, format!("{}: {m}", at(""))))?;
+    let own = ignore_of(&at(""), &d.ignore_fields, &d.ignore_managers)?;
+    let mut ignore = every.clone();
+    ignore.pointers.extend(own.pointers);
+    ignore.managers.extend(own.managers);
+    Ok((selector, patches, ignore))
+}
+
+/// The label and annotation filters' entries and the data filter's keys judged.
+fn check_filters(spec: &ObjectSyncSpec) -> Result<(), Refusal> {
     for (field, filter) in [("labels", &spec.labels), ("annotations", &spec.annotations)] {
         for (list, entries) in [("include", &filter.include), ("exclude", &filter.exclude)] {
             for (j, e) in entries.iter().enumerate() {
                 validate::key_filter_entry(e)
-                    .map_err(|m| invalid(format!("spec.{field}.{list}[{j}]"), m))?;
+                    .map_err(|m| invalid_field(format!("spec.{field}.{list}[{j}]"), m))?;
             }
         }
     }
     if let Some(data) = &spec.data {
         for (j, k) in data.include.iter().enumerate() {
-            validate::data_key(k).map_err(|m| invalid(format!("spec.data.include[{j}]"), m))?;
+            validate::data_key(k)
+                .map_err(|m| invalid_field(format!("spec.data.include[{j}]"), m))?;
         }
         for (from, to) in &data.rename {
             let at = format!("spec.data.rename[{}]", validate::quoted(from));
-            validate::data_key(from).map_err(|m| invalid(at.clone(), m))?;
-            validate::data_key(to).map_err(|m| invalid(at.clone(), m))?;
+            validate::data_key(from).map_err(|m| invalid_field(at.clone(), m))?;
+            validate::data_key(to).map_err(|m| invalid_field(at.clone(), m))?;
         }
     }
-    Ok(Checked {
-        selection,
-        destinations,
-    })
+    Ok(())
 }
 
 /// The fields left to others under `path` (`spec` or a destination): each pointer parsed

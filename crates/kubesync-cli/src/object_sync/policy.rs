@@ -331,36 +331,59 @@ impl ObjectSyncPolicy {
         if let Some(own_namespace) = own_namespace
             && source_namespace != own_namespace
         {
-            match cluster {
-                None if !self
-                    .source_namespaces
-                    .iter()
-                    .any(|g| glob(g, source_namespace)) =>
-                {
-                    return Err(Refusal::new(
-                        Reason::SourceNamespaceNotAllowed,
-                        format!(
-                            "the source must be in the ObjectSync's namespace {own_namespace:?}; {source_namespace:?} is not among the operator's allowed source namespaces"
-                        ),
-                    ));
-                }
-                Some(c)
-                    if !self.remote_source_namespaces.iter().any(|entry| {
-                        entry
-                            .split_once('/')
-                            .is_some_and(|(cg, ng)| glob(cg, c) && glob(ng, source_namespace))
-                    }) =>
-                {
-                    return Err(Refusal::new(
-                        Reason::SourceNamespaceNotAllowed,
-                        format!(
-                            "a source read from RemoteCluster {c} must be in the namespace of the ObjectSync's own name there ({own_namespace:?}); {c}/{source_namespace} is not among the operator's allowed remote source namespaces"
-                        ),
-                    ));
-                }
-                _ => {}
-            }
+            self.check_source_namespace(own_namespace, cluster, source_namespace)?;
         }
+        self.check_kind(own_namespace, group, kind)?;
+        self.check_destinations(destinations)
+    }
+
+    /// The source-namespace rule for an ObjectSync in `own_namespace` whose source is in
+    /// another, `source_namespace`, of the RemoteCluster `cluster` (`None`: this cluster).
+    fn check_source_namespace(
+        &self,
+        own_namespace: &str,
+        cluster: Option<&str>,
+        source_namespace: &str,
+    ) -> Result<(), Refusal> {
+        match cluster {
+            None if !self
+                .source_namespaces
+                .iter()
+                .any(|g| glob(g, source_namespace)) =>
+            {
+                Err(Refusal::new(
+                    Reason::SourceNamespaceNotAllowed,
+                    format!(
+                        "the source must be in the ObjectSync's namespace {own_namespace:?}; {source_namespace:?} is not among the operator's allowed source namespaces"
+                    ),
+                ))
+            }
+            Some(c)
+                if !self.remote_source_namespaces.iter().any(|entry| {
+                    entry
+                        .split_once('/')
+                        .is_some_and(|(cg, ng)| glob(cg, c) && glob(ng, source_namespace))
+                }) =>
+            {
+                Err(Refusal::new(
+                    Reason::SourceNamespaceNotAllowed,
+                    format!(
+                        "a source read from RemoteCluster {c} must be in the namespace of the ObjectSync's own name there ({own_namespace:?}); {c}/{source_namespace} is not among the operator's allowed remote source namespaces"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The kind rules: kubesync's own kinds only from the trusted namespaces (or a
+    /// ClusterObjectSync, `own_namespace` `None`), and only the allowed resources.
+    fn check_kind(
+        &self,
+        own_namespace: Option<&str>,
+        group: &str,
+        kind: &str,
+    ) -> Result<(), Refusal> {
         let qualified = canonical_name(group, kind);
         if let Some(own) = own_namespace.filter(|ns| !self.is_trusted(ns))
             && canonical(group, kind).0 == KUBESYNC_GROUP
@@ -383,32 +406,17 @@ impl ObjectSyncPolicy {
                 format!("{qualified} is not among the operator's allowed resources"),
             ));
         }
+        Ok(())
+    }
+
+    /// The destination-namespace rules, for each destination that names one namespace.
+    fn check_destinations(&self, destinations: &[Option<String>]) -> Result<(), Refusal> {
         for ns in destinations
             .iter()
             .flatten()
             .filter(|n| !n.is_empty() && n.as_str() != "*")
         {
-            // The rule that refuses it, named as the admin set it.
-            let rule = match self
-                .deny_destination_namespaces
-                .iter()
-                .find(|g| glob(g, ns))
-            {
-                Some(denied) => Some(format!("--deny-destination-namespace {denied}")),
-                None if !self.allow_destination_namespaces.is_empty()
-                    && !self
-                        .allow_destination_namespaces
-                        .iter()
-                        .any(|g| glob(g, ns)) =>
-                {
-                    Some(format!(
-                        "--allow-destination-namespace {}",
-                        self.allow_destination_namespaces.join(", ")
-                    ))
-                }
-                None => None,
-            };
-            if let Some(rule) = rule {
+            if let Some(rule) = self.refusing_rule(ns) {
                 return Err(Refusal::new(
                     Reason::DestinationNotAllowed,
                     format!("destination namespace {ns:?} is not allowed by the operator ({rule})"),
@@ -416,6 +424,30 @@ impl ObjectSyncPolicy {
             }
         }
         Ok(())
+    }
+
+    /// The rule that refuses the destination namespace `ns`, named as the admin set it;
+    /// `None` if it is allowed.
+    fn refusing_rule(&self, ns: &str) -> Option<String> {
+        match self
+            .deny_destination_namespaces
+            .iter()
+            .find(|g| glob(g, ns))
+        {
+            Some(denied) => Some(format!("--deny-destination-namespace {denied}")),
+            None if !self.allow_destination_namespaces.is_empty()
+                && !self
+                    .allow_destination_namespaces
+                    .iter()
+                    .any(|g| glob(g, ns)) =>
+            {
+                Some(format!(
+                    "--allow-destination-namespace {}",
+                    self.allow_destination_namespaces.join(", ")
+                ))
+            }
+            None => None,
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! name, type, labels and help come from the [`catalog`](super::catalog); a test of the served
 //! exposition checks that nothing is registered outside it.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -10,8 +11,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Metric, Registry};
 
+use kubesync::runtime::Metrics;
+
 use super::catalog::{self, Entry};
+use crate::compat::controller::CompatCounts;
 use crate::operator::Operator;
+use crate::shard::{Shards, UnitKind};
 
 /// A counter whose value is read from the operator at each scrape.
 ///
@@ -113,27 +118,7 @@ struct DestinationLabels {
 async fn registry(operator: &Operator) -> Registry {
     let mut r = Registry::default();
     if let Some(ctx) = operator.context() {
-        let m = ctx.metrics();
-        add(&mut r, &catalog::RECONCILES, counter(m.reconciles()));
-        let failures = Family::<CategoryLabels, ScrapedCounter>::default();
-        for category in kubesync::error::CATEGORIES {
-            failures
-                .get_or_create(&CategoryLabels {
-                    category: category.into(),
-                })
-                .set(0);
-        }
-        for (category, value) in m.failures_by_category() {
-            failures
-                .get_or_create(&CategoryLabels {
-                    category: category.into(),
-                })
-                .set(value);
-        }
-        add(&mut r, &catalog::RECONCILE_FAILURES, failures);
-        add(&mut r, &catalog::QUEUE_DEPTH, gauge(m.queued()));
-        add(&mut r, &catalog::IN_FLIGHT, gauge(m.in_flight()));
-        add(&mut r, &catalog::KEYS_FAILING, gauge(m.failing()));
+        add_reconciler(&mut r, ctx.metrics());
     }
     if let Some(leading) = operator.leader() {
         add(&mut r, &catalog::LEADER, gauge(u8::from(leading)));
@@ -143,31 +128,76 @@ async fn registry(operator: &Operator) -> Registry {
         add(&mut r, &catalog::FRESH_STARTS, starts);
     }
     if let (Some(shards), Some(owned)) = (operator.shards(), operator.units_owned()) {
-        let units = Family::<KindLabels, Gauge>::default();
-        for (kind, count) in owned {
-            units
-                .get_or_create(&KindLabels {
-                    kind: kind.label().into(),
-                })
-                .set(i64::try_from(count).unwrap_or(i64::MAX));
-        }
-        add(&mut r, &catalog::SHARD_UNITS, units);
-        let (members, settled) = shards
-            .view()
-            .map_or((0, false), |(view, settled)| (view.len(), settled));
-        add(&mut r, &catalog::SHARD_MEMBERS, gauge(members));
-        add(&mut r, &catalog::SHARD_SETTLED, gauge(u8::from(settled)));
-        let moves = Family::<DirectionLabels, ScrapedCounter>::default();
-        let (gained, lost) = shards.moves();
-        for (direction, value) in [("gained", gained), ("lost", lost)] {
-            moves
-                .get_or_create(&DirectionLabels {
-                    direction: direction.into(),
-                })
-                .set(value);
-        }
-        add(&mut r, &catalog::SHARD_MOVES, moves);
+        add_shards(&mut r, shards, owned);
     }
+    add_workload(&mut r, operator).await;
+    add_object_syncs(&mut r, operator);
+    add_resource_syncs(&mut r, operator).await;
+    add_remotes(&mut r, operator).await;
+    add(&mut r, &catalog::PROPAGATION_LAG, operator.lags().family());
+    if let Some(counts) = operator.compat_counts() {
+        add_compat(&mut r, counts);
+    }
+    r
+}
+
+/// Registers the controller's counters: reconciles, failures by category (every category,
+/// zero when none failed), queue depth, keys in flight and keys failing.
+fn add_reconciler(r: &mut Registry, m: &Metrics) {
+    add(r, &catalog::RECONCILES, counter(m.reconciles()));
+    let failures = Family::<CategoryLabels, ScrapedCounter>::default();
+    for category in kubesync::error::CATEGORIES {
+        failures
+            .get_or_create(&CategoryLabels {
+                category: category.into(),
+            })
+            .set(0);
+    }
+    for (category, value) in m.failures_by_category() {
+        failures
+            .get_or_create(&CategoryLabels {
+                category: category.into(),
+            })
+            .set(value);
+    }
+    add(r, &catalog::RECONCILE_FAILURES, failures);
+    add(r, &catalog::QUEUE_DEPTH, gauge(m.queued()));
+    add(r, &catalog::IN_FLIGHT, gauge(m.in_flight()));
+    add(r, &catalog::KEYS_FAILING, gauge(m.failing()));
+}
+
+/// Registers this replica's share of the work: the units it owns by kind, the members and
+/// whether the view settled, and the units gained and lost.
+fn add_shards(r: &mut Registry, shards: &Shards, owned: BTreeMap<UnitKind, usize>) {
+    let units = Family::<KindLabels, Gauge>::default();
+    for (kind, count) in owned {
+        units
+            .get_or_create(&KindLabels {
+                kind: kind.label().into(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    add(r, &catalog::SHARD_UNITS, units);
+    let (members, settled) = shards
+        .view()
+        .map_or((0, false), |(view, settled)| (view.len(), settled));
+    add(r, &catalog::SHARD_MEMBERS, gauge(members));
+    add(r, &catalog::SHARD_SETTLED, gauge(u8::from(settled)));
+    let moves = Family::<DirectionLabels, ScrapedCounter>::default();
+    let (gained, lost) = shards.moves();
+    for (direction, value) in [("gained", gained), ("lost", lost)] {
+        moves
+            .get_or_create(&DirectionLabels {
+                direction: direction.into(),
+            })
+            .set(value);
+    }
+    add(r, &catalog::SHARD_MOVES, moves);
+}
+
+/// Registers the writes by component, the ObjectSync watches and copies held, and the
+/// ResourceSync engines running.
+async fn add_workload(r: &mut Registry, operator: &Operator) {
     let writes = Family::<ComponentLabels, ScrapedCounter>::default();
     for (component, value) in operator.writes_by_component().await {
         writes
@@ -176,22 +206,27 @@ async fn registry(operator: &Operator) -> Registry {
             })
             .set(value);
     }
-    add(&mut r, &catalog::WRITES, writes);
+    add(r, &catalog::WRITES, writes);
     add(
-        &mut r,
+        r,
         &catalog::OBJECT_SYNC_WATCHES,
         gauge(operator.fan_out_watches()),
     );
     add(
-        &mut r,
+        r,
         &catalog::OBJECT_SYNC_COPIES_HELD,
         gauge(operator.copies_held()),
     );
     add(
-        &mut r,
+        r,
         &catalog::RESOURCE_SYNC_ENGINES,
         gauge(operator.running().await.len()),
     );
+}
+
+/// Registers each ObjectSync's readiness, destinations by state, stale destinations, oldest
+/// staleness and drifts.
+fn add_object_syncs(r: &mut Registry, operator: &Operator) {
     let ready = Family::<ObjectSyncLabels, Gauge>::default();
     let destinations = Family::<DestinationLabels, Gauge>::default();
     let stale = Family::<ObjectSyncLabels, Gauge>::default();
@@ -220,11 +255,15 @@ async fn registry(operator: &Operator) -> Registry {
                 .set(i64::from(*count));
         }
     }
-    add(&mut r, &catalog::OBJECT_SYNC_READY, ready);
-    add(&mut r, &catalog::OBJECT_SYNC_DESTINATIONS, destinations);
-    add(&mut r, &catalog::OBJECT_SYNC_STALE, stale);
-    add(&mut r, &catalog::OBJECT_SYNC_OLDEST_STALE, oldest);
-    add(&mut r, &catalog::OBJECT_SYNC_DRIFTS, drifts);
+    add(r, &catalog::OBJECT_SYNC_READY, ready);
+    add(r, &catalog::OBJECT_SYNC_DESTINATIONS, destinations);
+    add(r, &catalog::OBJECT_SYNC_STALE, stale);
+    add(r, &catalog::OBJECT_SYNC_OLDEST_STALE, oldest);
+    add(r, &catalog::OBJECT_SYNC_DRIFTS, drifts);
+}
+
+/// Registers each ResourceSync's objects, stale objects, oldest staleness and drifts.
+async fn add_resource_syncs(r: &mut Registry, operator: &Operator) {
     let objects = Family::<ResourceSyncLabels, Gauge>::default();
     let stale_objects = Family::<ResourceSyncLabels, Gauge>::default();
     let oldest_stale_object = Family::<ResourceSyncLabels, Gauge<f64, AtomicU64>>::default();
@@ -242,14 +281,15 @@ async fn registry(operator: &Operator) -> Registry {
             .set(counts.oldest_stale.as_secs_f64());
         local_drifts.get_or_create(&labels).set(counts.drifts);
     }
-    add(&mut r, &catalog::RESOURCE_SYNC_OBJECTS, objects);
-    add(&mut r, &catalog::RESOURCE_SYNC_STALE, stale_objects);
-    add(
-        &mut r,
-        &catalog::RESOURCE_SYNC_OLDEST_STALE,
-        oldest_stale_object,
-    );
-    add(&mut r, &catalog::RESOURCE_SYNC_DRIFTS, local_drifts);
+    add(r, &catalog::RESOURCE_SYNC_OBJECTS, objects);
+    add(r, &catalog::RESOURCE_SYNC_STALE, stale_objects);
+    add(r, &catalog::RESOURCE_SYNC_OLDEST_STALE, oldest_stale_object);
+    add(r, &catalog::RESOURCE_SYNC_DRIFTS, local_drifts);
+}
+
+/// Registers each RemoteCluster's reachability, last contact (seconds since the epoch, 0
+/// before any) and watch restarts.
+async fn add_remotes(r: &mut Registry, operator: &Operator) {
     let reachable = Family::<RemoteLabels, Gauge>::default();
     let contact = Family::<RemoteLabels, Gauge<f64, AtomicU64>>::default();
     let restarts = Family::<RemoteLabels, ScrapedCounter>::default();
@@ -267,37 +307,38 @@ async fn registry(operator: &Operator) -> Registry {
         contact.get_or_create(&labels).set(at);
         restarts.get_or_create(&labels).set(h.watch_restarts);
     }
-    add(&mut r, &catalog::REMOTE_REACHABLE, reachable);
-    add(&mut r, &catalog::REMOTE_LAST_CONTACT, contact);
-    add(&mut r, &catalog::REMOTE_WATCH_RESTARTS, restarts);
-    add(&mut r, &catalog::PROPAGATION_LAG, operator.lags().family());
-    if let Some(counts) = operator.compat_counts() {
-        let syncs = Family::<CompatLabels, Gauge>::default();
-        for ((tool, direction), n) in &counts.syncs {
-            syncs
-                .get_or_create(&CompatLabels {
-                    tool: tool.to_string(),
-                    direction: (*direction).into(),
-                })
-                .set(i64::from(*n));
-        }
-        add(&mut r, &catalog::COMPAT_SYNCS, syncs);
-        let destinations = Family::<StateLabels, Gauge>::default();
-        for (state, n) in &counts.destinations {
-            destinations
-                .get_or_create(&StateLabels {
-                    state: state.clone(),
-                })
-                .set(i64::from(*n));
-        }
-        add(&mut r, &catalog::COMPAT_DESTINATIONS, destinations);
-        add(
-            &mut r,
-            &catalog::COMPAT_PULLS_NOT_PULLED,
-            gauge(counts.pulls_not_pulled),
-        );
+    add(r, &catalog::REMOTE_REACHABLE, reachable);
+    add(r, &catalog::REMOTE_LAST_CONTACT, contact);
+    add(r, &catalog::REMOTE_WATCH_RESTARTS, restarts);
+}
+
+/// Registers the annotation-declared syncs by tool and direction, their destinations by
+/// state, and the pulls not pulled.
+fn add_compat(r: &mut Registry, counts: CompatCounts) {
+    let syncs = Family::<CompatLabels, Gauge>::default();
+    for ((tool, direction), n) in &counts.syncs {
+        syncs
+            .get_or_create(&CompatLabels {
+                tool: tool.to_string(),
+                direction: (*direction).into(),
+            })
+            .set(i64::from(*n));
     }
-    r
+    add(r, &catalog::COMPAT_SYNCS, syncs);
+    let destinations = Family::<StateLabels, Gauge>::default();
+    for (state, n) in &counts.destinations {
+        destinations
+            .get_or_create(&StateLabels {
+                state: state.clone(),
+            })
+            .set(i64::from(*n));
+    }
+    add(r, &catalog::COMPAT_DESTINATIONS, destinations);
+    add(
+        r,
+        &catalog::COMPAT_PULLS_NOT_PULLED,
+        gauge(counts.pulls_not_pulled),
+    );
 }
 
 /// Registers `metric` under its catalog entry's name and help.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::utils::ResetTimerBackoff;
@@ -15,6 +16,8 @@ use super::context::Context;
 use super::metadata::MetadataOnly;
 use super::objects::{ObjectsWriter, strip};
 use super::shared::{Msg, ObjectId, WatchSpec, id_of};
+use super::watch::{Mapper, Watch};
+use crate::cluster::Cluster;
 use crate::key::ObjectKey;
 
 pub(super) async fn run(spec: WatchSpec, ctx: Context) {
@@ -25,26 +28,148 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
         mapper,
         mut writer,
     } = spec;
-    let client = cluster.client().clone();
-    let namespace = watch.namespace.as_deref();
     let contact = ctx.shared.metrics.cluster(cluster.name());
-    let emit = |objs: &[&DynamicObject]| {
+    // List items of built-in kinds carry no apiVersion/kind; give every stored object its
+    // type, so reconcilers never have to patch it in.
+    let types = kube::core::TypeMeta {
+        api_version: watch.resource.api_version.clone(),
+        kind: watch.resource.kind.clone(),
+    };
+    let task = Task {
+        id,
+        cluster,
+        watch,
+        mapper,
+        ctx,
+        types,
+    };
+    let mut listed_once = false;
+    let mut backoff = watch_backoff();
+    // Each pass lists (or streams a list) and then watches, until the watch fails. A failed
+    // watch is started again from a new list, never resumed from its resourceVersion: a
+    // resumed watch that sees no event would never say it works again, and its cluster
+    // would read as unreachable for as long as nothing changes there.
+    loop {
+        let stream = task.stream().await;
+        let mut stream = std::pin::pin!(stream);
+        let failure = loop {
+            let Some(event) = stream.next().await else {
+                return;
+            };
+            if event.is_ok() {
+                contact.contacted();
+            }
+            match event.map(|event| task.typed(event)) {
+                Ok(Event::InitDone) => task.relisted(&mut writer, &mut listed_once),
+                Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
+                    task.set_state(None, false);
+                    store_then_emit(&mut writer, event, |obj| task.emit(&[obj]));
+                }
+                // The store buffers a (re)list until it is complete.
+                Ok(event @ (Event::Init | Event::InitApply(_))) => {
+                    writer.apply(event);
+                }
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    // The resourceVersion expired (common right after a CRD is installed, or
+                    // after a long disconnect): the watcher re-lists. Normal, not an outage.
+                    tracing::debug!(reason = %status.reason, "watch expired; re-listing");
+                    contact.restarted();
+                }
+                Err(e) => break e,
+            }
+        };
+        tracing::warn!(error = %failure, "watch failed; retrying with backoff");
+        contact.restarted();
+        task.set_state(Some(describe(&failure)), false);
+        let delay = backoff.next().unwrap_or(WATCH_RETRY_MAX);
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// One watch task's fixed parts: its watch in its cluster, and the controller it tells.
+struct Task {
+    id: usize,
+    cluster: Cluster,
+    watch: Watch,
+    mapper: Option<Mapper>,
+    ctx: Context,
+    /// The type every stored object is given.
+    types: kube::core::TypeMeta,
+}
+
+impl Task {
+    /// A new list-then-watch of the watched type: a streaming list where the cluster serves
+    /// them, of metadata only if the watch asks for that.
+    async fn stream(&self) -> BoxStream<'static, watcher::Result<Event<DynamicObject>>> {
+        let client = self.cluster.client().clone();
+        let watch = &self.watch;
+        let namespace = watch.namespace.as_deref();
+        // Streaming lists where the cluster serves them (asked once per cluster): the initial
+        // objects arrive one at a time instead of as one response held whole while it is
+        // decoded.
+        let mut config = watch.config.clone();
+        if self
+            .cluster
+            .streaming_lists(&watch.resource, namespace)
+            .await
+        {
+            config = config.streaming_lists();
+        }
+        if watch.metadata_only {
+            let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
+            let resource = watch.resource.clone();
+            watcher::watcher(api, config)
+                .map(move |event| event.map(|e| metadata_event(e, &resource)))
+                .boxed()
+        } else {
+            let api = crate::cluster::api(client, namespace, &watch.resource);
+            watcher::watcher(api, config).boxed()
+        }
+    }
+
+    /// `event` with its objects typed, and each either stripped (when the watch keeps it
+    /// only as metadata) or transformed as the watch says.
+    fn typed(&self, event: Event<DynamicObject>) -> Event<DynamicObject> {
+        let watch = &self.watch;
+        event.modify(|obj| {
+            if obj.types.is_none() {
+                obj.types = Some(self.types.clone());
+            }
+            if let Some(keep) = &watch.keep_full
+                && !(keep.0)(&ObjectKey::for_object(
+                    self.cluster.name(),
+                    &watch.resource,
+                    obj,
+                ))
+            {
+                strip(obj);
+            } else if let Some(t) = &watch.transform {
+                (t.0)(obj);
+            }
+        })
+    }
+
+    /// Queues the keys of `objs` (mapped by the watch's mapper, if it has one).
+    fn emit(&self, objs: &[&DynamicObject]) {
         let mut keys = Vec::with_capacity(objs.len());
         for obj in objs {
-            let key = ObjectKey::for_object(cluster.name(), &watch.resource, obj);
-            match &mapper {
+            let key = ObjectKey::for_object(self.cluster.name(), &self.watch.resource, obj);
+            match &self.mapper {
                 Some(map) => keys.extend(map(&key, obj)),
                 None => keys.push(key),
             }
         }
         if !keys.is_empty() {
-            let _ = ctx.shared.trigger.send(Msg::Trigger(keys, None));
+            let _ = self.ctx.shared.trigger.send(Msg::Trigger(keys, None));
         }
-    };
-    let set_state = |error: Option<String>, listed: bool| {
+    }
+
+    /// Records the watch's state (`error`: failing now; `listed`: a list completed) and
+    /// queues the keys waiting for it to list, or to start failing.
+    fn set_state(&self, error: Option<String>, listed: bool) {
         let waiters = {
-            let mut states = ctx.shared.watches.write();
-            let Some(s) = states.get_mut(&id) else {
+            let mut states = self.ctx.shared.watches.write();
+            let Some(s) = states.get_mut(&self.id) else {
                 return;
             };
             s.failing_since = match (&error, s.failing_since) {
@@ -64,109 +189,31 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
             }
         };
         if !waiters.is_empty() {
-            let _ = ctx.shared.trigger.send(Msg::Trigger(waiters, None));
+            let _ = self.ctx.shared.trigger.send(Msg::Trigger(waiters, None));
         }
-    };
+    }
 
-    let mut listed_once = false;
-    // List items of built-in kinds carry no apiVersion/kind; give every stored object its
-    // type, so reconcilers never have to patch it in.
-    let types = kube::core::TypeMeta {
-        api_version: watch.resource.api_version.clone(),
-        kind: watch.resource.kind.clone(),
-    };
-    let transform = watch.transform.clone();
-    let keep_full = watch.keep_full.clone();
-    let typed = |event: Event<DynamicObject>| {
-        event.modify(|obj| {
-            if obj.types.is_none() {
-                obj.types = Some(types.clone());
-            }
-            if let Some(keep) = &keep_full
-                && !(keep.0)(&ObjectKey::for_object(cluster.name(), &watch.resource, obj))
-            {
-                strip(obj);
-            } else if let Some(t) = &transform {
-                (t.0)(obj);
-            }
-        })
-    };
-    let mut backoff = watch_backoff();
-    // Each pass lists (or streams a list) and then watches, until the watch fails. A failed
-    // watch is started again from a new list, never resumed from its resourceVersion: a
-    // resumed watch that sees no event would never say it works again, and its cluster
-    // would read as unreachable for as long as nothing changes there.
-    loop {
-        // Streaming lists where the cluster serves them (asked once per cluster): the initial
-        // objects arrive one at a time instead of as one response held whole while it is
-        // decoded.
-        let mut config = watch.config.clone();
-        if cluster.streaming_lists(&watch.resource, namespace).await {
-            config = config.streaming_lists();
+    /// At the end of a (re)list: stores it, records the watch as listed, queues what is new,
+    /// changed or vanished, and tells the controller's loop.
+    fn relisted(&self, writer: &mut ObjectsWriter, listed_once: &mut bool) {
+        // Level-based: after a (re)list, queue what is new or changed, and what
+        // vanished while we were not watching (no Delete event arrives for it).
+        // Both sides are the store's shared objects: nothing is copied.
+        let objects = writer.objects();
+        let before = objects.state();
+        writer.apply(Event::InitDone);
+        let after = objects.state();
+        let (changed, vanished) = relist_changes(&before, &after);
+        let present = after.len();
+        self.set_state(None, true);
+        let mut all: Vec<&DynamicObject> = changed.into_iter().map(|o| o.as_ref()).collect();
+        all.extend(vanished.iter().map(|o| o.as_ref()));
+        self.emit(&all);
+        if !*listed_once {
+            *listed_once = true;
+            tracing::debug!(objects = present, "listed");
         }
-        let stream = if watch.metadata_only {
-            let api =
-                crate::cluster::api_of::<MetadataOnly>(client.clone(), namespace, &watch.resource);
-            let resource = watch.resource.clone();
-            watcher::watcher(api, config)
-                .map(move |event| event.map(|e| metadata_event(e, &resource)))
-                .boxed()
-        } else {
-            let api = crate::cluster::api(client.clone(), namespace, &watch.resource);
-            watcher::watcher(api, config).boxed()
-        };
-        let mut stream = std::pin::pin!(stream);
-        let failure = loop {
-            let Some(event) = stream.next().await else {
-                return;
-            };
-            if event.is_ok() {
-                contact.contacted();
-            }
-            match event.map(typed) {
-                Ok(Event::InitDone) => {
-                    // Level-based: after a (re)list, queue what is new or changed, and what
-                    // vanished while we were not watching (no Delete event arrives for it).
-                    // Both sides are the store's shared objects: nothing is copied.
-                    let objects = writer.objects();
-                    let before = objects.state();
-                    writer.apply(Event::InitDone);
-                    let after = objects.state();
-                    let (changed, vanished) = relist_changes(&before, &after);
-                    let present = after.len();
-                    set_state(None, true);
-                    let mut all: Vec<&DynamicObject> =
-                        changed.into_iter().map(|o| o.as_ref()).collect();
-                    all.extend(vanished.iter().map(|o| o.as_ref()));
-                    emit(&all);
-                    if !listed_once {
-                        listed_once = true;
-                        tracing::debug!(objects = present, "listed");
-                    }
-                    let _ = ctx.shared.trigger.send(Msg::Listed(id));
-                }
-                Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
-                    set_state(None, false);
-                    store_then_emit(&mut writer, event, |obj| emit(&[obj]));
-                }
-                // The store buffers a (re)list until it is complete.
-                Ok(event @ (Event::Init | Event::InitApply(_))) => {
-                    writer.apply(event);
-                }
-                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                    // The resourceVersion expired (common right after a CRD is installed, or
-                    // after a long disconnect): the watcher re-lists. Normal, not an outage.
-                    tracing::debug!(reason = %status.reason, "watch expired; re-listing");
-                    contact.restarted();
-                }
-                Err(e) => break e,
-            }
-        };
-        tracing::warn!(error = %failure, "watch failed; retrying with backoff");
-        contact.restarted();
-        set_state(Some(describe(&failure)), false);
-        let delay = backoff.next().unwrap_or(WATCH_RETRY_MAX);
-        tokio::time::sleep(delay).await;
+        let _ = self.ctx.shared.trigger.send(Msg::Listed(self.id));
     }
 }
 

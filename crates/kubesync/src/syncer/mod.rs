@@ -341,9 +341,8 @@ impl<S: Syncer> SyncEngine<S> {
         }
         syncer.init(&source, &target).await?;
         let (s, t) = (source.name().to_string(), target.name().to_string());
-        let translator_syncer = syncer.clone();
         let source_resource = syncer.source_resource().clone();
-        let mut controller = Controller::new()
+        let controller = Controller::new()
             .cluster(source.clone())
             .cluster(target.clone())
             .concurrency(concurrency)
@@ -351,48 +350,88 @@ impl<S: Syncer> SyncEngine<S> {
             .depends_on(&s, &t)
             // Source objects outside the translator's names (another shard, another prefix)
             // never reach the queue.
-            .watch_mapped(&s, syncer.source_watch(), {
-                let syncer = syncer.clone();
-                move |key, obj| {
-                    let source = ObjectName {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                    };
-                    match syncer.translator().to_target(&source) {
-                        Some(_) => {
-                            syncer.source_seen(key, obj);
-                            vec![key.clone()]
-                        }
-                        None => Vec::new(),
-                    }
+            .watch_mapped(
+                &s,
+                syncer.source_watch(),
+                Self::source_mapper(syncer.clone()),
+            )?
+            .watch_mapped(
+                &t,
+                syncer.target_watch(),
+                Self::target_mapper(syncer.clone(), s.clone(), source_resource.clone()),
+            )?;
+        let controller = Self::with_extra_watches(controller, &*syncer, &s, &t, &source_resource)?;
+        Ok((
+            controller,
+            SyncReconciler {
+                syncer,
+                source,
+                target,
+                writer,
+            },
+        ))
+    }
+
+    /// The source watch's mapper: an object's own key if its name is among the translator's
+    /// (the syncer is told it was seen), else none.
+    fn source_mapper(
+        syncer: Arc<S>,
+    ) -> impl Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static {
+        move |key, obj| {
+            let source = ObjectName {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            };
+            match syncer.translator().to_target(&source) {
+                Some(_) => {
+                    syncer.source_seen(key, obj);
+                    vec![key.clone()]
                 }
-            })?
-            .watch_mapped(&t, syncer.target_watch(), {
-                let s = s.clone();
-                let ar = source_resource.clone();
-                move |key, _obj| {
-                    let target = ObjectName {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                    };
-                    translator_syncer
-                        .translator()
-                        .to_source(&target)
-                        .map(|src| ObjectKey::new(s.clone(), &ar, src.namespace, src.name))
-                        .into_iter()
-                        .collect()
-                }
-            })?;
+                None => Vec::new(),
+            }
+        }
+    }
+
+    /// The target watch's mapper: the key of the source object (of type `ar`, in the cluster
+    /// `s`) a target object's name translates back to, if any.
+    fn target_mapper(
+        syncer: Arc<S>,
+        s: String,
+        ar: ApiResource,
+    ) -> impl Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static {
+        move |key, _obj| {
+            let target = ObjectName {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            };
+            syncer
+                .translator()
+                .to_source(&target)
+                .map(|src| ObjectKey::new(s.clone(), &ar, src.namespace, src.name))
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// `controller` with the syncer's extra watches, in the source cluster `s` or the target
+    /// cluster `t`, each mapping to keys of source objects of type `source_resource`.
+    fn with_extra_watches(
+        mut controller: Controller,
+        syncer: &S,
+        s: &str,
+        t: &str,
+        source_resource: &ApiResource,
+    ) -> Result<Controller> {
         // The mappers may read the stores; the runtime holds them, so they hold the context
         // weakly (else neither would ever be freed).
         let weak = controller.context().downgrade();
         for extra in syncer.extra_watches() {
             let cluster = match extra.side {
-                Side::Source => &s,
-                Side::Target => &t,
+                Side::Source => s,
+                Side::Target => t,
             };
             let mapper = extra.mapper.clone();
-            let (s2, ar, weak) = (s.clone(), source_resource.clone(), weak.clone());
+            let (s2, ar, weak) = (s.to_string(), source_resource.clone(), weak.clone());
             controller = controller.watch_mapped(cluster, extra.watch, move |_key, obj| {
                 let Some(ctx) = weak.upgrade() else {
                     return Vec::new();
@@ -403,15 +442,7 @@ impl<S: Syncer> SyncEngine<S> {
                     .collect()
             })?;
         }
-        Ok((
-            controller,
-            SyncReconciler {
-                syncer,
-                source,
-                target,
-                writer,
-            },
-        ))
+        Ok(controller)
     }
 
     /// Runs until `shutdown` resolves.

@@ -61,20 +61,7 @@ pub fn object_sync_status(
         }
         Observation::Refused(refusal) => (vec![status::refused(refusal)], Vec::new()),
         Observation::Reconciled { outcome, .. } if !outcome.ready => {
-            // A watch that cannot list (forbidden, unreachable) says why.
-            let condition = match outcome.watch_errors.first() {
-                Some((cluster, m)) => status::ready(
-                    false,
-                    "WatchFailed",
-                    format!("{}: {m}", display_name(cluster)),
-                ),
-                None => status::ready(
-                    false,
-                    "Starting",
-                    "waiting for the first list of the watched types",
-                ),
-            };
-            (vec![condition], Vec::new())
+            (vec![not_listed_condition(outcome)], Vec::new())
         }
         Observation::Reconciled {
             outcome,
@@ -99,18 +86,8 @@ pub fn object_sync_status(
                     (entries, ready)
                 }
             };
-            if report_only && ready.reason == "SourceNotFound" {
-                ready.message = ready.message.replace(
-                    "its copies were removed",
-                    "its copies would be removed (mode Report: nothing is deleted)",
-                );
-            }
-            if report_only && ready.status == "True" {
-                ready.reason = "Reporting".into();
-                ready.message = format!(
-                    "{} (mode Report: nothing is written to destinations)",
-                    ready.message.replacen("copying", "comparing", 1)
-                );
+            if report_only {
+                report_mode(&mut ready);
             }
             let mut conditions = vec![ready, synced_condition(outcome, &entries)];
             if let Some(cluster) = &outcome.source_cluster {
@@ -131,6 +108,42 @@ pub fn object_sync_status(
         destinations,
         sources,
         failures,
+    }
+}
+
+/// The `Ready=False` condition while the watches have not listed: `WatchFailed` with the
+/// first failing watch's cluster and message (a watch that cannot list, forbidden or
+/// unreachable, says why), else `Starting`.
+fn not_listed_condition(outcome: &Outcome) -> Condition {
+    match outcome.watch_errors.first() {
+        Some((cluster, m)) => status::ready(
+            false,
+            "WatchFailed",
+            format!("{}: {m}", display_name(cluster)),
+        ),
+        None => status::ready(
+            false,
+            "Starting",
+            "waiting for the first list of the watched types",
+        ),
+    }
+}
+
+/// The `Ready` condition reworded for `mode: Report`: copies would be removed, not removed;
+/// when ready, `Reporting`, comparing instead of copying.
+fn report_mode(ready: &mut Condition) {
+    if ready.reason == "SourceNotFound" {
+        ready.message = ready.message.replace(
+            "its copies were removed",
+            "its copies would be removed (mode Report: nothing is deleted)",
+        );
+    }
+    if ready.status == "True" {
+        ready.reason = "Reporting".into();
+        ready.message = format!(
+            "{} (mode Report: nothing is written to destinations)",
+            ready.message.replacen("copying", "comparing", 1)
+        );
     }
 }
 

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Resource;
-use kube::api::{Api, DynamicObject, PropagationPolicy};
+use kube::api::{DynamicObject, PropagationPolicy};
 use kube::core::ApiResource;
 
 use crate::cluster::Cluster;
@@ -46,9 +46,10 @@ use crate::syncer::{ExtraWatch, Side, SyncContext, SyncEngine, Syncer};
 use crate::syncers::fan_out::rules::{Drift, Strategy, changed_fields, changes_by_others};
 use crate::translate::{ObjectName, SuffixTranslator, Translator};
 use freshness::Freshness;
-use plan::{Marks, Phase, SecretUpload, Teardown};
+use plan::{Marks, Phase, Teardown};
 
 mod config;
+mod secrets;
 pub use config::{LocalDrift, Observer, SpecStatusConfig, SpecStatusSyncBuilder};
 
 /// Field manager of writes to the local cluster.
@@ -362,32 +363,8 @@ impl SpecStatusSync {
         let remote_ns = cx.source_name.namespace.clone().unwrap_or_default();
 
         // Status up first: the remote must know the current state before the spec changes.
-        // Each patch is sent unless the store shows the remote object from before this
-        // writer's last, identical patch (see `Writer::already_written`).
-        let unsent = |kind: &str, patch: &serde_json::Value| {
-            !cx.writer.already_written(
-                cx.source,
-                &self.config.resource,
-                remote,
-                (kind, FIELD_MANAGER_UP),
-                patch,
-            )
-        };
-        if let Some(local) = local
-            && let Some(patch) = plan::status_patch(remote, local)
-            && unsent("status", &patch)
-        {
-            cx.writer
-                .merge_patch_status(
-                    cx.source,
-                    &self.config.resource,
-                    Some(&remote_ns),
-                    &cx.source_name.name,
-                    &patch,
-                    FIELD_MANAGER_UP,
-                )
-                .await?;
-            tracing::info!(remote = %cx.source_name, "(remote) status patched");
+        if let Some(local) = local {
+            self.push_status(cx, remote, local, &remote_ns).await?;
         }
 
         // Secrets: failures are reported at the end but do not stop the spec.
@@ -410,13 +387,7 @@ impl SpecStatusSync {
             };
         }
 
-        match self.namespace(cx) {
-            Some(n) if n.metadata.deletion_timestamp.is_some() => {
-                return Err(Error::NamespaceTerminating(ns.to_string()));
-            }
-            Some(_) => {}
-            None => self.create_namespace(cx, &ns, &name).await?,
-        }
+        self.ensure_namespace(cx, &ns, &name).await?;
 
         let mut local_generation = local.and_then(|l| l.metadata.generation);
         if let Some(desired) = plan::desired_local(
@@ -428,66 +399,13 @@ impl SpecStatusSync {
             &origin(cx),
             marks,
         ) {
-            // Someone else's changes to the copy, reverted by this write.
-            let drift = match (local, &self.on_drift) {
-                (Some(local), Some(_)) => {
-                    let changed = changed_fields(local, &desired, Strategy::Replace);
-                    changes_by_others(local, &changed, FIELD_MANAGER_DOWN)
-                }
-                _ => None,
-            };
-            let written = if local.is_some() {
-                cx.writer
-                    .replace(
-                        cx.target,
-                        &self.config.resource,
-                        &desired,
-                        FIELD_MANAGER_DOWN,
-                    )
-                    .await?
-            } else if cx
-                .created_already(&self.config.resource, &desired, FIELD_MANAGER_DOWN)
-                .await?
-            {
-                // Created moments ago by this writer; the store does not show it yet. Its
-                // watch event brings the next decision.
-                tracing::debug!(local = %cx.target_name, "(local) created already; the store is behind");
+            let Some(written) = self.write_local(cx, remote, local, &desired).await? else {
                 return Ok(Action::requeue(Duration::from_secs(1)));
-            } else {
-                cx.writer
-                    .create(
-                        cx.target,
-                        &self.config.resource,
-                        &desired,
-                        FIELD_MANAGER_DOWN,
-                    )
-                    .await?
             };
-            tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
-            self.propagated(cx.key, remote.metadata.generation);
-            if let (Some(drift), Some(observe)) = (drift, &self.on_drift) {
-                tracing::info!(local = %cx.target_name, %drift, "(local) reverted a change by someone else");
-                (observe.0)(&LocalDrift {
-                    local: cx.target_name.clone(),
-                    drift,
-                });
-            }
             local_generation = written.metadata.generation;
         }
-        if let Some(patch) = plan::generation_patch(remote, local_generation, marks)
-            && unsent("merge", &patch)
-        {
-            cx.writer
-                .merge_patch(
-                    cx.source,
-                    &self.config.resource,
-                    Some(&remote_ns),
-                    &cx.source_name.name,
-                    &patch,
-                    FIELD_MANAGER_UP,
-                )
-                .await?;
-        }
+        self.record_generation(cx, remote, local_generation, &remote_ns)
+            .await?;
         match secret_error {
             Some(e) => Err(e),
             None => Ok(match self.secret_repair() {
@@ -498,111 +416,169 @@ impl SpecStatusSync {
         }
     }
 
-    /// Uploads the local Secrets this object controls; whether it controls any.
-    async fn upload_secrets(
+    /// Whether `patch` (of `kind`, `status` or `merge`) is to be sent to the remote: unless
+    /// the store shows the remote object from before this writer's last, identical patch
+    /// (see `Writer::already_written`).
+    fn unsent(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: &DynamicObject,
+        kind: &str,
+        patch: &serde_json::Value,
+    ) -> bool {
+        !cx.writer.already_written(
+            cx.source,
+            &self.config.resource,
+            remote,
+            (kind, FIELD_MANAGER_UP),
+            patch,
+        )
+    }
+
+    /// Patches the local status onto the remote's status subresource, when it differs.
+    async fn push_status(
         &self,
         cx: &SyncContext<'_>,
         remote: &DynamicObject,
         local: &DynamicObject,
-        ns: &str,
         remote_ns: &str,
-    ) -> Result<bool> {
-        let marks = &self.config.marks;
-        let mut first_error = None;
-        let mut uploads = false;
-        for secret_name in &self.config.secret_names {
-            let Some(obj) = cx.get(
-                Side::Target,
-                &self.secret_resource,
-                &ObjectName::namespaced(ns, secret_name),
-            ) else {
-                continue;
-            };
-            let local_secret: Secret = match (*obj).clone().try_parse() {
-                Ok(s) => s,
-                Err(e) => {
-                    first_error.get_or_insert(Error::Convert {
-                        key: format!("{ns}/{secret_name}"),
-                        target: "Secret",
-                        message: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            let controlled = local_secret
-                .metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|refs| {
-                    refs.iter().any(|o| {
-                        o.controller == Some(true) && Some(&o.uid) == local.metadata.uid.as_ref()
-                    })
-                });
-            if !controlled {
-                continue;
-            }
-            uploads = true;
-            let remote_name = format!("{secret_name}{}", self.config.names.remote_name_suffix);
-            let remote_secrets: Api<Secret> =
-                Api::namespaced(cx.source.client().clone(), remote_ns);
-            // Reading the remote copy lets us repair drift; with update-only RBAC we cannot,
-            // and fall back to the local hash.
-            let current = match remote_secrets.get_opt(&remote_name).await {
-                Ok(s) => s,
-                Err(kube::Error::Api(s)) if s.is_forbidden() => None,
-                Err(e) => {
-                    first_error.get_or_insert(e.into());
-                    continue;
-                }
-            };
-            match plan::secret_upload(
-                &local_secret,
-                current.as_ref(),
-                remote,
-                remote_ns,
-                &remote_name,
-                marks,
-            ) {
-                SecretUpload::Unchanged => {}
-                SecretUpload::Update {
-                    remote: desired,
-                    hash,
-                } => {
-                    let written = match crate::object::to_dynamic(&*desired) {
-                        Ok(d) => {
-                            cx.writer
-                                .replace(cx.source, &self.secret_resource, &d, FIELD_MANAGER_UP)
-                                .await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    if let Err(e) = written {
-                        tracing::warn!(secret = %remote_name, error = %e, "(remote) failed to update secret");
-                        first_error.get_or_insert(e);
-                        continue;
-                    }
-                    tracing::info!(secret = %remote_name, "(remote) secret updated");
-                    let patch = serde_json::json!({"metadata": {"annotations": {marks.last_uploaded_hash(): hash}}});
-                    if let Err(e) = cx
-                        .writer
-                        .merge_patch(
-                            cx.target,
-                            &self.secret_resource,
-                            Some(ns),
-                            secret_name,
-                            &patch,
-                            FIELD_MANAGER_DOWN,
-                        )
-                        .await
-                    {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
+    ) -> Result<()> {
+        if let Some(patch) = plan::status_patch(remote, local)
+            && self.unsent(cx, remote, "status", &patch)
+        {
+            cx.writer
+                .merge_patch_status(
+                    cx.source,
+                    &self.config.resource,
+                    Some(remote_ns),
+                    &cx.source_name.name,
+                    &patch,
+                    FIELD_MANAGER_UP,
+                )
+                .await?;
+            tracing::info!(remote = %cx.source_name, "(remote) status patched");
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(uploads),
+        Ok(())
+    }
+
+    /// Creates the local namespace `ns` for object `name` if it is missing; an error if it is
+    /// terminating.
+    async fn ensure_namespace(&self, cx: &SyncContext<'_>, ns: &str, name: &str) -> Result<()> {
+        match self.namespace(cx) {
+            Some(n) if n.metadata.deletion_timestamp.is_some() => {
+                Err(Error::NamespaceTerminating(ns.to_string()))
+            }
+            Some(_) => Ok(()),
+            None => self.create_namespace(cx, ns, name).await,
+        }
+    }
+
+    /// Writes `desired` over the local copy (or creates it), tells the propagation lag and any
+    /// change by someone else it reverted; the object written, or `None` when this writer
+    /// created it moments ago and the store does not show it yet.
+    async fn write_local(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: &DynamicObject,
+        local: Option<&DynamicObject>,
+        desired: &DynamicObject,
+    ) -> Result<Option<DynamicObject>> {
+        // Someone else's changes to the copy, reverted by this write.
+        let drift = match (local, &self.on_drift) {
+            (Some(local), Some(_)) => {
+                let changed = changed_fields(local, desired, Strategy::Replace);
+                changes_by_others(local, &changed, FIELD_MANAGER_DOWN)
+            }
+            _ => None,
+        };
+        let written = if local.is_some() {
+            cx.writer
+                .replace(
+                    cx.target,
+                    &self.config.resource,
+                    desired,
+                    FIELD_MANAGER_DOWN,
+                )
+                .await?
+        } else if cx
+            .created_already(&self.config.resource, desired, FIELD_MANAGER_DOWN)
+            .await?
+        {
+            // Created moments ago by this writer; the store does not show it yet. Its
+            // watch event brings the next decision.
+            tracing::debug!(local = %cx.target_name, "(local) created already; the store is behind");
+            return Ok(None);
+        } else {
+            cx.writer
+                .create(
+                    cx.target,
+                    &self.config.resource,
+                    desired,
+                    FIELD_MANAGER_DOWN,
+                )
+                .await?
+        };
+        tracing::info!(local = %cx.target_name, created = local.is_none(), "(local) spec and metadata written");
+        self.propagated(cx.key, remote.metadata.generation);
+        if let (Some(drift), Some(observe)) = (drift, &self.on_drift) {
+            tracing::info!(local = %cx.target_name, %drift, "(local) reverted a change by someone else");
+            (observe.0)(&LocalDrift {
+                local: cx.target_name.clone(),
+                drift,
+            });
+        }
+        Ok(Some(written))
+    }
+
+    /// Patches the remote's generation marks to say the local object reached
+    /// `local_generation`, unless they say so already.
+    async fn record_generation(
+        &self,
+        cx: &SyncContext<'_>,
+        remote: &DynamicObject,
+        local_generation: Option<i64>,
+        remote_ns: &str,
+    ) -> Result<()> {
+        if let Some(patch) = plan::generation_patch(remote, local_generation, &self.config.marks)
+            && self.unsent(cx, remote, "merge", &patch)
+        {
+            cx.writer
+                .merge_patch(
+                    cx.source,
+                    &self.config.resource,
+                    Some(remote_ns),
+                    &cx.source_name.name,
+                    &patch,
+                    FIELD_MANAGER_UP,
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The watch of the local namespaces: one kubesync created maps back to its owner, if the
+    /// owner's name is in the shard's form.
+    fn namespace_watch(&self) -> ExtraWatch {
+        let names = self.config.names.clone();
+        let owner_key = self.config.marks.namespace_owner();
+        ExtraWatch {
+            side: Side::Target,
+            watch: Watch::dynamic(self.namespace_resource.clone()).metadata_only(),
+            mapper: std::sync::Arc::new(move |ns: &DynamicObject, _| {
+                let Some(owner) = ns
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&owner_key))
+                else {
+                    return Vec::new();
+                };
+                let local = ObjectName::namespaced(
+                    ns.metadata.name.clone().unwrap_or_default(),
+                    owner.clone(),
+                );
+                names.to_source(&local).into_iter().collect()
+            }),
         }
     }
 }
@@ -662,7 +638,7 @@ impl Syncer for SpecStatusSync {
         if self.config.secret_names.is_empty() {
             return Ok(());
         }
-        let repair = match may_watch_secrets(source).await {
+        let repair = match secrets::may_watch_secrets(source).await {
             Ok(true) => SecretRepair::Watch,
             Ok(false) => SecretRepair::Poll(self.config.secret_repair_interval),
             Err(e) => {
@@ -689,108 +665,19 @@ impl Syncer for SpecStatusSync {
         }) = self.secret_watching.get()
         {
             for secret_name in &self.config.secret_names {
-                let remote_name = format!("{secret_name}{}", self.config.names.remote_name_suffix);
-                let (names, resource, source) = (
-                    self.config.names.clone(),
-                    self.config.resource.clone(),
-                    source.clone(),
-                );
-                watches.push(ExtraWatch {
-                    side: Side::Source,
-                    watch: Watch::dynamic(self.secret_resource.clone())
-                        .fields(&format!("metadata.name={remote_name}"))
-                        .metadata_only(),
-                    mapper: std::sync::Arc::new(move |secret: &DynamicObject, ctx| {
-                        objects_in_namespace(ctx, &source, &resource, &names, secret)
-                    }),
-                });
+                watches.push(self.remote_secret_watch(secret_name, source));
             }
         }
         // Local namespaces kubesync created map back to their owner (and requeue it when a
         // namespace deletion finishes). Only namespaces in the shard's form are considered.
-        let names = self.config.names.clone();
-        let owner_key = self.config.marks.namespace_owner();
-        watches.push(ExtraWatch {
-            side: Side::Target,
-            watch: Watch::dynamic(self.namespace_resource.clone()).metadata_only(),
-            mapper: std::sync::Arc::new(move |ns: &DynamicObject, _| {
-                let Some(owner) = ns
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(&owner_key))
-                else {
-                    return Vec::new();
-                };
-                let local = ObjectName::namespaced(
-                    ns.metadata.name.clone().unwrap_or_default(),
-                    owner.clone(),
-                );
-                names.to_source(&local).into_iter().collect()
-            }),
-        });
+        watches.push(self.namespace_watch());
         // Local Secrets map to the remote object of their controller, through the same
         // (verified) translation as the objects themselves — also with a local namespace
         // suffix, which sync-controller got wrong. Their content is uploaded, so they are held
         // in full; one watch per name, selected on the server, holds those Secrets only.
         for secret_name in &self.config.secret_names {
-            let names = self.config.names.clone();
-            let kind = self.config.resource.kind.clone();
-            let api_version = self.config.resource.api_version.clone();
-            let wanted = secret_name.clone();
-            watches.push(ExtraWatch {
-                side: Side::Target,
-                watch: Watch::dynamic(self.secret_resource.clone())
-                    .fields(&format!("metadata.name={secret_name}")),
-                mapper: std::sync::Arc::new(move |secret: &DynamicObject, _| {
-                    if secret.metadata.name.as_deref() != Some(wanted.as_str()) {
-                        return Vec::new();
-                    }
-                    let Some(ns) = secret.metadata.namespace.clone() else {
-                        return Vec::new();
-                    };
-                    secret
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .filter(|o| {
-                            o.controller == Some(true)
-                                && o.kind == kind
-                                && o.api_version == api_version
-                        })
-                        .filter_map(|o| {
-                            names.to_source(&ObjectName::namespaced(ns.clone(), o.name.clone()))
-                        })
-                        .collect()
-                }),
-            });
+            watches.push(self.local_secret_watch(secret_name));
         }
         watches
     }
-}
-
-/// Whether `cluster`'s identity may list and watch Secrets in every namespace.
-async fn may_watch_secrets(cluster: &Cluster) -> Result<bool> {
-    Ok(cluster.may("list", "", "secrets", None).await?
-        && cluster.may("watch", "", "secrets", None).await?)
-}
-
-/// The synced source objects in `obj`'s namespace (of this shard), as the source store holds
-/// them.
-fn objects_in_namespace(
-    ctx: &crate::runtime::Context,
-    source: &str,
-    resource: &ApiResource,
-    names: &SuffixTranslator,
-    obj: &DynamicObject,
-) -> Vec<ObjectName> {
-    let Some(ns) = obj.metadata.namespace.as_deref() else {
-        return Vec::new();
-    };
-    ctx.list_in(source, resource, ns)
-        .iter()
-        .map(|o| ObjectName::namespaced(ns, o.metadata.name.clone().unwrap_or_default()))
-        .filter(|n| names.to_target(n).is_some())
-        .collect()
 }
