@@ -13,6 +13,7 @@
 
 mod check;
 pub(crate) mod declare;
+mod lifecycle;
 pub mod policy;
 pub mod status;
 
@@ -42,6 +43,7 @@ use kubesync::syncers::fan_out::{
 };
 use kubesync::validate;
 
+use self::lifecycle::{Known, Next};
 pub use self::policy::ObjectSyncPolicy;
 use self::policy::refusal_message;
 pub use self::status::condition_events;
@@ -251,13 +253,7 @@ impl ObjectSyncController {
     /// are removed (found by their marks, for the kind the spec names); the others stay until
     /// the spec is valid again or the ObjectSync goes. Failures are logged and retried with
     /// the refusal's requeue; the status already says why the spec is refused.
-    async fn sweep_withdrawn<K: SyncObject>(
-        &self,
-        ctx: &Context,
-        key: &ObjectKey,
-        os: &K,
-        owner: Owner,
-    ) {
+    async fn sweep_withdrawn<K: SyncObject>(&self, ctx: &Context, key: &ObjectKey, os: &K) {
         let Some(own) = os.namespace().filter(|ns| !self.policy.is_trusted(ns)) else {
             return;
         };
@@ -282,11 +278,8 @@ impl ObjectSyncController {
         };
         spec.consent = Some(declare::consent(&self.policy, &own, &spec.source.resource));
         let decl = Declaration {
-            key: key.clone(),
-            owner,
-            spec,
-            deleting: false,
             refused: true,
+            ..declaration(key, os, spec, false)
         };
         match self.fan_out.reconcile(ctx, &decl).await {
             Ok(outcome) => {
@@ -298,7 +291,9 @@ impl ObjectSyncController {
         }
     }
 
-    /// Reconciles one ObjectSync or ClusterObjectSync (`K`).
+    /// Reconciles one ObjectSync or ClusterObjectSync (`K`): the pure [`lifecycle::next`] says
+    /// what to do, asking first for what it needs to know (the spec judged, with requests; a
+    /// going declaration's copies found); this carries it out.
     pub async fn reconcile<K: SyncObject>(
         &self,
         key: &ObjectKey,
@@ -309,116 +304,104 @@ impl ObjectSyncController {
             return Ok(Action::done());
         };
         let own = os.namespace();
-        let deleting = os.meta().deletion_timestamp.is_some();
-        let has_finalizer = os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER);
-        if os.labels().contains_key(MANAGED_BY) {
-            // A copy kubesync made (its mark says so): never a declaration, whoever made its
-            // source and wherever it landed. It writes nothing and holds no finalizer.
-            self.forget(ctx, key);
-            if has_finalizer {
-                self.writes
-                    .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
-                    .await?;
-            } else if !deleting {
-                let refusal = Refusal::new(
-                    Reason::CopyNotADeclaration,
-                    format!(
-                        "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
-                    ),
-                );
-                self.publish_status(&os, Observation::Refused(&refusal), Vec::new())
-                    .await?;
-            }
-            return Ok(Action::done());
-        }
-        if !deleting && !has_finalizer {
-            self.writes
-                .set_finalizer(&os, OBJECT_SYNC_FINALIZER, true)
-                .await?;
-            return Ok(Action::done());
-        }
-        if deleting && !has_finalizer {
-            return Ok(Action::done());
-        }
-        let owner = Owner {
-            reference: match &own {
-                Some(ns) => format!("{LOCAL}/{ns}/{}", os.name_any()),
-                None => format!("{LOCAL}/{}", os.name_any()),
+        let (spec, mut known) = (
+            os.sync_spec(),
+            Known {
+                is_copy: os.labels().contains_key(MANAGED_BY),
+                deleting: os.meta().deletion_timestamp.is_some(),
+                has_finalizer: os.finalizers().iter().any(|f| f == OBJECT_SYNC_FINALIZER),
+                untrusted: own.as_deref().is_some_and(|ns| !self.policy.is_trusted(ns)),
+                judged: None,
+                copies: None,
             },
-            uid: os.uid().unwrap_or_default(),
-            shard: None,
+        );
+        let next = loop {
+            known = match lifecycle::next(known) {
+                Next::Judge(mut k) => {
+                    k.judged = Some(self.fan_out_spec(own.as_deref(), spec, ctx).await);
+                    k
+                }
+                Next::FindCopies(mut k) => {
+                    k.copies = Some(self.clean_up_spec(own.as_deref(), spec, ctx).await);
+                    k
+                }
+                next => break next,
+            };
         };
-        let spec = match self.fan_out_spec(own.as_deref(), os.sync_spec(), ctx).await {
-            Ok(spec) => spec,
-            Err(refusal) if deleting => {
-                // Going with a spec that is refused now: its copies (made under an earlier,
-                // valid spec) are still found by their marks, for the kind it names.
-                match self
-                    .clean_up_spec(own.as_deref(), os.sync_spec(), ctx)
-                    .await
-                {
-                    Some(spec) => spec,
-                    None => {
-                        tracing::info!(objectsync = %key, reason = %refusal.reason, "released: its kind is not served, so no copy of it can exist");
-                        self.forget(ctx, key);
-                        self.writes
-                            .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
-                            .await?;
-                        return Ok(Action::done());
-                    }
+        self.carry_out(key, ctx, &os, next).await
+    }
+
+    /// Carries out the lifecycle's `next` step for `os`.
+    async fn carry_out<K: SyncObject>(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+        os: &K,
+        next: Next,
+    ) -> kubesync::Result<Action> {
+        match next {
+            Next::Judge(_) | Next::FindCopies(_) | Next::Nothing => {}
+            Next::NotADeclaration { release, refuse } => {
+                self.forget(ctx, key);
+                if release {
+                    self.writes
+                        .set_finalizer(os, OBJECT_SYNC_FINALIZER, false)
+                        .await?;
+                } else if refuse {
+                    let refusal = Refusal::new(
+                        Reason::CopyNotADeclaration,
+                        format!(
+                            "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
+                        ),
+                    );
+                    self.publish_status(os, Observation::Refused(&refusal), Vec::new())
+                        .await?;
                 }
             }
-            Err(refusal) => {
-                tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
-                self.publish_status(&os, Observation::Refused(&refusal), Vec::new())
+            Next::HoldFinalizer => {
+                self.writes
+                    .set_finalizer(os, OBJECT_SYNC_FINALIZER, true)
                     .await?;
-                if sweeps_after(&refusal) {
-                    self.sweep_withdrawn(ctx, key, &os, owner).await;
+            }
+            Next::Release { why } => {
+                tracing::info!(objectsync = %key, "{why}");
+                self.forget(ctx, key);
+                self.writes
+                    .set_finalizer(os, OBJECT_SYNC_FINALIZER, false)
+                    .await?;
+            }
+            Next::Refuse { refusal, sweep } => {
+                tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
+                self.publish_status(os, Observation::Refused(&refusal), Vec::new())
+                    .await?;
+                if sweep {
+                    self.sweep_withdrawn(ctx, key, os).await;
                 }
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
-        };
-        let decl = Declaration {
-            key: key.clone(),
-            owner,
-            spec,
-            deleting,
-            refused: false,
-        };
-        let trusted = own.as_deref().is_none_or(|ns| self.policy.is_trusted(ns));
-        let mut decl = decl;
-        if deleting && decl.spec.mode == Mode::Report && !trusted {
-            // Outside the trusted namespaces, consent ends with the declaration: copies it
-            // made (in Enforce mode, before) go with it, whatever its mode now.
-            decl.spec.mode = Mode::Enforce;
+            Next::Apply(spec) => return self.apply(key, ctx, os, spec).await,
+            Next::CleanUp(spec) => return self.clean_up(key, ctx, os, spec).await,
         }
-        if deleting && decl.spec.mode == Mode::Report {
-            // Report mode writes nothing to destinations, also not when it goes: any copies
-            // stay as they are (trusted declarations only; see above).
-            self.forget(ctx, key);
-            self.writes
-                .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
-                .await?;
-            return Ok(Action::done());
-        }
+        Ok(Action::done())
+    }
+
+    /// Copies as `spec` says, and reports: the status, its Events, the gauges and lags.
+    async fn apply<K: SyncObject>(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+        os: &K,
+        spec: FanOutSpec,
+    ) -> kubesync::Result<Action> {
+        let decl = declaration(key, os, spec, false);
         let outcome = self.fan_out.reconcile(ctx, &decl).await?;
         for (cluster, lag) in &outcome.propagated {
             self.lags.observe("ObjectSync", cluster, *lag);
         }
-        if deleting {
-            if outcome.ready && outcome.remaining_copies == 0 && outcome.unreachable.is_empty() {
-                self.forget(ctx, key);
-                self.writes
-                    .set_finalizer(&os, OBJECT_SYNC_FINALIZER, false)
-                    .await?;
-                return Ok(Action::done());
-            }
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
         let selection_text = selection_text(&os.sync_spec().source);
-        let events = self.track(&os, &decl, &outcome);
+        let events = self.track(os, &decl, &outcome);
         self.publish_status(
-            &os,
+            os,
             Observation::Reconciled {
                 outcome: &outcome,
                 source_namespace: &decl.spec.source.namespace,
@@ -430,6 +413,27 @@ impl ObjectSyncController {
         )
         .await?;
         Ok(requeue_after(&outcome))
+    }
+
+    /// Removes (or releases) the copies of a going `os` as `spec` finds them; its finalizer
+    /// goes once none is left and every cluster was checked.
+    async fn clean_up<K: SyncObject>(
+        &self,
+        key: &ObjectKey,
+        ctx: &Context,
+        os: &K,
+        spec: FanOutSpec,
+    ) -> kubesync::Result<Action> {
+        let decl = declaration(key, os, spec, true);
+        let outcome = self.fan_out.reconcile(ctx, &decl).await?;
+        if !(outcome.ready && outcome.remaining_copies == 0 && outcome.unreachable.is_empty()) {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        self.forget(ctx, key);
+        self.writes
+            .set_finalizer(os, OBJECT_SYNC_FINALIZER, false)
+            .await?;
+        Ok(Action::done())
     }
 
     /// Assembles the status, remembers the gauge, publishes the Events of condition changes
@@ -645,14 +649,28 @@ impl ObjectSyncController {
     }
 }
 
-/// Whether a refused ObjectSync still sweeps the copies whose consent was withdrawn (pure):
-/// not when its kind is not served, or not one the operator may sync at all (its RBAC may not
-/// even let it watch that kind; copies of it cannot have been made under this policy).
-fn sweeps_after(refusal: &Refusal) -> bool {
-    !matches!(
-        refusal.reason,
-        Reason::ResourceNotAllowed | Reason::ResourceNotFound | Reason::CopyNotADeclaration
-    )
+/// The fan-out declaration of `os` (`key`) with `spec`; `deleting` when it goes.
+fn declaration<K: SyncObject>(
+    key: &ObjectKey,
+    os: &K,
+    spec: FanOutSpec,
+    deleting: bool,
+) -> Declaration {
+    let reference = match os.namespace() {
+        Some(ns) => format!("{LOCAL}/{ns}/{}", os.name_any()),
+        None => format!("{LOCAL}/{}", os.name_any()),
+    };
+    Declaration {
+        key: key.clone(),
+        owner: Owner {
+            reference,
+            uid: os.uid().unwrap_or_default(),
+            shard: None,
+        },
+        spec,
+        deleting,
+        refused: false,
+    }
 }
 
 /// The key of an ObjectSync's (or ClusterObjectSync's) Event budget.
@@ -699,25 +717,5 @@ pub(crate) fn requeue_after(outcome: &Outcome) -> Action {
         Action::requeue(Duration::from_secs(5))
     } else {
         Action::done()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refused_spec_sweeps_unless_its_kind_cannot_be_synced_at_all() {
-        for reason in [
-            Reason::InvalidSpec,
-            Reason::SourceNamespaceNotAllowed,
-            Reason::RemoteClusterNotAllowed,
-            Reason::DestinationNotAllowed,
-        ] {
-            assert!(sweeps_after(&Refusal::new(reason, "")), "{reason}");
-        }
-        for reason in [Reason::ResourceNotAllowed, Reason::ResourceNotFound] {
-            assert!(!sweeps_after(&Refusal::new(reason, "")), "{reason}");
-        }
     }
 }

@@ -156,7 +156,7 @@ impl ObjectSyncController {
             (true, _, Some(ns)) if !ns.is_empty() => ns.to_string(),
             (true, own, _) => own.unwrap_or_default().to_string(),
         };
-        let mut destinations = vec![Destination::default()];
+        let mut clusters = vec![None];
         for c in spec
             .destinations
             .iter()
@@ -167,26 +167,16 @@ impl ObjectSyncController {
                 Err(r) => Err(r),
             };
             match registered {
-                Ok(cluster) => destinations.push(Destination {
-                    cluster: Some(cluster),
-                    ..Destination::default()
-                }),
+                Ok(cluster) => clusters.push(Some(cluster)),
                 Err(r) => {
                     tracing::warn!(remote = c, reason = %r.reason, message = %r.message, "copies through this RemoteCluster cannot be removed")
                 }
             }
         }
+        let source = SourceRef::one(resource, namespace, spec.source.name.clone());
         Some(FanOutSpec {
-            source: SourceRef::one(resource, namespace, spec.source.name.clone()),
-            destinations,
-            consent: None,
-            on_conflict: OnConflict::Skip,
-            rules: CopyRules::default(),
-            deletion_policy: deletion_policy(spec),
             mode: mode(spec),
-            update_policy: Default::default(),
-            adoptable: None,
-            acting_as: None,
+            ..FanOutSpec::removal(source, clusters, deletion_policy(spec))
         })
     }
 }
@@ -257,7 +247,44 @@ pub(super) fn declare(
         &named,
     )?;
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
-    // Reading a source from a RemoteCluster needs its admission as writing there does.
+    admit_remote_clusters(spec, facts, untrusted)?;
+    let acting_as = acting_as(own, spec, policy)?;
+    let resource = facts.resource.clone();
+    let source = match checked.selection {
+        None => SourceRef::one(resource.clone(), source_ns, spec.source.name.clone()),
+        Some(selection) => SourceRef::selected(resource.clone(), source_ns, selection),
+    };
+    let source = match spec.source.cluster.as_deref() {
+        Some(c) => source.in_cluster(runtime_name(c)),
+        None => source,
+    };
+    Ok(FanOutSpec {
+        acting_as,
+        consent: untrusted.map(|ns| consent(policy, ns, &resource)),
+        destinations: destinations(spec, checked.destinations, policy),
+        on_conflict: match spec.on_conflict {
+            ConflictPolicy::Skip => OnConflict::Skip,
+            ConflictPolicy::Adopt => OnConflict::Adopt,
+        },
+        rules: copy_rules(spec, untrusted.is_some()),
+        deletion_policy: deletion_policy(spec),
+        mode: mode(spec),
+        update_policy: match spec.update_policy {
+            crate::crd::UpdatePolicy::Sync => UpdatePolicy::Sync,
+            crate::crd::UpdatePolicy::CreateOnly => UpdatePolicy::CreateOnly,
+        },
+        ..FanOutSpec::new(source)
+    })
+}
+
+/// Each RemoteCluster `spec` names exists and, for an ObjectSync in the `untrusted` namespace,
+/// admits it (reading a source from a RemoteCluster needs its admission as writing there
+/// does); no two of those written to reach one apiserver.
+fn admit_remote_clusters(
+    spec: &ObjectSyncSpec,
+    facts: &Facts,
+    untrusted: Option<&str>,
+) -> Result<(), Refusal> {
     let mut writes_to: Vec<&RemoteCluster> = Vec::new();
     let destinations = spec
         .destinations
@@ -277,18 +304,27 @@ pub(super) fn declare(
     }
     // One cluster through two names: the copies made through one would be strays through the
     // other, removed and made again without end.
-    if let Some((a, b, server)) = crate::remote::same_apiserver(&writes_to) {
-        return Err(Refusal::new(
+    match crate::remote::same_apiserver(&writes_to) {
+        Some((a, b, server)) => Err(Refusal::new(
             Reason::DuplicateCluster,
             format!(
                 "the destinations name RemoteClusters {a} and {b}, which reach the same apiserver ({server}): through two names, the copies made through one would be taken for strays through the other and removed; name one of them"
             ),
-        ));
+        )),
+        None => Ok(()),
     }
-    let destinations = spec
-        .destinations
+}
+
+/// The fan-out's destinations of `spec`, each with what [`check_spec`] made of it (its
+/// selector, patches and fields left to others) and the policy's namespace limits.
+fn destinations(
+    spec: &ObjectSyncSpec,
+    checked: Vec<(Option<kube::core::Selector>, Vec<CopyPatch>, Ignore)>,
+    policy: &ObjectSyncPolicy,
+) -> Vec<Destination> {
+    spec.destinations
         .iter()
-        .zip(checked.destinations)
+        .zip(checked)
         .map(|(d, (selector, patches, ignore))| {
             let mut exclude = d.exclude_namespaces.clone();
             exclude.extend(policy.deny_destination_namespaces.iter().cloned());
@@ -312,54 +348,31 @@ pub(super) fn declare(
                 ignore,
             }
         })
-        .collect();
-    let acting_as = acting_as(own, spec, policy)?;
-    let resource = facts.resource.clone();
-    Ok(FanOutSpec {
-        acting_as,
-        consent: untrusted.map(|ns| consent(policy, ns, &resource)),
-        source: {
-            let source = match checked.selection {
-                None => SourceRef::one(resource, source_ns, spec.source.name.clone()),
-                Some(selection) => SourceRef::selected(resource, source_ns, selection),
-            };
-            match spec.source.cluster.as_deref() {
-                Some(c) => source.in_cluster(runtime_name(c)),
-                None => source,
-            }
+        .collect()
+}
+
+/// The copy rules of `spec`: its label, annotation and data filters; outside the trusted
+/// namespaces (`untrusted`), the declaring tools' annotation prefixes reserved.
+fn copy_rules(spec: &ObjectSyncSpec, untrusted: bool) -> CopyRules {
+    CopyRules {
+        labels: KeyFilter {
+            include: spec.labels.include.clone(),
+            exclude: spec.labels.exclude.clone(),
         },
-        destinations,
-        on_conflict: match spec.on_conflict {
-            ConflictPolicy::Skip => OnConflict::Skip,
-            ConflictPolicy::Adopt => OnConflict::Adopt,
+        annotations: KeyFilter {
+            include: spec.annotations.include.clone(),
+            exclude: spec.annotations.exclude.clone(),
         },
-        rules: CopyRules {
-            labels: KeyFilter {
-                include: spec.labels.include.clone(),
-                exclude: spec.labels.exclude.clone(),
-            },
-            annotations: KeyFilter {
-                include: spec.annotations.include.clone(),
-                exclude: spec.annotations.exclude.clone(),
-            },
-            data: spec.data.as_ref().map(|d| DataFilter {
-                include: d.include.clone(),
-                rename: d.rename.clone(),
-            }),
-            reserved: match untrusted {
-                Some(_) => policy::DECLARING_PREFIXES.map(String::from).to_vec(),
-                None => Vec::new(),
-            },
-            ..Default::default()
+        data: spec.data.as_ref().map(|d| DataFilter {
+            include: d.include.clone(),
+            rename: d.rename.clone(),
+        }),
+        reserved: match untrusted {
+            true => policy::DECLARING_PREFIXES.map(String::from).to_vec(),
+            false => Vec::new(),
         },
-        deletion_policy: deletion_policy(spec),
-        mode: mode(spec),
-        update_policy: match spec.update_policy {
-            crate::crd::UpdatePolicy::Sync => UpdatePolicy::Sync,
-            crate::crd::UpdatePolicy::CreateOnly => UpdatePolicy::CreateOnly,
-        },
-        adoptable: None,
-    })
+        ..Default::default()
+    }
 }
 
 /// Whether `who`, the identity a declaration acts as, may read its local `source`: `get`
