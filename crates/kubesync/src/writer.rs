@@ -82,7 +82,7 @@ struct Recent {
 }
 
 impl Recent {
-    fn record(&mut self, key: u64, written: Written) {
+    fn remember(&mut self, key: u64, written: Written) {
         while let Some(&(at, old)) = self.order.front() {
             if written.at.duration_since(at) < REMEMBER {
                 break;
@@ -287,7 +287,7 @@ impl Writer {
         };
         self.recent
             .lock()
-            .record(write_key(target, kind, field_manager), written);
+            .remember(write_key(target, kind, field_manager), written);
     }
 
     fn count(&self, cluster: &Cluster, ar: &ApiResource) -> WriteTimer {
@@ -532,7 +532,7 @@ impl Writer {
                         fingerprint: fingerprint(&uid),
                         at: Instant::now(),
                     };
-                    self.recent.lock().record(
+                    self.recent.lock().remember(
                         write_key((cluster, ar, namespace, name), "delete", ""),
                         written,
                     );
@@ -566,7 +566,7 @@ mod tests {
         let at = (Some("ns"), "copy");
         assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
         let record = |kind: &str, manager: &str, fingerprint: u64, age: Duration| {
-            writer.recent.lock().record(
+            writer.recent.lock().remember(
                 write_key((&cluster, &ar, at.0, at.1), kind, manager),
                 Written {
                     resource_version: 7,
@@ -608,7 +608,7 @@ mod tests {
         }))
         .expect("object");
         let patch = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
-        writer.recent.lock().record(
+        writer.recent.lock().remember(
             write_key((&cluster, &ar, Some("ns"), "a"), "merge", "fm"),
             written(20, fingerprint(&patch)),
         );
@@ -650,13 +650,13 @@ mod tests {
             at: start + Duration::from_secs(s),
             ..written(1, 1)
         };
-        recent.record(1, at(0));
-        recent.record(2, at(10));
-        recent.record(1, at(20));
+        recent.remember(1, at(0));
+        recent.remember(2, at(10));
+        recent.remember(1, at(20));
         // 30 s after the first: key 1's first entry expires, its newer one stays.
-        recent.record(3, at(30));
+        recent.remember(3, at(30));
         assert_eq!(recent.written.len(), 3);
-        recent.record(4, at(41));
+        recent.remember(4, at(41));
         assert_eq!(
             recent
                 .written
@@ -665,7 +665,7 @@ mod tests {
                 .collect::<std::collections::BTreeSet<_>>(),
             [1, 3, 4].into()
         );
-        recent.record(5, at(100));
+        recent.remember(5, at(100));
         assert_eq!(recent.written.keys().copied().collect::<Vec<_>>(), [5]);
         assert_eq!(recent.order.len(), 1);
     }

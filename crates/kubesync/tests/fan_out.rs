@@ -1871,8 +1871,8 @@ async fn a_declaration_goes_though_its_source_cannot_be_read() {
         let r = outcomes.get("d")?;
         r.watch_errors
             .iter()
-            .find(|(_, e)| e.starts_with("reading the source"))
-            .map(|(_, e)| e.clone())
+            .find(|e| e.message.starts_with("reading the source"))
+            .map(|e| e.message.clone())
     })
     .await;
     // Said for people: the apiserver's message and code, once, no Debug dump.

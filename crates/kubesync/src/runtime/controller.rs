@@ -385,7 +385,7 @@ fn complete(
         // Reconcile panics are caught inside the task; a JoinError means it was aborted.
         return;
     };
-    ctx.shared.metrics.record(failure);
+    ctx.shared.metrics.count_reconcile(failure);
     if let Some(delay) = queue.finish(&key, outcome, Instant::now()) {
         tracing::debug!(key = %key, delay_ms = delay.as_millis() as u64, "retrying after backoff");
     }

@@ -117,7 +117,7 @@ impl Metrics {
 
 impl Metrics {
     /// Counts a finished reconcile and, for a failure, its category.
-    pub(super) fn record(&self, failure: Option<&'static str>) {
+    pub(super) fn count_reconcile(&self, failure: Option<&'static str>) {
         self.reconciles.fetch_add(1, Ordering::Relaxed);
         if let Some(category) = failure {
             *self

@@ -515,14 +515,14 @@ pub struct Outcome {
     pub remaining_copies: usize,
     /// Clusters that could not be checked (unreachable): cleanup is not complete there.
     pub unreachable: Vec<String>,
-    /// Failing watches of this declaration: (cluster, the API's message).
-    pub watch_errors: Vec<(String, String)>,
+    /// Failing watches of this declaration.
+    pub watch_errors: Vec<WatchError>,
     /// Copies written by this reconcile that carry a change (a newer source version, or a
     /// new copy), each with its destination cluster and how long after the change was first
     /// seen it was written.
-    pub propagated: Vec<(String, std::time::Duration)>,
+    pub propagated: Vec<Propagated>,
     /// Each source's name and resourceVersion as this reconcile copied it.
-    pub source_versions: Vec<(String, String)>,
+    pub source_versions: Vec<SourceVersion>,
     /// The source lives in another cluster that cannot be read now: it is unknown, not gone.
     /// No copy was written or deleted for it (only copies whose consent was withdrawn were
     /// removed); each is reported [`DestinationState::Error`], kept as it is.
@@ -530,6 +530,33 @@ pub struct Outcome {
     /// The cluster the source is read from, when it is not the fan-out's own
     /// ([`SourceRef::cluster`]).
     pub source_cluster: Option<String>,
+}
+
+/// A failing watch of a declaration ([`Outcome::watch_errors`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchError {
+    /// The cluster it watches.
+    pub cluster: String,
+    /// The API's message.
+    pub message: String,
+}
+
+/// A copy written with a change ([`Outcome::propagated`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Propagated {
+    /// The copy's cluster.
+    pub cluster: String,
+    /// How long after the change was first seen the copy was written.
+    pub lag: std::time::Duration,
+}
+
+/// A source as a reconcile copied it ([`Outcome::source_versions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceVersion {
+    /// Its name.
+    pub name: String,
+    /// Its resourceVersion.
+    pub resource_version: String,
 }
 
 /// Why a source in another cluster cannot be read ([`Outcome::source_unreachable`]).
@@ -544,6 +571,11 @@ pub struct SourceUnreachable {
 }
 
 impl DestinationStatus {
+    /// Where it is.
+    pub fn at(&self) -> DestinationRef {
+        DestinationRef::new(&self.cluster, &self.namespace, &self.name)
+    }
+
     /// The status of destination `at`.
     pub fn new(
         at: &DestinationRef,

@@ -18,7 +18,7 @@ use crate::syncers::fan_out::plan::{self, Delete, Plan, Write};
 use crate::syncers::fan_out::rules::settle::{Failure, Settling, Step, WriteOutcome};
 use crate::syncers::fan_out::rules::{self, Decision, FIELD_MANAGER, Strategy};
 use crate::syncers::fan_out::spec::{
-    Declaration, DestinationRef, DestinationState, DestinationStatus,
+    Declaration, DestinationRef, DestinationState, DestinationStatus, Propagated,
 };
 use crate::writer::{Deleted, Writer};
 
@@ -47,8 +47,8 @@ pub(super) struct Executed {
     pub statuses: Vec<DestinationStatus>,
     /// How many copies were deleted (or released).
     pub deleted: usize,
-    /// The propagation lags of the writes that carried a change: (cluster, lag).
-    pub propagated: Vec<(String, Duration)>,
+    /// The propagation lags of the writes that carried a change.
+    pub propagated: Vec<Propagated>,
 }
 
 impl Executor {
@@ -167,7 +167,10 @@ impl Executor {
         for done in results {
             if let Some(st) = done.status {
                 if let Some(lag) = done.lag {
-                    executed.propagated.push((st.cluster.clone(), lag));
+                    executed.propagated.push(Propagated {
+                        cluster: st.cluster.clone(),
+                        lag,
+                    });
                 }
                 executed.statuses.push(st);
             }

@@ -30,7 +30,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::plan::{self, Delete, Snapshot};
-use super::spec::{Declaration, Outcome};
+use super::spec::{Declaration, DestinationStatus, Outcome, SourceVersion};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::Context;
@@ -216,7 +216,7 @@ impl FanOut {
         let statuses = plan.statuses.clone();
         let executed = self.executor.carry_out(ctx, &decl, plan).await;
         let outcome = assemble(&decl, &watched, Some((&facts, statuses, executed)));
-        self.watches.note(ctx, &decl, &outcome);
+        self.watches.follow_up(ctx, &decl, &outcome);
         Ok(outcome)
     }
 
@@ -242,7 +242,7 @@ impl FanOut {
 fn assemble(
     decl: &Declaration,
     watched: &Watched,
-    decided: Option<(&Facts, Vec<super::spec::DestinationStatus>, Executed)>,
+    decided: Option<(&Facts, Vec<DestinationStatus>, Executed)>,
 ) -> Outcome {
     let mut outcome = Outcome {
         ready: watched.ready,
@@ -267,9 +267,9 @@ fn assemble(
         source_versions: facts
             .sources
             .iter()
-            .map(|s| {
-                let rv = s.metadata.resource_version.clone().unwrap_or_default();
-                (kube::ResourceExt::name_any(&**s), rv)
+            .map(|s| SourceVersion {
+                name: kube::ResourceExt::name_any(&**s),
+                resource_version: s.metadata.resource_version.clone().unwrap_or_default(),
             })
             .collect(),
         destinations,

@@ -113,7 +113,7 @@ pub(super) async fn observe(
     Ok(Observed::Ready(Facts {
         sources,
         owned,
-        unreachable: watched.errors.iter().map(|(c, _)| c.clone()).collect(),
+        unreachable: watched.errors.iter().map(|w| w.cluster.clone()).collect(),
         source_unreachable: watched.source_unreachable.clone(),
     }))
 }

@@ -24,7 +24,7 @@ use crate::syncers::fan_out::index::{EventOf, Retire, Scope, SharedIndex, WatchK
 use crate::syncers::fan_out::rules;
 use crate::syncers::fan_out::seen::Seen;
 use crate::syncers::fan_out::spec::{
-    Declaration, DestinationRef, DestinationState, Outcome, SourceUnreachable,
+    Declaration, DestinationRef, DestinationState, Outcome, SourceUnreachable, WatchError,
 };
 
 /// How long the first sight of a version is kept after its object is gone (a deleted copy's
@@ -59,8 +59,8 @@ pub(super) struct Watched {
     pub unknown: Vec<String>,
     /// Every watch it needs has listed.
     pub ready: bool,
-    /// Failing watches: (cluster, the API's message).
-    pub errors: Vec<(String, String)>,
+    /// Failing watches.
+    pub errors: Vec<WatchError>,
     /// The source watch (in the source's cluster), if the source is read.
     pub source: Option<WatchId>,
     /// A single source, as its watch holds it (once every watch has listed).
@@ -299,7 +299,7 @@ impl WatchSet {
     /// What later events need of a reconcile's `outcome`: first sightings pruned now and then,
     /// and the objects in the way (a `Conflict`) indexed, so that their change (deleted,
     /// unprotected) wakes this declaration instead of the next periodic pass.
-    pub(super) fn note(&self, ctx: &Context, decl: &Declaration, outcome: &Outcome) {
+    pub(super) fn follow_up(&self, ctx: &Context, decl: &Declaration, outcome: &Outcome) {
         if self.seen.needs_prune() {
             self.seen
                 .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
@@ -688,7 +688,10 @@ impl WatchSet {
             Some(e)
         });
         if let Some(e) = first_error {
-            watched.errors.push((c.to_string(), e));
+            watched.errors.push(WatchError {
+                cluster: c.to_string(),
+                message: e,
+            });
         }
         Ok(())
     }
@@ -726,10 +729,11 @@ impl WatchSet {
                         message: e,
                         since: ctx.watch_failing_since(id),
                     });
-                } else if !watched.errors.iter().any(|(c, _)| c == cluster) {
-                    watched
-                        .errors
-                        .push((cluster.to_string(), format!("reading the source: {e}")));
+                } else if !watched.errors.iter().any(|w| w.cluster == cluster) {
+                    watched.errors.push(WatchError {
+                        cluster: cluster.to_string(),
+                        message: format!("reading the source: {e}"),
+                    });
                 }
                 if !remote && !ctx.watch_listed(id) {
                     watched.ready = false;
