@@ -946,7 +946,7 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         Cluster::new("local", west.client()?),
         kubesync_cli::operator::OperatorOptions {
             status_refresh: Duration::from_secs(1),
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: vec!["platform".into(), "legacy".into()],
                 ..Default::default()
             },

@@ -139,7 +139,7 @@ struct RunArgs {
     grantable_resources: Vec<String>,
     /// ObjectSync: at most this many copies per ObjectSync outside the trusted namespaces;
     /// one that would make more writes nothing and says so.
-    #[arg(long = "max-copies-per-declaration", default_value_t = crate::object_sync::policy::DEFAULT_MAX_COPIES)]
+    #[arg(long = "max-copies-per-declaration", default_value_t = crate::policy::DEFAULT_MAX_COPIES)]
     max_copies: usize,
     /// ObjectSync: the ServiceAccount (a name, of the ObjectSync's own namespace) that
     /// ObjectSyncs outside the trusted namespaces act as when their `spec.serviceAccountName`

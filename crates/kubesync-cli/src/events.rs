@@ -1,6 +1,7 @@
 //! Kubernetes Events that kube's `Recorder` does not write as kubesync needs them: always a new
 //! Event (a second change of the same object must not fold into the first one's series and keep
-//! its note), and about a cluster-scoped object in [`CLUSTER_EVENTS_NAMESPACE`].
+//! its note), and about a cluster-scoped object in [`CLUSTER_EVENTS_NAMESPACE`]; an Event's
+//! note bounded to what the API accepts ([`truncate_note`]).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
@@ -83,6 +84,14 @@ pub fn direct_event(
     }
 }
 
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
+pub const MAX_NOTE: usize = 1024;
+
+/// `note` cut to [`MAX_NOTE`] bytes (ending in `...` when cut).
+pub fn truncate_note(note: String) -> String {
+    kubesync::error::truncated(note, MAX_NOTE)
+}
+
 /// At most this many Events about one object per minute; more are not written (a log line
 /// says how many were dropped). A declaration that flaps, or copies someone keeps editing,
 /// cannot flood the apiserver's Event store.
@@ -154,6 +163,14 @@ mod tests {
         assert!(budget.allow("t1/other", t0), "per object");
         let later = t0 + std::time::Duration::from_secs(61);
         assert!(budget.allow("t1/flappy", later), "a new minute");
+    }
+
+    #[test]
+    fn notes_are_bounded() {
+        assert_eq!(truncate_note("short".into()), "short");
+        let cut = truncate_note("é".repeat(MAX_NOTE));
+        assert!(cut.len() <= MAX_NOTE, "{}", cut.len());
+        assert!(cut.ends_with("..."));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kubesync::syncers::fan_out::Outcome;
+use kubesync::syncers::fan_out::{DestinationRef, Outcome};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -58,23 +58,20 @@ impl Lags {
     }
 }
 
-/// A destination: cluster (runtime name), namespace, name.
-pub type DestinationKey = (String, String, String);
-
 /// The destinations of `outcome` that are behind their source (see [`CopyState::is_behind`]),
 /// each since when: the earliest of `before` (what the previous reconcile found), the time the
 /// fan-out knows (the first sight of the change), and `now`.
 pub fn behind(
-    before: &HashMap<DestinationKey, Instant>,
+    before: &HashMap<DestinationRef, Instant>,
     outcome: &Outcome,
     now: Instant,
-) -> HashMap<DestinationKey, Instant> {
+) -> HashMap<DestinationRef, Instant> {
     outcome
         .destinations
         .iter()
         .filter(|d| CopyState::from(d.state).is_behind())
         .map(|d| {
-            let key = (d.cluster.clone(), d.namespace.clone(), d.name.clone());
+            let key = d.at();
             let since = [before.get(&key).copied(), d.behind_since, Some(now)]
                 .into_iter()
                 .flatten()
@@ -117,7 +114,7 @@ mod tests {
             ..Default::default()
         };
         let first = behind(&HashMap::new(), &outcome, t2);
-        let key = |ns: &str| ("local".to_string(), ns.to_string(), "c".to_string());
+        let key = |ns: &str| DestinationRef::new("local", ns, "c");
         assert_eq!(first.len(), 3, "Synced and Conflict are not behind");
         assert_eq!(first[&key("a")], t1, "since the change was seen");
         assert_eq!(first[&key("b")], t2, "unknown: since now");

@@ -14,6 +14,8 @@ pub mod lag;
 pub mod leader;
 pub mod object_sync;
 pub mod operator;
+pub mod own_writes;
+pub mod policy;
 pub mod remote;
 pub mod remote_check;
 pub mod replicas;

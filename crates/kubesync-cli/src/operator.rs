@@ -7,6 +7,7 @@
 //! and the tests use. It reconciles nothing itself and writes nothing itself.
 
 use parking_lot::Mutex;
+use serde::Deserialize;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -17,17 +18,20 @@ use kubesync::runtime::{Action, Context, Controller, Reconciler, Watch};
 use kubesync::{Cluster, ObjectKey};
 
 use crate::compat::CompatController;
-use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, ResourceSync};
+use crate::crd::{ClusterObjectSync, ObjectSync, RemoteCluster, RemoteClusterStatus, ResourceSync};
 use crate::lag::Lags;
+use crate::object_sync::ObjectSyncController;
 pub use crate::object_sync::ObjectSyncGauge;
-use crate::object_sync::{ObjectSyncController, ObjectSyncPolicy};
+pub use crate::own_writes::FIELD_MANAGER;
+use crate::own_writes::OwnWrites;
+use crate::policy::ObjectSyncPolicy;
 pub use crate::remote::LOCAL;
 use crate::remote::RemoteClusters;
 pub use crate::resource_sync::RESOURCE_SYNC_FINALIZER;
 use crate::resource_sync::ResourceSyncController;
 use crate::shard::{Shards, Unit, UnitKind};
-use crate::status::OwnWrites;
-pub use crate::status::{FIELD_MANAGER, Refusal};
+use crate::status::ConditionType;
+pub use crate::status::Refusal;
 
 /// `/healthz` fails when the operator's loop has not turned for this long (the default of
 /// [`OperatorOptions::stuck_after`]).
@@ -280,11 +284,11 @@ impl Operator {
         for rc in ctx.list(LOCAL, &rc_type) {
             let name = rc.metadata.name.clone().unwrap_or_default();
             let runtime = crate::remote::runtime_name(&name);
-            let answered = rc.data["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let answered = rc
+                .data
+                .get("status")
+                .and_then(|s| RemoteClusterStatus::deserialize(s).ok())
+                .is_some_and(|s| crate::status::holds(&s.conditions, ConditionType::Ready));
             let failing = contexts.iter().any(|c| {
                 matches!(
                     c.cluster_status(&runtime),
@@ -526,7 +530,7 @@ impl Operator {
                 controller = controller.watch(LOCAL, annotated)?.watch_mapped(
                     LOCAL,
                     copies,
-                    move |key, copy| index.note(&ar, key, copy),
+                    move |key, copy| index.file(&ar, key, copy),
                 )?;
             }
         }

@@ -1,20 +1,99 @@
-//! Shared status helpers of the operator's controllers: refusals, conditions and their
-//! transition times, and the single path of the operator's own writes (status patches and
-//! finalizers of kubesync's resources, through the library's [`Writer`]).
+//! Shared status helpers of the operator's controllers: the condition types and reasons
+//! kubesync writes, refusals, conditions and their transition times.
 //!
-//! Owns no controller logic and imports no controller.
-
-use kube::core::{ApiResource, DynamicObject};
-use kube::{Resource, ResourceExt};
-use kubesync::Cluster;
-use kubesync::Writer;
+//! Two enums give every reason a condition carries: [`Reason`], why a resource is refused
+//! (the reason of a [`Refusal`], always on `Ready=False`), and [`State`], how a resource
+//! stands otherwise (progress, reachability, copies in sync, the version a cluster runs).
+//!
+//! Owns no controller logic, writes nothing and imports no controller.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::Condition;
 
-/// Field manager of the operator's own writes.
-pub const FIELD_MANAGER: &str = "kubesync-operator";
+/// The type of a condition kubesync writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// Whether the resource is valid and working (every kind of kubesync's).
+    Ready,
+    /// Whether an ObjectSync's copies are all current.
+    Synced,
+    /// Whether an ObjectSync's source, read from a RemoteCluster, can be read.
+    SourceReachable,
+    /// Whether a RemoteCluster's apiserver version is within the supported range.
+    VersionSupported,
+}
+
+impl ConditionType {
+    /// Every condition type.
+    pub const ALL: [ConditionType; 4] = [
+        ConditionType::Ready,
+        ConditionType::Synced,
+        ConditionType::SourceReachable,
+        ConditionType::VersionSupported,
+    ];
+
+    /// The PascalCase type as conditions carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Synced => "Synced",
+            ConditionType::SourceReachable => "SourceReachable",
+            ConditionType::VersionSupported => "VersionSupported",
+        }
+    }
+}
+
+impl std::fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ConditionType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// What kubesync reads of a [`Condition`] (k8s-openapi's type: its helpers are a trait).
+pub trait ConditionExt {
+    /// Whether it is of type `t`.
+    fn is(&self, t: ConditionType) -> bool;
+    /// Whether its status is `True`.
+    fn is_true(&self) -> bool;
+    /// Whether its status is `False` (not `Unknown`).
+    fn is_false(&self) -> bool;
+}
+
+impl ConditionExt for Condition {
+    fn is(&self, t: ConditionType) -> bool {
+        self.type_ == t.as_str()
+    }
+
+    fn is_true(&self) -> bool {
+        self.status == TRUE
+    }
+
+    fn is_false(&self) -> bool {
+        self.status == FALSE
+    }
+}
+
+/// The first condition of type `t`.
+pub fn find(conditions: &[Condition], t: ConditionType) -> Option<&Condition> {
+    conditions.iter().find(|c| c.is(t))
+}
+
+/// Whether a condition of type `t` is `True`.
+pub fn holds(conditions: &[Condition], t: ConditionType) -> bool {
+    conditions.iter().any(|c| c.is(t) && c.is_true())
+}
+
+/// A condition's status when it holds.
+const TRUE: &str = "True";
+/// A condition's status when it does not.
+const FALSE: &str = "False";
 
 /// Why a declaration is refused: the `reason` of its `Ready=False` condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +134,26 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every refusal reason.
+    pub const ALL: [Reason; 16] = [
+        Reason::InvalidSpec,
+        Reason::InvalidPatch,
+        Reason::CopyNotADeclaration,
+        Reason::ResourceNotFound,
+        Reason::ResourceNotAllowed,
+        Reason::SourceNamespaceNotAllowed,
+        Reason::DestinationNotAllowed,
+        Reason::RemoteClusterNotFound,
+        Reason::RemoteClusterNotAllowed,
+        Reason::KubeconfigSecretInvalid,
+        Reason::KubeconfigInvalid,
+        Reason::DuplicateCluster,
+        Reason::ServiceAccountRequired,
+        Reason::SourceForbidden,
+        Reason::NoStatusSubresource,
+        Reason::FinalizersNotReleased,
+    ];
+
     /// The PascalCase reason as conditions carry it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -90,6 +189,132 @@ impl PartialEq<&str> for Reason {
     }
 }
 
+/// How a resource stands: the reason of every condition but a refusal's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// `Ready=False`: waiting for the first list of the watched types or clusters.
+    Starting,
+    /// `Ready=False` (ObjectSync): a watch cannot list (the message names its cluster).
+    WatchFailed,
+    /// `Ready=True`: copying (ObjectSync) or syncing (ResourceSync).
+    Syncing,
+    /// `Ready=True` (ObjectSync, `mode: Report`): comparing, nothing written.
+    Reporting,
+    /// `Ready=False`, `Synced=False` (ObjectSync): the source does not exist.
+    SourceNotFound,
+    /// `Ready=False`, `Synced=False` (ObjectSync): the source's cluster cannot be read.
+    SourceUnreachable,
+    /// `Synced=True`: every copy is current.
+    AllSynced,
+    /// `Synced=False`: a destination refuses its copy.
+    DestinationRefused,
+    /// `Synced=False` (`mode: Report`): copies differ from what would be written.
+    OutOfSync,
+    /// `Synced=False`: some copies are not current.
+    NotAllSynced,
+    /// `SourceReachable=True`: the source is read from its RemoteCluster.
+    Read,
+    /// `SourceReachable=False`: the source's RemoteCluster cannot be read.
+    SourceClusterUnreachable,
+    /// `Ready=False` (ResourceSync): its sync does not run.
+    NotRunning,
+    /// `Ready=False` (ResourceSync): the remote cluster cannot be reached.
+    RemoteUnreachable,
+    /// `Ready=False` (ResourceSync): the local cluster cannot be reached.
+    LocalUnreachable,
+    /// `Ready=True` (RemoteCluster): its apiserver answered.
+    Connected,
+    /// `Ready=False` (RemoteCluster): its apiserver did not answer.
+    Unreachable,
+    /// `VersionSupported=True`: within the supported range.
+    Supported,
+    /// `VersionSupported=False`: older than the oldest supported release.
+    OlderThanSupported,
+    /// `VersionSupported=False`: newer than the newest tested release.
+    NewerThanTested,
+    /// `VersionSupported=False`: not a version kubesync can read.
+    UnknownVersion,
+}
+
+impl State {
+    /// Every state reason.
+    pub const ALL: [State; 21] = [
+        State::Starting,
+        State::WatchFailed,
+        State::Syncing,
+        State::Reporting,
+        State::SourceNotFound,
+        State::SourceUnreachable,
+        State::AllSynced,
+        State::DestinationRefused,
+        State::OutOfSync,
+        State::NotAllSynced,
+        State::Read,
+        State::SourceClusterUnreachable,
+        State::NotRunning,
+        State::RemoteUnreachable,
+        State::LocalUnreachable,
+        State::Connected,
+        State::Unreachable,
+        State::Supported,
+        State::OlderThanSupported,
+        State::NewerThanTested,
+        State::UnknownVersion,
+    ];
+
+    /// The PascalCase reason as conditions carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "Starting",
+            State::WatchFailed => "WatchFailed",
+            State::Syncing => "Syncing",
+            State::Reporting => "Reporting",
+            State::SourceNotFound => "SourceNotFound",
+            State::SourceUnreachable => "SourceUnreachable",
+            State::AllSynced => "AllSynced",
+            State::DestinationRefused => "DestinationRefused",
+            State::OutOfSync => "OutOfSync",
+            State::NotAllSynced => "NotAllSynced",
+            State::Read => "Read",
+            State::SourceClusterUnreachable => "SourceClusterUnreachable",
+            State::NotRunning => "NotRunning",
+            State::RemoteUnreachable => "RemoteUnreachable",
+            State::LocalUnreachable => "LocalUnreachable",
+            State::Connected => "Connected",
+            State::Unreachable => "Unreachable",
+            State::Supported => "Supported",
+            State::OlderThanSupported => "OlderThanSupported",
+            State::NewerThanTested => "NewerThanTested",
+            State::UnknownVersion => "UnknownVersion",
+        }
+    }
+}
+
+impl From<&kubesync::version::Support> for State {
+    /// The `VersionSupported` reason of where a cluster's version stands.
+    fn from(support: &kubesync::version::Support) -> Self {
+        use kubesync::version::Support;
+        match support {
+            Support::Supported => State::Supported,
+            Support::Older(_) => State::OlderThanSupported,
+            Support::Newer(_) => State::NewerThanTested,
+            Support::Unknown(_) => State::UnknownVersion,
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for State {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A reason and message for a `Ready=False` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -118,28 +343,43 @@ pub fn now() -> jiff::Timestamp {
 /// Longest message of a condition kubesync writes, in bytes (longer ones end in `...`).
 pub const MAX_CONDITION_MESSAGE: usize = 1024;
 
-/// A condition of type `type_`, `True` when `ok`. Its transition time is a placeholder (the
-/// epoch) until [`with_transition`] sets it; every status is assembled through it. The
-/// message is cut to [`MAX_CONDITION_MESSAGE`] bytes.
-pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message: kubesync::error::truncated(message.into(), MAX_CONDITION_MESSAGE),
-        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
-        observed_generation: None,
-    }
+/// A condition of type `type_`, `True` when `ok`, for the reason `reason`. Its transition
+/// time is a placeholder (the epoch) until [`with_transition`] sets it; every status is
+/// assembled through it. The message is cut to [`MAX_CONDITION_MESSAGE`] bytes.
+pub fn condition(
+    type_: ConditionType,
+    ok: bool,
+    reason: State,
+    message: impl Into<String>,
+) -> Condition {
+    build(type_, ok, reason.as_str(), message.into())
 }
 
 /// A `Ready` condition.
-pub fn ready(ok: bool, reason: &str, message: impl Into<String>) -> Condition {
-    condition("Ready", ok, reason, message)
+pub fn ready(ok: bool, reason: State, message: impl Into<String>) -> Condition {
+    condition(ConditionType::Ready, ok, reason, message)
 }
 
 /// A `Ready=False` condition saying why a resource was refused.
 pub fn refused(refusal: &Refusal) -> Condition {
-    ready(false, refusal.reason.as_str(), refusal.message.clone())
+    build(
+        ConditionType::Ready,
+        false,
+        refusal.reason.as_str(),
+        refusal.message.clone(),
+    )
+}
+
+/// The condition [`condition`] and [`refused`] make, of a reason one of the enums gave.
+fn build(type_: ConditionType, ok: bool, reason: &'static str, message: String) -> Condition {
+    Condition {
+        type_: type_.as_str().into(),
+        status: if ok { TRUE } else { FALSE }.into(),
+        reason: reason.into(),
+        message: kubesync::error::truncated(message, MAX_CONDITION_MESSAGE),
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
 }
 
 /// Sets the condition's generation and transition time (pure): the previous transition time
@@ -158,91 +398,6 @@ pub fn with_transition(
     c
 }
 
-/// The operator's own writes to kubesync's resources in the cluster it runs in: status merge
-/// patches and finalizers, all through one [`Writer`] (counted as component `operator`).
-#[derive(Clone, Debug)]
-pub struct OwnWrites {
-    local: Cluster,
-    writer: Writer,
-}
-
-impl OwnWrites {
-    /// Writes into `local`, counted by `writer`.
-    pub fn new(local: Cluster, writer: Writer) -> Self {
-        Self { local, writer }
-    }
-
-    /// The cluster written to.
-    pub fn local(&self) -> &Cluster {
-        &self.local
-    }
-
-    /// The writer (and its counts).
-    pub fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
-    /// Writes the status of one of the operator's own resources (a merge patch).
-    pub async fn patch_status<K, S>(&self, obj: &K, status: &S) -> kubesync::Result<()>
-    where
-        K: Resource<DynamicType = ()> + ResourceExt,
-        S: serde::Serialize,
-    {
-        let patch = serde_json::json!({ "status": status });
-        self.writer
-            .merge_patch_status(
-                &self.local,
-                &ApiResource::erase::<K>(&()),
-                obj.namespace().as_deref(),
-                &obj.name_any(),
-                &patch,
-                FIELD_MANAGER,
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Adds or removes one of the operator's finalizers on one of its own resources.
-    pub async fn set_finalizer<K>(
-        &self,
-        obj: &K,
-        finalizer: &str,
-        present: bool,
-    ) -> kubesync::Result<()>
-    where
-        K: Resource<DynamicType = ()> + serde::Serialize,
-    {
-        let dynamic: DynamicObject = serde_json::from_value(serde_json::to_value(obj)?)?;
-        self.writer
-            .set_finalizer(
-                &self.local,
-                &ApiResource::erase::<K>(&()),
-                &dynamic,
-                finalizer,
-                present,
-                FIELD_MANAGER,
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Adds or removes a finalizer on an object of another cluster (the remote objects a
-    /// ResourceSync releases).
-    pub async fn set_foreign_finalizer(
-        &self,
-        cluster: &Cluster,
-        ar: &ApiResource,
-        obj: &DynamicObject,
-        finalizer: &str,
-        present: bool,
-    ) -> kubesync::Result<()> {
-        self.writer
-            .set_finalizer(cluster, ar, obj, finalizer, present, FIELD_MANAGER)
-            .await?;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,19 +406,19 @@ mod tests {
     fn transition_time_is_kept_while_the_status_does_not_change() {
         let t0: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("time");
         let t1: jiff::Timestamp = "2024-01-01T00:01:00Z".parse().expect("time");
-        let first = with_transition(ready(true, "Syncing", "a"), &[], Some(1), t0);
+        let first = with_transition(ready(true, State::Syncing, "a"), &[], Some(1), t0);
         assert_eq!(first.last_transition_time, Time(t0));
         assert_eq!(first.observed_generation, Some(1));
         // Same status, other reason and message: the time stays.
         let same = with_transition(
-            ready(true, "Other", "b"),
+            ready(true, State::Reporting, "b"),
             std::slice::from_ref(&first),
             Some(2),
             t1,
         );
         assert_eq!(same.last_transition_time, Time(t0));
         // Status flips: now.
-        let flipped = with_transition(ready(false, "X", "c"), &[first], Some(2), t1);
+        let flipped = with_transition(ready(false, State::Starting, "c"), &[first], Some(2), t1);
         assert_eq!(flipped.last_transition_time, Time(t1));
     }
 
@@ -275,31 +430,68 @@ mod tests {
 
 #[cfg(test)]
 mod reason_tests {
-    use super::Reason;
+    use super::*;
 
-    /// The reasons conditions carry are PascalCase names of their variants, all different.
+    /// The types and reasons conditions carry are PascalCase names of their variants, all
+    /// different, refusals and states alike.
     #[test]
     fn reasons_are_their_variants_names() {
-        let all = [
-            Reason::InvalidSpec,
-            Reason::InvalidPatch,
-            Reason::CopyNotADeclaration,
-            Reason::ResourceNotFound,
-            Reason::ResourceNotAllowed,
-            Reason::SourceNamespaceNotAllowed,
-            Reason::DestinationNotAllowed,
-            Reason::RemoteClusterNotFound,
-            Reason::RemoteClusterNotAllowed,
-            Reason::KubeconfigSecretInvalid,
-            Reason::KubeconfigInvalid,
-            Reason::NoStatusSubresource,
-            Reason::FinalizersNotReleased,
-        ];
-        let names: std::collections::BTreeSet<&str> = all.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names.len(), all.len());
-        for r in all {
-            assert_eq!(r.as_str(), format!("{r:?}"));
+        let names: Vec<(String, &str)> = Reason::ALL
+            .iter()
+            .map(|r| (format!("{r:?}"), r.as_str()))
+            .chain(State::ALL.iter().map(|r| (format!("{r:?}"), r.as_str())))
+            .chain(
+                ConditionType::ALL
+                    .iter()
+                    .map(|t| (format!("{t:?}"), t.as_str())),
+            )
+            .collect();
+        let distinct: std::collections::BTreeSet<&str> = names.iter().map(|n| n.1).collect();
+        assert_eq!(distinct.len(), names.len());
+        for (variant, name) in &names {
+            assert_eq!(variant, name);
+        }
+        for r in Reason::ALL {
             assert_eq!(r.to_string(), r.as_str());
         }
+        for r in State::ALL {
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        for t in ConditionType::ALL {
+            assert_eq!(t.to_string(), t.as_str());
+        }
+    }
+
+    /// A cluster's version gives the reason the library names for it.
+    #[test]
+    fn version_reasons_are_the_library_s() {
+        for v in ["v1.35.0", "v1.29.4-gke.100", "v1.99.0", "nonsense"] {
+            let support = kubesync::version::support(v);
+            assert_eq!(State::from(&support).as_str(), support.reason(), "{v}");
+        }
+    }
+
+    #[test]
+    fn conditions_are_read_by_type_and_status() {
+        let conditions = [
+            ready(false, State::Starting, "waiting"),
+            condition(ConditionType::Synced, true, State::AllSynced, "1 of 1"),
+        ];
+        assert!(conditions[0].is(ConditionType::Ready));
+        assert!(conditions[0].is_false() && !conditions[0].is_true());
+        assert!(conditions[1].is_true() && !conditions[1].is_false());
+        assert_eq!(
+            find(&conditions, ConditionType::Synced).map(|c| c.reason.as_str()),
+            Some("AllSynced")
+        );
+        assert!(find(&conditions, ConditionType::SourceReachable).is_none());
+        assert!(holds(&conditions, ConditionType::Synced));
+        assert!(!holds(&conditions, ConditionType::Ready));
+        let refusal = Refusal::new(Reason::InvalidSpec, "spec.x: bad");
+        let c = refused(&refusal);
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("Ready", "False", "InvalidSpec")
+        );
     }
 }

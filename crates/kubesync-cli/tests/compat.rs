@@ -47,7 +47,7 @@ fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
     start_operator(
         Cluster::new("local", env.client_as(OPERATOR).expect("client")),
         OperatorOptions {
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: trusted.iter().map(|t| t.to_string()).collect(),
                 default_service_account: Some(COPIER.into()),
                 ..Default::default()
@@ -665,7 +665,7 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
     let running = start_operator(
         Cluster::new("local", env.client_as(OPERATOR).expect("client")),
         OperatorOptions {
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: vec!["ops".into()],
                 ..Default::default()
             },

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kubesync::Cluster;
 use kubesync_cli::crd::{CopyState, ObjectSync};
-use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
+use kubesync_cli::policy::ObjectSyncPolicy;
 use kubesync_testenv::{TestEnv, eventually};
 
 /// An operator with `policy`, trusting every namespace unless the policy names trusted ones:

@@ -65,7 +65,7 @@ fn start(env: &TestEnv) -> RunningOperator {
     start_operator(
         Cluster::new("local", env.client_as(OPERATOR).expect("client")),
         OperatorOptions {
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: vec!["ops".into()],
                 default_service_account: Some(COPIER.into()),
                 ..Default::default()

@@ -13,8 +13,8 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, RoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
 use kubesync::Cluster;
 use kubesync_cli::crd::{CopyState, ObjectSync, SyncGrant};
-use kubesync_cli::object_sync::ObjectSyncPolicy;
 use kubesync_cli::operator::OperatorOptions;
+use kubesync_cli::policy::ObjectSyncPolicy;
 use kubesync_testenv::TestEnv;
 
 /// The operator as installed: only its own namespace is trusted; ObjectSyncs elsewhere act

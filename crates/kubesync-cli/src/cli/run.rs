@@ -57,7 +57,7 @@ pub(super) async fn command(args: RunArgs) -> ExitCode {
     {
         trusted_namespaces.push(own);
     }
-    let policy = crate::object_sync::ObjectSyncPolicy {
+    let policy = crate::policy::ObjectSyncPolicy {
         source_namespaces: args.source_namespaces,
         remote_source_namespaces: args.remote_source_namespaces,
         allow_destination_namespaces: args.allow_destination_namespaces,
@@ -117,7 +117,7 @@ pub(super) async fn command(args: RunArgs) -> ExitCode {
 async fn run(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
-    policy: crate::object_sync::ObjectSyncPolicy,
+    policy: crate::policy::ObjectSyncPolicy,
     endpoints: crate::telemetry::Endpoints,
     replicas: Replicas,
     list_strategy: kubesync::cluster::ListStrategy,

@@ -27,9 +27,10 @@ use parking_lot::Mutex;
 use super::declared::{self, REFLECTOR, REPLICATOR, marked_source};
 use super::{DECLARED_BY, DECLARED_BY_ANNOTATIONS, Tool};
 use crate::events;
-use crate::object_sync::ObjectSyncPolicy;
+use crate::policy::ObjectSyncPolicy;
 use crate::remote::LOCAL;
 
+mod mirror;
 mod push;
 
 /// The compat controller (see the module's documentation).
@@ -43,7 +44,7 @@ pub struct CompatController {
     /// Copies and pulls are written only when their source changed (`--compat-version-gate`).
     pub(super) version_gate: bool,
     /// Which object pulls from which source, as the last reconcile of each puller read it.
-    pub(super) pulls: Mutex<Pulls>,
+    pub(super) mirrors: Mutex<Mirrors>,
     reporter: kube::runtime::events::Reporter,
     budget: events::EventBudget,
     /// Per declaration, the notes last published as Events (each is published once, until it
@@ -57,12 +58,12 @@ pub struct CompatController {
 
 /// Which object pulls from which source.
 #[derive(Debug, Default)]
-pub(super) struct Pulls {
+pub(super) struct Mirrors {
     pub(super) by_target: HashMap<ObjectKey, ObjectKey>,
     pub(super) by_source: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
 }
 
-impl Pulls {
+impl Mirrors {
     /// `target` pulls from `source` now (`None`: from nothing).
     pub(super) fn set(&mut self, target: &ObjectKey, source: Option<ObjectKey>) {
         if let Some(old) = self.by_target.remove(target)
@@ -101,7 +102,7 @@ pub(super) struct Summary {
     pub(super) destinations: BTreeMap<String, u32>,
     /// The tool whose pull it declares, and whether the pull stands (its source exists,
     /// consents, and the target shows it).
-    pub(super) pull: Option<(Tool, bool)>,
+    pub(super) mirror: Option<(Tool, bool)>,
 }
 
 /// The annotation-declared syncs, counted for `/metrics`.
@@ -111,8 +112,8 @@ pub struct CompatCounts {
     pub syncs: BTreeMap<(Tool, &'static str), u32>,
     /// The pushes' destinations by state, summed.
     pub destinations: BTreeMap<String, u32>,
-    /// Pulls that do not stand: the source is missing or refuses, or the write failed.
-    pub pulls_not_pulled: u32,
+    /// Mirrors that do not stand: the source is missing or refuses, or the write failed.
+    pub mirrors_not_filled: u32,
 }
 
 /// A source's copies a reconcile found by their marks: each owner uid that made some.
@@ -141,7 +142,7 @@ impl CompatController {
             resources,
             policy,
             local,
-            pulls: Mutex::default(),
+            mirrors: Mutex::default(),
             copies: Arc::default(),
             version_gate: false,
             reporter: events::reporter(),
@@ -244,7 +245,7 @@ impl CompatController {
             .await?;
         let writer = fan_out.write_counter();
         let pull = self
-            .pull(key, &ar, object.as_deref(), &writer, &mut found)
+            .mirror(key, &ar, object.as_deref(), &writer, &mut found)
             .await;
         let Found { notes, summary } = found;
         match &object {
@@ -257,7 +258,7 @@ impl CompatController {
             true => self.summaries.lock().remove(key),
             false => self.summaries.lock().insert(key.clone(), summary),
         };
-        for target in self.pullers_of(key) {
+        for target in self.mirrors_of(key) {
             ctx.enqueue(target);
         }
         Ok(sooner(push, pull))
@@ -278,9 +279,9 @@ impl CompatController {
             for (state, n) in &s.destinations {
                 *counts.destinations.entry(state.clone()).or_default() += n;
             }
-            if let Some((tool, stands)) = s.pull {
+            if let Some((tool, stands)) = s.mirror {
                 *counts.syncs.entry((tool, "pull")).or_default() += 1;
-                counts.pulls_not_pulled += u32::from(!stands);
+                counts.mirrors_not_filled += u32::from(!stands);
             }
         }
         counts
@@ -320,7 +321,7 @@ impl CompatController {
             let event = kube::runtime::events::Event {
                 type_: kube::runtime::events::EventType::Warning,
                 reason: "NotCopied".into(),
-                note: Some(crate::object_sync::status::truncate_note(note)),
+                note: Some(crate::events::truncate_note(note)),
                 action: "Sync".into(),
                 secondary: None,
             };
@@ -352,7 +353,7 @@ pub struct CopyIndex(Mutex<HashMap<ObjectKey, BTreeSet<ObjectKey>>>);
 impl CopyIndex {
     /// Files the copy `key` under its source and returns the source's key (the mapper of the
     /// copies' watch).
-    pub fn note(&self, ar: &ApiResource, key: &ObjectKey, copy: &DynamicObject) -> Vec<ObjectKey> {
+    pub fn file(&self, ar: &ApiResource, key: &ObjectKey, copy: &DynamicObject) -> Vec<ObjectKey> {
         let Some((ns, name)) = marked_source(copy) else {
             return Vec::new();
         };
@@ -452,7 +453,7 @@ mod tests {
         let index = CopyIndex::default();
         let key = ObjectKey::new(LOCAL, &ar, Some("team-a".into()), "db");
         let source = ObjectKey::new(LOCAL, &ar, Some("ops".into()), "db");
-        assert_eq!(index.note(&ar, &key, &copy), vec![source.clone()]);
+        assert_eq!(index.file(&ar, &key, &copy), vec![source.clone()]);
         assert_eq!(index.0.lock()[&source], BTreeSet::from([key]));
     }
 

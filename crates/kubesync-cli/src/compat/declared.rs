@@ -15,9 +15,9 @@ use super::parse::{
 use kubesync::syncers::fan_out::rules::SOURCE;
 
 /// reflector's annotation prefix.
-pub const REFLECTOR: &str = crate::object_sync::policy::DECLARING_PREFIXES[0];
+pub const REFLECTOR: &str = crate::policy::DECLARING_PREFIXES[0];
 /// replicator's annotation prefix.
-pub const REPLICATOR: &str = crate::object_sync::policy::DECLARING_PREFIXES[1];
+pub const REPLICATOR: &str = crate::policy::DECLARING_PREFIXES[1];
 
 /// reflector: the source may be reflected at all.
 pub const REFLECTION_ALLOWED: &str = "reflector.v1.k8s.emberstack.com/reflection-allowed";

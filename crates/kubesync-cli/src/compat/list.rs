@@ -13,12 +13,12 @@ use kube::core::ApiResource;
 
 use super::Tool;
 use super::declared::{self, Declared, made_by};
-use super::pull::{self, Pull, declared_pull};
+use super::mirror::{self, Mirror, declared_mirror};
 use kubesync::syncers::fan_out::rules::MANAGED_BY;
 
 /// What a listing reads: every object of the tools' kinds (metadata), and every namespace.
 #[derive(Clone, Debug, Default)]
-pub struct Facts {
+pub struct Listed {
     /// Per kind, its objects (metadata only).
     pub objects: Vec<(ApiResource, Vec<DynamicObject>)>,
     /// Every namespace: name, labels, and whether it is being deleted.
@@ -39,8 +39,8 @@ pub struct Row {
 }
 
 /// Reads the facts of a listing (metadata lists only).
-pub async fn gather(client: &kube::Client, tools: &[Tool]) -> kube::Result<Facts> {
-    let mut facts = Facts::default();
+pub async fn gather(client: &kube::Client, tools: &[Tool]) -> kube::Result<Listed> {
+    let mut facts = Listed::default();
     for ar in declared::resources(tools) {
         let list = Api::<DynamicObject>::all_with(client.clone(), &ar)
             .list_metadata(&ListParams::default())
@@ -89,7 +89,7 @@ fn id(o: &DynamicObject) -> (String, String) {
 }
 
 /// The namespaces a push admits now (not its source's, not terminating).
-fn admitted<'a>(facts: &'a Facts, declared: &Declared, own: &str) -> Vec<&'a str> {
+fn admitted<'a>(facts: &'a Listed, declared: &Declared, own: &str) -> Vec<&'a str> {
     facts
         .namespaces
         .iter()
@@ -102,7 +102,7 @@ fn admitted<'a>(facts: &'a Facts, declared: &Declared, own: &str) -> Vec<&'a str
 /// (pure): for a push, how many of the namespaces it selects hold its copy, and where a
 /// same-named object it did not make stands; for a pull, whether its source exists and
 /// consents, and whether it has been pulled.
-pub fn rows(facts: &Facts, tools: &[Tool]) -> Vec<Row> {
+pub fn rows(facts: &Listed, tools: &[Tool]) -> Vec<Row> {
     let mut out = Vec::new();
     for (ar, objects) in &facts.objects {
         let by_id: BTreeMap<(String, String), &DynamicObject> =
@@ -142,12 +142,12 @@ pub fn rows(facts: &Facts, tools: &[Tool]) -> Vec<Row> {
                     state,
                 });
             }
-            match declared_pull(tools, ar, &annotations(o)) {
+            match declared_mirror(tools, ar, &annotations(o)) {
                 Ok(Some(p)) => out.push(Row {
                     object,
                     tools: p.tool.to_string(),
                     direction: "pull",
-                    state: pull_state(facts, &by_id, o, &ns, &p),
+                    state: mirror_state(facts, &by_id, o, &ns, &p),
                 }),
                 Ok(None) => {}
                 Err(why) => out.push(Row {
@@ -162,12 +162,12 @@ pub fn rows(facts: &Facts, tools: &[Tool]) -> Vec<Row> {
     out
 }
 
-fn pull_state(
-    facts: &Facts,
+fn mirror_state(
+    facts: &Listed,
     by_id: &BTreeMap<(String, String), &DynamicObject>,
     target: &DynamicObject,
     ns: &str,
-    p: &Pull,
+    p: &Mirror,
 ) -> String {
     let from = format!("from {}/{}", p.namespace, p.name);
     let Some(source) = by_id.get(&(p.namespace.clone(), p.name.clone())) else {
@@ -178,7 +178,7 @@ fn pull_state(
         .iter()
         .find(|(n, ..)| n == ns)
         .map(|(_, l, _)| l.clone());
-    if let Err(why) = pull::consents(p.tool, &annotations(source), ns, labels.as_ref()) {
+    if let Err(why) = mirror::consents(p.tool, &annotations(source), ns, labels.as_ref()) {
         return format!("{from}: refused: {why}");
     }
     let pulled = target
@@ -186,7 +186,7 @@ fn pull_state(
         .managed_fields
         .iter()
         .flatten()
-        .any(|e| e.manager.as_deref() == Some(pull::PULL_MANAGER));
+        .any(|e| e.manager.as_deref() == Some(mirror::MIRROR_MANAGER));
     match pulled {
         true => format!("{from}: pulled"),
         false => format!("{from}: consented, not pulled yet"),
@@ -217,9 +217,9 @@ pub fn table(rows: &[Row]) -> String {
 /// The ObjectSyncs that declare the same pushes as the annotations in `facts` (pure), as
 /// YAML documents: each with the namespaces the annotations select now as destinations (a
 /// pattern or a selector cannot always be said in an ObjectSync; the comment above each says
-/// what the annotations said), copying what the tool copies. Pulls have no ObjectSync
+/// what the annotations said), copying what the tool copies. Mirrors have no ObjectSync
 /// equivalent (an ObjectSync writes whole objects it owns): each is listed as a comment.
-pub fn objectsyncs(facts: &Facts, tools: &[Tool]) -> String {
+pub fn objectsyncs(facts: &Listed, tools: &[Tool]) -> String {
     let mut out = String::new();
     for (ar, objects) in &facts.objects {
         for o in objects
@@ -228,7 +228,7 @@ pub fn objectsyncs(facts: &Facts, tools: &[Tool]) -> String {
         {
             let (ns, name) = id(o);
             let a = annotations(o);
-            if let Ok(Some(p)) = declared_pull(tools, ar, &a) {
+            if let Ok(Some(p)) = declared_mirror(tools, ar, &a) {
                 let _ = writeln!(
                     out,
                     "# {} {ns}/{name} pulls from {}/{} ({}): no ObjectSync equivalent; keep its annotation.",
@@ -285,7 +285,7 @@ mod tests {
         serde_json::from_value(v).expect("object")
     }
 
-    fn facts() -> Facts {
+    fn facts() -> Listed {
         let secret = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
         let ns = |n: &str, l: &[(&str, &str)]| {
             (
@@ -296,7 +296,7 @@ mod tests {
                 false,
             )
         };
-        Facts {
+        Listed {
             objects: vec![(
                 secret,
                 vec![
@@ -310,8 +310,8 @@ mod tests {
                     object(json!({"metadata": {"name": "creds", "namespace": "team-a",
                         "annotations": {declared::REPLICATE_FROM: "ops/creds"}}})),
                     object(json!({"metadata": {"name": "creds", "namespace": "ops",
-                        "annotations": {pull::REPLICATION_ALLOWED: "true",
-                            pull::REPLICATION_ALLOWED_NAMESPACES: "team-b"}}})),
+                        "annotations": {mirror::REPLICATION_ALLOWED: "true",
+                            mirror::REPLICATION_ALLOWED_NAMESPACES: "team-b"}}})),
                 ],
             )],
             namespaces: vec![

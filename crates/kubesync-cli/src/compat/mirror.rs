@@ -1,9 +1,11 @@
-//! Pulls (pure): an object whose annotations name a source (reflector's `reflects` on a
+//! Mirrors (pure): an object whose annotations name a source (reflector's `reflects` on a
 //! mirror it did not make, replicator's `replicate-from`) receives that source's content —
-//! only when the source consents to its namespace, for every kind.
+//! only when the source consents to its namespace, for every kind. (The book, `kubesync
+//! compat list` and the metrics call this direction a *pull*; in the code, "pull" is the pull
+//! from a hub, `spec.source.cluster`, and this is a mirror.)
 //!
-//! A pull writes into an object its namespace owns, so it writes only the fields it brings:
-//! a server-side apply under its own field manager ([`PULL_MANAGER`]) of the source's data
+//! A mirror is filled by a pull that writes into an object its namespace owns, so it writes only the fields it brings:
+//! a server-side apply under its own field manager ([`MIRROR_MANAGER`]) of the source's data
 //! (Secret `data`; ConfigMap `data` and `binaryData`; Role `rules`; RoleBinding `subjects`;
 //! ServiceAccount `imagePullSecrets`) and the tool's bookkeeping. The apiserver then keeps
 //! the object's own keys, and removes a key the pull brought once it leaves the source — or
@@ -24,8 +26,9 @@ use super::parse::{
     Dialect, PatternList, label_selector, namespaced_name, reflector_bool, replicator_bool,
 };
 
-/// The field manager of every pull's writes.
-pub const PULL_MANAGER: &str = "kubesync-pull";
+/// The field manager of every mirror's writes (its value, written into clusters' managedFields
+/// since the first release, never changes).
+pub const MIRROR_MANAGER: &str = "kubesync-pull";
 
 /// replicator: the source consents to pulls (`strconv.ParseBool`).
 pub const REPLICATION_ALLOWED: &str = "replicator.v1.mittwald.de/replication-allowed";
@@ -35,7 +38,7 @@ pub const REPLICATION_ALLOWED_NAMESPACES: &str =
 
 /// A pull an object declares: which tool's annotation, and the source's namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pull {
+pub struct Mirror {
     /// Whose annotation declares it.
     pub tool: Tool,
     /// The source's namespace.
@@ -48,11 +51,11 @@ pub struct Pull {
 /// on: `Ok(None)` when none, `Err` (for people) when one is declared but cannot be read.
 /// replicator's `replicate-from` wins over reflector's `reflects` when both are there; a
 /// mirror reflector made itself (`auto-reflects: True`) is no pull.
-pub fn declared_pull(
+pub fn declared_mirror(
     tools: &[Tool],
     resource: &ApiResource,
     annotations: &BTreeMap<String, String>,
-) -> Result<Option<Pull>, String> {
+) -> Result<Option<Mirror>, String> {
     let get = |k: &str| annotations.get(k).map(String::as_str);
     let candidates = [
         (Tool::Replicator, REPLICATE_FROM, get(REPLICATE_FROM)),
@@ -67,7 +70,7 @@ pub fn declared_pull(
             continue;
         }
         return match namespaced_name(value) {
-            Some((namespace, name)) => Ok(Some(Pull {
+            Some((namespace, name)) => Ok(Some(Mirror {
                 tool,
                 namespace,
                 name,
@@ -148,7 +151,7 @@ pub fn needs_labels(tool: Tool, source: &BTreeMap<String, String>) -> bool {
 }
 
 /// The fields a pull brings, by kind (see the module's documentation).
-pub fn pulled_fields(resource: &ApiResource) -> &'static [&'static str] {
+pub fn mirrored_fields(resource: &ApiResource) -> &'static [&'static str] {
     match (resource.group.as_str(), resource.kind.as_str()) {
         ("", "Secret") => &["data"],
         ("", "ConfigMap") => &["data", "binaryData"],
@@ -184,7 +187,7 @@ pub fn apply_body(
         // this manager owned there (an apply that leaves a map out entirely only gives up
         // its ownership and keeps the values).
         body.metadata.annotations = Some(BTreeMap::new());
-        for field in pulled_fields(resource) {
+        for field in mirrored_fields(resource) {
             if matches!(*field, "data" | "binaryData") {
                 body.data[*field] = Value::Object(Map::new());
             }
@@ -192,7 +195,7 @@ pub fn apply_body(
         return body;
     };
     let mut fields = Map::new();
-    for field in pulled_fields(resource) {
+    for field in mirrored_fields(resource) {
         if let Some(v) = source.data.get(*field).filter(|v| !v.is_null()) {
             fields.insert((*field).to_string(), v.clone());
         }
@@ -205,7 +208,7 @@ pub fn apply_body(
 }
 
 /// Whether `target` (read live, with its managedFields) shows what `body` applies under
-/// [`PULL_MANAGER`]: every field and annotation the body sets has its value there, and the
+/// [`MIRROR_MANAGER`]: every field and annotation the body sets has its value there, and the
 /// pull owns nothing the body leaves out (which the apply would remove).
 pub fn in_sync(target: &DynamicObject, body: &DynamicObject) -> bool {
     let none = BTreeMap::new();
@@ -231,7 +234,7 @@ pub fn in_sync(target: &DynamicObject, body: &DynamicObject) -> bool {
 fn owned(target: &DynamicObject) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for entry in target.metadata.managed_fields.iter().flatten() {
-        if entry.manager.as_deref() != Some(PULL_MANAGER)
+        if entry.manager.as_deref() != Some(MIRROR_MANAGER)
             || entry.operation.as_deref() != Some("Apply")
         {
             continue;
@@ -311,11 +314,11 @@ mod tests {
 
     #[test]
     fn a_pull_is_declared_by_the_target_and_read_as_each_tool_reads_it() {
-        let read = |p: &[(&str, &str)]| declared_pull(&BOTH, &secret(), &pairs(p));
+        let read = |p: &[(&str, &str)]| declared_mirror(&BOTH, &secret(), &pairs(p));
         assert_eq!(read(&[]), Ok(None));
         assert_eq!(
             read(&[(REPLICATE_FROM, " ops / db ")]),
-            Ok(Some(Pull {
+            Ok(Some(Mirror {
                 tool: Tool::Replicator,
                 namespace: "ops".into(),
                 name: "db".into()
@@ -339,7 +342,7 @@ mod tests {
                 .contains("namespace/name")
         );
         assert_eq!(
-            declared_pull(
+            declared_mirror(
                 &[Tool::Reflector],
                 &secret(),
                 &pairs(&[(REPLICATE_FROM, "a/b")])
@@ -457,7 +460,7 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"].get(REPLICATE_FROM), None);
         // Shown, but not owned yet: a write is needed (the first apply takes the key over).
         assert!(!in_sync(&target(json!([])), &body));
-        let mut shown = target(json!([{"manager": PULL_MANAGER, "operation": "Apply",
+        let mut shown = target(json!([{"manager": MIRROR_MANAGER, "operation": "Apply",
             "fieldsType": "FieldsV1", "fieldsV1": {
                 "f:data": {"f:password": {}},
                 "f:metadata": {"f:annotations": {

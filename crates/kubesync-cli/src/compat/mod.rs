@@ -7,7 +7,9 @@
 //!   selectors, `namespace/name`), pure;
 //! - [`declared`]: what an object's annotations declare, what its copies carry and which
 //!   objects were that tool's copies of it, pure;
-//! - [`pull`]: what a pull declares, whether its source consents, and what it writes, pure;
+//! - [`mirror`]: what a mirror declares (an object that names its source: reflector's
+//!   `reflects`, replicator's `replicate-from`; the book calls it a pull), whether its source
+//!   consents, and what it writes, pure;
 //! - [`list`]: `kubesync compat list`, every declared sync with its state, or as ObjectSyncs;
 //! - [`controller`]: gathers the annotated objects and their copies, lets the fan-out
 //!   reconcile them, and says what it could not do in Events on the source.
@@ -15,9 +17,8 @@
 pub mod controller;
 pub mod declared;
 pub mod list;
+pub mod mirror;
 pub mod parse;
-pub mod pull;
-mod pulls;
 
 pub use controller::CompatController;
 

@@ -14,7 +14,6 @@
 mod check;
 pub(crate) mod declare;
 mod lifecycle;
-pub mod policy;
 pub mod status;
 
 use check::*;
@@ -36,7 +35,6 @@ use kubesync::syncers::fan_out::rules::{
     CopyPatch, CopyRules, DataFilter, DeletionPolicy, FIELD_MANAGER, Ignore, KeyFilter, MANAGED_BY,
     NamespaceRule, OnConflict, Owner, Pointer, Strategy, selector,
 };
-use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
     FanOutSpec, Mode, Outcome, Selection, SourceRef, UpdatePolicy,
@@ -44,19 +42,20 @@ use kubesync::syncers::fan_out::{
 use kubesync::validate;
 
 use self::lifecycle::{Known, Next};
-pub use self::policy::ObjectSyncPolicy;
-use self::policy::refusal_message;
 pub use self::status::condition_events;
 use self::status::{Observation, object_sync_status};
 use crate::crd::{
     ClusterObjectSync, ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
     ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
-    ObjectSyncStatus, RemoteCluster, SyncGrant, SyncMode,
+    ObjectSyncStatus, RemoteCluster, SyncMode,
 };
 use crate::events;
-use crate::lag::{DestinationKey, Lags, behind};
+use crate::lag::{Lags, behind};
+use crate::own_writes::OwnWrites;
+use crate::policy::ObjectSyncPolicy;
+use crate::policy::requeue_after;
 use crate::remote::{LOCAL, RemoteClusters, display_name, runtime_name};
-use crate::status::{OwnWrites, Reason, Refusal};
+use crate::status::{ConditionExt, ConditionType, Reason, Refusal};
 
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
 pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
@@ -89,7 +88,7 @@ impl ObjectSyncGauge {
             ready: status
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True"),
+                .any(|c| c.is(ConditionType::Ready) && c.is_true()),
             destinations,
             ..Default::default()
         }
@@ -134,12 +133,12 @@ struct Record {
     /// reads a status older than its own last patch does not publish that transition again.
     published: BTreeMap<String, (String, String)>,
     /// Its destinations behind their source, each since when.
-    behind: HashMap<DestinationKey, Instant>,
+    behind: HashMap<DestinationRef, Instant>,
     /// Its sources as the last reconcile copied them: key, resourceVersion, and how many
     /// copies then carried that version.
     sources: Vec<(ObjectKey, String, u32)>,
     /// The drift last found at each copy (counted and announced once).
-    drifts_seen: HashMap<DestinationKey, String>,
+    drifts_seen: HashMap<DestinationRef, String>,
 }
 
 /// At most this many Events about reverted copies are published per reconcile; one more
@@ -273,10 +272,14 @@ impl ObjectSyncController {
                         .is_ok_and(|rc| declare::admitted(rc, &own, labels.as_ref()).is_ok())
                 }),
             });
-        let Some(mut spec) = self.clean_up_spec(Some(&own), &reachable, ctx).await else {
+        let Some(mut spec) = self.find_copies(Some(&own), &reachable, ctx).await else {
             return;
         };
-        spec.consent = Some(declare::consent(&self.policy, &own, &spec.source.resource));
+        spec.consent = Some(crate::policy::consent(
+            &self.policy,
+            &own,
+            &spec.source.resource,
+        ));
         let decl = Declaration {
             refused: true,
             ..declaration(key, os, spec, false)
@@ -322,7 +325,7 @@ impl ObjectSyncController {
                     k
                 }
                 Next::FindCopies(mut k) => {
-                    k.copies = Some(self.clean_up_spec(own.as_deref(), spec, ctx).await);
+                    k.copies = Some(self.find_copies(own.as_deref(), spec, ctx).await);
                     k
                 }
                 next => break next,
@@ -395,8 +398,8 @@ impl ObjectSyncController {
     ) -> kubesync::Result<Action> {
         let decl = declaration(key, os, spec, false);
         let outcome = self.fan_out.reconcile(ctx, &decl).await?;
-        for (cluster, lag) in &outcome.propagated {
-            self.lags.observe("ObjectSync", cluster, *lag);
+        for p in &outcome.propagated {
+            self.lags.observe("ObjectSync", &p.cluster, p.lag);
         }
         let selection_text = selection_text(&os.sync_spec().source);
         let events = self.track(os, &decl, &outcome);
@@ -446,7 +449,7 @@ impl ObjectSyncController {
     ) -> kubesync::Result<()> {
         let old = os.sync_status().cloned().unwrap_or_default();
         let status = object_sync_status(&old, os.meta().generation, observed, crate::status::now());
-        for (type_, reason, note) in self.record(os, &old, &status) {
+        for (type_, reason, note) in self.remember_status(os, &old, &status) {
             let event = kube::runtime::events::Event {
                 type_,
                 reason,
@@ -502,7 +505,7 @@ impl ObjectSyncController {
 
     /// Remembers an ObjectSync's state for `/metrics`, and returns the Events its condition
     /// changes call for: those of [`condition_events`] not published already.
-    fn record<K: SyncObject>(
+    fn remember_status<K: SyncObject>(
         &self,
         os: &K,
         old: &ObjectSyncStatus,
@@ -558,28 +561,14 @@ impl ObjectSyncController {
                     .or_default() += 1;
             }
         }
-        let source = &decl.spec.source;
-        record.sources = outcome
-            .source_versions
-            .iter()
-            .map(|(name, rv)| {
-                let key = ObjectKey::new(
-                    source.cluster_or(LOCAL),
-                    &source.resource,
-                    source.namespace().map(String::from),
-                    name,
-                );
-                let copies = current.get(&(name.as_str(), rv.as_str())).copied();
-                (key, rv.clone(), copies.unwrap_or_default())
-            })
-            .collect();
+        record.sources = copied_sources(&decl.spec.source, outcome, &current);
         // Report mode finds the same change at every reconcile until it is undone; Enforce
         // reports it once, when it reverts it (also a change Report mode found before).
         let mut found = HashMap::new();
         let mut reverted = Vec::new();
         for d in &outcome.destinations {
             if let Some(drift) = &d.drift {
-                let key = (d.cluster.clone(), d.namespace.clone(), d.name.clone());
+                let key = d.at();
                 let text = drift.to_string();
                 if record.drifts_seen.get(&key) != Some(&text) {
                     record.gauge.drifts += 1;
@@ -592,32 +581,7 @@ impl ObjectSyncController {
         if decl.spec.mode == Mode::Report {
             return Vec::new();
         }
-        let ar = &source.resource;
-        let reference = |d: &DestinationStatus| ObjectReference {
-            api_version: Some(ar.api_version.clone()),
-            kind: Some(ar.kind.clone()),
-            namespace: (!d.namespace.is_empty()).then(|| d.namespace.clone()),
-            name: Some(d.name.clone()),
-            ..Default::default()
-        };
-        let mut events: Vec<_> = reverted
-            .iter()
-            .take(MAX_DRIFT_EVENTS)
-            .map(|(d, text)| {
-                let at = DestinationRef::new(display_name(&d.cluster), &d.namespace, &d.name);
-                let note =
-                    format!("the copy {at} was changed by someone else and reverted: {text}");
-                (status::truncate_note(note), reference(d))
-            })
-            .collect();
-        if let Some((last, _)) = reverted.get(MAX_DRIFT_EVENTS) {
-            let note = format!(
-                "{} more copies were changed by someone else and reverted",
-                reverted.len() - MAX_DRIFT_EVENTS
-            );
-            events.push((note, reference(last)));
-        }
-        events
+        drift_events(&decl.spec.source.resource, &reverted)
     }
 
     /// Forgets an ObjectSync that is gone: its fan-out state and its metrics.
@@ -647,6 +611,63 @@ impl ObjectSyncController {
         self.lock()
             .remove(&(key.namespace.clone().unwrap_or_default(), key.name.clone()));
     }
+}
+
+/// Each source as `outcome` copied it: its key (of `source`'s kind and place), the
+/// resourceVersion copied, and how many copies carry that version now (`current`, by (source
+/// name, version)).
+fn copied_sources(
+    source: &SourceRef,
+    outcome: &Outcome,
+    current: &HashMap<(&str, &str), u32>,
+) -> Vec<(ObjectKey, String, u32)> {
+    outcome
+        .source_versions
+        .iter()
+        .map(|v| {
+            let key = ObjectKey::new(
+                source.cluster_or(LOCAL),
+                &source.resource,
+                source.namespace().map(String::from),
+                &v.name,
+            );
+            let copies = current.get(&(v.name.as_str(), v.resource_version.as_str()));
+            let copies = copies.copied().unwrap_or_default();
+            (key, v.resource_version.clone(), copies)
+        })
+        .collect()
+}
+
+/// The Warning Events announcing the changes reverted at `reverted`'s copies (of kind `ar`),
+/// with each change's words: at most [`MAX_DRIFT_EVENTS`], then one that counts the others.
+fn drift_events(
+    ar: &ApiResource,
+    reverted: &[(&DestinationStatus, String)],
+) -> Vec<(String, ObjectReference)> {
+    let reference = |d: &DestinationStatus| ObjectReference {
+        api_version: Some(ar.api_version.clone()),
+        kind: Some(ar.kind.clone()),
+        namespace: (!d.namespace.is_empty()).then(|| d.namespace.clone()),
+        name: Some(d.name.clone()),
+        ..Default::default()
+    };
+    let mut events: Vec<_> = reverted
+        .iter()
+        .take(MAX_DRIFT_EVENTS)
+        .map(|(d, text)| {
+            let at = DestinationRef::new(display_name(&d.cluster), &d.namespace, &d.name);
+            let note = format!("the copy {at} was changed by someone else and reverted: {text}");
+            (events::truncate_note(note), reference(d))
+        })
+        .collect();
+    if let Some((last, _)) = reverted.get(MAX_DRIFT_EVENTS) {
+        let note = format!(
+            "{} more copies were changed by someone else and reverted",
+            reverted.len() - MAX_DRIFT_EVENTS
+        );
+        events.push((note, reference(last)));
+    }
+    events
 }
 
 /// The fan-out declaration of `os` (`key`) with `spec`; `deleting` when it goes.
@@ -683,11 +704,6 @@ fn event_key<K: SyncObject>(os: &K) -> String {
     )
 }
 
-/// Through which RemoteCluster a copy is written: `None` in this cluster.
-fn via(at: &DestinationRef) -> Option<&str> {
-    (at.cluster != LOCAL).then(|| display_name(&at.cluster))
-}
-
 /// The fan-out's deletion policy of a spec.
 fn deletion_policy(spec: &ObjectSyncSpec) -> DeletionPolicy {
     match spec.deletion_policy {
@@ -701,21 +717,5 @@ fn mode(spec: &ObjectSyncSpec) -> Mode {
     match spec.mode {
         SyncMode::Enforce => Mode::Enforce,
         SyncMode::Report => Mode::Report,
-    }
-}
-
-/// When to look again (pure): soon while the watches have not listed, in a few seconds while a
-/// destination is in error, else on the next event.
-pub(crate) fn requeue_after(outcome: &Outcome) -> Action {
-    if !outcome.ready {
-        Action::requeue(Duration::from_millis(500))
-    } else if outcome
-        .destinations
-        .iter()
-        .any(|d| d.state == DestinationState::Error)
-    {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::done()
     }
 }

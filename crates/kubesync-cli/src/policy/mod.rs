@@ -1,4 +1,8 @@
-//! What ObjectSyncs may do: the operator's `kubesync run` flags, checked purely.
+//! The operator's rules for declarations, shared by the controllers that carry them out
+//! (ObjectSyncs, ClusterObjectSyncs, and the annotations of `--compat`): what they may do —
+//! the `kubesync run` flags, checked purely —, the consent their copies need
+//! ([`consent`]), whether the identity one acts as may read its source ([`source_readable`];
+//! the review itself in [`review`]), and when to look at one again ([`requeue_after`]).
 //!
 //! Security: by default the source must live in the ObjectSync's own namespace (whoever may
 //! create an ObjectSync in namespace A cannot copy a Secret out of namespace B). The policy
@@ -22,8 +26,18 @@ use kubesync::syncers::fan_out::rules::glob;
 
 use serde::Deserialize;
 
-use crate::crd::SyncGrantSpec;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubesync::runtime::Action;
+use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
+use kubesync::syncers::fan_out::{DestinationRef, DestinationState, Outcome};
+
+use crate::crd::{SyncGrant, SyncGrantSpec};
+use crate::remote::{LOCAL, display_name};
 use crate::status::{Reason, Refusal};
+
+pub mod review;
 
 /// What ObjectSyncs may do (the operator's flags).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -451,303 +465,110 @@ impl ObjectSyncPolicy {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policy_refuses_with_the_rule_that_refused() {
-        let default = ObjectSyncPolicy::default();
-        assert!(
-            default
-                .check(Some("a"), "a", "", "Secret", &[Some("*".into())])
-                .is_ok()
-        );
-        let r = default
-            .check(Some("a"), "b", "", "Secret", &[])
-            .expect_err("cross-namespace");
-        assert_eq!(r.reason, "SourceNamespaceNotAllowed");
-        // A ClusterObjectSync (an admin's) copies from any namespace.
-        assert!(default.check(None, "b", "", "Secret", &[]).is_ok());
-        let p = ObjectSyncPolicy {
-            source_namespaces: vec!["shared-*".into()],
-            allow_destination_namespaces: vec!["team-*".into()],
-            deny_destination_namespaces: vec!["team-secret".into()],
-            allowed_resources: vec!["Secret".into(), "CronJob.batch".into()],
-            ..Default::default()
-        };
-        assert!(
-            p.check(
-                Some("a"),
-                "shared-certs",
-                "",
-                "Secret",
-                &[Some("team-x".into())]
-            )
-            .is_ok()
-        );
-        assert_eq!(
-            p.check(Some("a"), "a", "", "ConfigMap", &[])
-                .expect_err("kind")
-                .reason,
-            "ResourceNotAllowed"
-        );
-        assert!(p.check(Some("a"), "a", "batch", "CronJob", &[]).is_ok());
-        // The kind and destination rules bind a ClusterObjectSync too.
-        assert_eq!(
-            p.check(None, "", "storage.k8s.io", "StorageClass", &[])
-                .expect_err("kind")
-                .reason,
-            "ResourceNotAllowed"
-        );
-        assert_eq!(
-            p.check(None, "b", "", "Secret", &[Some("prod".into())])
-                .expect_err("allow")
-                .reason,
-            "DestinationNotAllowed"
-        );
-        let denied = p
-            .check(Some("a"), "a", "", "Secret", &[Some("team-secret".into())])
-            .expect_err("deny");
-        assert_eq!(denied.reason, "DestinationNotAllowed");
-        // Each refusal names the flag that refuses it.
-        assert!(
-            denied
-                .message
-                .ends_with("(--deny-destination-namespace team-secret)"),
-            "{}",
-            denied.message
-        );
-        let outside = p
-            .check(Some("a"), "a", "", "Secret", &[Some("prod".into())])
-            .expect_err("allow");
-        assert!(
-            outside
-                .message
-                .ends_with("(--allow-destination-namespace team-*)"),
-            "{}",
-            outside.message
-        );
-        assert_eq!(
-            p.check(Some("a"), "a", "", "Secret", &[Some("prod".into())])
-                .expect_err("allow")
-                .reason,
-            "DestinationNotAllowed"
-        );
-    }
-
-    fn resource(group: &str, kind: &str) -> ApiResource {
-        ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, "v1", kind))
-    }
-
-    fn grant(from: &[(&str, Option<&str>)], kinds: &[(&str, &str)]) -> SyncGrantSpec {
-        SyncGrantSpec {
-            from: from
-                .iter()
-                .map(|(ns, c)| crate::crd::GrantSource {
-                    namespace: ns.to_string(),
-                    cluster: c.map(String::from),
-                })
-                .collect(),
-            kinds: kinds
-                .iter()
-                .map(|(g, k)| crate::crd::GrantKind {
-                    group: g.to_string(),
-                    kind: k.to_string(),
-                })
-                .collect(),
-            adopt: false,
-        }
-    }
-
-    fn object(v: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(v).expect("object")
-    }
-
-    #[test]
-    fn grants_admit_their_namespaces_clusters_and_kinds() {
-        let cm = resource("", "ConfigMap");
-        let rb = resource("rbac.authorization.k8s.io", "RoleBinding");
-        let any = grant(&[("team-*", None)], &[]);
-        assert!(grant_admits(&any, "team-a", None, &cm, false));
-        assert!(!grant_admits(&any, "other", None, &cm, false), "namespace");
-        assert!(
-            !grant_admits(&any, "team-a", Some("hub"), &cm, false),
-            "another cluster"
-        );
-        assert!(
-            !grant_admits(&any, "team-a", None, &rb, true),
-            "privileged, not named"
-        );
-        let remote = grant(&[("apps", Some("hub"))], &[]);
-        assert!(grant_admits(&remote, "apps", Some("hub"), &cm, false));
-        assert!(!grant_admits(&remote, "apps", None, &cm, false));
-        let named = grant(
-            &[("t1", None)],
-            &[("rbac.authorization.k8s.io", "RoleBinding")],
-        );
-        assert!(grant_admits(&named, "t1", None, &rb, true));
-        assert!(
-            !grant_admits(&named, "t1", None, &cm, false),
-            "only the kinds named"
-        );
-    }
-
-    #[test]
-    fn only_default_grantable_kinds_go_without_a_grant_that_names_them() {
-        let p = ObjectSyncPolicy {
-            privileged_resources: vec!["Secret".into()],
-            grantable_resources: vec!["Widget.demo.kubesync.io".into()],
-            trusted_namespaces: vec!["kubesync-system".into(), "platform-*".into()],
-            ..Default::default()
-        };
-        let plain = object(serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque"}));
-        let token = object(serde_json::json!({"metadata": {"name": "s"},
-            "type": "kubernetes.io/service-account-token"}));
-        let default = ObjectSyncPolicy::default();
-        // The allow-list: ConfigMaps and Secrets that are not tokens; nothing else.
-        assert!(!default.must_be_named(&resource("", "ConfigMap"), &plain));
-        assert!(!default.must_be_named(&resource("", "Secret"), &plain));
-        assert!(default.must_be_named(&resource("", "Secret"), &token));
-        for (group, kind) in [
-            ("", "ServiceAccount"),
-            ("rbac.authorization.k8s.io", "Role"),
-            ("apps", "Deployment"),
-            ("", "ResourceQuota"),
-            ("argoproj.io", "Application"),
-            ("demo.kubesync.io", "Widget"),
-        ] {
-            assert!(
-                default.must_be_named(&resource(group, kind), &plain),
-                "{kind}"
-            );
-        }
-        // An admin widens the list, and narrows it.
-        assert!(!p.must_be_named(&resource("demo.kubesync.io", "Widget"), &plain));
-        assert!(p.must_be_named(&resource("", "Secret"), &plain));
-        assert!(p.is_trusted("kubesync-system") && p.is_trusted("platform-eu"));
-        assert!(!p.is_trusted("t1"));
-    }
-
-    #[test]
-    fn alias_groups_are_the_same_kind_for_every_rule() {
-        assert_eq!(
-            canonical("extensions", "Ingress"),
-            ("networking.k8s.io", "Ingress")
-        );
-        assert_eq!(canonical("events.k8s.io", "Event"), ("", "Event"));
-        assert_eq!(canonical("apps", "Deployment"), ("apps", "Deployment"));
-        let p = ObjectSyncPolicy {
-            grantable_resources: vec!["Ingress.networking.k8s.io".into(), "Event".into()],
-            privileged_resources: vec!["Ingress.networking.k8s.io".into()],
-            allowed_resources: vec!["Event".into()],
-            ..Default::default()
-        };
-        let o = object(serde_json::json!({"metadata": {"name": "x"}}));
-        // --privileged-resource on one name holds for the alias.
-        assert!(p.must_be_named(&resource("extensions", "Ingress"), &o));
-        assert!(!p.must_be_named(&resource("events.k8s.io", "Event"), &o));
-        assert!(
-            p.check(Some("a"), "a", "events.k8s.io", "Event", &[])
-                .is_ok()
-        );
-        // A grant naming one name admits the alias.
-        let g = grant(&[("t1", None)], &[("networking.k8s.io", "Ingress")]);
-        assert!(grant_admits(
-            &g,
-            "t1",
-            None,
-            &resource("extensions", "Ingress"),
-            true
-        ));
-    }
-
-    #[test]
-    fn kubesyncs_own_kinds_are_never_copied_by_an_untrusted_declaration() {
-        let p = ObjectSyncPolicy {
-            trusted_namespaces: vec!["kubesync-system".into()],
-            ..Default::default()
-        };
-        for kind in ["ObjectSync", "SyncGrant", "RemoteCluster"] {
-            let r = p
-                .check(Some("t1"), "t1", "kubesync.io", kind, &[])
-                .expect_err(kind);
-            assert_eq!(r.reason, "ResourceNotAllowed");
-            assert!(r.message.contains("kubesync's own kinds"), "{}", r.message);
-        }
-        assert!(
-            p.check(
-                Some("kubesync-system"),
-                "kubesync-system",
-                "kubesync.io",
-                "ObjectSync",
-                &[]
-            )
-            .is_ok()
-        );
-        assert!(
-            p.check(None, "apps", "kubesync.io", "ObjectSync", &[])
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn adoption_needs_a_grant_that_says_so_and_a_copy_is_never_consent() {
-        let cm = resource("", "ConfigMap");
-        let mut g = grant(&[("t1", None)], &[]);
-        assert!(grant_admits(&g, "t1", None, &cm, false));
-        assert!(!grant_adopts(&g, "t1", None, &cm, false));
-        g.adopt = true;
-        assert!(grant_adopts(&g, "t1", None, &cm, false));
-        assert!(!grant_adopts(&g, "t2", None, &cm, false));
-        let p = ObjectSyncPolicy::default();
-        let source = object(serde_json::json!({"metadata": {"name": "s"}}));
-        let planted = object(
-            serde_json::json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
-            "metadata": {"name": "g", "namespace": "victim",
-                "labels": {"kubesync.io/managed-by": "0000"}},
-            "spec": {"from": [{"namespace": "t1"}], "kinds": [{"kind": "ConfigMap"}], "adopt": true}}),
-        );
-        assert!(!p.admits(&planted, "t1", None, &cm, &source));
-        assert!(!p.adopts(&planted, "t1", None, &cm, &source));
-    }
-
-    #[test]
-    fn a_grant_object_from_the_store_is_read_as_a_syncgrant() {
-        let p = ObjectSyncPolicy::default();
-        let g = object(
-            serde_json::json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
-            "metadata": {"name": "g", "namespace": "victim"},
-            "spec": {"from": [{"namespace": "t1"}], "kinds": [{"kind": "ConfigMap"}]}}),
-        );
-        let source = object(serde_json::json!({"metadata": {"name": "s"}}));
-        assert!(p.admits(&g, "t1", None, &resource("", "ConfigMap"), &source));
-        assert!(!p.admits(&g, "t1", None, &resource("", "Secret"), &source));
-        let broken = object(
-            serde_json::json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
-            "metadata": {"name": "g", "namespace": "victim"}, "spec": {"from": "everyone"}}),
-        );
-        assert!(!p.admits(&broken, "t1", None, &resource("", "ConfigMap"), &source));
-    }
-
-    #[test]
-    fn refusals_say_what_would_admit() {
-        let m = refusal_message("t1", None, &resource("", "ConfigMap"), false, "victim");
-        assert!(
-            m.contains("SyncGrant in victim with from: [{namespace: t1}]"),
-            "{m}"
-        );
-        let m = refusal_message(
-            "t1",
-            Some("hub"),
-            &resource("rbac.authorization.k8s.io", "RoleBinding"),
-            true,
-            "victim",
-        );
-        assert!(
-            m.contains("only when it names them") && m.contains("cluster: hub"),
-            "{m}"
-        );
-        assert!(m.contains("kind: RoleBinding"), "{m}");
+/// The consent an ObjectSync in the untrusted `namespace` needs (pure): its own namespace
+/// takes the default-grantable kinds without a grant; everything else needs a SyncGrant that
+/// admits it, and an adoption one that says `adopt: true` (see [`grant_admits`]).
+pub fn consent(policy: &Arc<ObjectSyncPolicy>, namespace: &str, resource: &ApiResource) -> Consent {
+    let (ns, ar) = (namespace.to_string(), resource.clone());
+    let admits: Admits = {
+        let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
+        Arc::new(move |grant, source, at| policy.admits(grant, &ns, via(at), &ar, source))
+    };
+    let adopts: Admits = {
+        let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
+        Arc::new(move |grant, source, at| policy.adopts(grant, &ns, via(at), &ar, source))
+    };
+    let exempts: Exempts = {
+        let (policy, ar) = (policy.clone(), ar.clone());
+        Arc::new(move |source| !policy.must_be_named(&ar, source))
+    };
+    let refusal = {
+        let policy = policy.clone();
+        Arc::new(move |source: &_, at: &_| {
+            let named = policy.must_be_named(&ar, source);
+            refusal_message(&ns, via(at), &ar, named, &at.namespace)
+        })
+    };
+    Consent {
+        resource: ApiResource::erase::<SyncGrant>(&()),
+        exempt: vec![namespace.to_string()],
+        max_copies: match policy.max_copies {
+            0 => DEFAULT_MAX_COPIES,
+            n => n,
+        },
+        exempts,
+        admits,
+        adopts,
+        refusal,
     }
 }
+
+/// Through which RemoteCluster a copy is written: `None` in this cluster.
+fn via(at: &DestinationRef) -> Option<&str> {
+    (at.cluster != LOCAL).then(|| display_name(&at.cluster))
+}
+
+/// The refusal, if any, of a source `who` may or may not read (`answer`, the apiserver's to
+/// a review of `verb` on it made as `who`), in words that say what to grant (pure).
+pub fn source_readable(
+    who: &kubesync::ActAs,
+    (verb, ar, namespace, name): (&str, &ApiResource, Option<&str>, Option<&str>),
+    answer: kubesync::Result<bool>,
+) -> Result<(), Refusal> {
+    let what = match name {
+        Some(name) => format!("{} {name:?}", ar.plural),
+        None => ar.plural.clone(),
+    };
+    let place = namespace
+        .map(|ns| format!(" in namespace {ns}"))
+        .unwrap_or_default();
+    let group = if ar.group.is_empty() {
+        String::new()
+    } else {
+        format!(" (API group {})", ar.group)
+    };
+    match answer {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Refusal::new(
+            Reason::SourceForbidden,
+            format!(
+                "{who}, which this ObjectSync acts as, may not {verb} {what}{place}: kubesync reads the source only when that ServiceAccount may; grant it {verb} on {}{group}{place} (a Role and a RoleBinding naming it)",
+                ar.plural
+            ),
+        )),
+        Err(e) => {
+            let forbidden =
+                matches!(&e, kubesync::Error::Kube(kube::Error::Api(s)) if s.code == 403);
+            let hint = if forbidden {
+                " (the operator needs the right to impersonate ServiceAccounts: verb impersonate on serviceaccounts)"
+            } else {
+                ""
+            };
+            Err(Refusal::new(
+                Reason::SourceForbidden,
+                format!(
+                    "whether {who} may {verb} {what}{place} could not be asked as it: {e}{hint}"
+                ),
+            ))
+        }
+    }
+}
+
+/// When to look again (pure): soon while the watches have not listed, in a few seconds while a
+/// destination is in error, else on the next event.
+pub fn requeue_after(outcome: &Outcome) -> Action {
+    if !outcome.ready {
+        Action::requeue(Duration::from_millis(500))
+    } else if outcome
+        .destinations
+        .iter()
+        .any(|d| d.state == DestinationState::Error)
+    {
+        Action::requeue(Duration::from_secs(5))
+    } else {
+        Action::done()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -179,10 +179,7 @@ pub fn remote_cluster_status(
     usage: Usage,
     now: jiff::Timestamp,
 ) -> RemoteClusterStatus {
-    let was_ready = old
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let was_ready = status::holds(&old.conditions, ConditionType::Ready);
     let server_version = version.or(if was_ready {
         None
     } else {
@@ -192,9 +189,9 @@ pub fn remote_cluster_status(
     if let Some(v) = &server_version {
         let support = kubesync::version::support(v);
         let c = status::condition(
-            "VersionSupported",
+            ConditionType::VersionSupported,
             support.is_supported(),
-            support.reason(),
+            State::from(&support),
             format!("Kubernetes {v}: {}", support.message()),
         );
         conditions.push(with_transition(c, &old.conditions, generation, now));

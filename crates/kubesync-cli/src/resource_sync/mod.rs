@@ -33,8 +33,9 @@ use crate::crd::{
 };
 use crate::events;
 use crate::lag::Lags;
+use crate::own_writes::OwnWrites;
 use crate::remote::{LOCAL, RemoteClusters};
-use crate::status::{self, OwnWrites, Reason, Refusal, with_transition};
+use crate::status::{self, ConditionType, Reason, Refusal, State, with_transition};
 
 mod judge;
 mod remote_cluster;
@@ -84,7 +85,7 @@ pub struct DriftLog {
 impl DriftLog {
     /// Records a drift found at `now` (pure); whether its Event may be published (at most
     /// [`MAX_DRIFT_EVENTS_PER_MINUTE`] in a minute).
-    pub fn record(&mut self, drift: LocalDriftRecord, now: Instant) -> bool {
+    pub fn found(&mut self, drift: LocalDriftRecord, now: Instant) -> bool {
         self.count += 1;
         self.last = Some(drift);
         match &mut self.window {
@@ -389,19 +390,19 @@ impl ResourceSyncController {
     async fn running_condition(&self, name: &str) -> Condition {
         let syncs = self.syncs.lock().await;
         let Some(e) = syncs.get(name) else {
-            return status::ready(false, "NotRunning", "the sync is not running");
+            return status::ready(false, State::NotRunning, "the sync is not running");
         };
         match (e.ctx.cluster_status(&e.remote), e.ctx.cluster_status(LOCAL)) {
-            (ClusterStatus::Unreachable(m), _) => status::ready(false, "RemoteUnreachable", m),
-            (_, ClusterStatus::Unreachable(m)) => status::ready(false, "LocalUnreachable", m),
+            (ClusterStatus::Unreachable(m), _) => status::ready(false, State::RemoteUnreachable, m),
+            (_, ClusterStatus::Unreachable(m)) => status::ready(false, State::LocalUnreachable, m),
             (ClusterStatus::Ready, ClusterStatus::Ready) => status::ready(
                 true,
-                "Syncing",
+                State::Syncing,
                 format!("syncing {} from {}", e.resource.kind, e.remote),
             ),
             _ => status::ready(
                 false,
-                "Starting",
+                State::Starting,
                 "waiting for the first list of both clusters",
             ),
         }
@@ -455,7 +456,7 @@ impl ResourceSyncController {
         Observer::new(move |d: &LocalDrift| {
             let object = d.local.to_string();
             let record = LocalDriftRecord::of(object.clone(), &d.drift, status::now());
-            if !drifts.lock().record(record, Instant::now())
+            if !drifts.lock().found(record, Instant::now())
                 || !budget.allow(&budget_key, Instant::now())
             {
                 return;
@@ -463,7 +464,7 @@ impl ResourceSyncController {
             let event = kube::runtime::events::Event {
                 type_: kube::runtime::events::EventType::Warning,
                 reason: "CopyChanged".into(),
-                note: Some(crate::object_sync::status::truncate_note(format!(
+                note: Some(events::truncate_note(format!(
                     "the local copy {object} was changed by someone else and reverted: {}",
                     d.drift
                 ))),
@@ -527,7 +528,7 @@ impl ResourceSyncController {
             let status = resource_sync_status(
                 &old,
                 rs.metadata.generation,
-                status::ready(false, failure.reason.as_str(), message),
+                status::refused(&Refusal::new(failure.reason, message)),
                 Counts::default(),
                 None,
                 status::now(),

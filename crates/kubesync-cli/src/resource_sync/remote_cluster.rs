@@ -29,16 +29,20 @@ impl ResourceSyncController {
                     Ok(Ok(v)) => {
                         ctx.metrics().cluster(conn.cluster.name()).contacted();
                         (
-                            status::ready(true, "Connected", format!("apiserver {v} answered")),
+                            status::ready(
+                                true,
+                                State::Connected,
+                                format!("apiserver {v} answered"),
+                            ),
                             Some(v),
                         )
                     }
                     Ok(Err(e)) => (
-                        status::ready(false, "Unreachable", kubesync::error::chain(&e)),
+                        status::ready(false, State::Unreachable, kubesync::error::chain(&e)),
                         None,
                     ),
                     Err(_) => (
-                        status::ready(false, "Unreachable", "no answer within 10s"),
+                        status::ready(false, State::Unreachable, "no answer within 10s"),
                         None,
                     ),
                 }

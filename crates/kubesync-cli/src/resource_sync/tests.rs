@@ -26,7 +26,7 @@ fn resource_sync_status_carries_counts_and_keeps_the_transition_time() {
     let first = resource_sync_status(
         &ResourceSyncStatus::default(),
         Some(4),
-        status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
+        status::ready(true, State::Syncing, "syncing Widget from remote:mgmt"),
         counts,
         Some(drift.clone()),
         t("2024-01-01T00:00:00Z"),
@@ -40,7 +40,7 @@ fn resource_sync_status_carries_counts_and_keeps_the_transition_time() {
     let again = resource_sync_status(
         &first,
         Some(4),
-        status::ready(true, "Syncing", "syncing Widget from remote:mgmt"),
+        status::ready(true, State::Syncing, "syncing Widget from remote:mgmt"),
         counts,
         None,
         t("2024-01-01T00:05:00Z"),
@@ -77,13 +77,13 @@ fn drift_events_are_limited_per_minute_but_every_drift_is_counted() {
         ..Default::default()
     };
     let allowed = (0..15)
-        .filter(|n| log.record(record(*n), t0 + Duration::from_secs(*n)))
+        .filter(|n| log.found(record(*n), t0 + Duration::from_secs(*n)))
         .count();
     assert_eq!(allowed, MAX_DRIFT_EVENTS_PER_MINUTE as usize);
     assert_eq!(log.count, 15);
     assert_eq!(log.last.as_ref().map(|r| r.object.as_str()), Some("ns/w14"));
     assert!(
-        log.record(record(99), t0 + Duration::from_secs(60)),
+        log.found(record(99), t0 + Duration::from_secs(60)),
         "a new minute"
     );
 }
@@ -135,7 +135,7 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
     let up = remote_cluster_status(
         &RemoteClusterStatus::default(),
         None,
-        status::ready(true, "Connected", "apiserver v1.37.2 answered"),
+        status::ready(true, State::Connected, "apiserver v1.37.2 answered"),
         (Some("v1.37.2".into()), Some("https://h:443".into())),
         Usage::default(),
         now,
@@ -150,7 +150,7 @@ fn remote_cluster_version_is_dropped_when_it_stops_answering() {
     let down = remote_cluster_status(
         &up,
         None,
-        status::ready(false, "Unreachable", "connect"),
+        status::ready(false, State::Unreachable, "connect"),
         (None, Some("https://h:443".into())),
         Usage::default(),
         now,
@@ -183,7 +183,7 @@ fn a_remote_cluster_says_how_many_declarations_read_from_it_and_write_into_it() 
     let status = remote_cluster_status(
         &RemoteClusterStatus::default(),
         None,
-        status::ready(true, "Connected", "answered"),
+        status::ready(true, State::Connected, "answered"),
         (None, None),
         Usage::of("hub", &specs),
         t("2024-01-01T00:00:00Z"),
@@ -197,7 +197,7 @@ fn a_remote_cluster_says_how_many_declarations_read_from_it_and_write_into_it() 
 #[test]
 fn remote_cluster_outside_the_supported_range_is_warned_about() {
     let (t0, t1) = (t("2024-01-01T00:00:00Z"), t("2024-01-01T00:10:00Z"));
-    let ready = || status::ready(true, "Connected", "answered");
+    let ready = || status::ready(true, State::Connected, "answered");
     let old = remote_cluster_status(
         &RemoteClusterStatus::default(),
         Some(1),

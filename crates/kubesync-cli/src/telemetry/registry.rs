@@ -337,7 +337,7 @@ fn add_compat(r: &mut Registry, counts: CompatCounts) {
     add(
         r,
         &catalog::COMPAT_PULLS_NOT_PULLED,
-        gauge(counts.pulls_not_pulled),
+        gauge(counts.mirrors_not_filled),
     );
 }
 

@@ -32,7 +32,7 @@ pub fn start_trusting(env: &kubesync_testenv::TestEnv, trusted: &[&str]) -> Runn
     start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: trusted.iter().map(|t| t.to_string()).collect(),
                 ..Default::default()
             },

@@ -370,7 +370,7 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
     let running = start_operator(
         kubesync::Cluster::new("local", env.client().expect("client")),
         kubesync_cli::operator::OperatorOptions {
-            policy: kubesync_cli::object_sync::ObjectSyncPolicy {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
                 trusted_namespaces: vec!["apps".into()],
                 default_service_account: Some(COPIER.into()),
                 ..Default::default()

@@ -1,6 +1,6 @@
-//! Carrying out pulls: gather (the source and the target, read live; the namespace's labels
-//! when a selector asks) → decide ([`pull`](super::pull): declared? consented? what to
-//! write?) → one server-side apply under [`PULL_MANAGER`], or none when the target shows it.
+//! Mirrors filled: gather (the source and the target, read live; the namespace's labels when a
+//! selector asks) → decide ([`mirror`](crate::compat::mirror): declared? consented? what to
+//! write?) → one server-side apply under [`MIRROR_MANAGER`], or none when the target shows it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,10 +11,12 @@ use kube::core::ApiResource;
 use kubesync::ObjectKey;
 use kubesync::runtime::Action;
 
-use super::Tool;
-use super::controller::CompatController;
-use super::declared::{REFLECTED_VERSION, REPLICATED_FROM_VERSION};
-use super::pull::{PULL_MANAGER, Pull, apply_body, consents, declared_pull, in_sync, needs_labels};
+use super::CompatController;
+use crate::compat::Tool;
+use crate::compat::declared::{REFLECTED_VERSION, REPLICATED_FROM_VERSION};
+use crate::compat::mirror::{
+    MIRROR_MANAGER, Mirror, apply_body, consents, declared_mirror, in_sync, needs_labels,
+};
 use crate::remote::LOCAL;
 
 /// What a pull reconcile ends with: nothing to do, or an apply of this body.
@@ -25,8 +27,8 @@ enum Next {
 
 impl CompatController {
     /// The objects that pull from `source`.
-    pub(super) fn pullers_of(&self, source: &ObjectKey) -> Vec<ObjectKey> {
-        self.pulls
+    pub(super) fn mirrors_of(&self, source: &ObjectKey) -> Vec<ObjectKey> {
+        self.mirrors
             .lock()
             .by_source
             .get(source)
@@ -37,22 +39,22 @@ impl CompatController {
     /// The pull `object`'s annotations declare; when it declares none (or cannot be read,
     /// or its source refuses, or the source of a replicator pull is gone) and a pull wrote
     /// into it before, what that pull brought is removed. Failures are notes, retried.
-    pub(super) async fn pull(
+    pub(super) async fn mirror(
         &self,
         key: &ObjectKey,
         ar: &ApiResource,
         object: Option<&DynamicObject>,
         writer: &kubesync::Writer,
-        found: &mut super::controller::Found,
+        found: &mut super::Found,
     ) -> Action {
-        let super::controller::Found { notes, summary } = found;
+        let super::Found { notes, summary } = found;
         let Some(object) = object else {
-            self.pulls.lock().set(key, None);
+            self.mirrors.lock().set(key, None);
             return Action::done();
         };
         let none = BTreeMap::new();
         let annotations = object.metadata.annotations.as_ref().unwrap_or(&none);
-        let declared = declared_pull(&self.tools, ar, annotations);
+        let declared = declared_mirror(&self.tools, ar, annotations);
         let pull = match declared {
             Ok(pull) => pull,
             Err(why) => {
@@ -60,7 +62,7 @@ impl CompatController {
                 None
             }
         };
-        self.pulls.lock().set(
+        self.mirrors.lock().set(
             key,
             pull.as_ref()
                 .map(|p| ObjectKey::new(LOCAL, ar, Some(p.namespace.clone()), &p.name)),
@@ -82,14 +84,17 @@ impl CompatController {
             Ok(Some(who)) => self.local.acting_as(&who),
             Err(why) => {
                 notes.insert(format!("not pulled: {why}"));
-                summary.pull = pull.map(|p| (p.tool, false));
+                summary.mirror = pull.map(|p| (p.tool, false));
                 return Action::done();
             }
         };
-        let action = match self.decide_pull(key, ar, pull.as_ref(), notes).await {
+        let action = match self.decide_mirror(key, ar, pull.as_ref(), notes).await {
             Ok(Next::Nothing) => Action::done(),
             Ok(Next::Apply(body)) => {
-                match writer.apply(&target_cluster, ar, &body, PULL_MANAGER).await {
+                match writer
+                    .apply(&target_cluster, ar, &body, MIRROR_MANAGER)
+                    .await
+                {
                     Ok(_) => Action::done(),
                     Err(e) => {
                         notes.insert(format!("not pulled: {e}"));
@@ -103,16 +108,16 @@ impl CompatController {
             }
         };
         // A pull stands when nothing was said about it (the push's notes come before).
-        summary.pull = pull.map(|p| (p.tool, notes.len() == before));
+        summary.mirror = pull.map(|p| (p.tool, notes.len() == before));
         action
     }
 
     /// Reads the target and the source, and decides what to apply (`Err`: a read failed).
-    async fn decide_pull(
+    async fn decide_mirror(
         &self,
         key: &ObjectKey,
         ar: &ApiResource,
-        pull: Option<&Pull>,
+        pull: Option<&Mirror>,
         notes: &mut BTreeSet<String>,
     ) -> Result<Next, String> {
         let namespace = key.namespace.clone().unwrap_or_default();
@@ -215,8 +220,8 @@ fn refused(from: &str, tool: Tool, namespace: &str) -> String {
         ),
         Tool::Replicator => format!(
             "{}: \"true\" and {} that admit it",
-            super::pull::REPLICATION_ALLOWED,
-            super::pull::REPLICATION_ALLOWED_NAMESPACES
+            crate::compat::mirror::REPLICATION_ALLOWED,
+            crate::compat::mirror::REPLICATION_ALLOWED_NAMESPACES
         ),
     };
     format!(

@@ -59,7 +59,7 @@ impl CompatController {
             let decl = Declaration {
                 key: key.clone(),
                 owner: owner(key, maker),
-                spec: clean_up_spec(ar, key),
+                spec: removal_of(ar, key),
                 deleting: true,
                 refused: false,
             };
@@ -91,7 +91,7 @@ impl CompatController {
         self.record_push(&outcome, summary, notes);
         Ok(match cleaning {
             true => Action::requeue(Duration::from_millis(500)),
-            false => crate::object_sync::requeue_after(&outcome),
+            false => crate::policy::requeue_after(&outcome),
         })
     }
 
@@ -133,7 +133,7 @@ impl CompatController {
         let spec = FanOutSpec { acting_as, ..spec };
         if let Some(who) = &spec.acting_as
             && let Err(refusal) =
-                crate::object_sync::declare::may_read_source(&self.local, who, &spec.source).await
+                crate::policy::review::may_read_source(&self.local, who, &spec.source).await
         {
             notes.insert(format!("not copied: {}", refusal.message));
             return None;
@@ -150,8 +150,8 @@ impl CompatController {
                 .entry(format!("{:?}", d.state))
                 .or_default() += 1;
         }
-        for (cluster, lag) in &outcome.propagated {
-            self.lags.observe("Annotations", cluster, *lag);
+        for p in &outcome.propagated {
+            self.lags.observe("Annotations", &p.cluster, p.lag);
         }
         notes.extend(destination_notes(outcome));
     }
@@ -231,8 +231,7 @@ impl CompatController {
                     declared::bookkeeping(&tools, source, copy)
                 })),
             },
-            consent: untrusted
-                .then(|| crate::object_sync::declare::consent(&self.policy, namespace, ar)),
+            consent: untrusted.then(|| crate::policy::consent(&self.policy, namespace, ar)),
             update_policy: match self.version_gate {
                 true => UpdatePolicy::OnSourceChange,
                 false => UpdatePolicy::Sync,
@@ -280,7 +279,7 @@ fn owner(key: &ObjectKey, uid: &str) -> Owner {
 }
 
 /// What removing every copy of `key` needs: the kind, the source, this cluster.
-fn clean_up_spec(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
+fn removal_of(ar: &ApiResource, key: &ObjectKey) -> FanOutSpec {
     let source = SourceRef::one(
         ar.clone(),
         key.namespace.clone().unwrap_or_default(),

@@ -1,13 +1,14 @@
 //! From an ObjectSync's spec to the fan-out's declaration, in four steps:
 //!
 //! 1. [`check_spec`]: every field on its own, before any request (pure);
-//! 2. [`ObjectSyncController::gather`]: the [`Facts`] that need requests — the kind's
+//! 2. [`ObjectSyncController::gather`]: the facts that need requests ([`Gathered`]) — the kind's
 //!    discovery, the RemoteClusters the destinations name, the declaring namespace's labels;
 //! 3. [`declare`]: the operator's policy, the RemoteClusters' admission and consent applied to
 //!    the spec and those facts (pure; unit-tested below);
 //! 4. only for a declaration found valid: its RemoteClusters connected and registered.
 
 use super::*;
+use crate::policy::{self, review};
 
 impl ObjectSyncController {
     /// The kind's resource, and whether it is namespaced.
@@ -73,7 +74,7 @@ impl ObjectSyncController {
         own: Option<&str>,
         spec: &ObjectSyncSpec,
         ctx: &Context,
-    ) -> Result<Facts, Refusal> {
+    ) -> Result<Gathered, Refusal> {
         let (resource, namespaced) = self
             .resolve_kind(
                 &spec.source.group,
@@ -88,7 +89,7 @@ impl ObjectSyncController {
             }
             _ => None,
         };
-        Ok(Facts {
+        Ok(Gathered {
             resource,
             namespaced,
             remotes,
@@ -121,13 +122,13 @@ impl ObjectSyncController {
         ctx: &Context,
     ) -> Result<FanOutSpec, Refusal> {
         let checked = check_spec(spec)?;
-        let facts = self.gather(own, spec, ctx).await?;
-        let declared = declare(own, spec, checked, &facts, &self.policy)?;
-        for rc in facts.remotes.values().flatten() {
+        let gathered = self.gather(own, spec, ctx).await?;
+        let declared = declare(own, spec, checked, &gathered, &self.policy)?;
+        for rc in gathered.remotes.values().flatten() {
             self.register(ctx, rc).await?;
         }
         if let Some(who) = &declared.acting_as {
-            may_read_source(&self.local, who, &declared.source).await?;
+            review::may_read_source(&self.local, who, &declared.source).await?;
         }
         Ok(declared)
     }
@@ -137,7 +138,7 @@ impl ObjectSyncController {
     /// Nothing else matters when it goes: copies are found by their marks, and every one is
     /// removed (or released, under `deletionPolicy: Orphan`). `None` when the kind is not
     /// served: no object of it, hence no copy, can exist.
-    pub(super) async fn clean_up_spec(
+    pub(super) async fn find_copies(
         &self,
         own: Option<&str>,
         spec: &ObjectSyncSpec,
@@ -184,7 +185,7 @@ impl ObjectSyncController {
 /// What an ObjectSync is judged on besides its spec and the operator's policy: the facts
 /// [`ObjectSyncController::gather`] read with requests.
 #[derive(Clone, Debug)]
-pub(super) struct Facts {
+pub(super) struct Gathered {
     /// The source's kind, resolved by discovery.
     pub(super) resource: ApiResource,
     /// Whether that kind is namespaced.
@@ -212,7 +213,7 @@ pub(super) fn remote_clusters(
 }
 
 /// Judges an ObjectSync in namespace `own` (`None`: a ClusterObjectSync), whose fields
-/// [`check_spec`] found valid (`checked`), on the gathered `facts` and the operator's
+/// [`check_spec`] found valid (`checked`), on the `gathered` facts and the operator's
 /// `policy`, and returns the fan-out's declaration or the first refusal (pure).
 ///
 /// In order: the kind-dependent field rules (source namespace, destination names), the
@@ -224,12 +225,12 @@ pub(super) fn declare(
     own: Option<&str>,
     spec: &ObjectSyncSpec,
     checked: Checked,
-    facts: &Facts,
+    gathered: &Gathered,
     policy: &Arc<ObjectSyncPolicy>,
 ) -> Result<FanOutSpec, Refusal> {
-    let source_ns = source_namespace(&spec.source, own, facts.namespaced)?;
+    let source_ns = source_namespace(&spec.source, own, gathered.namespaced)?;
     for (i, d) in spec.destinations.iter().enumerate() {
-        check_destination(d, facts.namespaced, &spec.source.kind).map_err(|m| {
+        check_destination(d, gathered.namespaced, &spec.source.kind).map_err(|m| {
             Refusal::new(Reason::InvalidSpec, format!("spec.destinations[{i}]: {m}"))
         })?;
     }
@@ -247,9 +248,9 @@ pub(super) fn declare(
         &named,
     )?;
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
-    admit_remote_clusters(spec, facts, untrusted)?;
+    admit_remote_clusters(spec, gathered, untrusted)?;
     let acting_as = acting_as(own, spec, policy)?;
-    let resource = facts.resource.clone();
+    let resource = gathered.resource.clone();
     let source = match checked.selection {
         None => SourceRef::one(resource.clone(), source_ns, spec.source.name.clone()),
         Some(selection) => SourceRef::selected(resource.clone(), source_ns, selection),
@@ -260,7 +261,7 @@ pub(super) fn declare(
     };
     Ok(FanOutSpec {
         acting_as,
-        consent: untrusted.map(|ns| consent(policy, ns, &resource)),
+        consent: untrusted.map(|ns| policy::consent(policy, ns, &resource)),
         destinations: destinations(spec, checked.destinations, policy),
         on_conflict: match spec.on_conflict {
             ConflictPolicy::Skip => OnConflict::Skip,
@@ -282,7 +283,7 @@ pub(super) fn declare(
 /// does); no two of those written to reach one apiserver.
 fn admit_remote_clusters(
     spec: &ObjectSyncSpec,
-    facts: &Facts,
+    gathered: &Gathered,
     untrusted: Option<&str>,
 ) -> Result<(), Refusal> {
     let mut writes_to: Vec<&RemoteCluster> = Vec::new();
@@ -294,9 +295,9 @@ fn admit_remote_clusters(
         .map(|n| (n, true))
         .chain(spec.source.cluster.as_deref().map(|n| (n, false)))
     {
-        let rc = remote(facts, name)?;
+        let rc = remote(gathered, name)?;
         if let Some(ns) = untrusted {
-            admitted(rc, ns, facts.namespace_labels.as_ref())?;
+            admitted(rc, ns, gathered.namespace_labels.as_ref())?;
         }
         if writes {
             writes_to.push(rc);
@@ -375,83 +376,6 @@ fn copy_rules(spec: &ObjectSyncSpec, untrusted: bool) -> CopyRules {
     }
 }
 
-/// Whether `who`, the identity a declaration acts as, may read its local `source`: `get`
-/// the one object, or `list` the kind in the namespace for a selection, asked as `who` (a
-/// SelfSubjectAccessReview made as it). kubesync's shared watches hold the source; this
-/// is what makes a tenant never copy what her ServiceAccount could not read.
-///
-/// A source pulled from a hub is not asked there: the hub is another cluster, whose
-/// ServiceAccounts are not the tenant's, and spokes read it with read rights only (they
-/// may not impersonate there). What a pull may read stays the RemoteCluster's admission
-/// and the namespace of the ObjectSync's own name on the hub.
-pub(crate) async fn may_read_source(
-    local: &kubesync::Cluster,
-    who: &kubesync::ActAs,
-    source: &SourceRef,
-) -> Result<(), Refusal> {
-    if source.cluster.is_some() {
-        return Ok(());
-    }
-    let cluster = local;
-    let ar = &source.resource;
-    let (verb, name) = match &source.select {
-        None => ("get", Some(source.name.as_str())),
-        Some(_) => ("list", None),
-    };
-    let ns = source.namespace();
-    let answer = cluster
-        .acting_as(who)
-        .may_on(verb, &ar.group, &ar.plural, ns, name)
-        .await;
-    source_readable(who, (verb, ar, ns, name), answer)
-}
-
-/// The refusal, if any, of a source `who` may or may not read (`answer`, the apiserver's to
-/// a review of `verb` on it made as `who`), in words that say what to grant (pure).
-pub(super) fn source_readable(
-    who: &kubesync::ActAs,
-    (verb, ar, namespace, name): (&str, &ApiResource, Option<&str>, Option<&str>),
-    answer: kubesync::Result<bool>,
-) -> Result<(), Refusal> {
-    let what = match name {
-        Some(name) => format!("{} {name:?}", ar.plural),
-        None => ar.plural.clone(),
-    };
-    let place = namespace
-        .map(|ns| format!(" in namespace {ns}"))
-        .unwrap_or_default();
-    let group = if ar.group.is_empty() {
-        String::new()
-    } else {
-        format!(" (API group {})", ar.group)
-    };
-    match answer {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Refusal::new(
-            Reason::SourceForbidden,
-            format!(
-                "{who}, which this ObjectSync acts as, may not {verb} {what}{place}: kubesync reads the source only when that ServiceAccount may; grant it {verb} on {}{group}{place} (a Role and a RoleBinding naming it)",
-                ar.plural
-            ),
-        )),
-        Err(e) => {
-            let forbidden =
-                matches!(&e, kubesync::Error::Kube(kube::Error::Api(s)) if s.code == 403);
-            let hint = if forbidden {
-                " (the operator needs the right to impersonate ServiceAccounts: verb impersonate on serviceaccounts)"
-            } else {
-                ""
-            };
-            Err(Refusal::new(
-                Reason::SourceForbidden,
-                format!(
-                    "whether {who} may {verb} {what}{place} could not be asked as it: {e}{hint}"
-                ),
-            ))
-        }
-    }
-}
-
 /// The identity an ObjectSync in namespace `own` (`None`: a ClusterObjectSync) acts as
 /// (pure): the ServiceAccount its spec names, else for an untrusted one the operator's
 /// default; `None` where it acts with the operator's own rights (a ClusterObjectSync, or a
@@ -488,9 +412,9 @@ pub(super) fn acting_as(
         .map_err(|e| Refusal::new(Reason::InvalidSpec, format!("spec.serviceAccountName: {e}")))
 }
 
-/// The RemoteCluster `name` among the facts, or why it cannot be used.
-fn remote<'a>(facts: &'a Facts, name: &str) -> Result<&'a RemoteCluster, Refusal> {
-    match facts.remotes.get(name) {
+/// The RemoteCluster `name` among the gathered facts, or why it cannot be used.
+fn remote<'a>(gathered: &'a Gathered, name: &str) -> Result<&'a RemoteCluster, Refusal> {
+    match gathered.remotes.get(name) {
         Some(Ok(rc)) => Ok(rc),
         Some(Err(refusal)) => Err(refusal.clone()),
         None => Err(Refusal::new(
@@ -538,48 +462,6 @@ pub(super) fn admitted(
         Err(not_allowed(format!(
             "its spec.allowedNamespaces ({allowed}) does not match the namespace's labels"
         )))
-    }
-}
-
-/// The consent an ObjectSync in the untrusted `namespace` needs (pure): its own namespace
-/// takes the default-grantable kinds without a grant; everything else needs a SyncGrant that
-/// admits it, and an adoption one that says `adopt: true` (see [`policy`]).
-pub(crate) fn consent(
-    policy: &Arc<ObjectSyncPolicy>,
-    namespace: &str,
-    resource: &ApiResource,
-) -> Consent {
-    let (ns, ar) = (namespace.to_string(), resource.clone());
-    let admits: Admits = {
-        let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
-        Arc::new(move |grant, source, at| policy.admits(grant, &ns, via(at), &ar, source))
-    };
-    let adopts: Admits = {
-        let (policy, ns, ar) = (policy.clone(), ns.clone(), ar.clone());
-        Arc::new(move |grant, source, at| policy.adopts(grant, &ns, via(at), &ar, source))
-    };
-    let exempts: Exempts = {
-        let (policy, ar) = (policy.clone(), ar.clone());
-        Arc::new(move |source| !policy.must_be_named(&ar, source))
-    };
-    let refusal = {
-        let policy = policy.clone();
-        Arc::new(move |source: &_, at: &_| {
-            let named = policy.must_be_named(&ar, source);
-            refusal_message(&ns, via(at), &ar, named, &at.namespace)
-        })
-    };
-    Consent {
-        resource: ApiResource::erase::<SyncGrant>(&()),
-        exempt: vec![namespace.to_string()],
-        max_copies: match policy.max_copies {
-            0 => policy::DEFAULT_MAX_COPIES,
-            n => n,
-        },
-        exempts,
-        admits,
-        adopts,
-        refusal,
     }
 }
 

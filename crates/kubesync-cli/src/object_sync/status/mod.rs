@@ -8,8 +8,9 @@ use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Outcome, P
 use crate::crd::{
     Condition, CopyFailure, CopyState, DestinationStatusEntry, DriftRecord, ObjectSyncStatus,
 };
+use crate::events::truncate_note;
 use crate::remote::display_name;
-use crate::status::{self, Refusal, with_transition};
+use crate::status::{self, ConditionExt, ConditionType, Refusal, State, with_transition};
 
 /// What a reconcile of an ObjectSync found.
 #[derive(Clone, Copy, Debug)]
@@ -116,14 +117,14 @@ pub fn object_sync_status(
 /// unreachable, says why), else `Starting`.
 fn not_listed_condition(outcome: &Outcome) -> Condition {
     match outcome.watch_errors.first() {
-        Some((cluster, m)) => status::ready(
+        Some(e) => status::ready(
             false,
-            "WatchFailed",
-            format!("{}: {m}", display_name(cluster)),
+            State::WatchFailed,
+            format!("{}: {}", display_name(&e.cluster), e.message),
         ),
         None => status::ready(
             false,
-            "Starting",
+            State::Starting,
             "waiting for the first list of the watched types",
         ),
     }
@@ -132,14 +133,14 @@ fn not_listed_condition(outcome: &Outcome) -> Condition {
 /// The `Ready` condition reworded for `mode: Report`: copies would be removed, not removed;
 /// when ready, `Reporting`, comparing instead of copying.
 fn report_mode(ready: &mut Condition) {
-    if ready.reason == "SourceNotFound" {
+    if State::SourceNotFound == ready.reason.as_str() {
         ready.message = ready.message.replace(
             "its copies were removed",
             "its copies would be removed (mode Report: nothing is deleted)",
         );
     }
-    if ready.status == "True" {
-        ready.reason = "Reporting".into();
+    if ready.is_true() {
+        ready.reason = State::Reporting.as_str().into();
         ready.message = format!(
             "{} (mode Report: nothing is written to destinations)",
             ready.message.replacen("copying", "comparing", 1)
@@ -284,7 +285,7 @@ fn selection_ready(
     if outcome.source_found {
         status::ready(
             true,
-            "Syncing",
+            State::Syncing,
             format!(
                 "copying {} sources ({selection}{place}) to {} destinations",
                 outcome.sources,
@@ -294,7 +295,7 @@ fn selection_ready(
     } else {
         status::ready(
             false,
-            "SourceNotFound",
+            State::SourceNotFound,
             format!("no object{place} matches the source's {selection}; its copies were removed"),
         )
     }
@@ -363,9 +364,9 @@ fn source_reachability(
     let name = display_name(cluster);
     let Some(unreachable) = &outcome.source_unreachable else {
         conditions.push(status::condition(
-            "SourceReachable",
+            ConditionType::SourceReachable,
             true,
-            "Read",
+            State::Read,
             format!("the source is read from RemoteCluster {name}"),
         ));
         return;
@@ -373,7 +374,7 @@ fn source_reachability(
     let since = old
         .conditions
         .iter()
-        .find(|c| c.type_ == "SourceReachable" && c.status == "False")
+        .find(|c| c.is(ConditionType::SourceReachable) && c.is_false())
         .map(|c| c.last_transition_time.0)
         .or_else(|| {
             unreachable
@@ -385,9 +386,9 @@ fn source_reachability(
         .unwrap_or(now);
     let kept = entries.len();
     let reachable = status::condition(
-        "SourceReachable",
+        ConditionType::SourceReachable,
         false,
-        "SourceClusterUnreachable",
+        State::SourceClusterUnreachable,
         format!(
             "RemoteCluster {name} cannot be read since {since}: {}",
             unreachable.message
@@ -395,15 +396,15 @@ fn source_reachability(
     );
     conditions[0] = status::ready(
         false,
-        "SourceUnreachable",
+        State::SourceUnreachable,
         format!(
             "the source's cluster {name} cannot be read since {since}; the source is unknown, not gone: the copies ({kept} destinations) are kept as they are until a read from {name} succeeds"
         ),
     );
     conditions[1] = status::condition(
-        "Synced",
+        ConditionType::Synced,
         false,
-        "SourceUnreachable",
+        State::SourceUnreachable,
         format!(
             "nothing is written while the source cannot be read ({kept} destinations kept as they are)"
         ),
@@ -420,7 +421,7 @@ fn ready_condition(
     if outcome.source_found {
         status::ready(
             true,
-            "Syncing",
+            State::Syncing,
             format!("copying {source_name} to {} destinations", entries.len()),
         )
     } else {
@@ -431,7 +432,7 @@ fn ready_condition(
         };
         status::ready(
             false,
-            "SourceNotFound",
+            State::SourceNotFound,
             format!("source {source} does not exist; its copies were removed"),
         )
     }
@@ -458,21 +459,26 @@ fn synced_condition(outcome: &Outcome, entries: &[DestinationStatusEntry]) -> Co
     if problems.is_empty() && !outcome.source_found {
         // Nothing out of sync, and nothing to copy either: not "all synced".
         status::condition(
-            "Synced",
+            ConditionType::Synced,
             false,
-            "SourceNotFound",
+            State::SourceNotFound,
             "no source to copy, so no destination holds a copy",
         )
     } else if problems.is_empty() {
         let in_sync = entries.iter().filter(|e| e.state == synced).count();
         status::condition(
-            "Synced",
+            ConditionType::Synced,
             true,
-            "AllSynced",
+            State::AllSynced,
             format!("{in_sync} of {} destinations in sync", entries.len()),
         )
     } else if entries.iter().any(|e| e.state == CopyState::Refused) {
-        status::condition("Synced", false, "DestinationRefused", problems.join("; "))
+        status::condition(
+            ConditionType::Synced,
+            false,
+            State::DestinationRefused,
+            problems.join("; "),
+        )
     } else if entries.iter().any(|e| e.state == CopyState::OutOfSync) {
         let (create, update, delete) = (
             planned(Planned::Create),
@@ -480,25 +486,22 @@ fn synced_condition(outcome: &Outcome, entries: &[DestinationStatusEntry]) -> Co
             planned(Planned::Delete),
         );
         status::condition(
-            "Synced",
+            ConditionType::Synced,
             false,
-            "OutOfSync",
+            State::OutOfSync,
             format!(
                 "mode Report: would create {create}, update {update} and delete {delete} copies; {}",
                 problems.join("; ")
             ),
         )
     } else {
-        status::condition("Synced", false, "NotAllSynced", problems.join("; "))
+        status::condition(
+            ConditionType::Synced,
+            false,
+            State::NotAllSynced,
+            problems.join("; "),
+        )
     }
-}
-
-/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB).
-pub const MAX_NOTE: usize = 1024;
-
-/// `note` cut to [`MAX_NOTE`] bytes (ending in `...` when cut).
-pub fn truncate_note(note: String) -> String {
-    kubesync::error::truncated(note, MAX_NOTE)
 }
 
 /// The Events to publish when conditions change (pure): one per condition whose status or
@@ -511,22 +514,19 @@ pub fn condition_events(
     new: &[Condition],
 ) -> Vec<(kube::runtime::events::EventType, String, String, String)> {
     use kube::runtime::events::EventType;
-    let ready_reason = new
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.as_str());
+    let ready_reason = status::find(new, ConditionType::Ready).map(|c| c.reason.as_str());
     new.iter()
         .filter(|c| {
             let before = old.iter().find(|o| o.type_ == c.type_);
             let changed = before.is_none_or(|o| o.status != c.status || o.reason != c.reason);
-            let said = c.type_ == "Synced" && ready_reason == Some(c.reason.as_str());
+            let said = c.is(ConditionType::Synced) && ready_reason == Some(c.reason.as_str());
             changed
                 && !said
-                && c.reason != "Starting"
-                && !(c.type_ == "Ready" && c.status == "True")
+                && State::Starting != c.reason.as_str()
+                && !(c.is(ConditionType::Ready) && c.is_true())
         })
         .map(|c| {
-            let type_ = if c.status == "True" {
+            let type_ = if c.is_true() {
                 EventType::Normal
             } else {
                 EventType::Warning

@@ -1,16 +1,17 @@
 //! Status assembly from outcomes, conditions and their transitions.
 
 use super::*;
+use kubesync::syncers::fan_out::WatchError;
 
-fn synced(ok: bool, reason: &str, message: &str) -> Condition {
-    status::condition("Synced", ok, reason, message)
+fn synced(ok: bool, reason: State, message: &str) -> Condition {
+    status::condition(ConditionType::Synced, ok, reason, message)
 }
 
 #[test]
 fn a_missing_source_is_one_event_not_two() {
     let new = [
-        status::ready(false, "SourceNotFound", "source apps/x does not exist"),
-        synced(false, "SourceNotFound", "no source to copy"),
+        status::ready(false, State::SourceNotFound, "source apps/x does not exist"),
+        synced(false, State::SourceNotFound, "no source to copy"),
     ];
     let events = condition_events(&[], &new);
     assert_eq!(events.len(), 1, "{events:?}");
@@ -362,7 +363,10 @@ fn a_cluster_scoped_source_is_named_without_a_namespace() {
 fn watch_errors_and_unreachable_destinations() {
     let failing = Outcome {
         ready: false,
-        watch_errors: vec![("remote:eu".into(), "widgets is forbidden".into())],
+        watch_errors: vec![WatchError {
+            cluster: "remote:eu".into(),
+            message: "widgets is forbidden".into(),
+        }],
         ..Default::default()
     };
     let s = assemble(
@@ -415,7 +419,10 @@ fn a_decided_status_is_kept_while_the_watches_are_only_starting() {
     );
     assert_eq!(find(&next, "Ready").reason, "Starting");
     let failing = Outcome {
-        watch_errors: vec![("local".into(), "secrets is forbidden".into())],
+        watch_errors: vec![WatchError {
+            cluster: "local".into(),
+            message: "secrets is forbidden".into(),
+        }],
         ..Default::default()
     };
     let failed = object_sync_status(
@@ -459,12 +466,16 @@ fn not_ready_and_refused() {
 fn events_are_published_for_condition_transitions_only() {
     use kube::runtime::events::EventType;
     let all = vec![
-        status::ready(true, "Syncing", "copying"),
-        synced(true, "AllSynced", "2 of 2"),
+        status::ready(true, State::Syncing, "copying"),
+        synced(true, State::AllSynced, "2 of 2"),
     ];
     let conflict = vec![
-        status::ready(true, "Syncing", "copying"),
-        synced(false, "NotAllSynced", "local/team-c: Conflict not ours"),
+        status::ready(true, State::Syncing, "copying"),
+        synced(
+            false,
+            State::NotAllSynced,
+            "local/team-c: Conflict not ours",
+        ),
     ];
     // The first time: AllSynced (Normal); Ready=True is what Synced already says.
     let first = condition_events(&[], &all);
@@ -483,10 +494,13 @@ fn events_are_published_for_condition_transitions_only() {
     assert_eq!(warn[0].2, "NotAllSynced");
     assert_eq!(warn[0].3, "local/team-c: Conflict not ours");
     // Starting is transient; a refusal is a Warning.
-    assert!(condition_events(&[], &[status::ready(false, "Starting", "")]).is_empty());
+    assert!(condition_events(&[], &[status::ready(false, State::Starting, "")]).is_empty());
     let refused = condition_events(
         &all,
-        &[status::ready(false, "SourceNamespaceNotAllowed", "no")],
+        &[status::refused(&Refusal::new(
+            crate::status::Reason::SourceNamespaceNotAllowed,
+            "no",
+        ))],
     );
     assert_eq!(refused.len(), 1);
     assert!(matches!(refused[0].0, EventType::Warning));
@@ -495,9 +509,9 @@ fn events_are_published_for_condition_transitions_only() {
 #[test]
 fn long_event_notes_are_cut_at_a_character_boundary() {
     let long = "é".repeat(1000);
-    let events = condition_events(&[], &[synced(false, "NotAllSynced", &long)]);
+    let events = condition_events(&[], &[synced(false, State::NotAllSynced, &long)]);
     let note = &events[0].3;
-    assert!(note.len() <= MAX_NOTE, "{}", note.len());
+    assert!(note.len() <= crate::events::MAX_NOTE, "{}", note.len());
     assert!(note.ends_with("..."));
 }
 

@@ -1,0 +1,98 @@
+//! The binary's only path to status patches and finalizers of kubesync's resources, through
+//! the library's [`Writer`].
+//!
+//! Owns no controller logic, decides nothing and imports no controller: the controllers say
+//! what to write, [`OwnWrites`] writes it.
+
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Resource, ResourceExt};
+use kubesync::Cluster;
+use kubesync::Writer;
+
+/// Field manager of the operator's own writes.
+pub const FIELD_MANAGER: &str = "kubesync-operator";
+
+/// The operator's own writes to kubesync's resources in the cluster it runs in: status merge
+/// patches and finalizers, all through one [`Writer`] (counted as component `operator`).
+#[derive(Clone, Debug)]
+pub struct OwnWrites {
+    local: Cluster,
+    writer: Writer,
+}
+
+impl OwnWrites {
+    /// Writes into `local`, counted by `writer`.
+    pub fn new(local: Cluster, writer: Writer) -> Self {
+        Self { local, writer }
+    }
+
+    /// The cluster written to.
+    pub fn local(&self) -> &Cluster {
+        &self.local
+    }
+
+    /// The writer (and its counts).
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Writes the status of one of the operator's own resources (a merge patch).
+    pub async fn patch_status<K, S>(&self, obj: &K, status: &S) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + ResourceExt,
+        S: serde::Serialize,
+    {
+        let patch = serde_json::json!({ "status": status });
+        self.writer
+            .merge_patch_status(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                obj.namespace().as_deref(),
+                &obj.name_any(),
+                &patch,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds or removes one of the operator's finalizers on one of its own resources.
+    pub async fn set_finalizer<K>(
+        &self,
+        obj: &K,
+        finalizer: &str,
+        present: bool,
+    ) -> kubesync::Result<()>
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let dynamic: DynamicObject = serde_json::from_value(serde_json::to_value(obj)?)?;
+        self.writer
+            .set_finalizer(
+                &self.local,
+                &ApiResource::erase::<K>(&()),
+                &dynamic,
+                finalizer,
+                present,
+                FIELD_MANAGER,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Adds or removes a finalizer on an object of another cluster (the remote objects a
+    /// ResourceSync releases).
+    pub async fn set_foreign_finalizer(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        obj: &DynamicObject,
+        finalizer: &str,
+        present: bool,
+    ) -> kubesync::Result<()> {
+        self.writer
+            .set_finalizer(cluster, ar, obj, finalizer, present, FIELD_MANAGER)
+            .await?;
+        Ok(())
+    }
+}
