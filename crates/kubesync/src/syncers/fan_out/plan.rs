@@ -21,7 +21,7 @@ use crate::key::ObjectKey;
 
 mod destination;
 
-pub use destination::{Judge, Verdict, decide_at, gate_adoption, held_back, redecide};
+pub use destination::{Job, Judge, Verdict, decide_at, gate_adoption, held_back, redecide};
 
 /// What the plan reads from the fan-out's stores.
 pub trait Stores {
@@ -2129,7 +2129,7 @@ mod tests {
             },
             other => panic!("one destination, one verdict: {other:?}"),
         };
-        let live = redecide(&case.decl, &w0, found.as_ref());
+        let live = redecide(&Job::of(&case.decl), &w0, found.as_ref());
         assert_eq!(live, expected, "shape {shape}, rules {rules:?}");
         expected
     }

@@ -14,11 +14,11 @@ use kube::core::ApiResource;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::Context;
-use crate::syncers::fan_out::plan::{self, Delete, Plan, Write};
+use crate::syncers::fan_out::plan::{self, Delete, Job, Plan, Write};
 use crate::syncers::fan_out::rules::settle::{Failure, Settling, Step, WriteOutcome};
 use crate::syncers::fan_out::rules::{self, Decision, FIELD_MANAGER, Strategy};
 use crate::syncers::fan_out::spec::{
-    Declaration, DestinationRef, DestinationState, DestinationStatus, Propagated,
+    DestinationRef, DestinationState, DestinationStatus, Propagated,
 };
 use crate::writer::{Deleted, Writer};
 
@@ -107,14 +107,9 @@ impl Executor {
             .is_some_and(|until| *until > Instant::now())
     }
 
-    /// Carries out `plan`, made for `decl`: its writes and deletes.
-    pub(super) async fn carry_out(
-        &self,
-        ctx: &Context,
-        decl: &Declaration,
-        plan: Plan,
-    ) -> Executed {
-        self.execute(ctx, decl, (plan.writes, &plan.bulk), plan.deletes)
+    /// Carries out `plan`, made for `job`: its writes and deletes.
+    pub(super) async fn carry_out(&self, ctx: &Context, job: &Job, plan: Plan) -> Executed {
+        self.execute(ctx, job, (plan.writes, &plan.bulk), plan.deletes)
             .await
     }
 
@@ -141,11 +136,11 @@ impl Executor {
     async fn execute(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        job: &Job,
         (writes, bulk): (Vec<Write>, &rules::Bulk),
         deletes: Vec<Delete>,
     ) -> Executed {
-        let confirm = self.confirming(&decl.key);
+        let confirm = self.confirming(&job.declaration);
         let ops = writes
             .into_iter()
             .map(|w| Op::Write(Box::new(w)))
@@ -153,8 +148,8 @@ impl Executor {
         let results: Vec<Done> = futures::stream::iter(ops)
             .map(|op| async move {
                 match op {
-                    Op::Delete(d) => self.remove(ctx, decl, d, confirm).await,
-                    Op::Write(w) => self.write(ctx, decl, (*w, bulk), confirm).await,
+                    Op::Delete(d) => self.remove(ctx, job, d, confirm).await,
+                    Op::Write(w) => self.write(ctx, job, (*w, bulk), confirm).await,
                 }
             })
             .buffer_unordered(self.concurrency)
@@ -179,8 +174,8 @@ impl Executor {
     }
 
     /// Deletes (or releases) one copy of the plan, unless it is gone already.
-    async fn remove(&self, ctx: &Context, decl: &Declaration, d: Delete, confirm: bool) -> Done {
-        let ar = &decl.spec.source.resource;
+    async fn remove(&self, ctx: &Context, job: &Job, d: Delete, confirm: bool) -> Done {
+        let ar = &job.resource;
         let Delete { at, uid, orphan } = d;
         if !orphan
             && self
@@ -207,7 +202,7 @@ impl Executor {
     async fn write(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        job: &Job,
         (w, bulk): (Write, &rules::Bulk),
         confirm: bool,
     ) -> Done {
@@ -220,7 +215,7 @@ impl Executor {
             desired: bulk.hydrate(&w.desired),
             ..w
         };
-        let (mut st, sent) = self.settle(ctx, decl, &w, confirm).await;
+        let (mut st, sent) = self.settle(ctx, job, &w, confirm).await;
         // The reconcile that reverts someone else's change reports it.
         if sent && w.decision == Decision::Update {
             st.drift = w.drift.clone();
@@ -248,11 +243,11 @@ impl Executor {
     async fn settle(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        job: &Job,
         w: &Write,
         confirm: bool,
     ) -> (DestinationStatus, bool) {
-        let ar = &decl.spec.source.resource;
+        let ar = &job.resource;
         let at = &w.at;
         let mut existing = w.existing.clone();
         // A copy this writer created or wrote moments ago that the stores do not show (yet: a
@@ -286,7 +281,7 @@ impl Executor {
                         end.sent,
                     );
                 }
-                Step::LookAgain => match self.look_again(ctx, decl, w).await {
+                Step::LookAgain => match self.look_again(ctx, job, w).await {
                     Ok((found, again)) => {
                         let exists = found.is_some();
                         existing = found;
@@ -295,14 +290,14 @@ impl Executor {
                     Err(status) => return (status, false),
                 },
                 Step::Write => {
-                    let acting = (ar, decl.spec.acting_as.as_ref());
+                    let acting = (ar, job.acting_as.as_ref());
                     let written = self.write_copy(ctx, acting, w, existing.as_deref()).await;
-                    settling.written(write_outcome(decl, at, written))
+                    settling.written(write_outcome(job, at, written))
                 }
                 Step::Recreate => {
-                    let acting = (ar, decl.spec.acting_as.as_ref());
+                    let acting = (ar, job.acting_as.as_ref());
                     let recreated = self.recreate(ctx, acting, w, existing.as_deref()).await;
-                    settling.written(write_outcome(decl, at, recreated))
+                    settling.written(write_outcome(job, at, recreated))
                 }
             };
         }
@@ -313,14 +308,14 @@ impl Executor {
     async fn look_again(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        job: &Job,
         w: &Write,
     ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
         let at = &w.at;
-        match self.read(ctx, &decl.spec.source.resource, at).await {
+        match self.read(ctx, &job.resource, at).await {
             Ok(found) => {
                 // The plan's decision, made again on the object read live.
-                let decision = plan::redecide(decl, w, found.as_ref());
+                let decision = plan::redecide(job, w, found.as_ref());
                 Ok((found.map(Arc::new), decision))
             }
             Err(e) => Err(DestinationStatus::new(
@@ -546,9 +541,9 @@ impl Executor {
 
 /// The message of a failed write at `at`: the apiserver's, and for a 403 to a declaration
 /// that acts as an identity of its own, what that means and what would admit the copy.
-fn refused_as(decl: &Declaration, at: &DestinationRef, e: &Error) -> String {
+fn refused_as(job: &Job, at: &DestinationRef, e: &Error) -> String {
     let message = api_message(e);
-    match (&decl.spec.acting_as, e) {
+    match (&job.acting_as, e) {
         (Some(who), Error::Kube(kube::Error::Api(s))) if s.code == 403 => {
             let place = match at.namespace() {
                 Some(ns) => format!("namespace {ns} of cluster {}", at.cluster),
@@ -564,7 +559,7 @@ fn refused_as(decl: &Declaration, at: &DestinationRef, e: &Error) -> String {
 
 /// What a write (or a recreation) at `at` ended with, as the rules of [`rules::settle`] tell
 /// it apart; logged once here (a fenced write is said once, by whoever owns the fence).
-fn write_outcome(decl: &Declaration, at: &DestinationRef, written: Result<bool>) -> WriteOutcome {
+fn write_outcome(job: &Job, at: &DestinationRef, written: Result<bool>) -> WriteOutcome {
     let e = match written {
         Ok(sent) => return WriteOutcome::Written { sent },
         Err(e) => e,
@@ -588,7 +583,7 @@ fn write_outcome(decl: &Declaration, at: &DestinationRef, written: Result<bool>)
     };
     WriteOutcome::Failed {
         cause,
-        message: refused_as(decl, at, &e),
+        message: refused_as(job, at, &e),
     }
 }
 

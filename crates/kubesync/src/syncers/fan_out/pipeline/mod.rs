@@ -29,7 +29,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::plan::{self, Delete, Snapshot};
+use super::plan::{self, Delete, Job, Snapshot};
 use super::spec::{Declaration, DestinationStatus, Outcome, SourceVersion};
 use crate::error::Result;
 use crate::key::ObjectKey;
@@ -40,6 +40,7 @@ pub use super::rules::FIELD_MANAGER;
 pub use execute::is_uid_precondition_failure;
 
 mod execute;
+mod needs;
 mod observe;
 mod shards;
 mod watches;
@@ -214,7 +215,7 @@ impl FanOut {
             "fan-out planned"
         );
         let statuses = plan.statuses.clone();
-        let executed = self.executor.carry_out(ctx, &decl, plan).await;
+        let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
         let outcome = assemble(&decl, &watched, Some((&facts, statuses, executed)));
         self.watches.follow_up(ctx, &decl, &outcome);
         Ok(outcome)

@@ -10,7 +10,8 @@ use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::ApiResource;
 
-use super::watches::{SourceRead, WatchSet, Watched, source_key};
+use super::needs::source_key;
+use super::watches::{SourceRead, WatchSet, Watched};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::Context;

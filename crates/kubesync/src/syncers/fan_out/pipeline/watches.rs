@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
+use super::needs::Needs;
 use super::shards::{self, Shards};
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
@@ -77,17 +78,6 @@ pub(super) enum SourceRead {
     Absent,
     /// A version of it is on its way in an event (which wakes the declarations copying it).
     Coming,
-}
-
-/// The key of `decl`'s single source, in its cluster (its name is empty for a selection).
-pub(super) fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
-    let source = &decl.spec.source;
-    ObjectKey::new(
-        source.cluster_or(local).to_string(),
-        &source.resource,
-        source.namespace().map(String::from),
-        &source.name,
-    )
 }
 
 impl WatchSet {
@@ -395,7 +385,8 @@ impl WatchSet {
             .packed()
     }
 
-    /// The watches `decl` needs in `cluster`, started where no declaration uses them yet:
+    /// The watches a declaration `needs` in `cluster`, started where no declaration uses them
+    /// yet:
     ///
     /// | watch | holds | events wake |
     /// |---|---|---|
@@ -420,10 +411,10 @@ impl WatchSet {
     /// copies). It only spares requests: an object it does not show yet is found by the
     /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
     /// is deleted on what it shows or does not show.
-    fn ensure_watches(&self, ctx: &Context, cluster: &str, decl: &Declaration) -> Result<Watches> {
-        let ar = &decl.spec.source.resource;
+    fn ensure_watches(&self, ctx: &Context, cluster: &str, needs: &Needs) -> Result<Watches> {
+        let ar = &needs.resource;
         let ns_type = &self.namespace_type;
-        let key = &decl.key;
+        let key = &needs.key;
         let others = self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, Scope::Others),
@@ -450,8 +441,7 @@ impl WatchSet {
         if self.sharding.get().is_some() {
             ids.extend(self.ensure_unlabelled_watch(ctx, cluster, ar, key, others)?);
         }
-        if let Some(consent) = decl.spec.consent.as_ref().filter(|_| !decl.deleting) {
-            let ct = &consent.resource;
+        if let Some(ct) = &needs.consent {
             ids.push(self.ensure_watch(
                 ctx,
                 WatchKey::of(cluster, ct),
@@ -517,7 +507,7 @@ impl WatchSet {
         }
     }
 
-    /// The watch of `decl`'s sources in `cluster` (where they live):
+    /// The watch of a declaration's sources, in their cluster (where they live):
     /// - one object: the watch of the source namespace's objects of its kind, shared by
     ///   every declaration copying one object from there ([`Scope::Sources`]); it holds in
     ///   full the objects some declaration copies, the others as metadata only (their
@@ -525,16 +515,10 @@ impl WatchSet {
     /// - a selection: the source namespace's objects its label selector selects, in full.
     ///
     /// A source is copied as it is, so it is held in full.
-    pub(super) fn ensure_source_watch(
-        &self,
-        ctx: &Context,
-        cluster: &str,
-        decl: &Declaration,
-        sources: &Scope,
-    ) -> Result<WatchId> {
-        let ar = &decl.spec.source.resource;
+    fn ensure_source_watch(&self, ctx: &Context, needs: &Needs) -> Result<WatchId> {
+        let (ar, sources, cluster) = (&needs.resource, &needs.source_scope, &needs.source_cluster);
         // The source namespace (a cluster-scoped kind has none).
-        let in_source_namespace = |w: Watch| match decl.spec.source.namespace() {
+        let in_source_namespace = |w: Watch| match needs.source_namespace.as_deref() {
             Some(ns) => w.namespace(ns),
             None => w,
         };
@@ -547,7 +531,7 @@ impl WatchSet {
             ctx,
             WatchKey::scoped(cluster, ar, sources.clone()),
             event,
-            &decl.key,
+            &needs.key,
             || {
                 let watch = in_source_namespace(Watch::dynamic(ar.clone()));
                 match sources {
@@ -592,36 +576,21 @@ impl WatchSet {
     /// A watch that has not listed, or fails, wakes the declaration when it lists. A single
     /// source is held in full once every watch has listed ([`WatchSet::source_in_full`]).
     pub(super) async fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
-        let spec = &decl.spec;
-        let source_key = source_key(&self.local, decl);
-        let source_cluster = spec.source.cluster_or(&self.local);
-        let source_scope = match &spec.source.select {
-            None => Scope::Sources {
-                namespace: spec.source.namespace().map(String::from),
-            },
-            Some(selection) => Scope::Selected {
-                namespace: spec.source.namespace.clone(),
-                labels: selection.label_selector(),
-            },
-        };
-        let wanted = spec
-            .destinations
-            .iter()
-            .map(|d| d.cluster.clone().unwrap_or_else(|| self.local.clone()))
-            .chain([self.local.clone()]);
-        let single = spec.source.select.is_none().then(|| source_key.clone());
+        let needs = Needs::of(&self.local, decl);
+        let single = needs.single.then(|| needs.source.clone());
         let clusters = self
             .index
-            .with(|idx| idx.register(&decl.key, &decl.owner.uid, single.clone(), wanted));
+            .with(|idx| idx.register(&needs.key, &needs.uid, single.clone(), needs.wanted.clone()));
         // Going (or refused): the source watch is released (it may be the one that fails).
-        let (keep_source, keep_key) = if decl.reads_no_source() {
+        let (keep_source, keep_key) = if needs.reads_no_source {
             (Scope::Copies, None)
         } else {
-            (source_scope.clone(), single.as_ref())
+            (needs.source_scope.clone(), single.as_ref())
         };
+        let (key, cluster) = (&needs.key, needs.source_cluster.as_str());
         for id in self
             .index
-            .with(|idx| idx.retain_source(&decl.key, source_cluster, &keep_source, keep_key))
+            .with(|idx| idx.retain_source(key, cluster, &keep_source, keep_key))
         {
             ctx.stop_watch(id);
         }
@@ -636,46 +605,46 @@ impl WatchSet {
             source_unreachable: None,
         };
         for c in watched.clusters.clone() {
-            self.watch_cluster(ctx, &c, decl, &mut watched)?;
+            self.watch_cluster(ctx, &c, &needs, &mut watched)?;
         }
         // A declaration that goes needs no source: its copies are found by their marks, so a
         // source watch that cannot start (a selector the apiserver refuses, a kind no longer
         // served, a source cluster gone) never holds its deletion up.
-        if !decl.reads_no_source() {
-            self.watch_source(ctx, decl, source_cluster, &source_scope, &mut watched)?;
+        if !needs.reads_no_source {
+            self.watch_source(ctx, &needs, &mut watched)?;
         }
-        if let (true, None, None, Some(id)) = (
+        if let (true, true, None, Some(id)) = (
             watched.ready,
-            &spec.source.select,
+            needs.single,
             &watched.source_unreachable,
             watched.source,
         ) {
-            let ar = &spec.source.resource;
-            watched.held = Some(self.source_in_full(ctx, id, &source_key, ar).await?);
+            let held = self.source_in_full(ctx, id, &needs.source, &needs.resource);
+            watched.held = Some(held.await?);
         }
         Ok(watched)
     }
 
-    /// The watches `decl` needs in `cluster` (unknown: none), and their health, noted in
-    /// `watched`.
+    /// The watches a declaration `needs` in `cluster` (unknown: none), and their health,
+    /// noted in `watched`.
     fn watch_cluster(
         &self,
         ctx: &Context,
         c: &str,
-        decl: &Declaration,
+        needs: &Needs,
         watched: &mut Watched,
     ) -> Result<()> {
         if ctx.cluster(c).is_none() {
             watched.unknown.push(c.to_string());
             return Ok(());
         }
-        let Watches { ids, others } = self.ensure_watches(ctx, c, decl)?;
+        let Watches { ids, others } = self.ensure_watches(ctx, c, needs)?;
         for id in &ids {
             if !ctx.watch_listed(*id) {
                 // Look again when it has listed: its objects may map to no declaration
                 // (no copies yet), and then no event would.
                 watched.ready = false;
-                ctx.when_listed(*id, decl.key.clone());
+                ctx.when_listed(*id, needs.key.clone());
             }
         }
         // Health is judged from this declaration's own watches, not the whole cluster's. A
@@ -684,7 +653,7 @@ impl WatchSet {
         // object of it changes.
         let first_error = ids.iter().chain([&others]).find_map(|id| {
             let e = ctx.watch_error(*id)?;
-            ctx.when_listed(*id, decl.key.clone());
+            ctx.when_listed(*id, needs.key.clone());
             Some(e)
         });
         if let Some(e) = first_error {
@@ -701,14 +670,8 @@ impl WatchSet {
     /// (a pull), a source that cannot be read is *unknown*: neither waited for nor taken as
     /// gone ([`Watched::source_unreachable`]) — also when the cluster is not connected, or
     /// when it failed before its first list (a restart during an outage).
-    fn watch_source(
-        &self,
-        ctx: &Context,
-        decl: &Declaration,
-        cluster: &str,
-        scope: &Scope,
-        watched: &mut Watched,
-    ) -> Result<()> {
+    fn watch_source(&self, ctx: &Context, needs: &Needs, watched: &mut Watched) -> Result<()> {
+        let cluster = needs.source_cluster.as_str();
         let remote = cluster != self.local;
         if remote && ctx.cluster(cluster).is_none() {
             watched.source_unreachable = Some(SourceUnreachable {
@@ -718,11 +681,11 @@ impl WatchSet {
             });
             return Ok(());
         }
-        let id = self.ensure_source_watch(ctx, cluster, decl, scope)?;
+        let id = self.ensure_source_watch(ctx, needs)?;
         watched.source = Some(id);
         match ctx.watch_error(id) {
             Some(e) => {
-                ctx.when_listed(id, decl.key.clone());
+                ctx.when_listed(id, needs.key.clone());
                 if remote {
                     watched.source_unreachable = Some(SourceUnreachable {
                         cluster: cluster.to_string(),
@@ -741,14 +704,14 @@ impl WatchSet {
             }
             None if !ctx.watch_listed(id) => {
                 watched.ready = false;
-                ctx.when_listed(id, decl.key.clone());
+                ctx.when_listed(id, needs.key.clone());
             }
             None => {}
         }
         if remote && watched.source_unreachable.is_none() {
             // Its failure must be said at once (the copies are then kept as they are), not
             // at the next periodic pass.
-            ctx.when_failing(id, decl.key.clone());
+            ctx.when_failing(id, needs.key.clone());
         }
         Ok(())
     }

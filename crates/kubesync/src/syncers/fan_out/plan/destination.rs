@@ -6,7 +6,10 @@
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
+use kube::core::ApiResource;
+
 use super::Write;
+use crate::key::ObjectKey;
 use crate::syncers::fan_out::rules::{
     self, Decision, Drift, FieldPath, OnConflict, Owner, Strategy,
 };
@@ -37,17 +40,54 @@ pub struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    /// The judge of the write `w` of `decl`: the same rules the plan decided it with.
-    pub fn of_write(decl: &'a Declaration, w: &'a Write) -> Self {
+    /// The judge of the write `w` of `job`: the same rules the plan decided it with.
+    pub fn of_write(job: &'a Job, w: &'a Write) -> Self {
         Self {
-            owner: &decl.owner,
+            owner: &job.owner,
             strategy: w.strategy,
-            on_conflict: decl.spec.on_conflict,
+            on_conflict: job.on_conflict,
             ignore: &w.ignore,
             adoption_refused: w.adoption_refused.as_deref(),
-            adoptable: decl.spec.adoptable.as_ref(),
-            update_policy: decl.spec.update_policy,
+            adoptable: job.adoptable.as_ref(),
+            update_policy: job.update_policy,
             source_version: &w.source_resource_version,
+        }
+    }
+}
+
+/// What carrying out a declaration's plan needs of the declaration, and nothing else: its
+/// key, the kind of its copies, who they are written as, and the rules a write read live is
+/// decided again by ([`redecide`]).
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The declaration's key.
+    pub declaration: ObjectKey,
+    /// The kind of its copies.
+    pub resource: ApiResource,
+    /// Who its copies are written as (`None`: the destination cluster's own credentials).
+    pub acting_as: Option<crate::ActAs>,
+    /// Whose copies count as its own.
+    pub owner: Owner,
+    /// What to do with an object kubesync did not create.
+    pub on_conflict: OnConflict,
+    /// Its adoption rule.
+    pub adoptable: Option<Adoptable>,
+    /// Whether its copies are updated once they exist.
+    pub update_policy: UpdatePolicy,
+}
+
+impl Job {
+    /// What carrying out `decl`'s plans needs.
+    pub fn of(decl: &Declaration) -> Self {
+        let spec = &decl.spec;
+        Self {
+            declaration: decl.key.clone(),
+            resource: spec.source.resource.clone(),
+            acting_as: spec.acting_as.clone(),
+            owner: decl.owner.clone(),
+            on_conflict: spec.on_conflict,
+            adoptable: spec.adoptable.clone(),
+            update_policy: spec.update_policy,
         }
     }
 }
@@ -158,8 +198,8 @@ pub fn decide_at(
 
 /// The decision on `found`, the object at `w`'s destination read live: the plan's decision
 /// ([`decide_at`], with the same rules) made again on it.
-pub fn redecide(decl: &Declaration, w: &Write, found: Option<&DynamicObject>) -> Decision {
-    decide_at(&Judge::of_write(decl, w), found, &w.desired).decision()
+pub fn redecide(job: &Job, w: &Write, found: Option<&DynamicObject>) -> Decision {
+    decide_at(&Judge::of_write(job, w), found, &w.desired).decision()
 }
 
 /// Why an update of the copy `existing` is held back by the update policy, with the source

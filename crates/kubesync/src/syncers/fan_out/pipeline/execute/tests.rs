@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, OnConflict, Owner};
-use crate::syncers::fan_out::spec::{FanOutSpec, SourceRef, UpdatePolicy};
+use crate::syncers::fan_out::spec::{Declaration, FanOutSpec, SourceRef, UpdatePolicy};
 use crate::{Cluster, Controller};
 
 type Seen = Arc<Mutex<Vec<String>>>;
@@ -107,7 +107,7 @@ async fn settle_create_under(
         adoption_refused: None,
         behind: None,
     };
-    fan.settle(ctx, &decl, &write, confirm).await.0
+    fan.settle(ctx, &Job::of(&decl), &write, confirm).await.0
 }
 
 /// A create whose name turns out to be taken reads the object and decides once more.
@@ -279,7 +279,9 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
     let ctx = Controller::new()
         .cluster(Cluster::new("local", client))
         .context();
-    let (st, sent) = Executor::new().settle(&ctx, &decl, &write, false).await;
+    let (st, sent) = Executor::new()
+        .settle(&ctx, &Job::of(&decl), &write, false)
+        .await;
     assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
     assert!(!sent, "nothing sent");
     assert_eq!(

@@ -1,0 +1,80 @@
+//! What a declaration needs watched, read off it once (pure): its key and uid, the copied
+//! kind, where its sources live and how they are watched, the clusters it touches, and whether
+//! it reads a source at all. The watch set's steps take this, not the declaration.
+
+use kube::core::ApiResource;
+
+use crate::key::ObjectKey;
+use crate::syncers::fan_out::index::Scope;
+use crate::syncers::fan_out::spec::Declaration;
+
+/// What a declaration needs watched, read off it once ([`Needs::of`]): the steps of
+/// [`WatchSet::watch`] take this, not the declaration.
+pub(super) struct Needs {
+    /// The declaration's key (events map back to it).
+    pub(super) key: ObjectKey,
+    /// Its uid (its copies' `managed-by` label).
+    pub(super) uid: String,
+    /// The copied kind.
+    pub(super) resource: ApiResource,
+    /// Its single source's key (a selection: the source namespace, no name).
+    pub(super) source: ObjectKey,
+    /// Whether it copies one object (not a selection).
+    pub(super) single: bool,
+    /// The source's cluster.
+    pub(super) source_cluster: String,
+    /// The source namespace (none for a cluster-scoped kind).
+    pub(super) source_namespace: Option<String>,
+    /// The watch scope of its sources.
+    pub(super) source_scope: Scope,
+    /// The clusters its destinations name, and this one.
+    pub(super) wanted: Vec<String>,
+    /// The consent objects' kind, while its copies need consent and it does not go.
+    pub(super) consent: Option<ApiResource>,
+    /// It reads no source (it goes, or its spec is refused).
+    pub(super) reads_no_source: bool,
+}
+
+impl Needs {
+    /// What `decl`, of a fan-out in the cluster `local`, needs watched.
+    pub(super) fn of(local: &str, decl: &Declaration) -> Self {
+        let source = &decl.spec.source;
+        Self {
+            key: decl.key.clone(),
+            uid: decl.owner.uid.clone(),
+            resource: source.resource.clone(),
+            source: source_key(local, decl),
+            single: source.select.is_none(),
+            source_cluster: source.cluster_or(local).to_string(),
+            source_namespace: source.namespace().map(String::from),
+            source_scope: match &source.select {
+                None => Scope::Sources {
+                    namespace: source.namespace().map(String::from),
+                },
+                Some(selection) => Scope::Selected {
+                    namespace: source.namespace.clone(),
+                    labels: selection.label_selector(),
+                },
+            },
+            wanted: (decl.spec.destinations.iter())
+                .map(|d| d.cluster.clone().unwrap_or_else(|| local.to_string()))
+                .chain([local.to_string()])
+                .collect(),
+            consent: (decl.spec.consent.as_ref())
+                .filter(|_| !decl.deleting)
+                .map(|c| c.resource.clone()),
+            reads_no_source: decl.reads_no_source(),
+        }
+    }
+}
+
+/// The key of `decl`'s single source, in its cluster (its name is empty for a selection).
+pub(super) fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
+    let source = &decl.spec.source;
+    ObjectKey::new(
+        source.cluster_or(local).to_string(),
+        &source.resource,
+        source.namespace().map(String::from),
+        &source.name,
+    )
+}
