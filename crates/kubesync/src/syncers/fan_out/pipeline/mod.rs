@@ -177,14 +177,9 @@ impl FanOut {
     /// kind's copies the same way ([`FanOut::retire`]). The [`Outcome`] is assembled once,
     /// from what the steps returned ([`assemble`]).
     pub async fn reconcile(&self, ctx: &Context, decl: &Declaration) -> Result<Outcome> {
-        let Some(decl) = self.watches.marked(decl) else {
+        let Some(decl) = self.watches.admit(decl) else {
             return Ok(Outcome::default());
         };
-        if decl.refused && self.watches.copies_another_type(&decl) {
-            // A refused spec that also names another kind: the old kind's copies are not
-            // removed on a spec that may be a typo; they go once it is valid.
-            return Ok(Outcome::default());
-        }
         self.retire(ctx, &decl).await?;
         let watched = self.watches.watch(ctx, &decl).await?;
         let local = self.watches.local();

@@ -43,7 +43,13 @@ impl Needs {
             key: decl.key.clone(),
             uid: decl.owner.uid.clone(),
             resource: source.resource.clone(),
-            source: source_key(local, decl),
+            // Its single source's key (a selection's: the namespace, an empty name).
+            source: ObjectKey::new(
+                source.cluster_or(local).to_string(),
+                &source.resource,
+                source.namespace().map(String::from),
+                &source.name,
+            ),
             single: source.select.is_none(),
             source_cluster: source.cluster_or(local).to_string(),
             source_namespace: source.namespace().map(String::from),
@@ -66,15 +72,4 @@ impl Needs {
             reads_no_source: decl.reads_no_source(),
         }
     }
-}
-
-/// The key of `decl`'s single source, in its cluster (its name is empty for a selection).
-pub(super) fn source_key(local: &str, decl: &Declaration) -> ObjectKey {
-    let source = &decl.spec.source;
-    ObjectKey::new(
-        source.cluster_or(local).to_string(),
-        &source.resource,
-        source.namespace().map(String::from),
-        &source.name,
-    )
 }

@@ -10,7 +10,6 @@ use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::ApiResource;
 
-use super::needs::source_key;
 use super::watches::{SourceRead, WatchSet, Watched};
 use crate::error::Result;
 use crate::key::ObjectKey;
@@ -18,7 +17,9 @@ use crate::runtime::Context;
 use crate::syncers::fan_out::plan::{self, Stores};
 use crate::syncers::fan_out::rules;
 use crate::syncers::fan_out::seen::Seen;
-use crate::syncers::fan_out::spec::{Declaration, DestinationRef, Selection, SourceUnreachable};
+use crate::syncers::fan_out::spec::{
+    Declaration, DestinationRef, Selection, SourceRef, SourceUnreachable,
+};
 
 /// What a reconcile observed ([`observe`]).
 pub(super) enum Observed {
@@ -56,7 +57,7 @@ pub(super) async fn observe(
     }
     let spec = &decl.spec;
     let ar = &spec.source.resource;
-    let source_key = source_key(local, decl);
+    let source_key = &watched.source_key;
     // A source that cannot be read is unknown: its store is neither read nor confirmed
     // against (the plan keeps every copy as it is).
     let unknown = watched.source_unreachable.is_some();
@@ -70,7 +71,7 @@ pub(super) async fn observe(
                 return Ok(Observed::NotReady);
             }
         },
-        (None, None) => ctx.get(&source_key).into_iter().collect(),
+        (None, None) => ctx.get(source_key).into_iter().collect(),
         (Some(_), Some(id)) => ctx
             .list_watch(id)
             .into_iter()
@@ -100,11 +101,11 @@ pub(super) async fn observe(
         _ if unknown => true,
         None => {
             !plan::must_confirm_source_gone(source_in_store, decl.reads_no_source(), owned.len())
-                || ctx.confirm_absent(&source_key, ar).await?
+                || ctx.confirm_absent(source_key, ar).await?
         }
         Some(selection) => {
             decl.reads_no_source()
-                || confirm_unselected(ctx, local, decl, selection, &sources, &owned).await?
+                || confirm_unselected(ctx, local, &spec.source, selection, &sources, &owned).await?
         }
     };
     if !confirmed {
@@ -127,12 +128,12 @@ pub(super) async fn observe(
 async fn confirm_unselected(
     ctx: &Context,
     local: &str,
-    decl: &Declaration,
+    source: &SourceRef,
     selection: &Selection,
     sources: &[Arc<DynamicObject>],
     owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
 ) -> Result<bool> {
-    let (ar, ns) = (&decl.spec.source.resource, &decl.spec.source.namespace);
+    let (ar, ns) = (&source.resource, &source.namespace);
     let mark = |name: &str| rules::source_mark(ar, ns, name);
     let present: HashSet<String> = sources.iter().map(|s| mark(&s.name_any())).collect();
     let missing: HashSet<&str> = owned
@@ -145,11 +146,7 @@ async fn confirm_unselected(
         return Ok(true);
     }
     let live = ctx
-        .api(
-            decl.spec.source.cluster_or(local),
-            ar,
-            decl.spec.source.namespace(),
-        )?
+        .api(source.cluster_or(local), ar, source.namespace())?
         .list_metadata(&ListParams::default().labels(&selection.label_selector()))
         .await?;
     Ok(!live.items.iter().any(|o| {

@@ -64,6 +64,8 @@ pub(super) struct Watched {
     pub errors: Vec<WatchError>,
     /// The source watch (in the source's cluster), if the source is read.
     pub source: Option<WatchId>,
+    /// The single source's key, in its cluster (a selection: its namespace, no name).
+    pub source_key: ObjectKey,
     /// A single source, as its watch holds it (once every watch has listed).
     pub held: Option<SourceRead>,
     /// The source lives in another cluster that cannot be read now.
@@ -213,22 +215,19 @@ impl WatchSet {
             .sum()
     }
 
-    /// `decl` as this process decides on it: sharded, marked with its shard (its copies carry
-    /// it), or `None` when its shard's copies are not held here (nothing else would see
-    /// them); unsharded, as it is.
-    pub(super) fn marked<'d>(&self, decl: &'d Declaration) -> Option<Cow<'d, Declaration>> {
-        match self.sharding.get() {
-            Some(shards) => shards.marked(decl).map(Cow::Owned),
-            None => Some(Cow::Borrowed(decl)),
-        }
-    }
-
-    /// Whether `decl` is known to copy a type other than the one it names now (the old type's
-    /// copies not yet removed).
-    pub(super) fn copies_another_type(&self, decl: &Declaration) -> bool {
-        let ar = &decl.spec.source.resource;
-        self.index
-            .with(|idx| idx.copies_another_type(&decl.key, ar))
+    /// `decl` as this process decides on it — sharded, marked with its shard (its copies carry
+    /// it); unsharded, as it is —, or `None` when nothing is decided on it here: its shard's
+    /// copies are held elsewhere (nothing here would see them), or its spec is refused and
+    /// names a kind other than the one it copies (the old kind's copies are not removed on a
+    /// spec that may be a typo; they go once it is valid).
+    pub(super) fn admit<'d>(&self, decl: &'d Declaration) -> Option<Cow<'d, Declaration>> {
+        let decl = match self.sharding.get() {
+            Some(shards) => Cow::Owned(shards.marked(decl)?),
+            None => Cow::Borrowed(decl),
+        };
+        let (key, ar) = (&decl.key, &decl.spec.source.resource);
+        let another = decl.refused && self.index.with(|idx| idx.copies_another_type(key, ar));
+        (!another).then_some(decl)
     }
 
     /// `decl` copies another kind now: the old kind and the watches it used, whose copies
@@ -601,6 +600,7 @@ impl WatchSet {
             ready: true,
             errors: Vec::new(),
             source: None,
+            source_key: needs.source.clone(),
             held: None,
             source_unreachable: None,
         };
