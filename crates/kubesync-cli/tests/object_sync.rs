@@ -875,16 +875,7 @@ async fn per_destination_patches() {
             .unwrap_or(0)
     };
     let written = copies_written().await;
-    let reconciles = || {
-        operator
-            .operator
-            .context()
-            .expect("ctx")
-            .metrics()
-            .reconciles()
-    };
-    let before = reconciles();
-    syncs
+    let touched = syncs
         .patch(
             "cfg",
             &kube::api::PatchParams::default(),
@@ -894,10 +885,17 @@ async fn per_destination_patches() {
         )
         .await
         .expect("touch");
-    eventually("reconciled again", T, || async {
-        (reconciles() > before).then_some(())
-    })
-    .await;
+    // Witnessed on this ObjectSync's own reconcile, at the version the touch made.
+    let key = kubesync::ObjectKey::new(
+        "local",
+        &kube::core::ApiResource::erase::<ObjectSync>(&()),
+        Some("apps".into()),
+        "cfg",
+    );
+    let ctx = operator.operator.context().expect("ctx");
+    let rv = touched.resource_version().expect("resourceVersion");
+    let seen = reconciled_at(&ctx, &key, &rv).await;
+    assert!(!seen.failed, "the reconcile at {rv} succeeded");
     assert_eq!(
         copies_written().await,
         written,

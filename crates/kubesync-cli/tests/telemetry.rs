@@ -4,18 +4,27 @@
 mod common;
 
 use common::{
-    RunningBinary, T, free_port, metrics_tokens, operator_cluster, request, request_tls, sample,
+    RunningBinary, T, free_port, metrics_tokens, operator_cluster, operator_cluster_from,
+    reconciled_in_log, request, request_tls, sample,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kubesync_cli::crd::ObjectSync;
-use kubesync_testenv::eventually;
+use kubesync_testenv::{AuditAlso, AuditEvent, TestEnv, eventually};
 use std::time::Duration;
 
 #[tokio::test]
 async fn metrics_health_readiness_and_events_of_the_running_binary() {
-    let env = operator_cluster("telemetry", false, &["apps", "team-a", "team-b", "team-c"]).await;
+    // The audit log records Events too: the Event writes are counted, not inferred.
+    let env = operator_cluster_from(
+        TestEnv::builder().name("telemetry").audit_also(AuditAlso {
+            events: true,
+            leases: false,
+        }),
+        &["apps", "team-a", "team-b", "team-c"],
+    )
+    .await;
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: apps}\ntype: Opaque\nstringData: {token: t0k3n}\n").await.expect("source");
     // Someone else's object at one destination: a Conflict.
     env.apply_yaml("apiVersion: v1\nkind: Secret\nmetadata: {name: registry, namespace: team-c}\ntype: Opaque\nstringData: {token: theirs}\n").await.expect("theirs");
@@ -23,6 +32,10 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
     let theirs = secrets("team-c").get("registry").await.expect("theirs");
 
     let port = free_port();
+    // The runtime's controller logs each finished reconcile (key, the version it decided on)
+    // at debug: the witness of this ObjectSync's reconciles below.
+    let log_path = std::env::temp_dir().join(format!("kubesync-telemetry-{port}.log"));
+    let log = std::fs::File::create(&log_path).expect("log file");
     let _operator = RunningBinary(
         std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
             .arg("run")
@@ -32,7 +45,10 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
             .args(["--metrics-address", &format!("127.0.0.1:{port}")])
             .arg("--metrics-insecure")
             .args(["--trusted-namespace", "apps"])
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,kubesync::runtime::controller=debug")
+            .env("NO_COLOR", "1")
+            .stderr(log.try_clone().expect("log"))
+            .stdout(log)
             .spawn()
             .expect("run kubesync"),
     );
@@ -112,14 +128,21 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
         "{note}"
     );
     // Further reconciles with the same conditions publish nothing new: one is caused (a
-    // metadata change) and awaited on the reconcile counter before the Events are counted.
-    let reconciles = || async {
-        let (_, m) = request(port, "GET", "/metrics").await?;
-        sample(&m, "kubesync_reconciles_total")
-    };
-    let before = reconciles().await.expect("reconciles");
+    // metadata change) and awaited on this ObjectSync's own reconcile at the version the change
+    // made (the binary's log says so) before the Events are counted.
     let object_syncs = Api::<ObjectSync>::namespaced(env.client().expect("client"), "apps");
-    object_syncs
+    let event_writes = |audit: &[AuditEvent]| {
+        audit
+            .iter()
+            .filter(|e| e.resource() == "events" && e.is_write() && e.namespace() == "apps")
+            .count()
+    };
+    let mark = env.audit().expect("audit");
+    assert!(
+        event_writes(&mark) >= 1,
+        "the NotAllSynced Event's write is in the audit log (positive control)"
+    );
+    let touched = object_syncs
         .patch(
             "registry",
             &PatchParams::default(),
@@ -127,10 +150,20 @@ async fn metrics_health_readiness_and_events_of_the_running_binary() {
         )
         .await
         .expect("annotate");
-    eventually("a reconcile after the change", T, || async {
-        reconciles().await.filter(|r| *r > before)
-    })
-    .await;
+    let rv = touched
+        .metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion");
+    let key = "local/ObjectSync.kubesync.io/apps/registry";
+    reconciled_in_log(&log_path, key, &rv).await;
+    let since: Vec<AuditEvent> = env.audit().expect("audit").split_off(mark.len());
+    assert_eq!(
+        event_writes(&since),
+        0,
+        "no Event written by the reconcile of an unchanged ObjectSync: {:?}",
+        since.iter().map(AuditEvent::describe).collect::<Vec<_>>()
+    );
     let same: Vec<Event> = events
         .list(&ListParams::default())
         .await

@@ -9,22 +9,58 @@ use crate::{Error, TestEnv};
 /// The log's file name in the environment's directory.
 pub(crate) const LOG: &str = "audit.log";
 
-/// Writes with their request and response objects, other requests with their metadata,
-/// Leases and Events (renewals and reports, not state) not at all. Only the final stage is
-/// recorded: one line per request.
-pub(crate) const POLICY: &str = "apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived, ResponseStarted]
-rules:
-- level: None
-  resources:
-  - {group: coordination.k8s.io, resources: [leases]}
-  - {group: \"\", resources: [events]}
-  - {group: events.k8s.io, resources: [events]}
-- level: RequestResponse
-  verbs: [create, update, patch, delete, deletecollection]
-- level: Metadata
-";
+/// What the audit log records besides its default ([`TestEnvBuilder::audit_also`](crate::TestEnvBuilder::audit_also)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditAlso {
+    /// Events (both APIs), with their metadata.
+    pub events: bool,
+    /// Leases, with their metadata.
+    pub leases: bool,
+}
+
+/// The audit policy: writes with their request and response objects, other requests with
+/// their metadata; Leases and Events (renewals and reports, not state) not at all unless
+/// `also` asks for them (then with their metadata). Only the final stage is recorded: one
+/// line per request.
+pub(crate) fn policy(also: AuditAlso) -> String {
+    let mut rules = String::new();
+    let dropped: Vec<&str> = [
+        (!also.leases).then_some("  - {group: coordination.k8s.io, resources: [leases]}"),
+        (!also.events).then_some("  - {group: \"\", resources: [events]}"),
+        (!also.events).then_some("  - {group: events.k8s.io, resources: [events]}"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !dropped.is_empty() {
+        rules.push_str("- level: None\n  resources:\n");
+        for line in dropped {
+            rules.push_str(line);
+            rules.push('\n');
+        }
+    }
+    let kept: Vec<&str> = [
+        also.leases
+            .then_some("  - {group: coordination.k8s.io, resources: [leases]}"),
+        also.events
+            .then_some("  - {group: \"\", resources: [events]}"),
+        also.events
+            .then_some("  - {group: events.k8s.io, resources: [events]}"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !kept.is_empty() {
+        rules.push_str("- level: Metadata\n  resources:\n");
+        for line in kept {
+            rules.push_str(line);
+            rules.push('\n');
+        }
+    }
+    format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n{rules}- level: RequestResponse\n  verbs: [create, update, patch, delete, deletecollection]\n- level: Metadata\n"
+    )
+}
 
 /// One request as the apiserver recorded it.
 #[derive(Clone, Debug, Deserialize)]
@@ -190,6 +226,44 @@ impl TestEnv {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_policy_drops_leases_and_events_unless_asked_for() {
+        let default = policy(AuditAlso::default());
+        let none = default
+            .split("- level: RequestResponse")
+            .next()
+            .expect("rules");
+        assert!(
+            none.contains("leases") && none.contains("events"),
+            "{default}"
+        );
+        let with = policy(AuditAlso {
+            events: true,
+            leases: false,
+        });
+        let (dropped, kept) = with
+            .split_once("- level: Metadata\n  resources:")
+            .expect("kept");
+        assert!(
+            dropped.contains("leases") && !dropped.contains("events"),
+            "{with}"
+        );
+        assert!(
+            kept.contains("events")
+                && !kept
+                    .split("- level: RequestResponse")
+                    .next()
+                    .unwrap_or_default()
+                    .contains("leases"),
+            "{with}"
+        );
+        let both = policy(AuditAlso {
+            events: true,
+            leases: true,
+        });
+        assert!(!both.contains("level: None"), "{both}");
+    }
+
     use super::*;
 
     #[test]

@@ -16,6 +16,8 @@ pub struct TestEnvBuilder {
     pub(crate) startup_timeout: Duration,
     pub(crate) apiserver_args: Vec<String>,
     pub(crate) audit: bool,
+    /// What the audit log records besides the default ([`TestEnvBuilder::audit_also`]).
+    pub(crate) audit_also: crate::audit::AuditAlso,
     /// Run every controller of kube-controller-manager's default set, not only those of
     /// [`TestEnvBuilder::with_controller_manager`].
     pub(crate) all_controllers: bool,
@@ -32,6 +34,7 @@ impl TestEnvBuilder {
             startup_timeout: Duration::from_secs(60),
             apiserver_args: Vec::new(),
             audit: false,
+            audit_also: crate::audit::AuditAlso::default(),
             all_controllers: false,
         }
     }
@@ -106,6 +109,15 @@ impl TestEnvBuilder {
     /// wrote what, how often, and which requests were refused (e.g. 429).
     pub fn audit(mut self, enabled: bool) -> Self {
         self.audit = enabled;
+        self
+    }
+
+    /// Has the audit log ([`TestEnvBuilder::audit`], which this turns on) record Events
+    /// and/or Leases as well, with their metadata (who wrote which, when, with what answer):
+    /// for a test that counts the Events a component publishes, or its Lease renewals.
+    pub fn audit_also(mut self, also: crate::audit::AuditAlso) -> Self {
+        self.audit = true;
+        self.audit_also = also;
         self
     }
 

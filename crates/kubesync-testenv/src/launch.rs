@@ -31,7 +31,8 @@ impl TestEnv {
 
         let mut apiserver_args = apiserver_args(&dir, &etcd_url, api_port, &files);
         if builder.audit {
-            let policy = write(&dir, "audit-policy.yaml", crate::audit::POLICY)?;
+            let policy = crate::audit::policy(builder.audit_also);
+            let policy = write(&dir, "audit-policy.yaml", &policy)?;
             apiserver_args.extend([
                 format!("--audit-policy-file={}", policy.display()),
                 format!("--audit-log-path={}", dir.join(crate::audit::LOG).display()),

@@ -61,7 +61,7 @@ mod proxy;
 mod users;
 mod wait;
 
-pub use audit::AuditEvent;
+pub use audit::{AuditAlso, AuditEvent};
 pub use binaries::{
     Binaries, NEWEST_KUBERNETES, OLDEST_KUBERNETES, cache_dir, kubectl, kubernetes_version,
 };

@@ -688,6 +688,38 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
         .expect("tamper");
     eventually("repaired within the interval", T, uploaded).await;
     assert_eq!(writes.writes_of("poll-remote", "secrets"), before + 1);
+    // What the guide promises, read in order from the remote's audit log: the edit, then at
+    // most two re-reads (one may have been in flight when the edit landed) before the repair
+    // — the next re-read repairs it, whatever time a loaded machine takes.
+    let trail: Vec<kubesync_testenv::AuditEvent> = remote
+        .audit()
+        .expect("audit")
+        .into_iter()
+        .skip(mark)
+        .filter(|e| e.resource() == "secrets" && e.name() == "creds-r")
+        .collect();
+    let edit = trail
+        .iter()
+        .position(|e| e.user.username != "uploader" && e.is_write())
+        .expect("the edit is in the audit log (positive control)");
+    let repair = edit
+        + 1
+        + trail[edit + 1..]
+            .iter()
+            .position(|e| e.user.username == "uploader" && e.is_write())
+            .expect("the repair follows the edit");
+    let reads_between = trail[edit + 1..repair]
+        .iter()
+        .filter(|e| e.user.username == "uploader" && e.verb == "get")
+        .count();
+    println!(
+        "edit at {}, repaired at {} after {reads_between} re-read(s)",
+        trail[edit].request_received_timestamp, trail[repair].request_received_timestamp
+    );
+    assert!(
+        (1..=2).contains(&reads_between),
+        "repaired by the next re-read: {reads_between} re-reads between the edit and the repair"
+    );
     running.stop().await;
 }
 

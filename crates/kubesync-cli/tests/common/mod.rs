@@ -150,6 +150,70 @@ pub fn operator_command(
     command
 }
 
+/// Whether resourceVersion `seen` is `at` or newer (both as the apiserver writes them:
+/// decimal numbers; anything else compares equal only to itself).
+fn at_or_after(seen: &str, at: &str) -> bool {
+    match (seen.parse::<u64>(), at.parse::<u64>()) {
+        (Ok(s), Ok(a)) => s >= a,
+        _ => seen == at,
+    }
+}
+
+/// Waits (at most [`T`]) for a reconcile of `key` that began on a store showing its object at
+/// `resource_version` or newer, and ended: a witness that *this* object was decided on after
+/// a change, which no other key's reconcile can stand in for.
+pub async fn reconciled_at(
+    ctx: &kubesync::runtime::Context,
+    key: &kubesync::ObjectKey,
+    resource_version: &str,
+) -> kubesync::runtime::LastReconcile {
+    kubesync_testenv::eventually(
+        &format!("a reconcile of {key} at {resource_version}"),
+        T,
+        || async {
+            ctx.metrics()
+                .last_reconcile(key)
+                .filter(|r| at_or_after(&r.resource_version, resource_version))
+        },
+    )
+    .await
+}
+
+/// Waits (at most [`T`]) until the log at `path` (a binary's, at `debug` for the runtime's
+/// controller) shows a finished reconcile of `key` (as its `Display` writes it) that began
+/// on a store showing its object at `resource_version` or newer: the binary's witness of
+/// *this* object's reconcile.
+pub async fn reconciled_in_log(path: &std::path::Path, key: &str, resource_version: &str) {
+    let span = format!("key={key}}}");
+    kubesync_testenv::eventually(
+        &format!("a logged reconcile of {key} at {resource_version}"),
+        T,
+        || async {
+            let log = std::fs::read_to_string(path).ok()?;
+            log.lines()
+                .filter(|l| l.contains(&span) && l.contains(" reconciled "))
+                .filter_map(|l| l.split("resource_version=").nth(1))
+                .map(|rest| rest.trim_matches(|c: char| c == '"' || c.is_whitespace()))
+                .map(|rv| {
+                    rv.split(|c: char| c == '"' || c.is_whitespace())
+                        .next()
+                        .unwrap_or(rv)
+                })
+                .any(|rv| at_or_after(rv, resource_version))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[test]
+fn a_resource_version_witness_compares_as_the_apiserver_counts() {
+    assert!(at_or_after("12", "9"), "numbers, not text");
+    assert!(at_or_after("9", "9"));
+    assert!(!at_or_after("8", "9"));
+    assert!(!at_or_after("x", "9"));
+}
+
 /// A `kubesync` process, killed when the test ends, however it ends.
 pub struct RunningBinary(pub std::process::Child);
 

@@ -10,7 +10,9 @@
 //!   and none reads `WatchFailed` (every source here is listable: a spec kubesync accepted
 //!   that the apiserver refuses would show as one);
 //! - the tenant's copies are only where consent exists (its own namespace; ConfigMaps in
-//!   `victim`, whose SyncGrant admits them);
+//!   `victim`, whose SyncGrant admits them) — each wave holds a positive control, a tenant
+//!   ObjectSync whose copies go to exactly those places, so the check always has copies to
+//!   judge (and the leftover check below, copies to find gone);
 //! - the healthy ObjectSync still follows a change of its source;
 //! - once the wave's declarations are deleted, they are gone (no finalizer held), and no
 //!   object carries the marks of any of them;
@@ -259,6 +261,21 @@ fn declaration(rng: &mut StdRng, seed: u64, i: usize) -> Declaration {
     }
 }
 
+/// The wave's positive control: a tenant ObjectSync whose copies go where consent exists (its
+/// own namespace, and `victim`, whose SyncGrant admits ConfigMaps) and nowhere else, so that
+/// the consent and leftover checks always have copies to judge.
+fn positive_control(seed: u64) -> Declaration {
+    let name = format!("control-{seed}");
+    Declaration {
+        kind: "ObjectSync",
+        namespace: Some("tenant"),
+        yaml: format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: tenant}}\nspec:\n  source: {{kind: ConfigMap, name: settings}}\n  destinations: [{{namespace: \"*\", name: control-copy}}]\n"
+        ),
+        name,
+    }
+}
+
 /// The campaign's kubesync kinds, in a namespace or cluster-wide.
 fn api(env: &TestEnv, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -383,9 +400,12 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
     let rss_before = rss_mib();
     let started = Instant::now();
     let (mut applied, mut at_admission, mut by_reason) = (0, 0, BTreeMap::<String, u32>::new());
+    let (mut tenant_copies, mut copies_made) = (0usize, 0usize);
     for seed in first..first + seeds {
         let mut rng = StdRng::seed_from_u64(seed);
-        let wave: Vec<Declaration> = (0..WAVE).map(|i| declaration(&mut rng, seed, i)).collect();
+        let mut wave: Vec<Declaration> =
+            (0..WAVE).map(|i| declaration(&mut rng, seed, i)).collect();
+        wave.push(positive_control(seed));
         let mut live = Vec::new();
         for d in wave {
             match env.apply_yaml(&d.yaml).await {
@@ -429,12 +449,24 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
             *by_reason.entry(reason).or_default() += 1;
             uids.insert(uid, d);
         }
-        // The tenant's copies are only where consent exists.
-        for ((kind, ns, name), (_, _, managed, owner)) in census(&env).await {
-            let Some(owner) = owner.filter(|_| managed.is_some()) else {
+        // The tenant's copies are only where consent exists. The wave's positive control made
+        // some (in its own namespace and in `victim`) for this check to judge.
+        for ns in ["tenant", "victim"] {
+            let copies = Api::<ConfigMap>::namespaced(env.client().expect("client"), ns);
+            eventually(
+                &format!("the positive control's copy in {ns}"),
+                T,
+                || async { copies.get_opt("control-copy").await.ok()?.map(|_| ()) },
+            )
+            .await;
+        }
+        let before_delete = census(&env).await;
+        for ((kind, ns, name), (_, _, managed, owner)) in &before_delete {
+            let Some(owner) = owner.as_ref().filter(|_| managed.is_some()) else {
                 continue;
             };
             if owner.starts_with("local/tenant/") {
+                tenant_copies += 1;
                 assert!(
                     ns == "tenant" || (ns == "victim" && kind == "ConfigMap"),
                     "seed {seed}: the tenant's {owner} wrote {kind} {ns}/{name} without consent"
@@ -456,6 +488,10 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
         })
         .await;
         // Deleted, they go, with every mark they left.
+        copies_made += before_delete
+            .values()
+            .filter(|(_, _, managed, _)| managed.as_ref().is_some_and(|m| uids.contains_key(m)))
+            .count();
         for d in &live {
             api(&env, d.kind, d.namespace)
                 .delete(&d.name, &DeleteParams::default())
@@ -490,8 +526,18 @@ async fn a_seeded_campaign_of_hostile_declarations_wedges_nothing() {
     running.assert_no_panic();
     let grown = rss_mib() - rss_before;
     println!(
-        "campaign: {seeds} seeds, {applied} declarations applied ({at_admission} refused at admission), {:.0} s; Ready reasons {by_reason:?}; test process RSS +{grown:.0} MiB",
+        "campaign: {seeds} seeds, {applied} declarations applied ({at_admission} refused at admission), {:.0} s; Ready reasons {by_reason:?}; {tenant_copies} tenant copies checked for consent, {copies_made} copies checked for leftovers; test process RSS +{grown:.0} MiB",
         started.elapsed().as_secs_f64()
+    );
+    // Positive controls: the consent and leftover checks above had copies to judge (a
+    // campaign whose declarations made no copy would pass both without proving anything).
+    assert!(
+        tenant_copies > 0,
+        "no tenant copy was ever made: the consent check judged nothing"
+    );
+    assert!(
+        copies_made > 0,
+        "no copy was ever made: the leftover check judged nothing"
     );
     assert!(grown < 256.0, "memory grew by {grown:.0} MiB");
     running.stop().await;

@@ -313,6 +313,7 @@ impl Fleet {
         let writes = Writes::of(&self.env, "configmaps");
         outcome.writes = writes.total();
         outcome.duplicate_writes = writes.duplicates();
+        outcome.conflicts = writes.conflicts();
         outcome.foreign_writes += writes.to(|ns, name| {
             self.foreign
                 .contains_key(&(ns.to_string(), name.to_string()))
@@ -339,8 +340,12 @@ pub struct Outcome {
     pub terminating: usize,
     /// Successful writes of the operators to ConfigMaps (audit log).
     pub writes: usize,
-    /// Writes that left a ConfigMap as the operators' previous write had left it.
+    /// Writes that left a ConfigMap as the operators' previous write had left it (and copies
+    /// deleted and created again as they were).
     pub duplicate_writes: usize,
+    /// Operator writes refused with 409 (sent again after a new decision): reported, not a
+    /// fault (a write decided on a store a moment behind is refused by design).
+    pub conflicts: usize,
     /// ConfigMaps written by more than one operator identity.
     pub written_by_both: usize,
     pub converged_in: Duration,
@@ -364,14 +369,15 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} copies, {} missing, {} unequal, {} orphans, {} foreign writes, {} duplicate writes ({} writes)",
+            "{} copies, {} missing, {} unequal, {} orphans, {} foreign writes, {} duplicate writes ({} writes, {} refused with 409)",
             self.copies,
             self.missing,
             self.unequal,
             self.orphans,
             self.foreign_writes,
             self.duplicate_writes,
-            self.writes
+            self.writes,
+            self.conflicts
         )?;
         if self.terminating > 0 {
             write!(f, ", {} namespaces terminating", self.terminating)?;
@@ -435,6 +441,18 @@ impl Operator {
         let _ = self.child.0.wait();
     }
 
+    /// Kills it (SIGKILL) and returns its log, to read after.
+    pub fn kill_keeping_log(self) -> OperatorLog {
+        let log = OperatorLog(self.log.clone());
+        self.kill();
+        log
+    }
+
+    /// Its log, read as it is written.
+    pub fn log(&self) -> OperatorLog {
+        OperatorLog(self.log.clone())
+    }
+
     /// SIGTERM, and wait (at most 30 s) for it to exit: it finishes the reconciles in flight
     /// first, so every write it sent has been answered (and is in an audit log) after.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
@@ -474,12 +492,30 @@ impl Operator {
 
     /// Its log lines (JSON objects) at these levels.
     pub fn log_lines(&self, levels: &[&str]) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
+        self.log().lines(levels)
+    }
+}
+
+/// An operator's log file (JSON lines), alive or killed.
+pub struct OperatorLog(std::path::PathBuf);
+
+impl OperatorLog {
+    /// The lines (JSON objects) at these levels.
+    pub fn lines(&self, levels: &[&str]) -> Vec<Value> {
+        std::fs::read_to_string(&self.0)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|l| levels.contains(&l["level"].as_str().unwrap_or_default()))
             .collect()
+    }
+
+    /// Whether it was read at all: it holds the operator's start line (a positive control for
+    /// a check that finds no error in it).
+    pub fn read_started(&self) -> bool {
+        self.lines(&["INFO"])
+            .iter()
+            .any(|l| l["fields"]["message"] == "kubesync operator starting")
     }
 }
 
@@ -488,6 +524,9 @@ impl Operator {
 /// (a copy someone edited and kubesync restored holds what kubesync's previous write left).
 pub struct Writes {
     objects: BTreeMap<(String, String, String), Vec<Write>>,
+    /// Operator writes the apiserver refused with 409 (decided on an object that had changed,
+    /// or a create whose name was taken): each one a request sent again after a new decision.
+    conflicts: usize,
 }
 
 struct Write {
@@ -511,10 +550,23 @@ impl Writes {
 
     pub fn from_events(events: &[AuditEvent], resource: &str) -> Writes {
         let mut objects: BTreeMap<_, Vec<Write>> = BTreeMap::new();
+        let mut conflicts = 0;
         for e in events {
-            if !(e.is_write() && e.succeeded() && e.resource() == resource) {
+            if !(e.is_write() && e.resource() == resource) {
                 continue;
             }
+            if !e.succeeded() {
+                conflicts +=
+                    usize::from(e.code() == 409 && OPERATORS.contains(&e.user.username.as_str()));
+                continue;
+            }
+            // What follows compares the objects the writes left: an entry without one would
+            // make every comparison pass.
+            assert!(
+                e.verb == "delete" || e.verb == "deletecollection" || e.response_object.is_some(),
+                "an audit entry of a write carries the object it left: {}",
+                e.describe()
+            );
             if e.verb == "deletecollection" {
                 // Everything in the namespace is gone.
                 for ((ns, _, _), writes) in objects.iter_mut() {
@@ -540,7 +592,12 @@ impl Writes {
                 content,
             });
         }
-        Writes { objects }
+        Writes { objects, conflicts }
+    }
+
+    /// Operator writes refused with 409 (each a request sent again after a new decision).
+    pub fn conflicts(&self) -> usize {
+        self.conflicts
     }
 
     fn operators(&self) -> impl Iterator<Item = &Write> {
@@ -552,17 +609,30 @@ impl Writes {
         self.operators().count()
     }
 
-    /// Operator writes after which the object held what it held before.
+    /// Operator writes after which the object held what it held before: a write that changed
+    /// nothing, and a copy the operators deleted and created again as it was (the delete and
+    /// the create count as one wasted pair).
     pub fn duplicates(&self) -> usize {
         self.objects
             .values()
             .map(|writes| {
-                writes
+                let unchanged = writes
                     .windows(2)
                     .filter(|w| {
                         w[1].by_operator() && w[1].content.is_some() && w[0].content == w[1].content
                     })
-                    .count()
+                    .count();
+                let recreated = writes
+                    .windows(3)
+                    .filter(|w| {
+                        w[0].content.is_some()
+                            && w[1].by_operator()
+                            && w[1].content.is_none()
+                            && w[2].by_operator()
+                            && same_but_identity(&w[0].content, &w[2].content)
+                    })
+                    .count();
+                unchanged + recreated
             })
             .sum()
     }
@@ -595,6 +665,21 @@ impl Writes {
     pub fn by(&self, user: &str) -> usize {
         self.operators().filter(|w| w.user == user).count()
     }
+}
+
+/// Whether two objects a write left are the same but for what a new object gets anew (its uid
+/// and creation time).
+fn same_but_identity(a: &Option<Value>, b: &Option<Value>) -> bool {
+    let strip = |v: &Option<Value>| {
+        v.clone().map(|mut v| {
+            if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("uid");
+                meta.remove("creationTimestamp");
+            }
+            v
+        })
+    };
+    strip(a) == strip(b)
 }
 
 /// What a write left in an object: everything but the bookkeeping the apiserver changes on
@@ -666,6 +751,7 @@ mod tests {
             write(b, "patch", 200, cm("2", "3")),
             write(a, "patch", 409, cm("3", "3")),
             write(a, "delete", 200, cm("2", "3")),
+            // Created again as it was (a new uid): a wasted pair, one duplicate.
             write(a, "create", 201, cm("2", "4")),
             // Someone edits it, and the operator restores what it had written: no duplicate.
             write("someone", "patch", 200, cm("9", "5")),
@@ -673,10 +759,24 @@ mod tests {
         ];
         let writes = Writes::from_events(&events, "configmaps");
         assert_eq!(writes.total(), 6);
-        assert_eq!(writes.duplicates(), 1);
+        assert_eq!(writes.duplicates(), 2);
+        assert_eq!(writes.conflicts(), 1, "the 409 is counted");
         assert_eq!(writes.by_more_than_one(), 1);
         assert_eq!(writes.by(b), 1);
         assert_eq!(writes.to(|_, name| name == "x"), 6);
         assert_eq!(writes.to(|_, name| name == "y"), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "carries the object")]
+    fn an_audit_entry_without_its_object_is_refused() {
+        let mut e = write(
+            OPERATORS[0],
+            "patch",
+            200,
+            serde_json::json!({"metadata": {"name": "x"}}),
+        );
+        e.response_object = None;
+        Writes::from_events(&[e], "configmaps");
     }
 }

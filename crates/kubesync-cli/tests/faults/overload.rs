@@ -38,6 +38,9 @@ async fn an_overloaded_apiserver_slows_the_fan_out_down_and_nothing_else() {
         .collect();
     let refused_writes = refused.iter().filter(|e| e.is_write()).count();
     let warnings = operator.log_lines(&["WARN", "ERROR"]);
+    // A positive control: the log is read (its start line is in it), so few warnings are
+    // few warnings, not an unreadable log.
+    assert!(operator.log().read_started(), "the operator's log is read");
     println!(
         "overload (--max-requests-inflight=1, --max-mutating-requests-inflight=1): {namespaces} namespaces × {sources} sources; {} requests answered 429 ({refused_writes} of them writes), each retried after the apiserver's Retry-After; {} warnings or errors logged; {outcome}; fan-out {:.1} s, update wave {:.1} s",
         refused.len(),

@@ -316,6 +316,8 @@ fn resync_all(ctx: &Context, queue: &mut WorkQueue) {
 /// How one reconcile ended.
 struct Finished {
     key: ObjectKey,
+    /// When it began, and the version of the key's object its store showed then.
+    began: (Instant, Option<String>),
     outcome: Outcome,
     /// For a failure: its category (a panic is `Panic`).
     failure: Option<&'static str>,
@@ -334,11 +336,13 @@ fn spawn_reconcile<R: Reconciler>(
     inflight.spawn(
         async move {
             let started = Instant::now();
+            let shown = c.get_metadata(&key).and_then(|o| o.metadata.resource_version.clone());
             let result = AssertUnwindSafe(r.reconcile(&key, &c)).catch_unwind().await;
             let (outcome, failure) = match result {
                 Ok(Ok(action)) => {
                     tracing::debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
+                        resource_version = shown.as_deref().unwrap_or_default(),
                         "reconciled"
                     );
                     match action.requeue_after() {
@@ -363,6 +367,7 @@ fn spawn_reconcile<R: Reconciler>(
             };
             Finished {
                 key,
+                began: (started, shown),
                 outcome,
                 failure,
             }
@@ -378,6 +383,7 @@ fn complete(
 ) {
     let Ok(Finished {
         key,
+        began,
         outcome,
         failure,
     }) = done
@@ -386,6 +392,9 @@ fn complete(
         return;
     };
     ctx.shared.metrics.count_reconcile(failure);
+    ctx.shared
+        .metrics
+        .reconciled(&key, began, failure.is_some());
     if let Some(delay) = queue.finish(&key, outcome, Instant::now()) {
         tracing::debug!(key = %key, delay_ms = delay.as_millis() as u64, "retrying after backoff");
     }

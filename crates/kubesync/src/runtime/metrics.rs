@@ -1,7 +1,7 @@
 //! The controller's counters, read by health endpoints and metrics exporters.
 
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -20,6 +20,23 @@ pub struct Metrics {
     last_turn: AtomicU64,
     /// Per cluster: watch restarts and last contact (bounded: one entry per cluster).
     clusters: Mutex<BTreeMap<String, Arc<ClusterContact>>>,
+    /// The last finished reconcile of each key whose object exists (bounded by the primary
+    /// objects: a key reconciled while its object is gone is dropped).
+    last: Mutex<HashMap<crate::ObjectKey, LastReconcile>>,
+}
+
+/// The last finished reconcile of one key ([`Metrics::last_reconcile`]): a witness that a
+/// reconcile of *this* object decided on *this* version of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastReconcile {
+    /// When it began.
+    pub started: Instant,
+    /// When it ended.
+    pub finished: Instant,
+    /// The resourceVersion of the key's object in the store as it began.
+    pub resource_version: String,
+    /// It returned an error or panicked.
+    pub failed: bool,
 }
 
 /// How one cluster answers the runtime's watches: restarts and the last successful contact.
@@ -116,6 +133,38 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// The last finished reconcile of `key` (while its object exists): when it began and
+    /// ended, and which version of the object the store showed as it began.
+    pub fn last_reconcile(&self, key: &crate::ObjectKey) -> Option<LastReconcile> {
+        self.last.lock().get(key).cloned()
+    }
+
+    /// A reconcile of `key` that began at `started` on a store showing its object at
+    /// `version` (`None`: gone) ended now.
+    pub(super) fn reconciled(
+        &self,
+        key: &crate::ObjectKey,
+        (started, version): (Instant, Option<String>),
+        failed: bool,
+    ) {
+        let mut last = self.last.lock();
+        match version {
+            Some(resource_version) => {
+                let finished = Instant::now();
+                let mark = LastReconcile {
+                    started,
+                    finished,
+                    resource_version,
+                    failed,
+                };
+                last.insert(key.clone(), mark);
+            }
+            None => {
+                last.remove(key);
+            }
+        }
+    }
+
     /// Counts a finished reconcile and, for a failure, its category.
     pub(super) fn count_reconcile(&self, failure: Option<&'static str>) {
         self.reconciles.fetch_add(1, Ordering::Relaxed);

@@ -35,7 +35,7 @@ mod watches;
 
 pub use context::{Context, WeakContext};
 pub use controller::Controller;
-pub use metrics::{ClusterContact, HEARTBEAT, Metrics};
+pub use metrics::{ClusterContact, HEARTBEAT, LastReconcile, Metrics};
 pub use queue::Backoff;
 pub use reconciler::{Action, ErrorCategory, FnReconciler, Reconciler, reconciler_fn};
 pub use shutdown::shutdown_signal;
