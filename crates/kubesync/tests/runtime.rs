@@ -11,6 +11,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
+use kube::core::ApiResource;
 use kubesync::{Action, Backoff, ClusterStatus, Controller, ObjectKey, Watch, reconciler_fn};
 use kubesync_testenv::eventually;
 use tokio::sync::mpsc;
@@ -839,6 +840,100 @@ async fn failures_are_counted_by_category() {
         );
     }
     assert_eq!(ctx.metrics().failures(), by.values().sum::<u64>());
+}
+
+/// Each key's last finished reconcile names the version of its object the reconcile began
+/// on, and only its own: a change to one key moves its mark, never another's; a failure is
+/// marked failed; a deleted key's mark goes.
+#[tokio::test]
+async fn the_last_reconcile_of_each_key_names_the_version_it_began_on() {
+    init_tracing();
+    let east = shared("east");
+    let ns = unique_ns("last");
+    east.create_namespace(&ns).await.expect("ns");
+    apply_cm(east, &configmap(&ns, "changed", &[], &[])).await;
+    apply_cm(east, &configmap(&ns, "quiet", &[], &[])).await;
+    apply_cm(east, &configmap(&ns, "failing", &[], &[])).await;
+    let controller = Controller::new()
+        .cluster(cluster(east))
+        .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(
+        controller,
+        reconciler_fn(move |key, _ctx| async move {
+            match key.name.as_str() {
+                "failing" => Err(kubesync::Error::NamespaceTerminating(String::new())),
+                _ => Ok(Action::done()),
+            }
+        }),
+    );
+    let key = |name: &str| {
+        ObjectKey::new(
+            "east",
+            &ApiResource::erase::<ConfigMap>(&()),
+            Some(ns.clone()),
+            name,
+        )
+    };
+    let api: Api<ConfigMap> = Api::namespaced(east.client().expect("client"), &ns);
+    let version = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            api.get(name)
+                .await
+                .expect("get")
+                .resource_version()
+                .expect("rv")
+        }
+    };
+    let marked = |name: &'static str, rv: String| {
+        let (ctx, key) = (ctx.clone(), key(name));
+        async move {
+            eventually(
+                &format!("{name} reconciled at {rv}"),
+                Duration::from_secs(20),
+                || {
+                    let mark = ctx.metrics().last_reconcile(&key);
+                    let rv = rv.clone();
+                    async move { mark.filter(|m| m.resource_version == rv) }
+                },
+            )
+            .await
+        }
+    };
+    let quiet = marked("quiet", version("quiet").await).await;
+    assert!(!quiet.failed && quiet.finished >= quiet.started);
+    let failing = marked("failing", version("failing").await).await;
+    assert!(
+        failing.failed,
+        "a reconcile that returned an error is marked failed"
+    );
+    // A change to one key: its mark moves to the new version; the other's does not.
+    let first = marked("changed", version("changed").await).await;
+    apply_cm(east, &configmap(&ns, "changed", &[("v", "2")], &[])).await;
+    let changed = marked("changed", version("changed").await).await;
+    assert_ne!(changed.resource_version, first.resource_version);
+    assert!(changed.started > first.finished);
+    assert_eq!(
+        ctx.metrics().last_reconcile(&key("quiet")),
+        Some(quiet),
+        "another key's change leaves this key's mark as it was"
+    );
+    // Deleted: reconciled once more on a store without it, and its mark goes.
+    api.delete("quiet", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(
+        "the deleted key's mark gone",
+        Duration::from_secs(20),
+        || {
+            let gone = ctx.metrics().last_reconcile(&key("quiet")).is_none();
+            async move { gone.then_some(()) }
+        },
+    )
+    .await;
+    running.stop().await;
 }
 
 /// A metadata-only watch queues keys like a full one, but its store holds only metadata: no
