@@ -40,7 +40,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -101,6 +101,14 @@ dashboard: control-plane
 
 chaos: control-plane
 	KUBESYNC_CHAOS_FULL=1 $(if $(SEED),KUBESYNC_SEED=$(SEED)) $(if $(SEEDS),KUBESYNC_CAMPAIGN_SEEDS=$(SEEDS)) $(CARGO) test -p kubesync-cli --test faults -- --nocapture --test-threads=1
+
+# The benchmarks' invariants, not their speed, in CI: each run quick (KUBESYNC_BENCH_QUICK,
+# small sizes, a few rounds) in the test profile. Each fails on a broken invariant: the fan-out's
+# writes per round exactly those its copies need, a spec/status restart in sync writing nothing
+# and kubesync writing what a plain client writes. `make bench` is the full measurement.
+bench-check: control-plane
+	KUBESYNC_BENCH_QUICK=1 BENCH_SIZES=50 $(CARGO) test -p kubesync --bench fan_out
+	KUBESYNC_BENCH_QUICK=1 $(CARGO) test -p kubesync --bench spec_status
 
 bench: control-plane
 	$(CARGO) bench -p kubesync

@@ -26,8 +26,12 @@
 //! namespaces (10 000 copies), timed the same way, cold and warm, against a plain client
 //! creating the same 10 000 objects; an update of every source reaching every copy, and the
 //! cleanup. [`MANY_ROUNDS`] rounds. `KUBESYNC_BENCH_QUICK=1` runs it smaller
-//! ([`QUICK_MANY_SOURCES`] × [`QUICK_MANY_NAMESPACES`]); `BENCH_SIZES` picks the sizes of the
-//! one-source measurements.
+//! ([`QUICK_MANY_SOURCES`] × [`QUICK_MANY_NAMESPACES`], [`QUICK_ROUNDS`] rounds per size);
+//! `BENCH_SIZES` picks the sizes of the one-source measurements.
+//!
+//! Every run checks the benchmark's invariant, not its speed: each round's engine writes are
+//! exactly those its copies need (five per copy, see [`exact_writes`]); CI runs it quick
+//! (`make bench-check`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -55,8 +59,33 @@ const CONCURRENCY: usize = 16;
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// Rounds per size: single runs on a small machine vary by ±50%; the median of 11 varies far
-/// less.
+/// less. `KUBESYNC_BENCH_QUICK` runs [`QUICK_ROUNDS`].
 const ROUNDS: usize = 11;
+/// Rounds per size in a quick run (CI's `make bench-check`: the invariants, not the speed).
+const QUICK_ROUNDS: usize = 3;
+
+/// The rounds per size of this run.
+fn rounds() -> usize {
+    if common::quick() {
+        QUICK_ROUNDS
+    } else {
+        ROUNDS
+    }
+}
+
+/// The benchmark's invariant, checked in every run (`make bench`, and CI's quick
+/// `make bench-check`), not its speed: every round's engine writes exactly `expected` (`parts`
+/// says which), so a re-send, a duplicate or a missing write fails the benchmark.
+fn exact_writes(label: &str, writes: &[u64], expected: u64, parts: &str) -> anyhow::Result<()> {
+    println!(
+        "  {label}: engine writes per round {writes:?} (exactly {expected} expected: {parts})"
+    );
+    anyhow::ensure!(
+        writes.iter().all(|w| *w == expected),
+        "{label}: engine writes per round {writes:?}, expected exactly {expected} ({parts})"
+    );
+    Ok(())
+}
 /// Secrets of other owners in each destination namespace (as a service-account token and an
 /// application's credentials would be): the engine's first list reads them too.
 const OTHER_SECRETS: usize = 2;
@@ -715,7 +744,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
     let mut plain_runs = Vec::new();
     let mut watched_runs = Vec::new();
     let mut read_runs = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         // Rotate the order; every run deletes its copies again.
         for step in 0..4 {
             match (step + round) % 4 {
@@ -737,9 +766,17 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
     let plain = median(&plain_runs.iter().map(|r| r.write).collect::<Vec<_>>());
     let watched = median(&watched_runs.iter().map(|r| r.write).collect::<Vec<_>>());
     println!(
-        "1 → {n} namespaces (median of {ROUNDS} rounds; {population} Secrets in the cluster before each run; writes per round {}):",
+        "1 → {n} namespaces (median of {} rounds; {population} Secrets in the cluster before each run; writes per round {}):",
+        rounds(),
         engine_runs[0].writes
     );
+    let n64 = n as u64;
+    exact_writes(
+        &format!("1 → {n}"),
+        &engine_runs.iter().map(|r| r.writes).collect::<Vec<_>>(),
+        5 * n64 + 4,
+        "n + 1 creates (the late namespace's too), their n + 1 updates, n + 1 creates of the warm declaration, 2n + 1 deletes",
+    )?;
     println!(
         "  all copies: cold {:.2} s (runs {}), warm {:.2} s (runs {})",
         cold.as_secs_f64(),
@@ -1039,6 +1076,12 @@ async fn run_many(env: &TestEnv, sources: usize, n: usize) -> anyhow::Result<()>
         "  (median of {MANY_ROUNDS} rounds; one declaration, label selector; {population} Secrets in the cluster before each run; engine writes per round {})",
         engine_runs[0].writes
     );
+    exact_writes(
+        &format!("{sources} × {n}"),
+        &engine_runs.iter().map(|r| r.writes).collect::<Vec<_>>(),
+        5 * want as u64,
+        "per copy: its create, its update, its delete, and the warm declaration's create and delete",
+    )?;
     println!(
         "  all copies: cold {:.2} s (runs {}), warm {:.2} s (runs {}); plain client, same creates: {:.2} s (runs {})",
         median(&of(|r| r.cold)).as_secs_f64(),

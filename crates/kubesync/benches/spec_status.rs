@@ -3,7 +3,7 @@
 //! - convergence: 1000 remote Widgets until each is claimed, created locally and its
 //!   generation marks recorded, next to a plain client sending the same writes (finalizer
 //!   patch, local create, generation-mark patch per object) with the same concurrency — once
-//!   alone and once with the engine's watches open. Each of the three runs [`ROUNDS`] times, in
+//!   alone and once with the engine's watches open. Each of the three runs [`rounds`] times, in
 //!   a rotating order (the clusters grow with every run, which slows later runs), and the
 //!   medians are compared. The apiservers' own metrics show how long they took per write;
 //! - restart: a second engine over a converged namespace, counting its write requests;
@@ -27,9 +27,23 @@ use kubesync::{Cluster, ClusterStatus};
 use kubesync_testenv::{TestEnv, fixtures::WIDGET_CRD};
 use tokio::sync::oneshot;
 
-const N: usize = 1000;
+/// Objects per run (`KUBESYNC_BENCH_QUICK`: [`QUICK_N`]).
+const FULL_N: usize = 1000;
+/// Objects per run of a quick run (CI's `make bench-check`: the invariants, not the speed).
+const QUICK_N: usize = 100;
 const CONCURRENCY: usize = 16;
-const ROUNDS: usize = 3;
+/// Runs of each mode (`KUBESYNC_BENCH_QUICK`: one).
+const FULL_ROUNDS: usize = 3;
+
+/// Objects per run.
+fn objects() -> usize {
+    if common::quick() { QUICK_N } else { FULL_N }
+}
+
+/// Runs of each mode.
+fn rounds() -> usize {
+    if common::quick() { 1 } else { FULL_ROUNDS }
+}
 
 fn widget_type() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -44,7 +58,7 @@ fn widget(ns: &str, name: &str) -> serde_json::Value {
 }
 
 async fn create_widgets(api: &Api<DynamicObject>, ns: &str) {
-    futures::stream::iter(0..N)
+    futures::stream::iter(0..objects())
         .map(|i| {
             let api = api.clone();
             async move {
@@ -80,7 +94,7 @@ async fn plain_writes(
     local: &Api<DynamicObject>,
 ) -> anyhow::Result<()> {
     let ns = local.namespace().unwrap_or_default().to_string();
-    futures::stream::iter(0..N)
+    futures::stream::iter(0..objects())
         .map(|i| {
             let (r, l, ns) = (remote.clone(), local.clone(), ns.clone());
             async move {
@@ -233,7 +247,7 @@ impl Bench {
                 let converged = tokio::spawn(common::wait_for(
                     r_api.clone(),
                     common::cached_lists(),
-                    N,
+                    objects(),
                     |o: &DynamicObject| {
                         o.metadata
                             .annotations
@@ -288,7 +302,9 @@ impl Bench {
 async fn main() -> anyhow::Result<()> {
     common::trace_if_asked();
     println!(
-        "kubesync spec/status benchmarks (N = {N}, concurrency = {CONCURRENCY}, {ROUNDS} rounds)\n"
+        "kubesync spec/status benchmarks (N = {}, concurrency = {CONCURRENCY}, {} rounds)\n",
+        objects(),
+        rounds()
     );
     let (remote, local) = tokio::join!(
         TestEnv::builder().name("bench-remote").start(),
@@ -310,7 +326,7 @@ async fn main() -> anyhow::Result<()> {
 
     let modes = [Mode::Plain, Mode::PlainWatched, Mode::Kubesync];
     let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         // Rotate the order: each mode runs early once and late once.
         for i in 0..modes.len() {
             let m = (i + round) % modes.len();
@@ -318,7 +334,11 @@ async fn main() -> anyhow::Result<()> {
             runs[m].push(run);
         }
     }
-    println!("convergence of {N} new remote objects (median of {ROUNDS} runs each):");
+    println!(
+        "convergence of {} new remote objects (median of {} runs each):",
+        objects(),
+        rounds()
+    );
     let medians: Vec<Duration> = runs
         .iter()
         .map(|r| median(&r.iter().map(|r| r.elapsed).collect::<Vec<_>>()))
@@ -329,7 +349,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|r| format!("{:.2}", r.elapsed.as_secs_f64()))
             .collect();
         let server: Vec<Duration> = runs[m].iter().map(|r| r.server_mean).collect();
-        let writes: u64 = runs[m].iter().map(|r| r.writes).sum::<u64>() / ROUNDS as u64;
+        let writes: u64 = runs[m].iter().map(|r| r.writes).sum::<u64>() / rounds() as u64;
         println!(
             "  {:<28} {:.2} s (runs: {} s); {writes} writes per run, apiserver {:.1} ms per write",
             mode.label(),
@@ -338,6 +358,15 @@ async fn main() -> anyhow::Result<()> {
             median(&server).as_secs_f64() * 1e3
         );
     }
+    // The benchmark's invariant: kubesync sends exactly the writes the plain client sends for
+    // the same objects (finalizer, local object, status), no more.
+    let per_run = |m: usize| runs[m].iter().map(|r| r.writes).collect::<Vec<u64>>();
+    anyhow::ensure!(
+        per_run(2).iter().all(|w| per_run(0).iter().all(|p| p == w)),
+        "kubesync's writes per run {:?} differ from the plain client's {:?}",
+        per_run(2),
+        per_run(0)
+    );
     println!(
         "  ratio kubesync / plain client {:.2}; kubesync / plain client with the same watches open {:.2}",
         medians[2].as_secs_f64() / medians[0].as_secs_f64(),
@@ -348,11 +377,12 @@ async fn main() -> anyhow::Result<()> {
         median(&bench.listed).as_secs_f64()
     );
     println!(
-        "  kubesync: {} writes, {} reconciles, {} failed in {ROUNDS} runs; CPU of this process {:.2} s per run (2 cores, shared with both control planes)",
+        "  kubesync: {} writes, {} reconciles, {} failed in {} runs; CPU of this process {:.2} s per run (2 cores, shared with both control planes)",
         bench.engine_writes,
         bench.engine_reconciles,
         bench.engine_failures,
-        bench.engine_cpu.as_secs_f64() / ROUNDS as f64
+        rounds(),
+        bench.engine_cpu.as_secs_f64() / rounds() as f64
     );
 
     // Restart over converged state: a new engine over the first kubesync namespace.
@@ -365,12 +395,21 @@ async fn main() -> anyhow::Result<()> {
     let engine = tokio::spawn(controller.run(reconciler, async {
         let _ = stopped.await;
     }));
-    while ctx.metrics().reconciles() < N as u64 {
+    while ctx.metrics().reconciles() < objects() as u64 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     println!(
-        "restart with {N} objects in sync: all reconciled in {:.2} s with {} write requests",
+        "restart with {} objects in sync: all reconciled in {:.2} s with {} write requests",
+        objects(),
         t.elapsed().as_secs_f64(),
+        writes.writes()
+    );
+    // The benchmark's invariant, checked in every run (and CI's quick `make bench-check`): a
+    // restart over objects in sync writes nothing.
+    anyhow::ensure!(
+        writes.writes() == 0,
+        "a restart over {} objects in sync wrote {} requests; it must write none",
+        objects(),
         writes.writes()
     );
 
