@@ -13,8 +13,11 @@
 //! `$K8S_VERSION`, by default [`NEWEST_KUBERNETES`]; [`OLDEST_KUBERNETES`] is the oldest one
 //! supported and tested.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), kubesync_testenv::Error> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::Namespace;
+//! use kube::Api;
 //! use kubesync_testenv::TestEnv;
 //!
 //! let env = TestEnv::builder()
@@ -25,8 +28,10 @@
 //!     .await?;
 //! let client = env.client()?;
 //! env.create_namespace("team-a").await?;
+//! assert!(Api::<Namespace>::all(client).get_opt("team-a").await?.is_some());
 //! let alice = env.client_as("alice")?; // denied everything until granted
-//! # let _ = (client, alice);
+//! let denied = Api::<Namespace>::all(alice).list(&Default::default()).await;
+//! assert!(matches!(denied, Err(kube::Error::Api(s)) if s.code == 403));
 //! # Ok(()) }
 //! ```
 //!

@@ -13,13 +13,18 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// For tests: a condition that becomes true through a controller, the garbage collector or
 /// an informer cache takes a moment. Make the closure return a fresh future each time:
 ///
-/// ```no_run
-/// # async fn t(env: &kubesync_testenv::TestEnv) {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let env = kubesync_testenv::TestEnv::builder().name("wait").with_controller_manager(true).start().await.expect("env");
+/// # env.create_namespace("doomed").await.expect("ns");
 /// use std::time::Duration;
 /// use k8s_openapi::api::core::v1::Namespace;
 /// use kube::Api;
 ///
 /// let namespaces: Api<Namespace> = Api::all(env.client().expect("client"));
+/// namespaces.delete("doomed", &Default::default()).await.expect("delete");
+/// // The namespace controller finalizes it a moment later.
 /// kubesync_testenv::eventually("namespace gone", Duration::from_secs(60), || async {
 ///     namespaces.get_opt("doomed").await.expect("get").is_none().then_some(())
 /// })

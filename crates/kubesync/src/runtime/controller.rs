@@ -25,28 +25,47 @@ use crate::key::ObjectKey;
 
 /// Builds and runs a multi-cluster controller.
 ///
-/// ```no_run
+/// ```
 /// use k8s_openapi::api::core::v1::ConfigMap;
-/// use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn, runtime::shutdown_signal};
+/// use kubesync::{Action, Cluster, Controller, Watch, reconciler_fn};
 ///
-/// # async fn demo() -> Result<(), kubesync::Error> {
-/// let east = Cluster::from_context("east").await?;
-/// let west = Cluster::from_context("west").await?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let (e, w) = tokio::join!(
+/// #     kubesync_testenv::TestEnv::builder().name("east").start(),
+/// #     kubesync_testenv::TestEnv::builder().name("west").start()
+/// # );
+/// # let (e, w) = (e?, w?);
+/// # e.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: default}\n").await?;
+/// # let kubeconfig = e.dir().join("both.kubeconfig");
+/// # std::fs::write(&kubeconfig, kubesync_testenv::merged_kubeconfig(&[&e, &w]))?;
+/// // `kubeconfig`: a kubeconfig file with the contexts `east` and `west`.
+/// let east = Cluster::from_kubeconfig_file(&kubeconfig, Some("east")).await?;
+/// let west = Cluster::from_kubeconfig_file(&kubeconfig, Some("west")).await?;
+/// let (reconciled, mut first) = tokio::sync::mpsc::unbounded_channel();
 /// Controller::new()
 ///     .cluster(east.clone())
 ///     .cluster(west.clone())
 ///     .watch("east", Watch::of::<ConfigMap>())?
 ///     .watch("west", Watch::of::<ConfigMap>().labels("app=web"))?
 ///     .run(
-///         reconciler_fn(|key, ctx| async move {
-///             let exists = ctx.get(&key).is_some();
-///             println!("{key} exists={exists}");
-///             Ok::<_, kubesync::Error>(Action::done())
+///         reconciler_fn(move |key, ctx| {
+///             let reconciled = reconciled.clone();
+///             async move {
+///                 let exists = ctx.get(&key).is_some();
+///                 println!("{key} exists={exists}");
+///                 let _ = reconciled.send(key);
+///                 Ok::<_, kubesync::Error>(Action::done())
+///             }
 ///         }),
-///         shutdown_signal(),
+///         // An operator runs until SIGTERM (`runtime::shutdown_signal()`); this example until
+///         // its first reconcile.
+///         async move {
+///             first.recv().await;
+///         },
 ///     )
-///     .await
-/// # }
+///     .await?;
+/// # Ok(()) }
 /// ```
 #[must_use]
 pub struct Controller {
