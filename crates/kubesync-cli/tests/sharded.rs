@@ -467,8 +467,13 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
     let took = killed_at.elapsed();
     copies_held_follow_the_share(&survivors, T).await;
     println!("SIGKILL: units moved after {moved:?}, converged after {took:?}");
-    if took > LEASE + Duration::from_secs(5) {
-        late.push(format!("SIGKILL: converged {took:?} after the kill"));
+    // A generous bound on this machine's clock (the measured figure is printed above): the
+    // dead member's Lease expires after LEASE, then its units move and are decided on.
+    if took > 2 * LEASE {
+        late.push(format!(
+            "SIGKILL: converged {took:?} after the kill (bound {:?})",
+            2 * LEASE
+        ));
     }
     // The sources of the units it worked on change: the new owners copy them.
     let moved = owned_by(REPLICAS[0], &REPLICAS);
@@ -498,8 +503,13 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
         "SIGTERM: units moved after {handed:?}, converged after {:?}",
         stopped_at.elapsed()
     );
-    if handed > Duration::from_secs(3) {
-        late.push(format!("SIGTERM: handed over {handed:?} after the stop"));
+    // A stop hands over at once (its member Lease released, not left to expire): a generous
+    // bound, far below the Lease's expiry, on this machine's clock (measured figure above).
+    if handed > LEASE / 2 {
+        late.push(format!(
+            "SIGTERM: handed over {handed:?} after the stop (bound {:?})",
+            LEASE / 2
+        ));
     }
     let code = tokio::task::spawn_blocking(move || stopping.0.wait().expect("wait"))
         .await

@@ -176,6 +176,7 @@ async fn one_key_is_never_reconciled_concurrently() {
         .watch("east", Watch::of::<ConfigMap>().namespace(&ns))
         .expect("watch")
         .concurrency(8);
+    let ctx = controller.context();
     let running = start(
         controller,
         reconciler_fn(move |key, _ctx| {
@@ -202,12 +203,39 @@ async fn one_key_is_never_reconciled_concurrently() {
             apply_cm(east, &configmap(&ns, name, &[], &[("n", &i.to_string())])).await;
         }
     }
-    eventually("quiet", Duration::from_secs(30), || {
-        let idle = per_key.lock().expect("lock").values().all(|c| *c == 0);
-        async move { idle.then_some(()) }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Witnessed, in order, on each key: its last reconcile began on its last version (so the
+    // burst's every event was decided on); then the controller stops (no reconcile starts
+    // after), and the counts are final.
+    let api: Api<ConfigMap> = Api::namespaced(east.client().expect("client"), &ns);
+    for name in ["a", "b", "c"] {
+        let last = api
+            .get(name)
+            .await
+            .expect("get")
+            .resource_version()
+            .expect("rv");
+        let key = ObjectKey::new(
+            "east",
+            &ApiResource::erase::<ConfigMap>(&()),
+            Some(ns.clone()),
+            name,
+        );
+        eventually(
+            &format!("{name} reconciled at {last}"),
+            Duration::from_secs(30),
+            || {
+                let mark = ctx.metrics().last_reconcile(&key);
+                let last = last.clone();
+                async move { mark.filter(|m| m.resource_version == last) }
+            },
+        )
+        .await;
+    }
+    running.stop().await;
+    assert!(
+        per_key.lock().expect("lock").values().all(|c| *c == 0),
+        "every reconcile ended"
+    );
     assert_eq!(
         max_same_key.load(Ordering::SeqCst),
         1,
@@ -226,7 +254,6 @@ async fn one_key_is_never_reconciled_concurrently() {
         total_runs < 3 * 16,
         "events must be deduplicated, got {total_runs} runs"
     );
-    running.stop().await;
 }
 
 /// A third cluster whose apiserver is down does not stop the other two; its state says why,
