@@ -576,15 +576,23 @@ async fn a_tightened_crd_keeps_the_objects_stored_before_working() {
         "apps",
         &resource("objectsyncs"),
     );
+    // Each attempt names a new object: one created before the new schema was in force would
+    // be kept working by the very ratcheting under test, and never refused.
+    let attempt = std::sync::atomic::AtomicUsize::new(0);
     eventually("the tightening in force", T, || async {
+        let name = format!("new-{}", attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let new = serde_json::json!({
             "apiVersion": "kubesync.io/v1alpha1", "kind": "ObjectSync",
-            "metadata": {"name": "new", "namespace": "apps"},
+            "metadata": {"name": name, "namespace": "apps"},
             "spec": {"source": {"kind": "Secret", "name": "registry"}, "destinations": [{"namespace": "team-a"}]}
         });
         let refused = objectsyncs
-            .patch("new", &PatchParams::apply("test"), &Patch::Apply(new))
+            .patch(&name, &PatchParams::apply("test"), &Patch::Apply(new))
             .await;
+        if refused.is_ok() {
+            // Accepted under the old schema: gone again before the operator starts.
+            let _ = objectsyncs.delete(&name, &Default::default()).await;
+        }
         matches!(refused, Err(kube::Error::Api(s)) if s.code == 422).then_some(())
     })
     .await;
