@@ -349,12 +349,7 @@ impl Executor {
         existing: Option<&DynamicObject>,
     ) -> Result<bool> {
         let (at, desired, strategy, ignore) = (&w.at, &w.desired, w.strategy, &w.ignore);
-        let cluster = ctx.require_cluster(&at.cluster)?;
-        // Written as the declaration's identity, when it acts as one: the apiserver decides.
-        let cluster = match &acting_as {
-            Some(who) => cluster.acting_as(who),
-            None => cluster,
-        };
+        let cluster = writing_as(ctx, at, acting_as)?;
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
                 // Conditional on the object decided on: never takes over an object that
@@ -430,11 +425,7 @@ impl Executor {
         w: &Write,
         existing: Option<&DynamicObject>,
     ) -> Result<bool> {
-        let cluster = ctx.require_cluster(&w.at.cluster)?;
-        let cluster = match acting_as {
-            Some(who) => cluster.acting_as(who),
-            None => cluster,
-        };
+        let cluster = writing_as(ctx, &w.at, acting_as)?;
         tracing::info!(destination = %w.at, "immutable field changed; recreating the copy");
         let uid = existing.and_then(|e| e.metadata.uid.as_deref());
         self.delete_in(&cluster, ar, &w.at, uid).await?;
@@ -555,6 +546,20 @@ fn refused_as(job: &Job, at: &DestinationRef, e: &Error) -> String {
         }
         _ => message,
     }
+}
+
+/// The cluster of `at` as a copy is written there: as the declaration's identity when it acts
+/// as one (the apiserver's RBAC decides), else with the cluster's own credentials.
+fn writing_as(
+    ctx: &Context,
+    at: &DestinationRef,
+    acting_as: Option<&crate::ActAs>,
+) -> Result<crate::Cluster> {
+    let cluster = ctx.require_cluster(&at.cluster)?;
+    Ok(match acting_as {
+        Some(who) => cluster.acting_as(who),
+        None => cluster,
+    })
 }
 
 /// What a write (or a recreation) at `at` ended with, as the rules of [`rules::settle`] tell
