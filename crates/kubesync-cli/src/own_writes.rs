@@ -36,24 +36,39 @@ impl OwnWrites {
         &self.writer
     }
 
-    /// Writes the status of one of the operator's own resources (a merge patch).
+    /// Writes the status of one of the operator's own resources (a merge patch), decided on
+    /// `obj` as read: only if the object is still at `obj`'s resourceVersion
+    /// ([`Writer::write_status`]). A status refused because the object changed since (another
+    /// replica's write after this one was paused, an edit) is not an error: the change
+    /// enqueues the object again, and that reconcile decides on what it shows.
     pub async fn patch_status<K, S>(&self, obj: &K, status: &S) -> kubesync::Result<()>
     where
         K: Resource<DynamicType = ()> + ResourceExt,
         S: serde::Serialize,
     {
-        let patch = serde_json::json!({ "status": status });
-        self.writer
-            .merge_patch_status(
+        let mut observed = DynamicObject::new(&obj.name_any(), &ApiResource::erase::<K>(&()));
+        observed.metadata.namespace = obj.namespace();
+        observed.metadata.resource_version = obj.resource_version();
+        let written = self
+            .writer
+            .write_status(
                 &self.local,
                 &ApiResource::erase::<K>(&()),
-                obj.namespace().as_deref(),
-                &obj.name_any(),
-                &patch,
+                &observed,
+                &serde_json::to_value(status)?,
                 FIELD_MANAGER,
             )
-            .await?;
-        Ok(())
+            .await;
+        match written {
+            Err(kubesync::Error::Kube(kube::Error::Api(e))) if e.is_conflict() => {
+                tracing::debug!(
+                    object = %obj.name_any(),
+                    "status not written: the object changed since it was decided on"
+                );
+                Ok(())
+            }
+            other => other.map(drop),
+        }
     }
 
     /// Adds or removes one of the operator's finalizers on one of its own resources.

@@ -269,21 +269,32 @@ fn received_since(e: &AuditEvent, at: jiff::Timestamp) -> bool {
 }
 
 /// Asserts what the log shows after a replica woke at `woke` (`after`: what was logged
-/// since): it sent no write at all, and nobody wrote a copy (every copy was in sync).
+/// since): none of its writes took effect, and nobody wrote a copy (every copy was in sync).
+/// A write the fence let out just before the freeze may still reach the apiserver after the
+/// wake; every write carries the resourceVersion it was decided on (copies, finalizers and
+/// status alike), so such a write is refused (409) once the others wrote the object since, and
+/// could only land on the very object it was decided on. Refused writes are printed.
 fn nothing_written_after_the_wake(after: &[AuditEvent], woken: &Replica, woke: jiff::Timestamp) {
     let after: Vec<&AuditEvent> = after.iter().filter(|e| received_since(e, woke)).collect();
-    let by_woken: Vec<String> = after
+    let (landed, refused): (Vec<&AuditEvent>, Vec<&AuditEvent>) = after
         .iter()
         .filter(|e| e.is_write() && e.acting_user() == woken.user())
-        .map(|e| e.describe())
-        .collect();
+        .partition(|e| e.succeeded());
+    let landed: Vec<String> = landed.iter().map(|e| e.describe()).collect();
     assert!(
-        by_woken.is_empty(),
+        landed.is_empty(),
         "{} wrote {} times after it woke: {:?}",
         woken.account,
-        by_woken.len(),
-        &by_woken[..by_woken.len().min(10)]
+        landed.len(),
+        &landed[..landed.len().min(10)]
     );
+    if !refused.is_empty() {
+        let refused: Vec<String> = refused.iter().map(|e| e.describe()).collect();
+        println!(
+            "{}: sent after the wake and refused: {refused:?}",
+            woken.account
+        );
+    }
     let copies = after.iter().filter(|e| is_copy_write(e)).count();
     assert_eq!(copies, 0, "copies written after the wake, all in sync");
 }
@@ -571,4 +582,78 @@ async fn a_leader_cut_off_stops_writing_before_its_lease_can_expire() {
     each_copy_written_by_one_replica(&log);
     drop(proxy);
     watch.abort();
+}
+
+/// The gate's third question, for the operator's own status writes: a status decided on an
+/// ObjectSync that changed since (as a paused replica's would be, once another took its work
+/// over) is refused by the apiserver and changes nothing; decided on the object as it is, it is
+/// written; and one sent again from a store behind the write is not sent at all.
+#[tokio::test]
+async fn a_status_decided_on_an_older_object_changes_nothing() {
+    use kubesync_cli::crd::{ObjectSync, ObjectSyncStatus};
+    let env = common::operator_cluster_from(
+        TestEnv::builder().name("fence-status").audit(true),
+        &["team"],
+    )
+    .await;
+    let client = env.client().expect("client");
+    env.apply_yaml(
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: s, namespace: team}\nspec:\n  source: {kind: ConfigMap, name: c}\n  destinations:\n  - {namespace: x}\n",
+    )
+    .await
+    .expect("objectsync");
+    let syncs = Api::<ObjectSync>::namespaced(client.clone(), "team");
+    let stale = syncs.get("s").await.expect("get");
+    let writes = kubesync_cli::own_writes::OwnWrites::new(
+        kubesync::Cluster::new("local", client.clone()),
+        kubesync::Writer::new(),
+    );
+    let status = |total| ObjectSyncStatus {
+        total,
+        ..Default::default()
+    };
+    // Someone changes it (here: a label; another replica's status would do the same).
+    syncs
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"changed": "yes"}}})),
+        )
+        .await
+        .expect("change");
+    let audit_mark = env.audit().expect("audit").len();
+    writes
+        .patch_status(&stale, &status(7))
+        .await
+        .expect("a refused status is not an error");
+    let current = syncs.get("s").await.expect("get");
+    assert_eq!(
+        current.status.as_ref().map(|s| s.total).unwrap_or_default(),
+        0,
+        "the status decided on the older object changed nothing"
+    );
+    let sent: Vec<u16> = env.audit().expect("audit")[audit_mark..]
+        .iter()
+        .filter(|e| e.is_write() && e.resource() == "objectsyncs")
+        .map(|e| e.code())
+        .collect();
+    assert_eq!(sent, [409], "sent once, refused as a conflict");
+    // Decided on the object as it is: written.
+    writes
+        .patch_status(&current, &status(3))
+        .await
+        .expect("status");
+    let written = syncs.get("s").await.expect("get");
+    assert_eq!(written.status.as_ref().map(|s| s.total), Some(3));
+    // The same decision again, from a store that does not show the write yet: nothing sent.
+    let mark = env.audit().expect("audit").len();
+    writes
+        .patch_status(&current, &status(3))
+        .await
+        .expect("status");
+    let again = env.audit().expect("audit")[mark..]
+        .iter()
+        .filter(|e| e.is_write() && e.resource() == "objectsyncs")
+        .count();
+    assert_eq!(again, 0, "a write already made is not sent again");
 }

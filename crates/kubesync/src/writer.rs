@@ -421,6 +421,41 @@ impl Writer {
         .await
     }
 
+    /// Writes `status` (a merge patch of the status subresource) to the object `observed`, on
+    /// the condition that it is still at the resourceVersion the status was decided on: a
+    /// status decided on an object someone changed since (another replica that took the work
+    /// over while this one was paused, a user's edit) is refused by the apiserver as a
+    /// conflict instead of overwriting what was decided on the newer object — the change
+    /// brings its own decision. Sends nothing if this writer sent the same write already and
+    /// `observed` is older than its answer (a store behind the write).
+    pub async fn write_status(
+        &self,
+        cluster: &Cluster,
+        ar: &ApiResource,
+        observed: &DynamicObject,
+        status: &Value,
+        field_manager: &str,
+    ) -> Result<Option<DynamicObject>> {
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": observed.metadata.resource_version},
+            "status": status,
+        });
+        if self.already_written(cluster, ar, observed, ("status", field_manager), &patch) {
+            return Ok(None);
+        }
+        let name = observed.metadata.name.as_deref().unwrap_or_default();
+        self.merge_patch_status(
+            cluster,
+            ar,
+            observed.metadata.namespace.as_deref(),
+            name,
+            &patch,
+            field_manager,
+        )
+        .await
+        .map(Some)
+    }
+
     /// Sends a JSON patch (RFC 6902: `test`, `replace`, … operations) to an object; a failed
     /// `test` changes nothing.
     pub async fn json_patch(
