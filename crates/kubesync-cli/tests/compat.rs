@@ -679,7 +679,7 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
     })
     .await;
     let writes_before = operator_writes(&env, "secrets", "team-a", "db").len();
-    secrets("team-a")
+    let edited = secrets("team-a")
         .patch(
             "db",
             &PatchParams::default(),
@@ -687,6 +687,27 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
         )
         .await
         .expect("edit the copy");
+    // Witnessed: a reconcile of the source that decided on a store showing the edit.
+    let secret = |ns: &str| {
+        kubesync::ObjectKey::new(
+            "local",
+            &kube::core::ApiResource::erase::<Secret>(&()),
+            Some(ns.into()),
+            "db",
+        )
+    };
+    reconciled_after_seeing(
+        &running.operator.context().expect("context"),
+        &secret("team-a"),
+        &edited.metadata.resource_version.expect("resourceVersion"),
+        &secret("ops"),
+    )
+    .await;
+    assert_eq!(
+        operator_writes(&env, "secrets", "team-a", "db").len(),
+        writes_before,
+        "the edited copy is not written back"
+    );
     // A reconcile of the source after the edit (a new namespace it selects) writes there, and
     // leaves the edited copy as it is.
     env.create_namespace("team-b").await.expect("team-b");

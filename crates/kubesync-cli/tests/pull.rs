@@ -448,9 +448,10 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         .await;
     }
     // Someone edits a copy meanwhile: with its source unknown it stays as it is (its repair
-    // waits for the hub).
-    for spoke in [&east, &west] {
-        Api::<Secret>::namespaced(spoke.client().expect("client"), "apps-1")
+    // waits for the hub). Witnessed per spoke: a reconcile of the declaration that decided on
+    // a store showing the edit.
+    for (spoke, operator) in [(&east, &east_operator), (&west, &west_operator)] {
+        let edited = Api::<Secret>::namespaced(spoke.client().expect("client"), "apps-1")
             .patch(
                 "tls-1",
                 &PatchParams::default(),
@@ -458,6 +459,21 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
             )
             .await
             .expect("edit a copy");
+        let ctx = operator.operator.context().expect("context");
+        let copy = kubesync::ObjectKey::new(
+            "local",
+            &kube::core::ApiResource::erase::<Secret>(&()),
+            Some("apps-1".into()),
+            "tls-1",
+        );
+        let declaration = kubesync::ObjectKey::new(
+            "local",
+            &kube::core::ApiResource::erase::<ObjectSync>(&()),
+            Some("ops".into()),
+            "tls",
+        );
+        let rv = edited.metadata.resource_version.expect("resourceVersion");
+        reconciled_after_seeing(&ctx, &copy, &rv, &declaration).await;
     }
     for key in [
         "/registry/configmaps/ops/settings",

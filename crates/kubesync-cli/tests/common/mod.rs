@@ -179,6 +179,42 @@ pub async fn reconciled_at(
     .await
 }
 
+/// Waits (at most [`T`]) until `ctx`'s stores show `object` at `resource_version` or newer
+/// (a change the test made), then enqueues `key` and waits until a reconcile of it began after
+/// that and finished: a reconcile that decided on a store showing the change — the ordered
+/// witness that the change was judged, before a test asserts what it did (or did not) lead
+/// to. (The change's own event may have started one before the stores were looked at; the
+/// enqueue makes sure one starts after.)
+pub async fn reconciled_after_seeing(
+    ctx: &kubesync::runtime::Context,
+    object: &kubesync::ObjectKey,
+    resource_version: &str,
+    key: &kubesync::ObjectKey,
+) -> kubesync::runtime::LastReconcile {
+    kubesync_testenv::eventually(
+        &format!("{object} at {resource_version} in the stores"),
+        T,
+        || async {
+            ctx.get_metadata(object)
+                .and_then(|o| o.metadata.resource_version.clone())
+                .filter(|rv| at_or_after(rv, resource_version))
+        },
+    )
+    .await;
+    let seen = std::time::Instant::now();
+    ctx.enqueue(key.clone());
+    kubesync_testenv::eventually(
+        &format!("a reconcile of {key} after {object} at {resource_version}"),
+        T,
+        || async {
+            ctx.metrics()
+                .last_reconcile(key)
+                .filter(|r| r.started >= seen)
+        },
+    )
+    .await
+}
+
 /// Waits (at most [`T`]) until the log at `path` (a binary's, at `debug` for the runtime's
 /// controller) shows a finished reconcile of `key` (as its `Display` writes it) that began
 /// on a store showing its object at `resource_version` or newer: the binary's witness of
