@@ -426,8 +426,12 @@ impl Writer {
     /// status decided on an object someone changed since (another replica that took the work
     /// over while this one was paused, a user's edit) is refused by the apiserver as a
     /// conflict instead of overwriting what was decided on the newer object — the change
-    /// brings its own decision. Sends nothing if this writer sent the same write already and
-    /// `observed` is older than its answer (a store behind the write).
+    /// brings its own decision.
+    ///
+    /// A store behind this writer's own writes is not someone else's change: if this writer
+    /// wrote the object (its status, or a merge patch such as a finalizer's, by the same
+    /// `field_manager`) more recently than `observed` shows, the condition is the version its
+    /// own last write left; and the same status sent already is not sent again.
     pub async fn write_status(
         &self,
         cluster: &Cluster,
@@ -436,24 +440,50 @@ impl Writer {
         status: &Value,
         field_manager: &str,
     ) -> Result<Option<DynamicObject>> {
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": observed.metadata.resource_version},
-            "status": status,
-        });
-        if self.already_written(cluster, ar, observed, ("status", field_manager), &patch) {
+        let namespace = observed.metadata.namespace.as_deref();
+        let name = observed.metadata.name.as_deref().unwrap_or_default();
+        let target = (cluster, ar, namespace, name);
+        let body = serde_json::json!({ "status": status });
+        let own = self.last_written(target, field_manager);
+        let seen = observed
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        if self.already_written(cluster, ar, observed, ("status", field_manager), &body) {
             return Ok(None);
         }
-        let name = observed.metadata.name.as_deref().unwrap_or_default();
-        self.merge_patch_status(
-            cluster,
-            ar,
-            observed.metadata.namespace.as_deref(),
-            name,
-            &patch,
-            field_manager,
+        let basis = match (own, seen) {
+            (Some(own), Some(seen)) if own > seen => Some(own.to_string()),
+            _ => observed.metadata.resource_version.clone(),
+        };
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": basis},
+            "status": status,
+        });
+        self.send(
+            target,
+            (&Patch::Merge(&patch), fingerprint(&body)),
+            ("status", field_manager),
+            true,
         )
         .await
         .map(Some)
+    }
+
+    /// The newest resourceVersion this writer's remembered status and merge writes by
+    /// `field_manager` left on `target`.
+    fn last_written(
+        &self,
+        target: (&Cluster, &ApiResource, Option<&str>, &str),
+        field_manager: &str,
+    ) -> Option<u64> {
+        let recent = self.recent.lock();
+        ["status", "merge"]
+            .iter()
+            .filter_map(|kind| recent.written.get(&write_key(target, kind, field_manager)))
+            .map(|w| w.resource_version)
+            .max()
     }
 
     /// Sends a JSON patch (RFC 6902: `test`, `replace`, … operations) to an object; a failed
