@@ -28,8 +28,10 @@
 //! 1.2× the time without them.
 //!
 //! Scenario 2, many synced objects: on a fresh control plane, 10 ObjectSyncs (10 small
-//! source Secrets) × 1000 namespaces = 10 000 copies; the same measurement (time to all
-//! copies, RSS after [`SETTLE`]), once per side, once more for kubesync with
+//! source Secrets) × 500 namespaces = 5 000 copies, then on another × 1000 namespaces =
+//! 10 000 copies; the same measurement (time to all copies, RSS after [`SETTLE`]), once per
+//! side — the slope between the two sizes is printed as bytes per copy, both sides, with what
+//! 100 000 copies would take (goal ≤ 1.5 KiB a copy) — and at 10 000, once more for kubesync with
 //! `--list-strategy list-watch` (plain lists where the apiserver serves streaming ones: the
 //! difference is what streaming lists save), and once for kubesync with glibc's default malloc
 //! settings. Goal: kubesync's RSS below 64 MiB.
@@ -313,20 +315,63 @@ async fn unrelated_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
 
 /// Scenario 2: `objectsyncs` sources × `namespaces` destinations, no unrelated Secrets.
 async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
-    let sources: Vec<String> = (0..size.objectsyncs).map(|i| format!("src-{i}")).collect();
-    let names: Vec<&str> = sources.iter().map(String::as_str).collect();
-    let destinations: Vec<String> = (0..size.namespaces).map(|i| format!("t-{i}")).collect();
-    let setup = Setup::start("bench-memory-synced", logs, &names, &destinations).await?;
-    let copies = size.objectsyncs * size.namespaces;
-    let (k, l, d, p) = (
-        setup.run(Side::Kubesync).await?,
-        setup.run(Side::KubesyncListWatch).await?,
-        setup.run(Side::KubesyncMallocDefaults).await?,
-        setup.run(Side::Plain).await?,
-    );
+    // Half the namespaces first (kubesync and the plain reflector only), then all: the slope
+    // between the two is what one more copy costs.
+    let half = synced_run(size.objectsyncs, size.namespaces / 2, logs, false).await?;
+    let full = synced_run(size.objectsyncs, size.namespaces, logs, true).await?;
+    let copies = |n: usize| (size.objectsyncs * n) as f64;
+    let added = copies(size.namespaces) - copies(size.namespaces / 2);
+    let slope = |a: f64, b: f64| (b - a) / added;
     println!(
-        "memory: {copies} synced objects ({} ObjectSyncs × {} namespaces; time: from the spawn to all copies)",
-        size.objectsyncs, size.namespaces
+        "memory per copy (the slope between {} and {} copies): kubesync {:.0} B (peak {:.0} B), plain reflector {:.0} B (peak {:.0} B); 100 000 copies would take about {:.0} MiB with kubesync (goal ≤ 1.5 KiB a copy: {})",
+        copies(size.namespaces / 2),
+        copies(size.namespaces),
+        slope(half.0.rss, full.0.rss),
+        slope(half.0.peak, full.0.peak),
+        slope(half.1.rss, full.1.rss),
+        slope(half.1.peak, full.1.peak),
+        (full.0.rss + slope(half.0.rss, full.0.rss) * (100_000.0 - copies(size.namespaces))) / MIB,
+        if slope(half.0.rss, full.0.rss) <= 1536.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+    Ok(())
+}
+
+/// Scenario 2 at one size: `objectsyncs` × `namespaces` copies on a fresh control plane;
+/// with `variants`, kubesync also with plain lists and with glibc's malloc defaults. Returns
+/// kubesync's run and the plain reflector's.
+async fn synced_run(
+    objectsyncs: usize,
+    namespaces: usize,
+    logs: &Path,
+    variants: bool,
+) -> anyhow::Result<(Run, Run)> {
+    let sources: Vec<String> = (0..objectsyncs).map(|i| format!("src-{i}")).collect();
+    let names: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let destinations: Vec<String> = (0..namespaces).map(|i| format!("t-{i}")).collect();
+    let setup = Setup::start(
+        &format!("bench-memory-synced-{namespaces}"),
+        logs,
+        &names,
+        &destinations,
+    )
+    .await?;
+    let copies = objectsyncs * namespaces;
+    let k = setup.run(Side::Kubesync).await?;
+    let variants = if variants {
+        Some((
+            setup.run(Side::KubesyncListWatch).await?,
+            setup.run(Side::KubesyncMallocDefaults).await?,
+        ))
+    } else {
+        None
+    };
+    let p = setup.run(Side::Plain).await?;
+    println!(
+        "memory: {copies} synced objects ({objectsyncs} ObjectSyncs × {namespaces} namespaces; time: from the spawn to all copies)"
     );
     let goal = if copies >= 10_000 {
         format!(
@@ -342,18 +387,20 @@ async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
         k.peak / MIB,
         k.converged.as_secs_f64()
     );
-    println!(
-        "  kubesync, list+watch  RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
-        l.rss / MIB,
-        l.peak / MIB,
-        l.converged.as_secs_f64()
-    );
-    println!(
-        "  kubesync, glibc's malloc defaults  RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
-        d.rss / MIB,
-        d.peak / MIB,
-        d.converged.as_secs_f64()
-    );
+    if let Some((l, d)) = &variants {
+        println!(
+            "  kubesync, list+watch  RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
+            l.rss / MIB,
+            l.peak / MIB,
+            l.converged.as_secs_f64()
+        );
+        println!(
+            "  kubesync, glibc's malloc defaults  RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
+            d.rss / MIB,
+            d.peak / MIB,
+            d.converged.as_secs_f64()
+        );
+    }
     println!(
         "  plain reflector   RSS {:.1} MiB, peak {:.1} MiB | all copies after {:.2} s",
         p.rss / MIB,
@@ -361,7 +408,7 @@ async fn synced_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
         p.converged.as_secs_f64()
     );
     println!("  kubesync/plain    {}", ratios(&k, &p));
-    Ok(())
+    Ok((k, p))
 }
 
 /// The medians of runs' numbers, each taken separately.

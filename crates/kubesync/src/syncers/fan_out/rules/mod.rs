@@ -60,11 +60,39 @@ impl<F: ?Sized> PartialEq for Shared<F> {
 impl<F: ?Sized> Eq for Shared<F> {}
 
 /// A copy as kubesync holds it in its stores (a watch transform): without the fields no
-/// destination may set ([`allocated::strip_held`]), and its large values as digests
-/// ([`digest::shrink`]).
+/// destination may set ([`allocated::strip_held`]), its large values as digests
+/// ([`digest::shrink`]), and its field ownership as only the decisions read it
+/// ([`hold_ownership`]). A packed copy is parsed on every reconcile of its declaration, and
+/// its managedFields were most of what that parse allocated.
 pub fn hold(copy: &mut kube::api::DynamicObject) {
     allocated::strip_held(copy);
     digest::shrink(copy);
+    hold_ownership(copy);
+}
+
+/// A copy's managedFields as the decisions read them: each entry's `fieldsV1` tree as its text
+/// ([`compact_managed_fields`](crate::object::compact_managed_fields)), and without kubesync's
+/// own `Apply` entries unless kubesync also holds an `Update` entry there. Drift attribution
+/// ([`drift()`]) and the fields left to named managers ([`ignore`]) read the other managers'
+/// entries only; kubesync's own are read only to hand an `Update` entry's fields to the
+/// `Apply` entry ([`ownership_upgrade`]), and then they are all kept.
+pub fn hold_ownership(copy: &mut kube::api::DynamicObject) {
+    crate::object::compact_managed_fields(copy);
+    let Some(entries) = copy.metadata.managed_fields.as_mut() else {
+        return;
+    };
+    let own = |e: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+        e.manager.as_deref() == Some(FIELD_MANAGER) && e.subresource.is_none()
+    };
+    if !entries
+        .iter()
+        .any(|e| own(e) && e.operation.as_deref() == Some("Update"))
+    {
+        entries.retain(|e| !own(e));
+    }
+    if entries.is_empty() {
+        copy.metadata.managed_fields = None;
+    }
 }
 
 /// A consent object as the fan-out holds it in its stores (a watch transform): its name, namespace, labels (kubesync's mark
@@ -152,6 +180,63 @@ mod fixtures {
 mod tests {
     use kube::ResourceExt;
     use kube::api::DynamicObject;
+
+    #[test]
+    fn a_copy_is_held_with_its_field_ownership_as_text_and_read_the_same() {
+        let raw = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n", "managedFields": [
+                {"manager": "kubesync", "operation": "Apply", "apiVersion": "v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}},
+                {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:b": {}}}}
+            ]},
+            "data": {"a": "1", "b": "edited"}
+        });
+        let mut held: DynamicObject = serde_json::from_value(raw.clone()).expect("copy");
+        super::hold(&mut held);
+        let entries = held.metadata.managed_fields.as_ref().expect("entries");
+        // Each entry's tree is one string: a packed copy parses into a few allocations.
+        assert!(
+            entries
+                .iter()
+                .all(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.is_string()))
+        );
+        let tree: DynamicObject = serde_json::from_value(raw.clone()).expect("copy");
+        let edit = &tree.metadata.managed_fields.as_ref().expect("entries")[1];
+        assert_eq!(
+            crate::object::fields_v1(&entries[0]),
+            crate::object::fields_v1(edit)
+        );
+        // Drift is attributed the same on the held copy as on the object.
+        let mut desired = tree.clone();
+        desired.data["data"]["b"] = serde_json::json!("2");
+        let changed = super::changed_fields(&tree, &desired, super::Strategy::Apply);
+        assert_eq!(
+            super::drift(&held, &desired, &changed, super::FIELD_MANAGER),
+            super::drift(&tree, &desired, &changed, super::FIELD_MANAGER)
+        );
+        assert!(super::drift(&held, &desired, &changed, super::FIELD_MANAGER).is_some());
+        // With an Update entry of kubesync's (a copy created by a POST), every entry is held:
+        // the ownership upgrade rewrites them all.
+        let mut posted: DynamicObject = serde_json::from_value(raw).expect("copy");
+        posted.metadata.managed_fields.as_mut().expect("entries")[1].manager =
+            Some("kubesync".into());
+        super::hold(&mut posted);
+        assert_eq!(posted.metadata.managed_fields.map(|m| m.len()), Some(2));
+        // kubesync's own Apply entry is not held (nothing reads it); another manager's is.
+        assert_eq!(
+            entries
+                .iter()
+                .map(|e| e.manager.as_deref().unwrap_or_default())
+                .collect::<Vec<_>>(),
+            ["kubectl-edit"]
+        );
+        // Through the packed text and back, as the store keeps it.
+        let text = serde_json::to_string(&held).expect("text");
+        let back: DynamicObject = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back.metadata.managed_fields, held.metadata.managed_fields);
+    }
 
     #[test]
     fn consent_objects_are_held_without_what_they_do_not_say() {
