@@ -210,8 +210,14 @@ impl FanOut {
             "fan-out planned"
         );
         let statuses = plan.statuses.clone();
+        // The copies as read for the plan go before its writes are carried out (a write keeps
+        // the copy it was decided on): a declaration's copies are not held, parsed, for as
+        // long as its writes take.
+        drop(stores);
+        let mut facts = facts;
+        let copies = std::mem::take(&mut facts.owned).len();
         let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
-        let outcome = assemble(&decl, &watched, Some((&facts, statuses, executed)));
+        let outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
         self.watches.follow_up(ctx, &decl, &outcome);
         Ok(outcome)
     }
@@ -238,7 +244,7 @@ impl FanOut {
 fn assemble(
     decl: &Declaration,
     watched: &Watched,
-    decided: Option<(&Facts, Vec<DestinationStatus>, Executed)>,
+    decided: Option<(&Facts, usize, Vec<DestinationStatus>, Executed)>,
 ) -> Outcome {
     let mut outcome = Outcome {
         ready: watched.ready,
@@ -246,7 +252,7 @@ fn assemble(
         source_cluster: decl.spec.source.cluster.clone(),
         ..Default::default()
     };
-    let Some((facts, mut destinations, executed)) = decided else {
+    let Some((facts, copies, mut destinations, executed)) = decided else {
         outcome.ready = false;
         return outcome;
     };
@@ -259,7 +265,7 @@ fn assemble(
         source_unreachable: facts.source_unreachable.clone(),
         source_found: !facts.sources.is_empty(),
         sources: facts.sources.len(),
-        remaining_copies: facts.owned.len().saturating_sub(executed.deleted),
+        remaining_copies: copies.saturating_sub(executed.deleted),
         source_versions: facts
             .sources
             .iter()
