@@ -158,6 +158,8 @@ fn name_of(obj: &DynamicObject) -> &str {
 /// destination is decided by [`decide_at`]. In [`Mode::Report`], and for a refused spec,
 /// only the deletes whose consent was withdrawn are carried out ([`as_declared`]).
 pub fn plan<S: Stores>(snapshot: &Snapshot<'_, S>) -> Plan {
+    // Each large value the destinations want is hashed once for the whole plan.
+    let _memo = rules::digest::Memo::start();
     let plan = match snapshot.source_unreachable {
         Some(why) => keep_while_unknown(snapshot, why),
         None => decide_all(snapshot),

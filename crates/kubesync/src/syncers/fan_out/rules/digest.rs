@@ -30,6 +30,8 @@ pub const SHRINK_KEYS: usize = 64;
 /// The SHA-256 of `value`'s canonical form (object keys sorted, every value tagged with its
 /// type and length), in hex. Equal values have equal digests whatever their key order.
 pub fn digest(value: &Value) -> String {
+    #[cfg(test)]
+    HASHED.with(|n| n.set(n.get() + 1));
     let mut hasher = Sha256::new();
     feed(&mut hasher, value);
     hasher
@@ -136,14 +138,78 @@ pub fn shrink(copy: &mut DynamicObject) {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many values [`digest`] hashed on this thread.
+    static HASHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// The wanted values [`same`] hashed on this thread within the current [`Memo`], with
+    /// their digests; `None` outside one.
+    static MEMO: std::cell::RefCell<Option<Vec<(Value, String)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// While it lives, each distinct wanted value [`same`] compares with a digest is hashed once on
+/// this thread, and found again by equality (a comparison of its bytes, not a hash of them): a
+/// plan holds one for its decisions, so a large value copied into a hundred destinations is
+/// hashed once per reconcile instead of once per destination. It keeps each such value until
+/// it is dropped (one per distinct large value of the plan's sources). Nested, the outer one
+/// is kept.
+#[must_use = "the memo lasts as long as this guard"]
+pub struct Memo {
+    owns: bool,
+}
+
+impl Memo {
+    /// Starts a memo on this thread (or joins the one already started).
+    pub fn start() -> Self {
+        let owns = MEMO.with(|m| {
+            let mut m = m.borrow_mut();
+            let fresh = m.is_none();
+            if fresh {
+                *m = Some(Vec::new());
+            }
+            fresh
+        });
+        Self { owns }
+    }
+}
+
+impl Drop for Memo {
+    fn drop(&mut self) {
+        if self.owns {
+            MEMO.with(|m| *m.borrow_mut() = None);
+        }
+    }
+}
+
+/// The digest of `wanted`, from the [`Memo`] if one is started and has seen an equal value.
+fn digest_of_wanted(wanted: &Value) -> String {
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        let Some(seen) = m.as_mut() else {
+            return digest(wanted);
+        };
+        if let Some((_, d)) = seen.iter().find(|(v, _)| v == wanted) {
+            return d.clone();
+        }
+        let d = digest(wanted);
+        seen.push((wanted.clone(), d.clone()));
+        d
+    })
+}
+
 /// Whether a held value (perhaps shrunk) is the wanted one: equal, or a digest of it, or a map
-/// with the same keys whose values are each [`same`].
+/// with the same keys whose values are each [`same`]. Within a [`Memo`], each distinct wanted
+/// value is hashed once.
 pub fn same(held: &Value, wanted: &Value) -> bool {
     if held == wanted {
         return true;
     }
     if let Some(d) = is_digest(held) {
-        return digest(wanted) == d;
+        return digest_of_wanted(wanted) == d;
     }
     match (held, wanted) {
         (Value::Object(h), Value::Object(w)) => {
@@ -157,6 +223,37 @@ pub fn same(held: &Value, wanted: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn within_a_memo_each_distinct_value_is_hashed_once() {
+        let big = |c: char| json!({"blob": c.to_string().repeat(5000)});
+        let held = shrink_value(big('a'));
+        let other = shrink_value(big('b'));
+        let hashed = || HASHED.with(|n| n.get());
+        // Without a memo: once per comparison.
+        let before = hashed();
+        for _ in 0..3 {
+            assert!(same(&held, &big('a')));
+        }
+        assert_eq!(hashed() - before, 3);
+        // Within one: once per distinct value (each destination's desired copy is a value of
+        // its own, equal to the others).
+        let before = hashed();
+        {
+            let _memo = Memo::start();
+            let _nested = Memo::start();
+            for _ in 0..100 {
+                assert!(same(&held, &big('a')));
+                assert!(!same(&held, &big('b')));
+                assert!(same(&other, &big('b')));
+            }
+        }
+        assert_eq!(hashed() - before, 2, "the two values, each once");
+        // The memo ends with its guard.
+        let before = hashed();
+        assert!(same(&held, &big('a')));
+        assert!(hashed() > before);
+    }
+
     use super::*;
     use serde_json::json;
 
