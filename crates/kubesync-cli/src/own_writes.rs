@@ -55,7 +55,7 @@ impl OwnWrites {
                 &self.local,
                 &ApiResource::erase::<K>(&()),
                 &observed,
-                serde_json::to_value(status)?,
+                status,
                 FIELD_MANAGER,
             )
             .await;

@@ -21,6 +21,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kube::Resource;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy,
@@ -126,7 +127,35 @@ impl std::io::Write for HashWriter {
     }
 }
 
-fn fingerprint(body: &impl serde::Serialize) -> u64 {
+/// A status write's body: the resourceVersion it is conditioned on, and the status.
+#[derive(serde::Serialize)]
+struct StatusPatch<'a, S: ?Sized> {
+    metadata: Basis<'a>,
+    status: &'a S,
+}
+
+/// The resourceVersion a write is conditioned on (`null`: none).
+#[derive(serde::Serialize)]
+struct Basis<'a> {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<&'a str>,
+}
+
+/// What is read of a status write's answer: its resourceVersion (serde skips the rest
+/// without building it).
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(default)]
+    metadata: AnswerMeta,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct AnswerMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+fn fingerprint(body: &(impl serde::Serialize + ?Sized)) -> u64 {
     let mut h = HashWriter(std::hash::DefaultHasher::new());
     // Serializing a value that was just sent cannot fail; if it did, the hash of what was
     // written so far only makes a match less likely.
@@ -288,14 +317,9 @@ impl Writer {
         target: (&Cluster, &ApiResource, Option<&str>, &str),
         (kind, field_manager): (&str, &str),
         body_fingerprint: u64,
-        answer: &DynamicObject,
+        answer: Option<&str>,
     ) {
-        let Some(resource_version) = answer
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|rv| rv.parse().ok())
-        else {
+        let Some(resource_version) = answer.and_then(|rv| rv.parse().ok()) else {
             return;
         };
         let written = Written {
@@ -344,7 +368,7 @@ impl Writer {
             (cluster, ar, namespace, &name),
             ("create", field_manager),
             0,
-            &answer,
+            answer.metadata.resource_version.as_deref(),
         );
         Ok(answer)
     }
@@ -368,7 +392,7 @@ impl Writer {
             (cluster, ar, namespace, &name),
             ("replace", field_manager),
             fingerprint(obj),
-            &answer,
+            answer.metadata.resource_version.as_deref(),
         );
         Ok(answer)
     }
@@ -396,7 +420,7 @@ impl Writer {
             (cluster, ar, namespace, &name),
             ("apply", field_manager),
             fingerprint(obj),
-            &answer,
+            answer.metadata.resource_version.as_deref(),
         );
         Ok(answer)
     }
@@ -450,14 +474,14 @@ impl Writer {
     /// wrote the object (its status, or a merge patch such as a finalizer's, by the same
     /// `field_manager`) more recently than `observed` shows, the condition is the version its
     /// own last write left; and the same status sent already is not sent again.
-    pub async fn write_status(
+    pub async fn write_status<S: serde::Serialize + ?Sized>(
         &self,
         cluster: &Cluster,
         ar: &ApiResource,
         observed: &DynamicObject,
-        status: Value,
+        status: &S,
         field_manager: &str,
-    ) -> Result<Option<DynamicObject>> {
+    ) -> Result<Option<String>> {
         let namespace = observed.metadata.namespace.as_deref();
         let name = observed.metadata.name.as_deref().unwrap_or_default();
         let target = (cluster, ar, namespace, name);
@@ -469,7 +493,7 @@ impl Writer {
             .and_then(|rv| rv.parse::<u64>().ok());
         // Remembered by the status alone: the same status decided again on a store behind
         // this write is the same write, whatever version it would be conditioned on.
-        let sent = fingerprint(&status);
+        let sent = fingerprint(status);
         if self.sent_already(cluster, ar, observed, ("status", field_manager), sent) {
             return Ok(None);
         }
@@ -477,18 +501,33 @@ impl Writer {
             (Some(own), Some(seen)) if own > seen => Some(own.to_string()),
             _ => observed.metadata.resource_version.clone(),
         };
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": basis},
-            "status": status,
-        });
-        self.send(
+        // The status is serialized once, into the request's body; of the answer (the whole
+        // object, its status included) only the resourceVersion is read. A status listing a
+        // thousand destinations is a few hundred kilobytes as text and megabytes as a tree.
+        let patch = StatusPatch {
+            metadata: Basis {
+                resource_version: basis.as_deref(),
+            },
+            status,
+        };
+        cluster.may_write()?;
+        let _timer = self.count(cluster, ar);
+        let pp = PatchParams {
+            field_manager: Some(field_manager.into()),
+            ..Default::default()
+        };
+        let request = kube::core::Request::new(DynamicObject::url_path(ar, namespace))
+            .patch_subresource("status", name, &pp, &Patch::Merge(&patch))
+            .map_err(kube::Error::BuildRequest)?;
+        let answer: Answer = cluster.client().request(request).await?;
+        let resource_version = answer.metadata.resource_version;
+        self.remember(
             target,
-            (&Patch::Merge(&patch), sent),
             ("status", field_manager),
-            true,
-        )
-        .await
-        .map(Some)
+            sent,
+            resource_version.as_deref(),
+        );
+        Ok(Some(resource_version.unwrap_or_default()))
     }
 
     /// The newest resourceVersion this writer's remembered status and merge writes by
@@ -551,7 +590,7 @@ impl Writer {
             (cluster, ar, namespace, name),
             (kind, field_manager),
             body_fingerprint,
-            &answer,
+            answer.metadata.resource_version.as_deref(),
         );
         Ok(answer)
     }

@@ -72,22 +72,24 @@ impl Held {
     }
 }
 
-/// One object as held, with the value of the indexed label (if the store keeps an index).
+/// One object as held, with the value of the indexed label (if the store keeps an index;
+/// shared with the index's key).
 #[derive(Debug)]
 struct Entry {
     held: Held,
-    label: Option<Box<str>>,
+    label: Option<Arc<str>>,
 }
 
-/// Namespace (empty for cluster-scoped objects) → name → object.
-type Map = HashMap<String, HashMap<String, Entry>>;
+/// Namespace (empty for cluster-scoped objects) → name → object. Each namespace and each
+/// name is one allocation, which the label index shares.
+type Map = HashMap<Arc<str>, HashMap<Arc<str>, Entry>>;
 
 /// What one store holds.
 #[derive(Debug, Default)]
 struct Inner {
     objects: Map,
     /// Indexed label value → (namespace, name) of the objects carrying it.
-    by_label: HashMap<Box<str>, BTreeSet<(String, String)>>,
+    by_label: HashMap<Arc<str>, BTreeSet<(Arc<str>, Arc<str>)>>,
 }
 
 impl Inner {
@@ -98,13 +100,23 @@ impl Inner {
             .and_then(|names| names.get(name))
     }
 
-    fn insert(&mut self, namespace: String, name: String, entry: Entry) {
+    fn insert(&mut self, namespace: String, name: String, mut entry: Entry) {
         self.remove(&namespace, &name);
-        if let Some(value) = &entry.label {
+        let namespace: Arc<str> = match self.objects.get_key_value(namespace.as_str()) {
+            Some((held, _)) => Arc::clone(held),
+            None => Arc::from(namespace),
+        };
+        let name: Arc<str> = Arc::from(name);
+        if let Some(value) = entry.label.take() {
+            let (value, set) = match self.by_label.get_key_value(&*value) {
+                Some((held, _)) => (Arc::clone(held), None),
+                None => (value, Some(BTreeSet::new())),
+            };
             self.by_label
-                .entry(value.clone())
-                .or_default()
-                .insert((namespace.clone(), name.clone()));
+                .entry(Arc::clone(&value))
+                .or_insert_with(|| set.unwrap_or_default())
+                .insert((Arc::clone(&namespace), Arc::clone(&name)));
+            entry.label = Some(value);
         }
         self.objects
             .entry(namespace)
@@ -113,21 +125,28 @@ impl Inner {
     }
 
     fn remove(&mut self, namespace: &str, name: &str) {
-        let Some(names) = self.objects.get_mut(namespace) else {
+        let Some(namespace) = self
+            .objects
+            .get_key_value(namespace)
+            .map(|(held, _)| Arc::clone(held))
+        else {
             return;
         };
-        let Some(old) = names.remove(name) else {
+        let Some(names) = self.objects.get_mut(&*namespace) else {
+            return;
+        };
+        let Some((name, old)) = names.remove_entry(name) else {
             return;
         };
         if names.is_empty() {
-            self.objects.remove(namespace);
+            self.objects.remove(&*namespace);
         }
         if let Some(value) = old.label
-            && let Some(set) = self.by_label.get_mut(&value)
+            && let Some(set) = self.by_label.get_mut(&*value)
         {
-            set.remove(&(namespace.to_string(), name.to_string()));
+            set.remove(&(namespace, name));
             if set.is_empty() {
-                self.by_label.remove(&value);
+                self.by_label.remove(&*value);
             }
         }
     }
@@ -166,7 +185,7 @@ impl Objects {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(key))
-                .map(|v| Box::from(v.as_str()))
+                .map(|v| Arc::from(v.as_str()))
         });
         let held = Held::new(obj, self.packed);
         (namespace, name, Entry { held, label })

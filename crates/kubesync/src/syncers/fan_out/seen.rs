@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use crate::key::ObjectKey;
 
 /// First sightings of object versions, by object: only the latest version of each is kept.
+/// An entry costs about 70 bytes (a copy is one): the object's cluster, group and kind are
+/// held once for all objects of that kind, its namespace and name as one string, a numeric
+/// resourceVersion as a number.
 #[derive(Debug, Default)]
 pub struct Seen {
     inner: Mutex<Inner>,
@@ -17,14 +20,89 @@ pub struct Seen {
 
 #[derive(Debug, Default)]
 struct Inner {
-    at: HashMap<ObjectKey, (String, Instant)>,
+    /// The (cluster, group, kind) of the objects seen, each once; a [`Place`] names one by
+    /// its index.
+    kinds: Vec<(String, String, String)>,
+    at: HashMap<Place, (Version, Instant)>,
     /// The number of entries after the last prune.
     kept: usize,
+}
+
+/// One object: the index of its kind in [`Inner::kinds`], and `namespace/name` (`/name` for
+/// a cluster-scoped object: a namespace is never empty).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Place(u32, Box<str>);
+
+/// A resourceVersion as held: etcd's are numbers, anything else is kept as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Version {
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl Version {
+    fn of(rv: &str) -> Self {
+        match rv.parse::<u64>() {
+            // Only the canonical text of the number: "007" stays text, and reads back as such.
+            Ok(n) if n.to_string() == rv => Self::Number(n),
+            _ => Self::Text(rv.into()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Number(n) => n.to_string(),
+            Self::Text(t) => t.to_string(),
+        }
+    }
 }
 
 /// Entries are pruned once they are twice as many as after the last prune, and at least this
 /// many.
 const PRUNE_FROM: usize = 4096;
+
+impl Inner {
+    fn place_text(key: &ObjectKey) -> Box<str> {
+        format!(
+            "{}/{}",
+            key.namespace.as_deref().unwrap_or_default(),
+            key.name
+        )
+        .into()
+    }
+
+    /// The place of `key`, if its kind was ever seen.
+    fn find(&self, key: &ObjectKey) -> Option<Place> {
+        let kind = self
+            .kinds
+            .iter()
+            .position(|(c, g, k)| *c == key.cluster && *g == key.group && *k == key.kind)?;
+        Some(Place(kind as u32, Self::place_text(key)))
+    }
+
+    /// The place of `key`, its kind recorded if new.
+    fn place(&mut self, key: &ObjectKey) -> Place {
+        if let Some(place) = self.find(key) {
+            return place;
+        }
+        self.kinds
+            .push((key.cluster.clone(), key.group.clone(), key.kind.clone()));
+        Place(self.kinds.len() as u32 - 1, Self::place_text(key))
+    }
+
+    /// The key of `place`.
+    fn key(&self, place: &Place) -> ObjectKey {
+        let (cluster, group, kind) = &self.kinds[place.0 as usize];
+        let (namespace, name) = place.1.split_once('/').unwrap_or_default();
+        ObjectKey {
+            cluster: cluster.clone(),
+            group: group.clone(),
+            kind: kind.clone(),
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            name: name.to_string(),
+        }
+    }
+}
 
 impl Seen {
     fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
@@ -39,33 +117,42 @@ impl Seen {
     /// The object `key` was seen at `resource_version` at `now`: recorded if that version is
     /// new.
     pub fn saw_at(&self, key: &ObjectKey, resource_version: &str, now: Instant) {
+        let version = Version::of(resource_version);
         let mut inner = self.lock();
-        match inner.at.get_mut(key) {
-            Some((rv, _)) if rv == resource_version => {}
-            Some(entry) => *entry = (resource_version.to_string(), now),
+        let place = inner.place(key);
+        match inner.at.get_mut(&place) {
+            Some((rv, _)) if *rv == version => {}
+            Some(entry) => *entry = (version, now),
             None => {
-                inner
-                    .at
-                    .insert(key.clone(), (resource_version.to_string(), now));
+                inner.at.insert(place, (version, now));
             }
         }
     }
 
     /// The latest version of `key` seen, and when it was first seen.
     pub fn latest(&self, key: &ObjectKey) -> Option<(String, Instant)> {
-        self.lock().at.get(key).cloned()
+        let inner = self.lock();
+        let place = inner.find(key)?;
+        inner.at.get(&place).map(|(rv, at)| (rv.text(), *at))
     }
 
     /// When version `resource_version` of `key` was first seen; `None` if another version is
     /// the latest, or none was seen.
     pub fn since(&self, key: &ObjectKey, resource_version: &str) -> Option<Instant> {
-        self.latest(key)
-            .and_then(|(rv, at)| (rv == resource_version).then_some(at))
+        let version = Version::of(resource_version);
+        let inner = self.lock();
+        let place = inner.find(key)?;
+        inner
+            .at
+            .get(&place)
+            .and_then(|(rv, at)| (*rv == version).then_some(*at))
     }
 
     /// When `key` last changed (any version).
     pub fn changed(&self, key: &ObjectKey) -> Option<Instant> {
-        self.latest(key).map(|(_, at)| at)
+        let inner = self.lock();
+        let place = inner.find(key)?;
+        inner.at.get(&place).map(|(_, at)| *at)
     }
 
     /// Whether enough entries accumulated for a [`prune`](Self::prune).
@@ -77,9 +164,17 @@ impl Seen {
     /// Drops the entries last changed before `now - age` whose object `exists` says is gone.
     pub fn prune(&self, now: Instant, age: Duration, exists: impl Fn(&ObjectKey) -> bool) {
         let mut inner = self.lock();
-        inner
+        let gone: Vec<Place> = inner
             .at
-            .retain(|key, (_, at)| now.saturating_duration_since(*at) < age || exists(key));
+            .iter()
+            .filter(|(place, (_, at))| {
+                now.saturating_duration_since(*at) >= age && !exists(&inner.key(place))
+            })
+            .map(|(place, _)| place.clone())
+            .collect();
+        for place in gone {
+            inner.at.remove(&place);
+        }
         inner.kept = inner.at.len();
     }
 
@@ -122,6 +217,31 @@ mod tests {
         );
         assert_eq!(seen.changed(&key("a")), Some(t1));
         assert_eq!(seen.latest(&key("b")), None);
+    }
+
+    #[test]
+    fn versions_and_places_read_back_as_they_were_seen() {
+        let seen = Seen::default();
+        let t0 = Instant::now();
+        let cluster_scoped = ObjectKey {
+            namespace: None,
+            ..key("a")
+        };
+        let other_cluster = key("a").in_cluster("remote");
+        seen.saw_at(&key("a"), "0042", t0);
+        seen.saw_at(&cluster_scoped, "17", t0);
+        seen.saw_at(&other_cluster, "x-1", t0);
+        assert_eq!(seen.latest(&key("a")).map(|l| l.0), Some("0042".into()));
+        assert_eq!(seen.since(&key("a"), "42"), None, "not the same text");
+        assert_eq!(seen.latest(&cluster_scoped).map(|l| l.0), Some("17".into()));
+        assert_eq!(seen.latest(&other_cluster).map(|l| l.0), Some("x-1".into()));
+        assert_eq!(seen.len(), 3, "three objects, not one");
+        let inner = seen.lock();
+        assert_eq!(inner.kinds.len(), 2, "each kind of each cluster held once");
+        for k in [key("a"), cluster_scoped.clone(), other_cluster.clone()] {
+            let place = inner.find(&k).expect("seen");
+            assert_eq!(inner.key(&place), k, "the key reads back");
+        }
     }
 
     #[test]
