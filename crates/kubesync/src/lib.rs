@@ -27,7 +27,8 @@ pub use cluster::{ActAs, Cluster};
 pub use error::{Error, Result};
 pub use key::ObjectKey;
 pub use runtime::{
-    Action, Backoff, ClusterStatus, Context, Controller, Reconciler, Watch, WatchId, reconciler_fn,
+    Action, Backoff, ClusterStatus, Context, Controller, Holding, Reconciler, Summary, Watch,
+    WatchId, reconciler_fn,
 };
 pub use writer::Writer;
 

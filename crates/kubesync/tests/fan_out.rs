@@ -455,7 +455,7 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     .await;
     assert!(protect.message.contains("protect"));
     // Those decisions were taken on metadata: the engine holds no content of objects it did
-    // not create (the adopted one it read live, and now holds as its copy).
+    // not create (the adopted one it read live, and now holds as its copy's print).
     for ns in [&skip_ns, &protect_ns] {
         let key = kubesync::ObjectKey::new("local", &secret_type(), Some(ns.clone()), "s");
         assert!(ctx.get(&key).is_none(), "{ns}: no full object held");
@@ -464,8 +464,9 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     }
     let adopted_key =
         kubesync::ObjectKey::new("local", &secret_type(), Some(adopt_ns.clone()), "s");
-    let held = eventually("the adopted copy held in full", T, || async {
-        ctx.get(&adopted_key).filter(|o| !o.data.is_null())
+    let held = eventually("the adopted copy held as a copy (its print)", T, || async {
+        ctx.get(&adopted_key)
+            .filter(|o| o.labels().contains_key("kubesync.io/managed-by"))
     })
     .await;
     assert!(held.labels().contains_key("kubesync.io/managed-by"));
@@ -1203,11 +1204,26 @@ async fn unrelated_objects_are_held_as_metadata_only() {
     let key = |ns: &str, name: &str| {
         kubesync::ObjectKey::new("local", &secret_type(), Some(ns.to_string()), name)
     };
-    // The source and the copy, in full.
-    for (ns, what) in [(&src, "source"), (&dst, "copy")] {
-        let held = ctx.get(&key(ns, "s")).expect(what);
-        assert_eq!(held.data["data"]["token"], "b3Vycw==", "{what}");
-    }
+    // The source in full; the copy as its print: its metadata for every reader, and for the
+    // fan-out what judging it needs (no content).
+    let source = ctx.get(&key(&src, "s")).expect("source");
+    assert_eq!(source.data["data"]["token"], "b3Vycw==");
+    let copy = ctx.get(&key(&dst, "s")).expect("copy");
+    assert!(copy.data.is_null(), "the copy's content is not held");
+    assert!(copy.labels().contains_key("kubesync.io/managed-by"));
+    let held = ctx.list_labelled_held(
+        "local",
+        &secret_type(),
+        "kubesync.io/managed-by",
+        copy.labels()["kubesync.io/managed-by"].as_str(),
+    );
+    assert_eq!(held.len(), 1);
+    assert!(
+        held[0]
+            .summary::<kubesync::syncers::fan_out::rules::CopyPrint>()
+            .is_some(),
+        "held as its print"
+    );
     // Everything else: metadata only, without managedFields.
     for (ns, name) in [
         (&src, "release"),

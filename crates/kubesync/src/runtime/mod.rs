@@ -39,5 +39,5 @@ pub use metrics::{ClusterContact, HEARTBEAT, LastReconcile, Metrics};
 pub use queue::Backoff;
 pub use reconciler::{Action, ErrorCategory, FnReconciler, Reconciler, reconciler_fn};
 pub use shutdown::shutdown_signal;
-pub use watch::{KeepFull, Mapper, Transform, Watch};
+pub use watch::{Holding, KeepFull, Mapper, Summarize, Summary, Transform, Watch};
 pub use watches::{ClusterStatus, WatchId};

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 
+use super::watch::{Holding, SummarizeFn, Summary};
+
 /// How a store keeps one object.
 #[derive(Debug)]
 enum Held {
@@ -25,10 +27,15 @@ enum Held {
     /// costs about a fifth); parsed again on every read. `no_data`: the object's `data` was
     /// `null` (metadata only), which its text cannot tell from `{}`.
     Text { json: Box<str>, no_data: bool },
+    /// What the watch's [`Summarize`] made of it ([`Watch::summarized`](super::Watch::summarized)).
+    Summary(Arc<dyn Summary>),
 }
 
 impl Held {
-    fn new(obj: Arc<DynamicObject>, packed: bool) -> Self {
+    fn new(obj: Arc<DynamicObject>, packed: bool, summarize: Option<&SummarizeFn>) -> Self {
+        if let Some(summary) = summarize.and_then(|s| (s.0)(&obj)) {
+            return Self::Summary(summary);
+        }
         if !packed {
             return Self::Object(obj);
         }
@@ -47,12 +54,23 @@ impl Held {
         match self {
             Self::Object(obj) => obj.data.is_null(),
             Self::Text { no_data, .. } => *no_data,
+            // Not the metadata of a mixed watch's object (which a summary never is).
+            Self::Summary(_) => false,
+        }
+    }
+
+    /// The object as a store holds it, its summary as that.
+    fn holding(&self) -> Option<Holding> {
+        match self {
+            Self::Summary(s) => Some(Holding::Summary(Arc::clone(s))),
+            _ => self.object().map(Holding::Object),
         }
     }
 
     fn object(&self) -> Option<Arc<DynamicObject>> {
         match self {
             Self::Object(obj) => Some(Arc::clone(obj)),
+            Self::Summary(s) => Some(Arc::new(s.object())),
             Self::Text { json, no_data } => match serde_json::from_str::<DynamicObject>(json) {
                 Ok(mut obj) => {
                     if *no_data {
@@ -89,7 +107,7 @@ type Map = HashMap<Arc<str>, HashMap<Arc<str>, Entry>>;
 struct Inner {
     objects: Map,
     /// Indexed label value → (namespace, name) of the objects carrying it.
-    by_label: HashMap<Arc<str>, BTreeSet<(Arc<str>, Arc<str>)>>,
+    by_label: HashMap<Arc<str>, BTreeSet<Place>>,
 }
 
 impl Inner {
@@ -174,6 +192,9 @@ pub(super) struct Objects {
     index_label: Option<Arc<str>>,
     /// Objects are held as their JSON text ([`Watch::packed`](super::Watch::packed)).
     packed: bool,
+    /// What objects are held as instead, where it makes something of them
+    /// ([`Watch::summarized`](super::Watch::summarized)).
+    summarize: Option<SummarizeFn>,
 }
 
 impl Objects {
@@ -187,7 +208,7 @@ impl Objects {
                 .and_then(|l| l.get(key))
                 .map(|v| Arc::from(v.as_str()))
         });
-        let held = Held::new(obj, self.packed);
+        let held = Held::new(obj, self.packed, self.summarize.as_ref());
         (namespace, name, Entry { held, label })
     }
 
@@ -297,6 +318,45 @@ impl Objects {
     }
 }
 
+impl Objects {
+    /// The objects whose label `key` has `value`, as held (summaries as such): from the index
+    /// if this store keeps one for `key`, else by reading every object.
+    pub(super) fn labelled_held(&self, key: &str, value: &str) -> Vec<(Place, Holding)> {
+        let inner = self.inner.read();
+        let held = |namespace: &Arc<str>, name: &Arc<str>, e: &Entry| {
+            let place = (Arc::clone(namespace), Arc::clone(name));
+            e.held.holding().map(|h| (place, h))
+        };
+        if self.index_label.as_deref() == Some(key) {
+            return inner
+                .by_label
+                .get(value)
+                .into_iter()
+                .flatten()
+                .filter_map(|(namespace, name)| held(namespace, name, inner.at(namespace, name)?))
+                .collect();
+        }
+        inner
+            .objects
+            .iter()
+            .flat_map(|(namespace, names)| names.iter().map(move |(name, e)| (namespace, name, e)))
+            .filter(|(_, _, e)| {
+                let labels = match &e.held {
+                    Held::Summary(s) => s.object().metadata.labels,
+                    other => other.object().and_then(|o| o.metadata.labels.clone()),
+                };
+                labels
+                    .and_then(|l| l.get(key).cloned())
+                    .is_some_and(|v| v == value)
+            })
+            .filter_map(|(namespace, name, e)| held(namespace, name, e))
+            .collect()
+    }
+}
+
+/// Where an object is held: its namespace (empty for a cluster-scoped one) and name.
+pub(super) type Place = (Arc<str>, Arc<str>);
+
 /// The only writer of one [`Objects`]: applies a watch's events to it.
 #[derive(Debug, Default)]
 pub(super) struct ObjectsWriter {
@@ -314,9 +374,16 @@ impl ObjectsWriter {
                 inner: Arc::default(),
                 index_label: index_label.map(Arc::from),
                 packed,
+                summarize: None,
             },
             listing: None,
         }
+    }
+
+    /// Holds what `summarize` makes of an object instead of it, where it makes something.
+    pub(super) fn summarizing(mut self, summarize: Option<SummarizeFn>) -> Self {
+        self.objects.summarize = summarize;
+        self
     }
 
     /// The objects this writer keeps.

@@ -185,6 +185,39 @@ impl Context {
         self.collect_from(cluster, resource, true, |o| o.labelled(key, value))
     }
 
+    /// Like [`Context::list_labelled`], the objects as the stores hold them: a watch made with
+    /// [`Watch::summarized`](super::Watch::summarized) answers with its summaries (nothing is
+    /// parsed or rebuilt), others with their objects.
+    pub fn list_labelled_held(
+        &self,
+        cluster: &str,
+        resource: &ApiResource,
+        key: &str,
+        value: &str,
+    ) -> Vec<super::Holding> {
+        let stores = self.shared.stores.read();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for s in stores.iter().filter(|s| {
+            s.serves(true)
+                && s.cluster == cluster
+                && s.resource.group == resource.group
+                && s.resource.kind == resource.kind
+        }) {
+            for (place, held) in s.reader.labelled_held(key, value) {
+                let shown = match &held {
+                    super::Holding::Object(obj) => s.shows(obj, true),
+                    super::Holding::Summary(_) => true,
+                };
+                // An object two watches hold (a copy moving between shards) is read once.
+                if shown && seen.insert(place) {
+                    out.push(held);
+                }
+            }
+        }
+        out
+    }
+
     /// The objects of this type that the stores of `cluster` hold in full (`full`), or that
     /// the stores holding metadata hold.
     fn collect(

@@ -18,6 +18,43 @@ pub type Transform = Arc<dyn Fn(&mut DynamicObject) + Send + Sync>;
 /// asked for every object as it arrives.
 pub type KeepFull = Arc<dyn Fn(&ObjectKey) -> bool + Send + Sync>;
 
+/// Makes, of an object a watch made with [`Watch::summarized`] receives, what its store keeps
+/// instead of the object (`None`: the object itself, as the watch otherwise would).
+pub type Summarize = Arc<dyn Fn(&DynamicObject) -> Option<Arc<dyn Summary>> + Send + Sync>;
+
+/// What a store keeps of an object instead of the object ([`Watch::summarized`]): whatever its
+/// maker's decisions need, usually a fraction of the object. Readers that know its type get
+/// it back with [`Context::list_labelled_held`](super::Context::list_labelled_held) (and
+/// [`Holding::summary`]); every other reader sees [`Summary::object`].
+pub trait Summary: std::any::Any + Send + Sync + std::fmt::Debug {
+    /// The object as readers of objects see it: its metadata as far as the summary keeps it
+    /// (at least name, namespace, uid, resourceVersion, labels), with `data` null, as a
+    /// metadata-only watch would have shown it.
+    fn object(&self) -> DynamicObject;
+}
+
+/// One object as a store holds it: the object, or what a [`Summarize`] made of it.
+#[derive(Clone, Debug)]
+pub enum Holding {
+    /// The object (parsed again if the store holds it packed).
+    Object(Arc<DynamicObject>),
+    /// Its summary.
+    Summary(Arc<dyn Summary>),
+}
+
+impl Holding {
+    /// The summary, if it is one of type `T`.
+    pub fn summary<T: Summary>(&self) -> Option<Arc<T>> {
+        match self {
+            Self::Summary(s) => {
+                let any: Arc<dyn std::any::Any + Send + Sync> = s.clone();
+                any.downcast::<T>().ok()
+            }
+            Self::Object(_) => None,
+        }
+    }
+}
+
 /// Maps an event on a secondary watch to keys of the primary objects it affects. Receives the
 /// key and the object of the event (for a deletion, the last known state).
 pub type Mapper = Arc<dyn Fn(&ObjectKey, &DynamicObject) -> Vec<ObjectKey> + Send + Sync>;
@@ -52,6 +89,7 @@ pub struct Watch {
     pub(super) index_label: Option<String>,
     pub(super) transform: Option<TransformFn>,
     pub(super) keep_full: Option<KeepFullFn>,
+    pub(super) summarize: Option<SummarizeFn>,
 }
 
 /// A [`Transform`] in a [`Watch`] (which is `Debug`).
@@ -61,6 +99,16 @@ pub(super) struct TransformFn(pub(super) Transform);
 impl std::fmt::Debug for TransformFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Transform")
+    }
+}
+
+/// A [`Summarize`] in a [`Watch`].
+#[derive(Clone)]
+pub(super) struct SummarizeFn(pub(super) Summarize);
+
+impl std::fmt::Debug for SummarizeFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Summarize")
     }
 }
 
@@ -99,6 +147,7 @@ impl Watch {
             index_label: None,
             transform: None,
             keep_full: None,
+            summarize: None,
         }
     }
 
@@ -142,6 +191,21 @@ impl Watch {
     /// `managedFields`. Events and keys are the same as with full objects.
     pub fn metadata_only(mut self) -> Self {
         self.metadata_only = true;
+        self
+    }
+
+    /// Keeps, of each object `summarize` makes something of, that instead of the object (after
+    /// the watch's [`transform`](Watch::transform)): a syncer's own copies held as what judging
+    /// them needs — a few hundred bytes whatever their size — instead of a kilobyte or more of
+    /// text. Readers that know the summary's type read it with
+    /// [`Context::list_labelled_held`](super::Context::list_labelled_held); every other reader
+    /// sees [`Summary::object`] (metadata). An object `summarize` leaves (`None`) is held as
+    /// the watch otherwise would.
+    pub fn summarized(
+        mut self,
+        summarize: impl Fn(&DynamicObject) -> Option<Arc<dyn Summary>> + Send + Sync + 'static,
+    ) -> Self {
+        self.summarize = Some(SummarizeFn(Arc::new(summarize)));
         self
     }
 

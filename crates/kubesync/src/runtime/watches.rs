@@ -77,7 +77,8 @@ impl Context {
         let cluster = self.require_cluster(cluster)?;
         let id = usize::try_from(self.shared.next_watch.fetch_add(1, Ordering::Relaxed))
             .unwrap_or(usize::MAX);
-        let writer = ObjectsWriter::new(watch.packed, watch.index_label.as_deref());
+        let writer = ObjectsWriter::new(watch.packed, watch.index_label.as_deref())
+            .summarizing(watch.summarize.clone());
         self.shared.stores.write().push(StoreEntry {
             id,
             cluster: cluster.name().to_string(),

@@ -23,6 +23,57 @@ mod destination;
 
 pub use destination::{Job, Judge, Verdict, decide_at, gate_adoption, held_back, redecide};
 
+/// One of a declaration's copies as a plan reads it: in full, or as the [print](rules::print)
+/// its store holds. A plan that must see a print's copy in full asks for it
+/// ([`Plan::unread`]), and is made again once it has been read.
+#[derive(Clone, Debug)]
+pub enum HeldCopy {
+    /// The copy itself (read live, or held in full).
+    Full(Arc<DynamicObject>),
+    /// Its print.
+    Print(Arc<rules::CopyPrint>),
+}
+
+impl HeldCopy {
+    /// The copy's uid.
+    pub fn uid(&self) -> Option<&str> {
+        match self {
+            Self::Full(c) => c.metadata.uid.as_deref(),
+            Self::Print(p) => p.uid(),
+        }
+    }
+
+    /// The copy's annotation `key`.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        match self {
+            Self::Full(c) => c.annotations().get(key).map(String::as_str),
+            Self::Print(p) => p.annotation(key),
+        }
+    }
+
+    /// The copy in full, if it is held so.
+    pub fn full(&self) -> Option<&Arc<DynamicObject>> {
+        match self {
+            Self::Full(c) => Some(c),
+            Self::Print(_) => None,
+        }
+    }
+
+    /// The copy's metadata (all of the copy, if it is held in full).
+    pub fn metadata(&self) -> Arc<DynamicObject> {
+        match self {
+            Self::Full(c) => Arc::clone(c),
+            Self::Print(p) => Arc::new(crate::runtime::Summary::object(&**p)),
+        }
+    }
+}
+
+impl From<Arc<DynamicObject>> for HeldCopy {
+    fn from(copy: Arc<DynamicObject>) -> Self {
+        Self::Full(copy)
+    }
+}
+
 /// What the plan reads from the fan-out's stores.
 pub trait Stores {
     /// The namespaces of `cluster`, as its Namespace store shows them.
@@ -58,7 +109,7 @@ pub struct Snapshot<'a, S> {
     /// Clusters whose watches fail: nothing is created, updated or deleted there.
     pub unreachable: &'a BTreeSet<String>,
     /// The copies this declaration has (found by their marks), by destination.
-    pub owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    pub owned: &'a BTreeMap<DestinationRef, HeldCopy>,
     /// The stores.
     pub stores: &'a S,
 }
@@ -132,6 +183,10 @@ pub struct Plan {
     /// The large values of the copies to write, each held once: a [`Write`]'s `desired`
     /// names them by placeholders, and is [hydrated](rules::Bulk::hydrate) when it is sent.
     pub bulk: rules::Bulk,
+    /// Copies held as prints that this plan must see in full to decide (which fields differ,
+    /// who changed them, whether consent still holds): read them live and plan again. A plan
+    /// with unread copies is never carried out.
+    pub unread: BTreeSet<DestinationRef>,
 }
 
 /// Whether a source missing from its store must be confirmed gone by a live read before
@@ -180,10 +235,10 @@ pub fn as_declared<S: Stores>(snapshot: &Snapshot<'_, S>, mut plan: Plan) -> Pla
     let (withdrawn, others) = match &decl.spec.consent {
         Some(consent) => withdrawn(
             consent,
-            snapshot.local,
-            snapshot.stores,
+            (snapshot.local, snapshot.stores),
             snapshot.owned,
             deletes,
+            &mut plan.unread,
         ),
         None => (Vec::new(), deletes),
     };
@@ -274,7 +329,6 @@ fn plan_destination<S: Stores>(
             return;
         }
     };
-    let existing = snapshot.stores.object(at);
     let adoption_refused = adoption_refused(snapshot, source, at);
     let judge = Judge {
         owner: &snapshot.declaration.owner,
@@ -285,6 +339,24 @@ fn plan_destination<S: Stores>(
         adoptable: spec.adoptable.as_ref(),
         update_policy: spec.update_policy,
         source_version: &source_rv,
+    };
+    // The copy as its store holds it; one held as a print is judged on it where it suffices,
+    // else read in full and the plan made again.
+    let existing = match snapshot.owned.get(at) {
+        Some(HeldCopy::Print(print)) => {
+            match destination::judge_print(&judge, print, &desired) {
+                Some(Verdict::Synced { message, version }) => {
+                    plan.statuses
+                        .push(status(DestinationState::Synced, message.into(), &version))
+                }
+                _ => {
+                    plan.unread.insert(at.clone());
+                }
+            }
+            return;
+        }
+        Some(HeldCopy::Full(copy)) => Some(Arc::clone(copy)),
+        None => snapshot.stores.object(at),
     };
     match decide_at(&judge, existing.as_deref(), &desired) {
         Verdict::Synced { message, version } => {
@@ -462,13 +534,12 @@ fn unwanted<S: Stores>(
             continue;
         }
         let source_gone = copy
-            .annotations()
-            .get(rules::SOURCE)
-            .is_none_or(|m| !current.contains(m.as_str()));
+            .annotation(rules::SOURCE)
+            .is_none_or(|m| !current.contains(m));
         deletes.push(Delete {
             at: at.clone(),
-            uid: copy.metadata.uid.clone(),
-            orphan: rules::orphans(copy, spec.deletion_policy, source_gone),
+            uid: copy.uid().map(String::from),
+            orphan: rules::orphans(&copy.metadata(), spec.deletion_policy, source_gone),
         });
     }
     deletes
@@ -497,30 +568,33 @@ pub fn keep_while_unknown<S: Stores>(snapshot: &Snapshot<'_, S>, why: &str) -> P
     let spec = &snapshot.declaration.spec;
     let mut plan = Plan::default();
     for (at, copy) in snapshot.owned {
-        let withdrawn = spec
-            .consent
-            .as_ref()
-            .is_some_and(|c| !consented(c, snapshot.local, snapshot.stores, copy, at));
+        // Consent is judged on the copy itself.
+        let withdrawn = match (&spec.consent, copy) {
+            (None, _) => false,
+            (Some(_), HeldCopy::Print(_)) => {
+                plan.unread.insert(at.clone());
+                continue;
+            }
+            (Some(c), HeldCopy::Full(copy)) => {
+                !consented(c, snapshot.local, snapshot.stores, copy, at)
+            }
+        };
         let checkable = !snapshot.unreachable.contains(&at.cluster)
             && (at.namespace().is_none()
                 || snapshot.stores.has_namespace(&at.cluster, &at.namespace));
         if withdrawn && checkable {
             plan.deletes.push(Delete {
                 at: at.clone(),
-                uid: copy.metadata.uid.clone(),
-                orphan: rules::orphans(copy, spec.deletion_policy, false),
+                uid: copy.uid().map(String::from),
+                orphan: rules::orphans(&copy.metadata(), spec.deletion_policy, false),
             });
             continue;
         }
-        let annotations = copy.annotations();
-        let source = annotations
-            .get(rules::SOURCE)
+        let source = copy
+            .annotation(rules::SOURCE)
             .and_then(|m| m.rsplit('/').next())
             .unwrap_or_default();
-        let rv = annotations
-            .get(rules::SOURCE_VERSION)
-            .map(String::as_str)
-            .unwrap_or_default();
+        let rv = copy.annotation(rules::SOURCE_VERSION).unwrap_or_default();
         plan.statuses.push(
             DestinationStatus::new(
                 at,
@@ -593,15 +667,19 @@ pub fn consented<S: Stores>(
 /// carried out: consent ends when it is withdrawn, whatever mode the declaration is in.
 pub fn withdrawn<S: Stores>(
     consent: &Consent,
-    local: &str,
-    stores: &S,
-    owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    (local, stores): (&str, &S),
+    owned: &BTreeMap<DestinationRef, HeldCopy>,
     deletes: Vec<Delete>,
+    unread: &mut BTreeSet<DestinationRef>,
 ) -> (Vec<Delete>, Vec<Delete>) {
-    deletes.into_iter().partition(|d| {
-        owned
-            .get(&d.at)
-            .is_some_and(|copy| !consented(consent, local, stores, copy, &d.at))
+    deletes.into_iter().partition(|d| match owned.get(&d.at) {
+        Some(HeldCopy::Full(copy)) => !consented(consent, local, stores, copy, &d.at),
+        // Consent is judged on the copy itself.
+        Some(HeldCopy::Print(_)) => {
+            unread.insert(d.at.clone());
+            false
+        }
+        None => false,
     })
 }
 
@@ -971,7 +1049,7 @@ mod tests {
         unknown: Vec<String>,
         unreachable: BTreeSet<String>,
         source_unreachable: Option<String>,
-        owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
+        owned: BTreeMap<DestinationRef, HeldCopy>,
         stores: Fake,
     }
 
@@ -991,7 +1069,7 @@ mod tests {
         fn owning(mut self, at: DestinationRef, uid: &str) -> Self {
             let c = Arc::new(copy(uid, "uid-d"));
             self.stores.objects.insert(at.clone(), c.clone());
-            self.owned.insert(at, c);
+            self.owned.insert(at, c.into());
             self
         }
         fn plan(&self) -> Plan {
@@ -1158,7 +1236,7 @@ mod tests {
         let mut old = copy("c-gone", "uid-d");
         old.annotations_mut()
             .insert(rules::SOURCE.into(), "core/Secret/src/gone".into());
-        run.owned.insert(gone.clone(), Arc::new(old));
+        run.owned.insert(gone.clone(), Arc::new(old).into());
         let plan = run.plan();
         let writes: Vec<(String, String, String)> = plan
             .writes
@@ -1281,7 +1359,7 @@ mod tests {
             rules::SOURCE.into(),
             rules::source_mark(&role, "", "viewer"),
         );
-        run.owned.insert(gone.clone(), Arc::new(old));
+        run.owned.insert(gone.clone(), Arc::new(old).into());
         let plan = run.plan();
         assert_eq!(
             written(&plan),
@@ -1329,6 +1407,69 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn copies_held_as_prints_are_judged_on_them_or_read_in_full_first() {
+        let decl = declaration(vec![destination(None, "a")]);
+        let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        let desired = rules::desired_copy(
+            &secret_type(),
+            &source(),
+            "a",
+            "ca",
+            &CopyRules::default(),
+            &decl.owner,
+            "core/Secret/src/ca",
+        );
+        let mut written = desired.clone();
+        written.metadata.uid = Some("c-a".into());
+        written.metadata.resource_version = Some("7".into());
+        let printer = rules::Printer::default();
+        let print = HeldCopy::Print(Arc::new(printer.print(&written)));
+        let mut run = Run::new(decl, stores);
+        run.owned.insert(at("local", "a"), print.clone());
+        // In sync: decided on the print.
+        let plan = run.plan();
+        assert!(plan.unread.is_empty() && plan.writes.is_empty());
+        assert_eq!(
+            states(&plan),
+            [("local/a".into(), DestinationState::Synced)]
+        );
+        // The source changed: the update needs the copy (what changes, who changed it).
+        let mut changed = source();
+        changed.data["data"]["ca.crt"] = json!("TkVX");
+        changed.metadata.resource_version = Some("43".into());
+        run.sources = vec![Arc::new(changed)];
+        let plan = run.plan();
+        assert_eq!(plan.unread, BTreeSet::from([at("local", "a")]));
+        assert!(plan.writes.is_empty() && plan.statuses.is_empty());
+        // Read in full, it is planned as before prints.
+        run.owned
+            .insert(at("local", "a"), Arc::new(written.clone()).into());
+        let plan = run.plan();
+        assert!(plan.unread.is_empty());
+        assert_eq!(plan.writes.len(), 1);
+        assert_eq!(plan.writes[0].decision, Decision::Update);
+        // An update held back by the update policy is decided on the print.
+        run.owned.insert(at("local", "a"), print.clone());
+        run.decl.spec.update_policy = UpdatePolicy::CreateOnly;
+        let plan = run.plan();
+        assert!(plan.unread.is_empty() && plan.writes.is_empty());
+        assert!(plan.statuses[0].message.contains("CreateOnly"));
+        // Fields left to others are compared on the copy itself.
+        run.decl.spec.update_policy = UpdatePolicy::default();
+        run.decl.spec.destinations[0].ignore = rules::Ignore {
+            managers: vec!["kubectl-edit".into()],
+            ..Default::default()
+        };
+        assert_eq!(run.plan().unread.len(), 1);
+        // Whether consent to a copy that goes was withdrawn is judged on the copy itself.
+        run.decl.spec.destinations[0].ignore = rules::Ignore::default();
+        run.decl.spec.destinations[0].namespaces.namespace = Some("elsewhere".into());
+        run.decl.spec.consent = Some(grant_consent());
+        run.decl.spec.mode = Mode::Report;
+        assert_eq!(run.plan().unread, BTreeSet::from([at("local", "a")]));
     }
 
     #[test]
@@ -1788,8 +1929,15 @@ mod tests {
         let plan = run.plan();
         assert_eq!(plan.deletes.len(), 2);
         let consent = run.decl.spec.consent.as_ref().expect("consent");
-        let (withdrawn, others) =
-            withdrawn(consent, "local", &run.stores, &run.owned, plan.deletes);
+        let mut unread = BTreeSet::new();
+        let (withdrawn, others) = withdrawn(
+            consent,
+            ("local", &run.stores),
+            &run.owned,
+            plan.deletes,
+            &mut unread,
+        );
+        assert!(unread.is_empty(), "copies held in full");
         assert_eq!(
             withdrawn
                 .iter()

@@ -187,20 +187,36 @@ impl FanOut {
             Observed::NotReady => return Ok(assemble(&decl, &watched, None)),
             Observed::Ready(facts) => facts,
         };
-        let stores = ContextStores::new(ctx, &decl, &self.watches, &watched.clusters, &facts.owned);
-        let plan = plan::plan(&Snapshot {
-            local,
-            declaration: &decl,
-            sources: &facts.sources,
-            source_unreachable: facts
-                .source_unreachable
-                .as_ref()
-                .map(|u| u.message.as_str()),
-            unknown_clusters: &watched.unknown,
-            unreachable: &facts.unreachable,
-            owned: &facts.owned,
-            stores: &stores,
-        });
+        let mut facts = facts;
+        let mut read_in_full = false;
+        let plan = loop {
+            let stores = ContextStores::new(ctx, &decl, &self.watches, &watched.clusters);
+            let plan = plan::plan(&Snapshot {
+                local,
+                declaration: &decl,
+                sources: &facts.sources,
+                source_unreachable: facts
+                    .source_unreachable
+                    .as_ref()
+                    .map(|u| u.message.as_str()),
+                unknown_clusters: &watched.unknown,
+                unreachable: &facts.unreachable,
+                owned: &facts.owned,
+                stores: &stores,
+            });
+            if plan.unread.is_empty() {
+                break plan;
+            }
+            // Copies held as prints that this plan must see in full: read live, then decided
+            // again. A plan on copies read in full asks for none.
+            if read_in_full {
+                tracing::warn!(declaration = %decl.key, unread = plan.unread.len(), "copies read in full are asked for again; waiting for their events");
+                return Ok(assemble(&decl, &watched, None));
+            }
+            tracing::debug!(declaration = %decl.key, copies = plan.unread.len(), "reading copies in full");
+            observe::read_in_full(ctx, &decl, &mut facts.owned, &plan.unread).await?;
+            read_in_full = true;
+        };
         tracing::debug!(
             declaration = %decl.key,
             sources = facts.sources.len(),
@@ -213,8 +229,6 @@ impl FanOut {
         // The copies as read for the plan go before its writes are carried out (a write keeps
         // the copy it was decided on): a declaration's copies are not held, parsed, for as
         // long as its writes take.
-        drop(stores);
-        let mut facts = facts;
         let copies = std::mem::take(&mut facts.owned).len();
         let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
         let outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));

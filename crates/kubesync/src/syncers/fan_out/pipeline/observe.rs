@@ -14,8 +14,10 @@ use super::watches::{SourceRead, WatchSet, Watched};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::Context;
-use crate::syncers::fan_out::plan::{self, Stores};
+use crate::runtime::Holding;
+use crate::syncers::fan_out::plan::{self, HeldCopy, Stores};
 use crate::syncers::fan_out::rules;
+use crate::syncers::fan_out::rules::CopyPrint;
 use crate::syncers::fan_out::seen::Seen;
 use crate::syncers::fan_out::spec::{
     Declaration, DestinationRef, Selection, SourceRef, SourceUnreachable,
@@ -34,8 +36,8 @@ pub(super) enum Observed {
 pub(super) struct Facts {
     /// The source objects (none while the declaration goes or is refused).
     pub sources: Vec<Arc<DynamicObject>>,
-    /// Its copies, by destination.
-    pub owned: BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    /// Its copies, by destination, as their store holds them.
+    pub owned: BTreeMap<DestinationRef, HeldCopy>,
     /// Clusters that cannot be checked now.
     pub unreachable: BTreeSet<String>,
     /// The source's cluster cannot be read now: the sources are unknown (not gone).
@@ -84,17 +86,23 @@ pub(super) async fn observe(
         .into_iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.reads_no_source())
         .collect();
-    let mut owned: BTreeMap<DestinationRef, Arc<DynamicObject>> = BTreeMap::new();
+    let mut owned: BTreeMap<DestinationRef, HeldCopy> = BTreeMap::new();
     for c in &watched.clusters {
-        for obj in ctx.list_labelled(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
-            if rules::owned_by(&obj, &decl.owner) {
-                let at = DestinationRef::new(
-                    c.clone(),
+        for held in ctx.list_labelled_held(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
+            let (namespace, name, copy) = match (&held, held.summary::<CopyPrint>()) {
+                (_, Some(print)) if print.owned_by(&decl.owner) => (
+                    print.namespace().unwrap_or_default().to_string(),
+                    print.name().to_string(),
+                    HeldCopy::Print(print),
+                ),
+                (Holding::Object(obj), _) if rules::owned_by(obj, &decl.owner) => (
                     obj.namespace().unwrap_or_default(),
                     obj.name_any(),
-                );
-                owned.insert(at, obj);
-            }
+                    HeldCopy::Full(Arc::clone(obj)),
+                ),
+                _ => continue,
+            };
+            owned.insert(DestinationRef::new(c.clone(), namespace, name), copy);
         }
     }
     let confirmed = match &spec.source.select {
@@ -131,15 +139,14 @@ async fn confirm_unselected(
     source: &SourceRef,
     selection: &Selection,
     sources: &[Arc<DynamicObject>],
-    owned: &BTreeMap<DestinationRef, Arc<DynamicObject>>,
+    owned: &BTreeMap<DestinationRef, HeldCopy>,
 ) -> Result<bool> {
     let (ar, ns) = (&source.resource, &source.namespace);
     let mark = |name: &str| rules::source_mark(ar, ns, name);
     let present: HashSet<String> = sources.iter().map(|s| mark(&s.name_any())).collect();
     let missing: HashSet<&str> = owned
         .values()
-        .filter_map(|c| c.annotations().get(rules::SOURCE))
-        .map(String::as_str)
+        .filter_map(|c| c.annotation(rules::SOURCE))
         .filter(|m| !present.contains(*m))
         .collect();
     if missing.is_empty() {
@@ -156,6 +163,74 @@ async fn confirm_unselected(
     }))
 }
 
+/// Copies read one by one up to this many; more are listed (one request per cluster).
+const READ_ONE_BY_ONE: usize = 16;
+
+/// Reads the copies `unread` of `decl` live and holds them in full in `owned` (as their store
+/// would: [`rules::hold`]), for a plan that must see them so; a copy no longer there leaves
+/// `owned` (the store will show its deletion). A few are read one by one; more with one list
+/// of the declaration's copies per cluster (by their `managed-by` label), pages of 500.
+pub(super) async fn read_in_full(
+    ctx: &Context,
+    decl: &Declaration,
+    owned: &mut BTreeMap<DestinationRef, HeldCopy>,
+    unread: &BTreeSet<DestinationRef>,
+) -> Result<()> {
+    let ar = &decl.spec.source.resource;
+    let mut found: BTreeMap<DestinationRef, DynamicObject> = BTreeMap::new();
+    if unread.len() <= READ_ONE_BY_ONE {
+        for at in unread {
+            let api = ctx.api(&at.cluster, ar, at.namespace())?;
+            if let Some(copy) = api.get_opt(&at.name).await? {
+                found.insert(at.clone(), copy);
+            }
+        }
+    } else {
+        let clusters: BTreeSet<&str> = unread.iter().map(|at| at.cluster.as_str()).collect();
+        let selector = format!("{}={}", rules::MANAGED_BY, decl.owner.uid);
+        for cluster in clusters {
+            let api = ctx.api(cluster, ar, None)?;
+            let mut params = ListParams::default().labels(&selector).limit(500);
+            loop {
+                let page = api.list(&params).await?;
+                for copy in page.items {
+                    let at = DestinationRef::new(
+                        cluster,
+                        copy.namespace().unwrap_or_default(),
+                        copy.name_any(),
+                    );
+                    if unread.contains(&at) {
+                        found.insert(at, copy);
+                    }
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(next) => params = params.continue_token(&next),
+                    None => break,
+                }
+            }
+        }
+    }
+    for at in unread {
+        match found.remove(at) {
+            Some(mut copy) if rules::owned_by(&copy, &decl.owner) => {
+                if copy.types.is_none() {
+                    copy.types = Some(kube::core::TypeMeta {
+                        api_version: ar.api_version.clone(),
+                        kind: ar.kind.clone(),
+                    });
+                }
+                rules::hold(&mut copy);
+                owned.insert(at.clone(), HeldCopy::Full(Arc::new(copy)));
+            }
+            // Gone, or no longer this declaration's.
+            _ => {
+                owned.remove(at);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The runtime's stores, as the plan reads them.
 pub(super) struct ContextStores<'a> {
     ctx: &'a Context,
@@ -165,9 +240,6 @@ pub(super) struct ContextStores<'a> {
     seen: &'a Seen,
     /// Consent objects by (cluster, namespace), gathered once per reconcile.
     consents: HashMap<(String, String), Vec<Arc<DynamicObject>>>,
-    /// This declaration's copies, read once per reconcile (their store is packed: every read
-    /// parses).
-    owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
 }
 
 impl<'a> ContextStores<'a> {
@@ -178,7 +250,6 @@ impl<'a> ContextStores<'a> {
         decl: &'a Declaration,
         watches: &'a WatchSet,
         clusters: &[String],
-        owned: &'a BTreeMap<DestinationRef, Arc<DynamicObject>>,
     ) -> Self {
         let mut consents: HashMap<(String, String), Vec<Arc<DynamicObject>>> = HashMap::new();
         if let Some(consent) = &decl.spec.consent {
@@ -195,7 +266,6 @@ impl<'a> ContextStores<'a> {
             namespace_type: watches.namespace_type(),
             seen: watches.first_sightings(),
             consents,
-            owned,
         }
     }
 }
@@ -210,11 +280,9 @@ impl Stores for ContextStores<'_> {
         self.ctx.get_metadata(&key).is_some()
     }
 
-    /// A copy in full; anything else at that name as metadata only.
+    /// The object at `at` as the stores show it: metadata only (the declaration's own copies
+    /// are in [`Facts::owned`], as their store holds them).
     fn object(&self, at: &DestinationRef) -> Option<Arc<DynamicObject>> {
-        if let Some(copy) = self.owned.get(at) {
-            return Some(Arc::clone(copy));
-        }
         self.ctx.get_metadata(&at.key(self.resource))
     }
 

@@ -375,12 +375,18 @@ impl WatchSet {
             .packed()
     }
 
-    /// Copies as the stores hold them: packed, indexed by owner, large values as digests.
+    /// Copies as the stores hold them: each as its [print](rules::print) (what judging it
+    /// needs: a few hundred bytes), indexed by owner.
     fn copies(ar: &ApiResource, selector: &str) -> Watch {
+        let printer = Arc::new(rules::Printer::default());
         Watch::dynamic(ar.clone())
             .labels(selector)
             .index_label(rules::MANAGED_BY)
-            .transform(rules::hold)
+            .transform(rules::allocated::strip_held)
+            .summarized(move |copy| {
+                let print: Arc<dyn crate::runtime::Summary> = Arc::new(printer.print(copy));
+                Some(print)
+            })
             .packed()
     }
 

@@ -162,8 +162,15 @@ pub fn decide_at(
             version: judge.source_version.to_string(),
         },
         Decision::Update
-            if let Some((message, version)) =
-                held_back(judge.update_policy, there, judge.source_version) =>
+            if let Some((message, version)) = held_back(
+                judge.update_policy,
+                there.and_then(|e| {
+                    e.annotations()
+                        .get(rules::SOURCE_VERSION)
+                        .map(String::as_str)
+                }),
+                judge.source_version,
+            ) =>
         {
             Verdict::Synced {
                 message,
@@ -202,32 +209,61 @@ pub fn redecide(job: &Job, w: &Write, found: Option<&DynamicObject>) -> Decision
     decide_at(&Judge::of_write(job, w), found, &w.desired).decision()
 }
 
-/// Why an update of the copy `existing` is held back by the update policy, with the source
-/// version its status reports: created once, then the destination's (`CreateOnly`: never
-/// updated); or the version gate (`OnSourceChange`: the copy carries the source's version
-/// `source_rv`, and someone else's change to it stays until the source changes).
+/// Why an update of a copy is held back by the update policy, with the source version its
+/// status reports: created once, then the destination's (`CreateOnly`: never updated); or the
+/// version gate (`OnSourceChange`: the copy carries the source's version `source_rv` as
+/// `carried`, and someone else's change to it stays until the source changes).
 pub fn held_back<'a>(
     policy: UpdatePolicy,
-    existing: Option<&DynamicObject>,
+    carried: Option<&str>,
     source_rv: &'a str,
 ) -> Option<(&'static str, &'a str)> {
     match policy {
-        UpdatePolicy::OnSourceChange
-            if existing
-                .and_then(|e| e.annotations().get(rules::SOURCE_VERSION).cloned())
-                .is_some_and(|v| v == source_rv) =>
-        {
-            Some((
-                "held back by the version gate: the source has not changed since this copy was written",
-                source_rv,
-            ))
-        }
+        UpdatePolicy::OnSourceChange if carried == Some(source_rv) => Some((
+            "held back by the version gate: the source has not changed since this copy was written",
+            source_rv,
+        )),
         UpdatePolicy::CreateOnly => Some((
             "held back by updatePolicy: CreateOnly (created once, never updated; it differs from the source now)",
             "",
         )),
         _ => None,
     }
+}
+
+/// The verdict on one of the declaration's copies held as a [print](rules::print), where the
+/// print is enough to reach the one [`decide_at`] would reach on the copy: in sync; or not,
+/// and its update held back by the update policy. `None`: the copy must be read in full (an
+/// update needs the fields that change and who changed them; fields left to others, or a
+/// field the apiserver allocates that the copy sets, are compared on the copy itself).
+pub fn judge_print(
+    judge: &Judge<'_>,
+    print: &rules::CopyPrint,
+    desired: &DynamicObject,
+) -> Option<Verdict> {
+    if !print.owned_by(judge.owner) {
+        return None;
+    }
+    if print.in_sync(desired, judge.strategy) {
+        return Some(Verdict::Synced {
+            message: "",
+            version: judge.source_version.to_string(),
+        });
+    }
+    // Not in sync: exactly so unless fields are left to others or the desired copy pins one
+    // the print leaves out.
+    if !judge.ignore.is_empty() || rules::allocated::pins_any(desired) {
+        return None;
+    }
+    let (message, version) = held_back(
+        judge.update_policy,
+        print.annotation(rules::SOURCE_VERSION),
+        judge.source_version,
+    )?;
+    Some(Verdict::Synced {
+        message,
+        version: version.to_string(),
+    })
 }
 
 /// A decision to adopt the object `there`, held to the destination's consent (`refused`: why

@@ -201,6 +201,17 @@ fn digest_of_wanted(wanted: &Value) -> String {
     })
 }
 
+/// The digest of a value a desired copy wants: within a [`Memo`], a large one (over
+/// [`SHRINK_OVER`] bytes as JSON) is hashed once and found again by equality; a small one is
+/// hashed each time (cheaper than looking it up).
+pub fn digest_wanted(value: &Value) -> String {
+    if json_len(value) > SHRINK_OVER {
+        digest_of_wanted(value)
+    } else {
+        digest(value)
+    }
+}
+
 /// Whether a held value (perhaps shrunk) is the wanted one: equal, or a digest of it, or a map
 /// with the same keys whose values are each [`same`]. Within a [`Memo`], each distinct wanted
 /// value is hashed once.

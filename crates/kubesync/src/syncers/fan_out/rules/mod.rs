@@ -17,6 +17,7 @@ pub mod ignore;
 pub mod ownership;
 pub mod patch;
 pub mod path;
+pub mod print;
 pub mod select;
 pub mod settle;
 
@@ -32,6 +33,7 @@ pub use drift::{Drift, FieldPath, ManagerChange, changed_fields, changes_by_othe
 pub use ignore::{Ignore, Pointer};
 pub use ownership::ownership_upgrade;
 pub use patch::{CopyPatch, patched};
+pub use print::{CopyPrint, Printer};
 pub use select::{NamespaceMatcher, NamespaceRule, glob, selector};
 
 /// A function a declaration carries (a namespace predicate, an annotator, an adoption rule):

@@ -98,6 +98,25 @@ fn strip_where(copy: &mut DynamicObject, which: impl Fn(&Rule) -> bool) {
     }
 }
 
+/// `obj` without the fields [`strip`] removes (borrowed when it has none): what a copy made
+/// from it as a source would carry of them.
+pub fn stripped(obj: &DynamicObject) -> Cow<'_, DynamicObject> {
+    match group_kind(obj) {
+        Some((group, kind)) if rules_of(group, kind).next().is_some() => {
+            let mut out = obj.clone();
+            strip(&mut out);
+            Cow::Owned(out)
+        }
+        _ => Cow::Borrowed(obj),
+    }
+}
+
+/// Whether a copy to write sets a field of [`RULES`] that [`strip`] would have removed from
+/// its source: one a destination's patch pins (a node port, a volume).
+pub fn pins_any(desired: &DynamicObject) -> bool {
+    matches!(stripped(desired), Cow::Owned(ref s) if s != desired)
+}
+
 /// `existing` (a copy kubesync holds) as it is compared with `desired`: without the fields of
 /// [`RULES`] for its kind that `desired` does not set (borrowed when there are none).
 pub fn comparable<'a>(

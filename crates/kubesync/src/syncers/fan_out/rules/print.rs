@@ -1,0 +1,241 @@
+//! Copies held as prints: what judging a copy needs, not the copy.
+//!
+//! A copy is in sync when each top-level field kubesync writes equals the desired one, and
+//! the desired labels and annotations are on it ([`in_sync`](super::in_sync)). Its print keeps
+//! exactly that, made once as its watch event arrives ([`Printer::print`], a watch's
+//! [`summarize`](crate::runtime::Watch::summarized)): the digest of each top-level field's value
+//! (16 bytes of the SHA-256 of its canonical form, as [`digest`](super::digest) makes them), the
+//! labels and annotations themselves, and the identity a write is conditioned on (uid,
+//! resourceVersion). Labels, annotations, the kind and the names of the top-level fields are
+//! the same on every copy of one source, so they are held once for all of them ([`Printer`]).
+//! A print costs a few hundred bytes whatever the copy's size, and is judged without parsing
+//! anything ([`CopyPrint::in_sync`]).
+//!
+//! What a print cannot answer — which fields differ and who changed them, an ownership
+//! upgrade, fields left to others, consent judged on the copy — is answered by the copy read
+//! live: a plan that needs a copy in full asks for it ([`Plan::unread`](super::super::plan::Plan::unread)),
+//! and is made again with it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::DynamicObject;
+use kube::core::TypeMeta;
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::decide::Strategy;
+use super::{MANAGED_BY, OWNER, Owner, allocated, digest};
+use crate::runtime::Summary;
+
+/// The digest of one value: the first 16 bytes of [`digest::digest`].
+pub type ValueDigest = [u8; 16];
+
+/// What the copies of one source share: their kind, labels, annotations, and the names of
+/// their top-level fields (sorted; `status` and the fields the apiserver allocates are not
+/// among them).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Shared {
+    api_version: String,
+    kind: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    fields: Box<[String]>,
+}
+
+/// One of kubesync's copies as its watch holds it (see the [module](self)).
+#[derive(Debug)]
+pub struct CopyPrint {
+    name: Box<str>,
+    namespace: Option<Box<str>>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    deletion: Option<Time>,
+    shared: Arc<Shared>,
+    /// The digest of each of `shared.fields`' values, in that order.
+    values: Box<[ValueDigest]>,
+}
+
+/// The digest of `value` as a print holds it. `wanted`: a value of a desired copy, whose
+/// large values a plan's [`Memo`](digest::Memo) hashes once for all destinations.
+pub fn value_digest(value: &Value, wanted: bool) -> ValueDigest {
+    let hex = if wanted {
+        digest::digest_wanted(value)
+    } else {
+        digest::digest(value)
+    };
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16).unwrap_or(0);
+    }
+    out
+}
+
+/// Makes prints ([`Printer::print`]), and holds what copies share once: one for each watch
+/// of copies. Shared parts no print uses any more are dropped as new ones come.
+#[derive(Debug, Default)]
+pub struct Printer {
+    interned: Mutex<Interned>,
+}
+
+#[derive(Debug, Default)]
+struct Interned {
+    set: HashSet<Arc<Shared>>,
+    /// How many were held after the last sweep.
+    kept: usize,
+}
+
+/// Shared parts are swept once they are twice as many as after the last sweep, and at least
+/// this many.
+const SWEEP_FROM: usize = 256;
+
+impl Printer {
+    fn intern(&self, shared: Shared) -> Arc<Shared> {
+        let mut interned = self.interned.lock();
+        if let Some(held) = interned.set.get(&shared) {
+            return Arc::clone(held);
+        }
+        if interned.set.len() >= (2 * interned.kept).max(SWEEP_FROM) {
+            interned.set.retain(|s| Arc::strong_count(s) > 1);
+            interned.kept = interned.set.len();
+        }
+        let shared = Arc::new(shared);
+        interned.set.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// How many shared parts are held (for tests and the book's numbers).
+    pub fn shared_parts(&self) -> usize {
+        self.interned.lock().set.len()
+    }
+
+    /// The print of `copy` (as its watch delivers it). The fields the apiserver allocates or
+    /// controllers own ([`allocated`]) are left out as a copy made of it would leave them out
+    /// ([`allocated::stripped`]): a print is compared with copies to write, which never carry
+    /// them unless a destination's patch pins one (then the copy is judged in full).
+    pub fn print(&self, copy: &DynamicObject) -> CopyPrint {
+        let judged = allocated::stripped(copy);
+        let mut fields: Vec<(&String, &Value)> = judged
+            .data
+            .as_object()
+            .map(|m| m.iter().filter(|(k, _)| *k != "status").collect())
+            .unwrap_or_default();
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        let types = copy.types.clone().unwrap_or_default();
+        let meta = &judged.metadata;
+        let shared = self.intern(Shared {
+            api_version: types.api_version,
+            kind: types.kind,
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            fields: fields.iter().map(|(k, _)| (*k).clone()).collect(),
+        });
+        CopyPrint {
+            name: copy.metadata.name.as_deref().unwrap_or_default().into(),
+            namespace: copy.metadata.namespace.as_deref().map(Into::into),
+            uid: copy.metadata.uid.as_deref().map(Into::into),
+            resource_version: copy.metadata.resource_version.as_deref().map(Into::into),
+            deletion: copy.metadata.deletion_timestamp.clone(),
+            shared,
+            values: fields.iter().map(|(_, v)| value_digest(v, false)).collect(),
+        }
+    }
+}
+
+impl CopyPrint {
+    /// The copy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The copy's namespace (`None` for a cluster-scoped kind).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The copy's uid.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// The copy's resourceVersion.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    /// The copy's annotation `key`.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.shared.annotations.get(key).map(String::as_str)
+    }
+
+    /// Whether the copy carries `owner`'s marks (see [`owned_by`](super::owned_by)).
+    pub fn owned_by(&self, owner: &Owner) -> bool {
+        self.shared
+            .labels
+            .get(MANAGED_BY)
+            .is_some_and(|uid| *uid == owner.uid)
+            && self
+                .annotation(OWNER)
+                .is_none_or(|reference| reference == owner.reference)
+    }
+
+    /// Whether the copy carries everything `desired` says, exactly as
+    /// [`in_sync`](super::in_sync) judges the copy itself: every top-level field of `desired`
+    /// (but `status`) equal to the copy's, and its labels and annotations on the copy with
+    /// their values; with [`Strategy::Replace`] also nothing else. Within a plan's
+    /// [`Memo`](digest::Memo), each distinct large value of `desired` is hashed once.
+    pub fn in_sync(&self, desired: &DynamicObject, strategy: Strategy) -> bool {
+        let names = &self.shared.fields;
+        let mut wanted = 0;
+        if let Some(fields) = desired.data.as_object() {
+            for (key, value) in fields.iter().filter(|(k, _)| *k != "status") {
+                wanted += 1;
+                let Ok(i) = names.binary_search_by(|n| n.as_str().cmp(key)) else {
+                    return false;
+                };
+                if self.values.get(i) != Some(&value_digest(value, true)) {
+                    return false;
+                }
+            }
+        }
+        let replace = strategy == Strategy::Replace;
+        let subset = |want: &Option<BTreeMap<String, String>>, have: &BTreeMap<String, String>| {
+            let want = want.as_ref();
+            want.is_none_or(|w| w.iter().all(|(k, v)| have.get(k) == Some(v)))
+                && (!replace || want.map_or(0, BTreeMap::len) == have.len())
+        };
+        (!replace || wanted == names.len())
+            && subset(&desired.metadata.labels, &self.shared.labels)
+            && subset(&desired.metadata.annotations, &self.shared.annotations)
+    }
+}
+
+impl Summary for CopyPrint {
+    /// The copy's metadata as far as the print keeps it: name, namespace, uid,
+    /// resourceVersion, deletion, labels and annotations (without those the apiserver
+    /// allocates); `data` null.
+    fn object(&self) -> DynamicObject {
+        let non_empty = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
+        DynamicObject {
+            types: Some(TypeMeta {
+                api_version: self.shared.api_version.clone(),
+                kind: self.shared.kind.clone(),
+            }),
+            metadata: ObjectMeta {
+                name: Some(self.name.to_string()),
+                namespace: self.namespace.as_deref().map(String::from),
+                uid: self.uid.as_deref().map(String::from),
+                resource_version: self.resource_version.as_deref().map(String::from),
+                deletion_timestamp: self.deletion.clone(),
+                labels: non_empty(&self.shared.labels),
+                annotations: non_empty(&self.shared.annotations),
+                ..ObjectMeta::default()
+            },
+            data: Value::Null,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

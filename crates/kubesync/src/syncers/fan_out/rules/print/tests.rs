@@ -1,0 +1,230 @@
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+use serde_json::json;
+
+use super::super::fixtures::*;
+use super::super::{CopyRules, Strategy, desired_copy, hold, in_sync};
+use super::*;
+
+fn desired() -> DynamicObject {
+    desired_copy(
+        &secret_type(),
+        &tls_secret(),
+        "team-a",
+        "ca",
+        &CopyRules::default(),
+        &owner(),
+        "core/Secret/certs/ca",
+    )
+}
+
+/// `desired` as the apiserver shows it once written: with its identity, and the fields a
+/// copy gains there.
+fn written(desired: &DynamicObject) -> DynamicObject {
+    let mut copy = desired.clone();
+    copy.metadata.uid = Some("c-uid".into());
+    copy.metadata.resource_version = Some("7".into());
+    copy.metadata.creation_timestamp = None;
+    copy
+}
+
+/// Whether the print of `copy` and the copy as its store held it before prints (see
+/// [`hold`]) are judged the same against `desired`, under both strategies; returns the
+/// verdict under `Apply`.
+fn judged_alike(copy: &DynamicObject, desired: &DynamicObject) -> bool {
+    let printer = Printer::default();
+    let mut held = copy.clone();
+    hold(&mut held);
+    let mut apply = None;
+    for strategy in [Strategy::Apply, Strategy::Replace] {
+        let by_print = printer.print(copy).in_sync(desired, strategy);
+        let by_copy = in_sync(&held, desired, strategy);
+        assert_eq!(
+            by_print, by_copy,
+            "{strategy:?}: print {by_print}, copy {by_copy}\ncopy: {copy:?}\ndesired: {desired:?}"
+        );
+        apply.get_or_insert(by_print);
+    }
+    apply.unwrap_or_default()
+}
+
+#[test]
+fn a_print_is_judged_as_the_copy_is() {
+    let want = desired();
+    let copy = written(&want);
+    assert!(judged_alike(&copy, &want), "as written");
+
+    let edit = |f: &dyn Fn(&mut DynamicObject)| {
+        let mut c = copy.clone();
+        f(&mut c);
+        c
+    };
+    // Content: a changed value, a removed key, an added key, another top-level field.
+    assert!(!judged_alike(
+        &edit(&|c| c.data["data"]["tls.key"] = json!("eA==")),
+        &want
+    ));
+    assert!(!judged_alike(
+        &edit(&|c| {
+            c.data["data"].as_object_mut().map(|m| m.remove("tls.key"));
+        }),
+        &want
+    ));
+    assert!(!judged_alike(
+        &edit(&|c| c.data["data"]["extra"] = json!("eA==")),
+        &want
+    ));
+    assert!(!judged_alike(
+        &edit(&|c| c.data["type"] = json!("Opaque")),
+        &want
+    ));
+    // Another top-level field, and a status: in sync with Apply (not with Replace, for the
+    // field), as the copy itself is judged.
+    assert!(judged_alike(
+        &edit(&|c| c.data["immutable"] = json!(false)),
+        &want
+    ));
+    assert!(judged_alike(
+        &edit(&|c| c.data["status"] = json!({"x": 1})),
+        &want
+    ));
+    // Labels and annotations: others' extra ones, changed ones, missing ones.
+    let label = |c: &mut DynamicObject, k: &str, v: Option<&str>| {
+        let labels = c.metadata.labels.get_or_insert_default();
+        match v {
+            Some(v) => labels.insert(k.into(), v.into()),
+            None => labels.remove(k),
+        };
+    };
+    assert!(judged_alike(
+        &edit(&|c| label(c, "extra", Some("1"))),
+        &want
+    ));
+    assert!(!judged_alike(
+        &edit(&|c| label(c, "app", Some("other"))),
+        &want
+    ));
+    assert!(!judged_alike(&edit(&|c| label(c, "app", None)), &want));
+    assert!(!judged_alike(&edit(&|c| label(c, MANAGED_BY, None)), &want));
+    let annotate = |c: &mut DynamicObject, k: &str, v: Option<&str>| {
+        let annotations = c.metadata.annotations.get_or_insert_default();
+        match v {
+            Some(v) => annotations.insert(k.into(), v.into()),
+            None => annotations.remove(k),
+        };
+    };
+    assert!(judged_alike(
+        &edit(&|c| annotate(c, "note-by-a-tool", Some("1"))),
+        &want
+    ));
+    assert!(!judged_alike(
+        &edit(&|c| annotate(c, OWNER, Some("x/y/z"))),
+        &want
+    ));
+    assert!(!judged_alike(&edit(&|c| annotate(c, "note", None)), &want));
+    // A large value (held as a digest before prints): equal, and changed.
+    let mut big = want.clone();
+    big.data["data"]["blob"] = json!("QUFB".repeat(2000));
+    let big_copy = written(&big);
+    assert!(judged_alike(&big_copy, &big));
+    let mut changed = big_copy.clone();
+    changed.data["data"]["blob"] = json!("QkJC".repeat(2000));
+    assert!(!judged_alike(&changed, &big));
+}
+
+#[test]
+fn fields_the_apiserver_allocates_are_left_out_unless_the_copy_should_set_them() {
+    let service = |spec: serde_json::Value| -> DynamicObject {
+        obj(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "n", "labels": {MANAGED_BY: "uid-1"}},
+            "spec": spec}))
+    };
+    let want = service(json!({"ports": [{"port": 80}]}));
+    let copy = written(&service(
+        json!({"ports": [{"port": 80}], "clusterIP": "10.0.0.7"}),
+    ));
+    assert!(
+        judged_alike(&copy, &want),
+        "an allocated clusterIP is not compared"
+    );
+    // A destination that pins it: compared.
+    let pinned = service(json!({"ports": [{"port": 80}], "clusterIP": "10.0.0.9"}));
+    assert!(!judged_alike(&copy, &pinned));
+    assert!(allocated::pins_any(&pinned) && !allocated::pins_any(&want));
+}
+
+#[test]
+fn copies_of_one_source_share_what_they_have_in_common() {
+    let printer = Printer::default();
+    let want = desired();
+    let prints: Vec<CopyPrint> = (0..100)
+        .map(|i| {
+            let mut c = written(&want);
+            c.metadata.namespace = Some(format!("team-{i}"));
+            c.metadata.uid = Some(format!("uid-{i}"));
+            printer.print(&c)
+        })
+        .collect();
+    assert_eq!(printer.shared_parts(), 1, "one kind, one set of labels");
+    assert!(
+        prints
+            .iter()
+            .all(|p| Arc::ptr_eq(&p.shared, &prints[0].shared))
+    );
+    assert_eq!(prints[42].namespace(), Some("team-42"));
+    assert_eq!(prints[42].uid(), Some("uid-42"));
+    // Parts no print uses are swept as new ones come.
+    drop(prints);
+    for i in 0..2 * SWEEP_FROM {
+        let mut c = written(&want);
+        c.metadata.labels = Some([("n".to_string(), i.to_string())].into());
+        let _ = printer.print(&c);
+    }
+    assert!(printer.shared_parts() <= SWEEP_FROM + 1);
+}
+
+#[test]
+fn readers_of_objects_see_the_copy_s_metadata() {
+    let want = desired();
+    let mut copy = written(&want);
+    copy.metadata.namespace = Some("team-a".into());
+    let print = Printer::default().print(&copy);
+    let shown = crate::runtime::Summary::object(&print);
+    assert_eq!(shown.metadata.name, copy.metadata.name);
+    assert_eq!(shown.metadata.namespace, copy.metadata.namespace);
+    assert_eq!(shown.metadata.uid.as_deref(), Some("c-uid"));
+    assert_eq!(shown.metadata.resource_version.as_deref(), Some("7"));
+    assert_eq!(shown.metadata.labels, copy.metadata.labels);
+    assert_eq!(shown.metadata.annotations, copy.metadata.annotations);
+    assert_eq!(shown.types, copy.types);
+    assert!(shown.data.is_null(), "metadata only");
+    assert!(print.owned_by(&owner()));
+    assert!(super::super::owned_by(&shown, &owner()));
+    let mut other = owner();
+    other.reference = "fleet/apps/other".into();
+    assert!(!print.owned_by(&other), "a forged reference is not ours");
+}
+
+#[test]
+fn a_print_holds_a_fraction_of_the_copy() {
+    let printer = Printer::default();
+    let want = desired();
+    let copies: Vec<DynamicObject> = (0..2).map(|_| written(&want)).collect();
+    let prints: Vec<CopyPrint> = copies.iter().map(|c| printer.print(c)).collect();
+    // What one more copy holds: its own strings and digests (the shared part is held once).
+    let own = |p: &CopyPrint| {
+        std::mem::size_of::<CopyPrint>()
+            + p.name.len()
+            + p.namespace.as_deref().map_or(0, str::len)
+            + p.uid.as_deref().map_or(0, str::len)
+            + p.resource_version.as_deref().map_or(0, str::len)
+            + p.values.len() * std::mem::size_of::<ValueDigest>()
+    };
+    let text = serde_json::to_string(&copies[1]).expect("json").len();
+    assert!(
+        own(&prints[1]) * 2 < text,
+        "{} bytes against {text} as text",
+        own(&prints[1])
+    );
+}
