@@ -405,12 +405,12 @@ fn copy_writes(env: &kubesync_testenv::TestEnv, namespace: &str, by: &str) -> us
         .count()
 }
 
-/// Copies of a large object are held by kubesync as digests of their bulk (copy amplification
-/// costs kilobytes), and are judged exactly as before: a current copy is not written again,
+/// Copies of a large object are held by kubesync as their prints (copy amplification costs
+/// bytes per copy), and are judged exactly as before: a current copy is not written again,
 /// someone's edit of the large value is reverted and attributed to them by field, and Report
 /// mode names the large field that would change.
 #[tokio::test]
-async fn large_copies_are_held_as_digests_and_judged_as_before() {
+async fn large_copies_are_held_as_prints_and_judged_as_before() {
     let env = operator_cluster_from(
         kubesync_testenv::TestEnv::builder()
             .name("big-copies")
@@ -459,11 +459,12 @@ async fn large_copies_are_held_as_digests_and_judged_as_before() {
         .uid
         .expect("uid");
 
-    // The store holds the copy's large value as a digest, the small one as it is.
+    // The store holds the copy as its print: a digest of each top-level field, no content;
+    // readers of objects see its metadata.
     let ctx = running.operator.context().expect("running");
     let ar = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
     let held = eventually("the copy in the store", T, || async {
-        ctx.list_labelled(
+        ctx.list_labelled_held(
             "local",
             &ar,
             kubesync::syncers::fan_out::rules::MANAGED_BY,
@@ -473,12 +474,18 @@ async fn large_copies_are_held_as_digests_and_judged_as_before() {
         .next()
     })
     .await;
-    let data = held.data["data"].clone();
     assert!(
-        kubesync::syncers::fan_out::rules::digest::is_digest(&data["blob"]).is_some(),
-        "{data}"
+        held.summary::<kubesync::syncers::fan_out::rules::CopyPrint>()
+            .is_some(),
+        "held as a print: {held:?}"
     );
-    assert_eq!(data["small"], "x");
+    let shown = ctx.list_labelled(
+        "local",
+        &ar,
+        kubesync::syncers::fan_out::rules::MANAGED_BY,
+        &uid,
+    );
+    assert!(shown.len() == 1 && shown[0].data.is_null(), "{shown:?}");
 
     // A current copy is not written again: another destination is added, and only its copy
     // is written. (The operator runs in-process, as the test's own user; nobody else writes

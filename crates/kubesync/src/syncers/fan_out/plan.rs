@@ -21,7 +21,9 @@ use crate::key::ObjectKey;
 
 mod destination;
 
-pub use destination::{Job, Judge, Verdict, decide_at, gate_adoption, held_back, redecide};
+pub use destination::{
+    Job, Judge, Verdict, decide_at, gate_adoption, held_back, judge_print, redecide,
+};
 
 /// One of a declaration's copies as a plan reads it: in full, or as the [print](rules::print)
 /// its store holds. A plan that must see a print's copy in full asks for it
@@ -340,25 +342,11 @@ fn plan_destination<S: Stores>(
         update_policy: spec.update_policy,
         source_version: &source_rv,
     };
-    // The copy as its store holds it; one held as a print is judged on it where it suffices,
-    // else read in full and the plan made again.
-    let existing = match snapshot.owned.get(at) {
-        Some(HeldCopy::Print(print)) => {
-            match destination::judge_print(&judge, print, &desired) {
-                Some(Verdict::Synced { message, version }) => {
-                    plan.statuses
-                        .push(status(DestinationState::Synced, message.into(), &version))
-                }
-                _ => {
-                    plan.unread.insert(at.clone());
-                }
-            }
-            return;
-        }
-        Some(HeldCopy::Full(copy)) => Some(Arc::clone(copy)),
-        None => snapshot.stores.object(at),
+    let Some((existing, verdict)) = verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
+    else {
+        return;
     };
-    match decide_at(&judge, existing.as_deref(), &desired) {
+    match verdict {
         Verdict::Synced { message, version } => {
             plan.statuses
                 .push(status(DestinationState::Synced, message.into(), &version));
@@ -399,6 +387,31 @@ fn plan_destination<S: Stores>(
             });
         }
     }
+}
+
+/// The object at `at` as the stores show it, and the verdict on it for the copy `desired`; a
+/// copy held as a print is judged on it where that suffices, else it is added to `unread`
+/// (read in full, the plan is made again) and `None` returned.
+fn verdict_at<S: Stores>(
+    snapshot: &Snapshot<'_, S>,
+    at: &DestinationRef,
+    judge: &Judge<'_>,
+    desired: &DynamicObject,
+    unread: &mut BTreeSet<DestinationRef>,
+) -> Option<(Option<Arc<DynamicObject>>, Verdict)> {
+    let existing = match snapshot.owned.get(at) {
+        Some(HeldCopy::Print(print)) => {
+            let verdict = judge_print(judge, print, desired);
+            if verdict.is_none() {
+                unread.insert(at.clone());
+            }
+            return verdict.map(|v| (None, v));
+        }
+        Some(HeldCopy::Full(copy)) => Some(Arc::clone(copy)),
+        None => snapshot.stores.object(at),
+    };
+    let verdict = decide_at(judge, existing.as_deref(), desired);
+    Some((existing, verdict))
 }
 
 /// The copy of `source` at `at` as it must be (the entry `dest`'s patches applied; its
