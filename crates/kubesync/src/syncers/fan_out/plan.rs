@@ -121,9 +121,10 @@ pub struct Snapshot<'a, S> {
 pub struct Write {
     /// Where.
     pub at: DestinationRef,
-    /// The copy as it must be, its large values held in the plan's [`Plan::bulk`] (hydrate
-    /// it with that before it is sent or compared again).
-    pub desired: DynamicObject,
+    /// The copy as it must be, as its text, its large values held in the plan's
+    /// [`Plan::bulk`] (read it back and hydrate it with that before it is sent or compared
+    /// again).
+    pub desired: PlannedCopy,
     /// What the store showed there (the decision was made on it).
     pub existing: Option<Arc<DynamicObject>>,
     /// The fields there left to others: an update writes the copy's own values there.
@@ -146,6 +147,25 @@ pub struct Write {
     pub adoption_refused: Option<String>,
     /// Since when the copy has been behind, as the watches first saw it ([`behind`]).
     pub behind: Option<Behind>,
+}
+
+/// A copy to write as a plan holds it: its JSON text, a fraction of the object (a plan that
+/// creates a thousand copies holds a thousand of them until they are sent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedCopy(Box<str>);
+
+impl PlannedCopy {
+    /// `copy` as its text.
+    pub fn new(copy: &DynamicObject) -> Self {
+        // Serializing an object parsed from JSON (or built of JSON values) cannot fail; if it
+        // did, reading it back fails and the destination reports it.
+        Self(serde_json::to_string(copy).unwrap_or_default().into())
+    }
+
+    /// The copy, read back.
+    pub fn object(&self) -> Result<DynamicObject, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
 }
 
 /// Since when a copy has been behind what it must be, and whether writing it propagates a
@@ -369,7 +389,7 @@ fn plan_destination<S: Stores>(
             );
             plan.writes.push(Write {
                 at: at.clone(),
-                desired: plan.bulk.hold(desired),
+                desired: PlannedCopy::new(&plan.bulk.hold(desired)),
                 existing,
                 ignore: dest.ignore.clone(),
                 strategy: dest.strategy,
@@ -1117,7 +1137,7 @@ mod tests {
     fn report_mode_turns_writes_and_deletes_into_what_would_be_done() {
         let write = |decision: Decision, changed: &[&str]| Write {
             at: at("local", "a"),
-            desired: source(),
+            desired: PlannedCopy::new(&source()),
             existing: None,
             ignore: Default::default(),
             strategy: Strategy::Apply,
@@ -1195,7 +1215,12 @@ mod tests {
             ]
         );
         assert_eq!(plan.source_resource_version, "42");
-        let labels = plan.writes[0].desired.metadata.labels.clone();
+        let labels = plan.writes[0]
+            .desired
+            .object()
+            .expect("copy")
+            .metadata
+            .labels;
         assert_eq!(
             labels
                 .unwrap_or_default()
@@ -1272,6 +1297,8 @@ mod tests {
         assert_eq!(
             plan.writes[0]
                 .desired
+                .object()
+                .expect("copy")
                 .annotations()
                 .get(rules::SOURCE)
                 .map(String::as_str),
@@ -1379,7 +1406,15 @@ mod tests {
             [(DestinationRef::new("east", "", "viewer"), Decision::Create)],
             "one copy in east; none onto the source itself in the local cluster"
         );
-        assert_eq!(plan.writes[0].desired.metadata.namespace, None);
+        assert_eq!(
+            plan.writes[0]
+                .desired
+                .object()
+                .expect("copy")
+                .metadata
+                .namespace,
+            None
+        );
         assert_eq!(plan.writes[0].at.to_string(), "east/viewer");
         assert_eq!(
             states(&plan),
@@ -1420,6 +1455,30 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn a_planned_copy_reads_back_as_it_was_planned_and_holds_less() {
+        let decl = declaration(vec![destination(None, "a")]);
+        let mut copy = rules::desired_copy(
+            &secret_type(),
+            &source(),
+            "a",
+            "ca",
+            &CopyRules::default(),
+            &decl.owner,
+            "core/Secret/src/ca",
+        );
+        copy.data["data"]["blob"] = json!("QUFB".repeat(1000));
+        let mut bulk = rules::Bulk::default();
+        let held = bulk.hold(copy.clone());
+        let planned = PlannedCopy::new(&held);
+        assert_eq!(planned.object().expect("copy"), held);
+        assert_eq!(bulk.hydrate(&planned.object().expect("copy")), copy);
+        assert!(
+            planned.0.len() < 1024,
+            "the large value is the bulk's, held once"
+        );
     }
 
     #[test]
@@ -1689,8 +1748,14 @@ mod tests {
         let plan = Run::new(declaration(vec![patched, broken]), stores).plan();
         assert_eq!(plan.writes.len(), 1);
         assert_eq!(plan.writes[0].at, at("local", "a"));
-        assert_eq!(plan.writes[0].desired.data["data"]["region"], "ZXU=");
-        assert_eq!(plan.writes[0].desired.data["data"]["ca.crt"], "Q0E=");
+        assert_eq!(
+            plan.writes[0].desired.object().expect("copy").data["data"]["region"],
+            "ZXU="
+        );
+        assert_eq!(
+            plan.writes[0].desired.object().expect("copy").data["data"]["ca.crt"],
+            "Q0E="
+        );
         assert_eq!(
             states(&plan),
             [("local/b".into(), DestinationState::Error)],
@@ -2275,11 +2340,8 @@ mod tests {
         let first = empty.plan();
         assert_eq!(first.writes.len(), 1, "{:?}", first.statuses);
         let w0 = &first.writes[0];
-        let w0 = Write {
-            desired: first.bulk.hydrate(&w0.desired),
-            ..w0.clone()
-        };
-        let found = there(shape, &w0.desired);
+        let desired = first.bulk.hydrate(&w0.desired.object().expect("copy"));
+        let found = there(shape, &desired);
         // The plan on the same object, held in the stores.
         let case = judged_case(rules, found.clone());
         let planned = case.plan();
@@ -2292,7 +2354,7 @@ mod tests {
             },
             other => panic!("one destination, one verdict: {other:?}"),
         };
-        let live = redecide(&Job::of(&case.decl), &w0, found.as_ref());
+        let live = redecide(&Job::of(&case.decl), (w0, &desired), found.as_ref());
         assert_eq!(live, expected, "shape {shape}, rules {rules:?}");
         expected
     }

@@ -207,15 +207,25 @@ impl Executor {
         confirm: bool,
     ) -> Done {
         // Its share of the budget first, then its copy in full: only the writes in flight
-        // hold their bodies.
-        let cost = self.write_cost(bulk.bytes(&w.desired));
+        // hold their bodies (a plan holds each as its text).
+        let planned = match w.desired.object() {
+            Ok(planned) => planned,
+            Err(e) => {
+                let message = format!("the planned copy could not be read back: {e}");
+                let st = DestinationStatus::new(&w.at, DestinationState::Error, message, "");
+                return Done {
+                    status: Some(st.of_source(&w.source)),
+                    deleted: false,
+                    lag: None,
+                };
+            }
+        };
+        let cost = self.write_cost(bulk.bytes(&planned));
         // The semaphore is never closed.
         let _permit = self.in_flight.acquire_many(cost).await.ok();
-        let w = Write {
-            desired: bulk.hydrate(&w.desired),
-            ..w
-        };
-        let (mut st, sent) = self.settle(ctx, job, &w, confirm).await;
+        let desired = bulk.hydrate(&planned);
+        drop(planned);
+        let (mut st, sent) = self.settle(ctx, job, (&w, &desired), confirm).await;
         // The reconcile that reverts someone else's change reports it.
         if sent && w.decision == Decision::Update {
             st.drift = w.drift.clone();
@@ -244,7 +254,7 @@ impl Executor {
         &self,
         ctx: &Context,
         job: &Job,
-        w: &Write,
+        (w, desired): (&Write, &DynamicObject),
         confirm: bool,
     ) -> (DestinationStatus, bool) {
         let ar = &job.resource;
@@ -281,7 +291,7 @@ impl Executor {
                         end.sent,
                     );
                 }
-                Step::LookAgain => match self.look_again(ctx, job, w).await {
+                Step::LookAgain => match self.look_again(ctx, job, (w, desired)).await {
                     Ok((found, again)) => {
                         let exists = found.is_some();
                         existing = found;
@@ -291,12 +301,16 @@ impl Executor {
                 },
                 Step::Write => {
                     let acting = (ar, job.acting_as.as_ref());
-                    let written = self.write_copy(ctx, acting, w, existing.as_deref()).await;
+                    let written = self
+                        .write_copy(ctx, acting, (w, desired), existing.as_deref())
+                        .await;
                     settling.written(write_outcome(job, at, written))
                 }
                 Step::Recreate => {
                     let acting = (ar, job.acting_as.as_ref());
-                    let recreated = self.recreate(ctx, acting, w, existing.as_deref()).await;
+                    let recreated = self
+                        .recreate(ctx, acting, (w, desired), existing.as_deref())
+                        .await;
                     settling.written(write_outcome(job, at, recreated))
                 }
             };
@@ -309,13 +323,13 @@ impl Executor {
         &self,
         ctx: &Context,
         job: &Job,
-        w: &Write,
+        (w, desired): (&Write, &DynamicObject),
     ) -> std::result::Result<(Option<Arc<DynamicObject>>, Decision), DestinationStatus> {
         let at = &w.at;
         match self.read(ctx, &job.resource, at).await {
             Ok(found) => {
                 // The plan's decision, made again on the object read live.
-                let decision = plan::redecide(job, w, found.as_ref());
+                let decision = plan::redecide(job, (w, desired), found.as_ref());
                 Ok((found.map(Arc::new), decision))
             }
             Err(e) => Err(DestinationStatus::new(
@@ -345,10 +359,10 @@ impl Executor {
         &self,
         ctx: &Context,
         (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
-        w: &Write,
+        (w, desired): (&Write, &DynamicObject),
         existing: Option<&DynamicObject>,
     ) -> Result<bool> {
-        let (at, desired, strategy, ignore) = (&w.at, &w.desired, w.strategy, &w.ignore);
+        let (at, strategy, ignore) = (&w.at, w.strategy, &w.ignore);
         let cluster = writing_as(ctx, at, acting_as)?;
         match (strategy, existing) {
             (Strategy::Apply, Some(existing)) => {
@@ -422,7 +436,7 @@ impl Executor {
         &self,
         ctx: &Context,
         (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
-        w: &Write,
+        (w, desired): (&Write, &DynamicObject),
         existing: Option<&DynamicObject>,
     ) -> Result<bool> {
         let cluster = writing_as(ctx, &w.at, acting_as)?;
@@ -430,7 +444,7 @@ impl Executor {
         let uid = existing.and_then(|e| e.metadata.uid.as_deref());
         self.delete_in(&cluster, ar, &w.at, uid).await?;
         self.writer
-            .create(&cluster, ar, &w.desired, FIELD_MANAGER)
+            .create(&cluster, ar, desired, FIELD_MANAGER)
             .await?;
         Ok(true)
     }

@@ -204,9 +204,14 @@ pub fn decide_at(
 }
 
 /// The decision on `found`, the object at `w`'s destination read live: the plan's decision
-/// ([`decide_at`], with the same rules) made again on it.
-pub fn redecide(job: &Job, w: &Write, found: Option<&DynamicObject>) -> Decision {
-    decide_at(&Judge::of_write(job, w), found, &w.desired).decision()
+/// ([`decide_at`], with the same rules, for `w`'s copy as it is sent: `desired`) made again on
+/// it.
+pub fn redecide(
+    job: &Job,
+    (w, desired): (&Write, &DynamicObject),
+    found: Option<&DynamicObject>,
+) -> Decision {
+    decide_at(&Judge::of_write(job, w), found, desired).decision()
 }
 
 /// Why an update of a copy is held back by the update policy, with the source version its

@@ -3,6 +3,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 
 use super::*;
+use crate::syncers::fan_out::plan::PlannedCopy;
 use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, OnConflict, Owner};
 use crate::syncers::fan_out::spec::{Declaration, FanOutSpec, SourceRef, UpdatePolicy};
 use crate::{Cluster, Controller};
@@ -95,7 +96,7 @@ async fn settle_create_under(
     let at = DestinationRef::new("local", ns, "copy");
     let write = Write {
         at,
-        desired,
+        desired: PlannedCopy::new(&desired),
         existing: None,
         ignore: Default::default(),
         strategy: Strategy::Apply,
@@ -107,7 +108,9 @@ async fn settle_create_under(
         adoption_refused: None,
         behind: None,
     };
-    fan.settle(ctx, &Job::of(&decl), &write, confirm).await.0
+    fan.settle(ctx, &Job::of(&decl), (&write, &desired), confirm)
+        .await
+        .0
 }
 
 /// A create whose name turns out to be taken reads the object and decides once more.
@@ -263,7 +266,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
     metadata_only.data = serde_json::Value::Null;
     let write = Write {
         at: DestinationRef::new("local", "ns", "copy"),
-        desired,
+        desired: PlannedCopy::new(&desired),
         existing: Some(Arc::new(metadata_only)),
         ignore: Default::default(),
         strategy: Strategy::Apply,
@@ -280,7 +283,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
         .cluster(Cluster::new("local", client))
         .context();
     let (st, sent) = Executor::new()
-        .settle(&ctx, &Job::of(&decl), &write, false)
+        .settle(&ctx, &Job::of(&decl), (&write, &desired), false)
         .await;
     assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
     assert!(!sent, "nothing sent");
