@@ -25,6 +25,10 @@ use crate::writer::{Deleted, Writer};
 /// The default budget of bytes in flight ([`Executor::budget`]), in KiB.
 const DEFAULT_BUDGET_KIB: u32 = 16 * 1024;
 
+/// The default number of writes and deletes in flight across every reconcile
+/// ([`Executor::slots`]).
+const DEFAULT_SLOTS: usize = 32;
+
 /// Carries out plans: the one part of the fan-out that writes.
 pub(super) struct Executor {
     writer: Writer,
@@ -35,6 +39,9 @@ pub(super) struct Executor {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Its size, in KiB.
     budget_kib: u32,
+    /// Writes and deletes in flight, across every reconcile ([`Executor::slots`]): each holds
+    /// a connection to its apiserver (and its buffers) while it lasts.
+    slots: Arc<tokio::sync::Semaphore>,
     /// Declarations whose writes are confirmed by a live read first, until when (see
     /// [`Executor::confirm_writes`]).
     confirm: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
@@ -60,6 +67,7 @@ impl Executor {
             concurrency: 16,
             in_flight: Arc::new(tokio::sync::Semaphore::new(DEFAULT_BUDGET_KIB as usize)),
             budget_kib: DEFAULT_BUDGET_KIB,
+            slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_SLOTS)),
             confirm: parking_lot::Mutex::default(),
         }
     }
@@ -75,6 +83,11 @@ impl Executor {
         let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
         self.in_flight = Arc::new(tokio::sync::Semaphore::new(kib as usize));
         self.budget_kib = kib;
+    }
+
+    /// At most `n` writes and deletes in flight across every reconcile (at least 1).
+    pub(super) fn slots(&mut self, n: usize) {
+        self.slots = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
     }
 
     /// What a write of a copy of about `bytes` holds of the budget, in KiB: four times its
@@ -147,6 +160,8 @@ impl Executor {
             .chain(deletes.into_iter().map(Op::Delete));
         let results: Vec<Done> = futures::stream::iter(ops)
             .map(|op| async move {
+                // The semaphore is never closed.
+                let _slot = self.slots.acquire().await.ok();
                 match op {
                     Op::Delete(d) => self.remove(ctx, job, d, confirm).await,
                     Op::Write(w) => self.write(ctx, job, (*w, bulk), confirm).await,

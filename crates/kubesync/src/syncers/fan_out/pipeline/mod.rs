@@ -74,6 +74,16 @@ impl FanOut {
         self
     }
 
+    /// At most `n` copy writes and deletes in flight at once across every reconcile (default
+    /// 32; each per reconcile is bounded by [`concurrency`](Self::concurrency) too): each
+    /// holds a connection and its buffers while it lasts, so ten declarations writing their
+    /// copies together open about as many connections as two.
+    #[must_use]
+    pub fn writes_in_flight(mut self, n: usize) -> Self {
+        self.executor.slots(n);
+        self
+    }
+
     /// At most about `bytes` of copies in flight at once, across every reconcile (default 16
     /// MiB): a write holds its body, what is sent and the answer, about four times the copy's
     /// size, until it is done. Small copies go [`concurrency`](Self::concurrency) at a time;
