@@ -163,13 +163,24 @@ async fn confirm_unselected(
     }))
 }
 
-/// Copies read one by one up to this many; more are listed (one request per cluster).
+/// Copies read one by one up to this many; more are listed (by their declaration's mark).
 const READ_ONE_BY_ONE: usize = 16;
 
+/// About how many bytes of copies one page of such a list may hold (a page of large copies
+/// is shorter): what is read is held as the stores held copies before prints (each value
+/// over 1 KiB as a digest), page by page.
+const READ_PAGE_BYTES: usize = 4 << 20;
+
+/// The most copies one page of such a list asks for.
+const READ_PAGE_MAX: usize = 500;
+
 /// Reads the copies `unread` of `decl` live and holds them in full in `owned` (as their store
-/// would: [`rules::hold`]), for a plan that must see them so; a copy no longer there leaves
-/// `owned` (the store will show its deletion). A few are read one by one; more with one list
-/// of the declaration's copies per cluster (by their `managed-by` label), pages of 500.
+/// would have before prints: [`rules::hold`], large values as digests), for a plan that must
+/// see them so; a copy no longer there, or no longer the declaration's, leaves `owned` (the
+/// store will show why). A few are read one by one; more with a list of the declaration's
+/// copies in each cluster (by their `managed-by` label), in pages of about
+/// [`READ_PAGE_BYTES`] by the prints' sizes (a copy amplified a hundred times is never held a
+/// hundred times at once), each copy held as it comes.
 pub(super) async fn read_in_full(
     ctx: &Context,
     decl: &Declaration,
@@ -177,33 +188,52 @@ pub(super) async fn read_in_full(
     unread: &BTreeSet<DestinationRef>,
 ) -> Result<()> {
     let ar = &decl.spec.source.resource;
+    let hold = |mut copy: DynamicObject| {
+        if copy.types.is_none() {
+            copy.types = Some(kube::core::TypeMeta {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+            });
+        }
+        rules::hold(&mut copy);
+        copy
+    };
     let mut found: BTreeMap<DestinationRef, DynamicObject> = BTreeMap::new();
     if unread.len() <= READ_ONE_BY_ONE {
         for at in unread {
             let api = ctx.api(&at.cluster, ar, at.namespace())?;
             if let Some(copy) = api.get_opt(&at.name).await? {
-                found.insert(at.clone(), copy);
+                found.insert(at.clone(), hold(copy));
             }
         }
     } else {
+        let largest = unread
+            .iter()
+            .filter_map(|at| match owned.get(at) {
+                Some(HeldCopy::Print(p)) => Some(p.size()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let page = (READ_PAGE_BYTES / largest.max(1)).clamp(1, READ_PAGE_MAX);
         let clusters: BTreeSet<&str> = unread.iter().map(|at| at.cluster.as_str()).collect();
         let selector = format!("{}={}", rules::MANAGED_BY, decl.owner.uid);
         for cluster in clusters {
             let api = ctx.api(cluster, ar, None)?;
-            let mut params = ListParams::default().labels(&selector).limit(500);
+            let mut params = ListParams::default().labels(&selector).limit(page as u32);
             loop {
-                let page = api.list(&params).await?;
-                for copy in page.items {
+                let listed = api.list(&params).await?;
+                for copy in listed.items {
                     let at = DestinationRef::new(
                         cluster,
                         copy.namespace().unwrap_or_default(),
                         copy.name_any(),
                     );
                     if unread.contains(&at) {
-                        found.insert(at, copy);
+                        found.insert(at, hold(copy));
                     }
                 }
-                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                match listed.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(next) => params = params.continue_token(&next),
                     None => break,
                 }
@@ -212,14 +242,7 @@ pub(super) async fn read_in_full(
     }
     for at in unread {
         match found.remove(at) {
-            Some(mut copy) if rules::owned_by(&copy, &decl.owner) => {
-                if copy.types.is_none() {
-                    copy.types = Some(kube::core::TypeMeta {
-                        api_version: ar.api_version.clone(),
-                        kind: ar.kind.clone(),
-                    });
-                }
-                rules::hold(&mut copy);
+            Some(copy) if rules::owned_by(&copy, &decl.owner) => {
                 owned.insert(at.clone(), HeldCopy::Full(Arc::new(copy)));
             }
             // Gone, or no longer this declaration's.

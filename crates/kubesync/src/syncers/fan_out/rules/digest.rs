@@ -88,7 +88,7 @@ fn digest_of(value: &Value) -> Value {
 }
 
 /// The length of `value` as compact JSON, without writing it anywhere.
-fn json_len(value: &Value) -> usize {
+pub fn json_len(value: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -55,6 +55,8 @@ pub struct CopyPrint {
     shared: Arc<Shared>,
     /// The digest of each of `shared.fields`' values, in that order.
     values: Box<[ValueDigest]>,
+    /// About how many bytes the copy's content takes as JSON (what reading it live costs).
+    size: u32,
 }
 
 /// The digest of `value` as a print holds it. `wanted`: a value of a desired copy, whose
@@ -139,6 +141,7 @@ impl Printer {
             deletion: copy.metadata.deletion_timestamp.clone(),
             shared,
             values: fields.iter().map(|(_, v)| value_digest(v, false)).collect(),
+            size: u32::try_from(digest::json_len(&copy.data)).unwrap_or(u32::MAX),
         }
     }
 }
@@ -167,6 +170,11 @@ impl CopyPrint {
     /// The copy's annotation `key`.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.shared.annotations.get(key).map(String::as_str)
+    }
+
+    /// About how many bytes the copy's content takes as JSON: what reading it live holds.
+    pub fn size(&self) -> usize {
+        self.size as usize
     }
 
     /// Whether the copy carries `owner`'s marks (see [`owned_by`](super::owned_by)).
