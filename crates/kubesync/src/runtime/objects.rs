@@ -294,33 +294,18 @@ impl Objects {
     /// The objects whose label `key` has `value`: from the index if this store keeps one for
     /// `key` (only those objects are read), else by reading every object.
     pub(super) fn labelled(&self, key: &str, value: &str) -> Vec<Arc<DynamicObject>> {
-        if self.index_label.as_deref() != Some(key) {
-            return self
-                .state()
-                .into_iter()
-                .filter(|o| {
-                    o.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(key))
-                        .is_some_and(|v| v == value)
-                })
-                .collect();
-        }
-        let inner = self.inner.read();
-        inner
-            .by_label
-            .get(value)
+        self.labelled_held(key, value)
             .into_iter()
-            .flatten()
-            .filter_map(|(namespace, name)| inner.at(namespace, name)?.held.object())
+            .map(|(_, held)| match held {
+                Holding::Object(obj) => obj,
+                Holding::Summary(s) => Arc::new(s.object()),
+            })
             .collect()
     }
-}
 
-impl Objects {
-    /// The objects whose label `key` has `value`, as held (summaries as such): from the index
-    /// if this store keeps one for `key`, else by reading every object.
+    /// The objects whose label `key` has `value`, as held (summaries as such), with where
+    /// they are held: from the index if this store keeps one for `key` (only those objects are
+    /// read), else by reading every object once.
     pub(super) fn labelled_held(&self, key: &str, value: &str) -> Vec<(Place, Holding)> {
         let inner = self.inner.read();
         let held = |namespace: &Arc<str>, name: &Arc<str>, e: &Entry| {
@@ -336,20 +321,19 @@ impl Objects {
                 .filter_map(|(namespace, name)| held(namespace, name, inner.at(namespace, name)?))
                 .collect();
         }
+        let carries = |h: &Holding| {
+            let labels = match h {
+                Holding::Object(o) => o.metadata.labels.as_ref().and_then(|l| l.get(key).cloned()),
+                Holding::Summary(s) => s.object().metadata.labels.and_then(|l| l.get(key).cloned()),
+            };
+            labels.is_some_and(|v| v == value)
+        };
         inner
             .objects
             .iter()
             .flat_map(|(namespace, names)| names.iter().map(move |(name, e)| (namespace, name, e)))
-            .filter(|(_, _, e)| {
-                let labels = match &e.held {
-                    Held::Summary(s) => s.object().metadata.labels,
-                    other => other.object().and_then(|o| o.metadata.labels.clone()),
-                };
-                labels
-                    .and_then(|l| l.get(key).cloned())
-                    .is_some_and(|v| v == value)
-            })
             .filter_map(|(namespace, name, e)| held(namespace, name, e))
+            .filter(|(_, h)| carries(h))
             .collect()
     }
 }

@@ -47,6 +47,15 @@ impl StoreEntry {
         self.mixed || self.metadata_only != full
     }
 
+    /// Whether this store holds objects of `resource`'s group and kind in `cluster`, for a
+    /// reader of full objects (`full`) or of metadata.
+    pub(super) fn serves_kind(&self, full: bool, cluster: &str, resource: &ApiResource) -> bool {
+        self.serves(full)
+            && self.cluster == cluster
+            && self.resource.group == resource.group
+            && self.resource.kind == resource.kind
+    }
+
     /// Whether `obj`, held here, is shown to a reader of full objects (`full`) or of
     /// metadata: in a mixed store, an object held as metadata is not shown as full.
     pub(super) fn shows(&self, obj: &DynamicObject, full: bool) -> bool {

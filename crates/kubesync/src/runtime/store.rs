@@ -198,12 +198,10 @@ impl Context {
         let stores = self.shared.stores.read();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for s in stores.iter().filter(|s| {
-            s.serves(true)
-                && s.cluster == cluster
-                && s.resource.group == resource.group
-                && s.resource.kind == resource.kind
-        }) {
+        for s in stores
+            .iter()
+            .filter(|s| s.serves_kind(true, cluster, resource))
+        {
             for (place, held) in s.reader.labelled_held(key, value) {
                 let shown = match &held {
                     super::Holding::Object(obj) => s.shows(obj, true),
@@ -239,12 +237,10 @@ impl Context {
         let stores = self.shared.stores.read();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for s in stores.iter().filter(|s| {
-            s.serves(full)
-                && s.cluster == cluster
-                && s.resource.group == resource.group
-                && s.resource.kind == resource.kind
-        }) {
+        for s in stores
+            .iter()
+            .filter(|s| s.serves_kind(full, cluster, resource))
+        {
             for obj in objects(&s.reader) {
                 if s.shows(&obj, full) && seen.insert(id_of(&obj)) {
                     out.push(obj);

@@ -1068,6 +1068,19 @@ mod tests {
         DestinationRef::new(cluster, namespace, "ca")
     }
 
+    /// `decl`'s copy of [`source`] in namespace `a`, as the plan wants it.
+    fn copy_in_a(decl: &Declaration) -> DynamicObject {
+        rules::desired_copy(
+            &secret_type(),
+            &source(),
+            "a",
+            "ca",
+            &CopyRules::default(),
+            &decl.owner,
+            "core/Secret/src/ca",
+        )
+    }
+
     fn copy(uid: &str, managed_by: &str) -> DynamicObject {
         obj(json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "ca", "namespace": "x", "uid": uid,
@@ -1432,15 +1445,7 @@ mod tests {
     #[test]
     fn copies_in_sync_and_foreign_objects_are_not_written() {
         let decl = declaration(vec![destination(None, "*")]);
-        let desired = rules::desired_copy(
-            &secret_type(),
-            &source(),
-            "a",
-            "ca",
-            &CopyRules::default(),
-            &decl.owner,
-            "core/Secret/src/ca",
-        );
+        let desired = copy_in_a(&decl);
         let stores = Fake::default()
             .with_namespaces("local", &[("a", json!({})), ("b", json!({}))])
             .with_object(&at("local", "a"), desired)
@@ -1460,15 +1465,7 @@ mod tests {
     #[test]
     fn a_planned_copy_reads_back_as_it_was_planned_and_holds_less() {
         let decl = declaration(vec![destination(None, "a")]);
-        let mut copy = rules::desired_copy(
-            &secret_type(),
-            &source(),
-            "a",
-            "ca",
-            &CopyRules::default(),
-            &decl.owner,
-            "core/Secret/src/ca",
-        );
+        let mut copy = copy_in_a(&decl);
         copy.data["data"]["blob"] = json!("QUFB".repeat(1000));
         let mut bulk = rules::Bulk::default();
         let held = bulk.hold(copy.clone());
@@ -1485,15 +1482,7 @@ mod tests {
     fn copies_held_as_prints_are_judged_on_them_or_read_in_full_first() {
         let decl = declaration(vec![destination(None, "a")]);
         let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
-        let desired = rules::desired_copy(
-            &secret_type(),
-            &source(),
-            "a",
-            "ca",
-            &CopyRules::default(),
-            &decl.owner,
-            "core/Secret/src/ca",
-        );
+        let desired = copy_in_a(&decl);
         let mut written = desired.clone();
         written.metadata.uid = Some("c-a".into());
         written.metadata.resource_version = Some("7".into());

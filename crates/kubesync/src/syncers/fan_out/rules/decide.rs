@@ -168,7 +168,7 @@ pub fn apply_precondition(existing: Option<&DynamicObject>) -> Option<String> {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
-    use crate::syncers::fan_out::rules::copy::{CopyRules, desired_copy, owned_by};
+    use crate::syncers::fan_out::rules::copy::owned_by;
     use serde_json::json;
 
     #[test]
@@ -217,15 +217,7 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let desired = desired_copy(
-            &secret_type(),
-            &tls_secret(),
-            "team-a",
-            "ca",
-            &CopyRules::default(),
-            &owner(),
-            "core/Secret/certs/ca",
-        );
+        let desired = tls_copy();
         assert_eq!(
             decide(None, &desired, &owner(), Strategy::Apply, OnConflict::Skip),
             Decision::Create

@@ -30,15 +30,19 @@ pub const SHRINK_KEYS: usize = 64;
 /// The SHA-256 of `value`'s canonical form (object keys sorted, every value tagged with its
 /// type and length), in hex. Equal values have equal digests whatever their key order.
 pub fn digest(value: &Value) -> String {
+    digest_bytes(value)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The SHA-256 of `value`'s canonical form (see [`digest`]), as bytes.
+pub fn digest_bytes(value: &Value) -> [u8; 32] {
     #[cfg(test)]
     HASHED.with(|n| n.set(n.get() + 1));
     let mut hasher = Sha256::new();
     feed(&mut hasher, value);
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hasher.finalize().into()
 }
 
 fn feed(h: &mut Sha256, value: &Value) {
@@ -201,15 +205,10 @@ fn digest_of_wanted(wanted: &Value) -> String {
     })
 }
 
-/// The digest of a value a desired copy wants: within a [`Memo`], a large one (over
-/// [`SHRINK_OVER`] bytes as JSON) is hashed once and found again by equality; a small one is
-/// hashed each time (cheaper than looking it up).
+/// The digest of a large value a desired copy wants (over [`SHRINK_OVER`] bytes as JSON):
+/// within a [`Memo`], hashed once and found again by equality.
 pub fn digest_wanted(value: &Value) -> String {
-    if json_len(value) > SHRINK_OVER {
-        digest_of_wanted(value)
-    } else {
-        digest(value)
-    }
+    digest_of_wanted(value)
 }
 
 /// Whether a held value (perhaps shrunk) is the wanted one: equal, or a digest of it, or a map

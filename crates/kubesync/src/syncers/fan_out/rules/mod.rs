@@ -165,6 +165,19 @@ mod fixtures {
         ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "v1", "Secret"))
     }
 
+    /// [`tls_secret`]'s copy in `team-a`, as [`owner`] wants it.
+    pub(super) fn tls_copy() -> DynamicObject {
+        super::desired_copy(
+            &secret_type(),
+            &tls_secret(),
+            "team-a",
+            "ca",
+            &super::CopyRules::default(),
+            &owner(),
+            "core/Secret/certs/ca",
+        )
+    }
+
     pub(super) fn tls_secret() -> DynamicObject {
         // As a list item of a built-in kind: no apiVersion or kind.
         obj(json!({

@@ -60,16 +60,17 @@ pub struct CopyPrint {
 }
 
 /// The digest of `value` as a print holds it. `wanted`: a value of a desired copy, whose
-/// large values a plan's [`Memo`](digest::Memo) hashes once for all destinations.
+/// large values a plan's [`Memo`](digest::Memo) hashes once for all destinations (small ones
+/// are hashed each time: cheaper than looking them up).
 pub fn value_digest(value: &Value, wanted: bool) -> ValueDigest {
-    let hex = if wanted {
-        digest::digest_wanted(value)
-    } else {
-        digest::digest(value)
-    };
     let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16).unwrap_or(0);
+    if wanted && digest::json_len(value) > digest::SHRINK_OVER {
+        let hex = digest::digest_wanted(value);
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16).unwrap_or(0);
+        }
+    } else {
+        out.copy_from_slice(&digest::digest_bytes(value)[..16]);
     }
     out
 }

@@ -4,19 +4,11 @@ use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::super::fixtures::*;
-use super::super::{CopyRules, Strategy, desired_copy, hold, in_sync};
+use super::super::{Strategy, hold, in_sync};
 use super::*;
 
 fn desired() -> DynamicObject {
-    desired_copy(
-        &secret_type(),
-        &tls_secret(),
-        "team-a",
-        "ca",
-        &CopyRules::default(),
-        &owner(),
-        "core/Secret/certs/ca",
-    )
+    tls_copy()
 }
 
 /// `desired` as the apiserver shows it once written: with its identity, and the fields a
@@ -47,6 +39,14 @@ fn judged_alike(copy: &DynamicObject, desired: &DynamicObject) -> bool {
         apply.get_or_insert(by_print);
     }
     apply.unwrap_or_default()
+}
+
+/// Sets `key` in `map` to `value`, or removes it (`None`).
+fn set(map: &mut std::collections::BTreeMap<String, String>, key: &str, value: Option<&str>) {
+    match value {
+        Some(v) => map.insert(key.into(), v.into()),
+        None => map.remove(key),
+    };
 }
 
 #[test]
@@ -91,11 +91,7 @@ fn a_print_is_judged_as_the_copy_is() {
     ));
     // Labels and annotations: others' extra ones, changed ones, missing ones.
     let label = |c: &mut DynamicObject, k: &str, v: Option<&str>| {
-        let labels = c.metadata.labels.get_or_insert_default();
-        match v {
-            Some(v) => labels.insert(k.into(), v.into()),
-            None => labels.remove(k),
-        };
+        set(c.metadata.labels.get_or_insert_default(), k, v)
     };
     assert!(judged_alike(
         &edit(&|c| label(c, "extra", Some("1"))),
@@ -108,11 +104,7 @@ fn a_print_is_judged_as_the_copy_is() {
     assert!(!judged_alike(&edit(&|c| label(c, "app", None)), &want));
     assert!(!judged_alike(&edit(&|c| label(c, MANAGED_BY, None)), &want));
     let annotate = |c: &mut DynamicObject, k: &str, v: Option<&str>| {
-        let annotations = c.metadata.annotations.get_or_insert_default();
-        match v {
-            Some(v) => annotations.insert(k.into(), v.into()),
-            None => annotations.remove(k),
-        };
+        set(c.metadata.annotations.get_or_insert_default(), k, v)
     };
     assert!(judged_alike(
         &edit(&|c| annotate(c, "note-by-a-tool", Some("1"))),
