@@ -590,6 +590,103 @@ async fn large_copies_are_held_as_prints_and_judged_as_before() {
     running.stop().await;
 }
 
+/// A source change reaches copies only kubesync wrote without reading them first: each
+/// update is decided on the copy's print and written as an apply conditioned on its uid and
+/// resourceVersion (counted in the audit log: one patch per copy, no read of a copy — neither
+/// a GET nor a list of the declaration's copies, though more than 16 would be listed).
+#[tokio::test]
+async fn a_source_change_is_written_over_prints_without_reading_the_copies() {
+    let namespaces: Vec<String> = (0..20).map(|i| format!("wave-{i:02}")).collect();
+    let mut all: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+    all.push("apps");
+    let env = operator_cluster_from(
+        kubesync_testenv::TestEnv::builder()
+            .name("update-wave")
+            .audit(true),
+        &all,
+    )
+    .await;
+    let client = env.client().expect("client");
+    let destinations: Vec<String> = namespaces
+        .iter()
+        .map(|ns| format!("{{namespace: {ns}}}"))
+        .collect();
+    env.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: wave, namespace: apps}}\ndata: {{k: one}}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: wave, namespace: apps}}\nspec:\n  source: {{kind: ConfigMap, name: wave}}\n  destinations: [{}]\n",
+        destinations.join(", ")
+    ))
+    .await
+    .expect("objectsync");
+    let running = start_trusting(&env, &["*"]);
+    let syncs: Api<ObjectSync> = Api::namespaced(client.clone(), "apps");
+    // Every copy in sync with the source's version `rv`, as the status says (the copies are
+    // never read by this test: each read in the audit log is kubesync's).
+    let all_at = |rv: String| {
+        let syncs = syncs.clone();
+        async move {
+            let s = syncs.get("wave").await.ok()?.status?;
+            let current = s
+                .destinations
+                .iter()
+                .filter(|d| d.state == CopyState::Synced && d.source_resource_version == rv);
+            (current.count() == 20).then_some(())
+        }
+    };
+    let maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), "apps");
+    let rv = maps
+        .get("wave")
+        .await
+        .expect("source")
+        .metadata
+        .resource_version;
+    eventually("20 copies", T, || all_at(rv.clone().unwrap_or_default())).await;
+    let uid = syncs
+        .get("wave")
+        .await
+        .expect("objectsync")
+        .metadata
+        .uid
+        .expect("uid");
+    let seen = env.audit().expect("audit").len();
+
+    let changed = maps
+        .patch(
+            "wave",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"k": "two"}})),
+        )
+        .await
+        .expect("source");
+    let rv = changed.metadata.resource_version.unwrap_or_default();
+    eventually("20 copies updated", T, || all_at(rv.clone())).await;
+    let audit = env.audit().expect("audit");
+    let of_copies: Vec<_> = audit[seen..]
+        .iter()
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|o| o.resource == "configmaps" && o.namespace.starts_with("wave-"))
+                || (e.verb == "list" && e.request_uri.contains(&uid))
+        })
+        .map(|e| (e.verb.as_str(), e.request_uri.as_str()))
+        .collect();
+    assert_eq!(
+        of_copies
+            .iter()
+            .filter(|(verb, _)| *verb == "patch")
+            .count(),
+        20,
+        "one apply per copy: {of_copies:#?}"
+    );
+    assert!(
+        of_copies
+            .iter()
+            .all(|(verb, _)| *verb == "patch" || *verb == "watch"),
+        "no copy read before it is written: {of_copies:#?}"
+    );
+    running.stop().await;
+}
+
 /// Someone who keeps editing a copy cannot flood the Event store: every edit is reverted, but
 /// kubesync writes at most ten Events a minute about the ObjectSync.
 #[tokio::test]

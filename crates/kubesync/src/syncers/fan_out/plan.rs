@@ -147,6 +147,10 @@ pub struct Write {
     pub adoption_refused: Option<String>,
     /// Since when the copy has been behind, as the watches first saw it ([`behind`]).
     pub behind: Option<Behind>,
+    /// Decided on the copy's [print](rules::print) (an update the print suffices for:
+    /// [`judge_print`]): `existing` is the print's metadata, and the update is written
+    /// without reading the copy, conditioned on its uid and resourceVersion like any other.
+    pub printed: bool,
 }
 
 /// A copy to write as a plan holds it: its JSON text, a fraction of the object (a plan that
@@ -362,7 +366,8 @@ fn plan_destination<S: Stores>(
         update_policy: spec.update_policy,
         source_version: &source_rv,
     };
-    let Some((existing, verdict)) = verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
+    let Some((existing, printed, verdict)) =
+        verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
     else {
         return;
     };
@@ -404,34 +409,40 @@ fn plan_destination<S: Stores>(
                 },
                 adoption_refused,
                 behind,
+                printed,
             });
         }
     }
 }
 
 /// The object at `at` as the stores show it, and the verdict on it for the copy `desired`; a
-/// copy held as a print is judged on it where that suffices, else it is added to `unread`
-/// (read in full, the plan is made again) and `None` returned.
+/// copy held as a print is judged on it where that suffices (then the object is the print's
+/// metadata, and `true` says so), else it is added to `unread` (read in full, the plan is made
+/// again) and `None` returned.
 fn verdict_at<S: Stores>(
     snapshot: &Snapshot<'_, S>,
     at: &DestinationRef,
     judge: &Judge<'_>,
     desired: &DynamicObject,
     unread: &mut BTreeSet<DestinationRef>,
-) -> Option<(Option<Arc<DynamicObject>>, Verdict)> {
+) -> Option<(Option<Arc<DynamicObject>>, bool, Verdict)> {
     let existing = match snapshot.owned.get(at) {
         Some(HeldCopy::Print(print)) => {
-            let verdict = judge_print(judge, print, desired);
-            if verdict.is_none() {
+            let paths = snapshot.declaration.spec.mode == Mode::Report;
+            let Some(verdict) = judge_print(judge, print, desired, paths) else {
                 unread.insert(at.clone());
-            }
-            return verdict.map(|v| (None, v));
+                return None;
+            };
+            // An update written on the print is conditioned on its uid and resourceVersion.
+            let metadata = matches!(verdict, Verdict::Write { .. })
+                .then(|| Arc::new(crate::runtime::Summary::object(&**print)));
+            return Some((metadata, true, verdict));
         }
         Some(HeldCopy::Full(copy)) => Some(Arc::clone(copy)),
         None => snapshot.stores.object(at),
     };
     let verdict = decide_at(judge, existing.as_deref(), desired);
-    Some((existing, verdict))
+    Some((existing, false, verdict))
 }
 
 /// The copy of `source` at `at` as it must be (the entry `dest`'s patches applied; its
@@ -947,8 +958,9 @@ mod tests {
     use std::collections::HashMap;
 
     use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::core::ApiResource;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::syncers::fan_out::rules::{CopyRules, MANAGED_BY, NamespaceRule, OnConflict, Owner};
@@ -1161,6 +1173,7 @@ mod tests {
             changed: changed.iter().map(|c| c.to_string()).collect(),
             adoption_refused: None,
             behind: None,
+            printed: false,
         };
         let statuses = report_mode_statuses(
             vec![
@@ -1497,7 +1510,11 @@ mod tests {
             states(&plan),
             [("local/a".into(), DestinationState::Synced)]
         );
-        // The source changed: the update needs the copy (what changes, who changed it).
+        // The source changed, and someone else wrote the copy: the update needs it (who
+        // changed what).
+        written.metadata.managed_fields = Some(managers(&[("kubectl-edit", "Update")]));
+        let print = HeldCopy::Print(Arc::new(printer.print(&written)));
+        run.owned.insert(at("local", "a"), print.clone());
         let mut changed = source();
         changed.data["data"]["ca.crt"] = json!("TkVX");
         changed.metadata.resource_version = Some("43".into());
@@ -1531,6 +1548,89 @@ mod tests {
         run.decl.spec.consent = Some(grant_consent());
         run.decl.spec.mode = Mode::Report;
         assert_eq!(run.plan().unread, BTreeSet::from([at("local", "a")]));
+    }
+
+    /// managedFields entries of `(manager, operation)`, each owning the copy's `data.ca.crt`.
+    fn managers(entries: &[(&str, &str)]) -> Vec<ManagedFieldsEntry> {
+        let entries: Vec<Value> = entries
+            .iter()
+            .map(|(manager, operation)| {
+                json!({"manager": manager, "operation": operation, "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:data": {".": {}, "f:ca.crt": {}}}})
+            })
+            .collect();
+        serde_json::from_value(Value::Array(entries)).unwrap()
+    }
+
+    #[test]
+    fn an_update_of_a_copy_only_kubesync_wrote_is_decided_on_its_print() {
+        let decl = declaration(vec![destination(None, "a")]);
+        let stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        let mut copy = copy_in_a(&decl);
+        copy.metadata.uid = Some("c-a".into());
+        copy.metadata.resource_version = Some("7".into());
+        // Created by kubesync's POST (its `Update` entry), then applied once.
+        copy.metadata.managed_fields =
+            Some(managers(&[("kubesync", "Update"), ("kubesync", "Apply")]));
+        let printer = rules::Printer::default();
+        let held = |copy: &DynamicObject| HeldCopy::Print(Arc::new(printer.print(copy)));
+        let mut run = Run::new(decl, stores);
+        run.owned.insert(at("local", "a"), held(&copy));
+        // The source's value changed: the update is written on the print, conditioned on the
+        // copy's uid and resourceVersion, with the verdict the copy in full gets.
+        let mut changed = source();
+        changed.data["data"]["ca.crt"] = json!("TkVX");
+        changed.metadata.resource_version = Some("43".into());
+        run.sources = vec![Arc::new(changed.clone())];
+        let plan = run.plan();
+        assert!(plan.unread.is_empty());
+        assert_eq!(written(&plan), [(at("local", "a"), Decision::Update)]);
+        let w = &plan.writes[0];
+        let meta = &w.existing.as_deref().unwrap().metadata;
+        assert!(w.printed && w.drift.is_none() && w.changed.is_empty());
+        assert_eq!(meta.uid.as_deref(), Some("c-a"));
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        run.owned
+            .insert(at("local", "a"), Arc::new(copy.clone()).into());
+        let full = run.plan();
+        assert_eq!(written(&full), written(&plan));
+        assert!(!full.writes[0].printed && full.writes[0].drift.is_none());
+        assert_eq!(full.writes[0].desired, w.desired);
+        // Read in full instead: a key kubesync's POST owns goes (an ownership upgrade first),
+        let mut renamed = changed.clone();
+        renamed.data["data"] = json!({"tls.crt": "TkVX"});
+        run.sources = vec![Arc::new(renamed)];
+        run.owned.insert(at("local", "a"), held(&copy));
+        assert_eq!(run.plan().unread.len(), 1);
+        // someone else wrote a field of the copy (who changed what),
+        run.sources = vec![Arc::new(changed)];
+        assert!(run.plan().unread.is_empty());
+        let mut edited = copy.clone();
+        edited.metadata.managed_fields = Some(managers(&[
+            ("kubesync", "Apply"),
+            ("kubectl-edit", "Update"),
+        ]));
+        run.owned.insert(at("local", "a"), held(&edited));
+        assert_eq!(run.plan().unread.len(), 1);
+        // the copy already carries the source's version (a field may have been removed),
+        let mut current = copy.clone();
+        current
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(rules::SOURCE_VERSION.into(), "43".into());
+        current.data["data"] = json!({});
+        run.owned.insert(at("local", "a"), held(&current));
+        assert_eq!(run.plan().unread.len(), 1);
+        // Report mode lists the fields that change, and a replace writes over the whole copy.
+        run.owned.insert(at("local", "a"), held(&copy));
+        run.decl.spec.mode = Mode::Report;
+        assert_eq!(run.plan().unread.len(), 1);
+        run.decl.spec.mode = Mode::Enforce;
+        run.decl.spec.destinations[0].strategy = Strategy::Replace;
+        assert_eq!(run.plan().unread.len(), 1);
     }
 
     #[test]

@@ -289,8 +289,9 @@ impl Executor {
             });
         // Decided on an object known only by its metadata (another watch showed this
         // declaration's new copy before the copies' watch did): its fields are unknown, so
-        // whether to write is decided again on it read live.
-        let partial = existing.as_ref().is_some_and(|e| e.data.is_null());
+        // whether to write is decided again on it read live. An update decided on the copy's
+        // print is not: its fields were judged by their digests.
+        let partial = !w.printed && existing.as_ref().is_some_and(|e| e.data.is_null());
         let mut settling = Settling::new(w.decision.clone(), existing.is_some(), w.strategy)
             .confirming(confirm || created || partial);
         let mut step = settling.start();

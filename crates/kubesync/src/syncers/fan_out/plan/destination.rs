@@ -238,13 +238,18 @@ pub fn held_back<'a>(
 
 /// The verdict on one of the declaration's copies held as a [print](rules::print), where the
 /// print is enough to reach the one [`decide_at`] would reach on the copy: in sync; or not,
-/// and its update held back by the update policy. `None`: the copy must be read in full (an
-/// update needs the fields that change and who changed them; fields left to others, or a
-/// field the apiserver allocates that the copy sets, are compared on the copy itself).
+/// and its update held back by the update policy; or an update that the copy read in full
+/// would decide the same way (applied, no fields left to others, nobody else wrote it, the
+/// source changed: [`CopyPrint::updatable_to`](rules::CopyPrint::updatable_to)), when the
+/// fields that change need not be listed (`paths`: Report mode lists them). `None`: the copy
+/// must be read in full (an update needs the fields that change and who changed them; fields
+/// left to others, or a field the apiserver allocates that the copy sets, are compared on the
+/// copy itself).
 pub fn judge_print(
     judge: &Judge<'_>,
     print: &rules::CopyPrint,
     desired: &DynamicObject,
+    paths: bool,
 ) -> Option<Verdict> {
     if !print.owned_by(judge.owner) {
         return None;
@@ -260,14 +265,22 @@ pub fn judge_print(
     if !judge.ignore.is_empty() || rules::allocated::pins_any(desired) {
         return None;
     }
-    let (message, version) = held_back(
+    if let Some((message, version)) = held_back(
         judge.update_policy,
         print.annotation(rules::SOURCE_VERSION),
         judge.source_version,
-    )?;
-    Some(Verdict::Synced {
-        message,
-        version: version.to_string(),
+    ) {
+        return Some(Verdict::Synced {
+            message,
+            version: version.to_string(),
+        });
+    }
+    (!paths && judge.strategy == Strategy::Apply && print.updatable_to(desired)).then(|| {
+        Verdict::Write {
+            decision: Decision::Update,
+            changed: Vec::new(),
+            drift: None,
+        }
     })
 }
 

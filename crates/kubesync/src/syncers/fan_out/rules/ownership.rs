@@ -81,6 +81,12 @@ pub fn ownership_upgrade(
 /// Whether a `fieldsV1` tree owns something `value` does not have. Keyed list items (`k:`),
 /// set values (`v:`) and list indexes (`i:`) are not resolved: they count as absent, so an
 /// upgrade is done rather than a removal missed.
+/// Whether the fields `owned` (a `fieldsV1` tree) include one `desired` (an object as JSON)
+/// does not set: an apply of `desired` would leave it to the entry that owns it.
+pub fn leaves_out(owned: &Value, desired: &Value) -> bool {
+    owns_absent(owned, Some(desired))
+}
+
 fn owns_absent(fields: &Value, value: Option<&Value>) -> bool {
     let Some(fields) = fields.as_object() else {
         return false;

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::decide::Strategy;
-use super::{MANAGED_BY, OWNER, Owner, allocated, digest};
+use super::{FIELD_MANAGER, MANAGED_BY, OWNER, Owner, SOURCE_VERSION, allocated, digest};
 use crate::runtime::Summary;
 
 /// The digest of one value: the first 16 bytes of [`digest::digest`].
@@ -42,6 +42,42 @@ struct Shared {
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     fields: Box<[String]>,
+    /// Who wrote the copy, as far as an update written on the print alone needs it.
+    managers: Managers,
+}
+
+/// What a copy's managedFields say that an update written without reading the copy needs:
+/// whether anyone but kubesync wrote a field of it (then who changed what is read from the
+/// copy: drift attribution), and which fields kubesync's own `Update` entry owns (its POST:
+/// an apply that leaves one of them out needs an ownership upgrade first, see
+/// [`ownership_upgrade`](super::ownership_upgrade)).
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
+struct Managers {
+    /// An entry of another field manager (not on a subresource).
+    others: bool,
+    /// The `fieldsV1` text of kubesync's `Update` entry (not on a subresource), if any.
+    posted: Option<Box<str>>,
+}
+
+impl Managers {
+    fn of(copy: &DynamicObject) -> Self {
+        let mut managers = Self::default();
+        for entry in copy.metadata.managed_fields.iter().flatten() {
+            if entry.subresource.is_some() {
+                continue;
+            }
+            if entry.manager.as_deref() != Some(FIELD_MANAGER) {
+                managers.others = true;
+            } else if entry.operation.as_deref() == Some("Update") {
+                managers.posted = Some(match entry.fields_v1.as_ref().map(|f| &f.0) {
+                    Some(Value::String(text)) => text.as_str().into(),
+                    Some(tree) => tree.to_string().into(),
+                    None => "{}".into(),
+                });
+            }
+        }
+        managers
+    }
 }
 
 /// One of kubesync's copies as its watch holds it (see the [module](self)).
@@ -133,6 +169,7 @@ impl Printer {
             labels: meta.labels.clone().unwrap_or_default(),
             annotations: meta.annotations.clone().unwrap_or_default(),
             fields: fields.iter().map(|(k, _)| (*k).clone()).collect(),
+            managers: Managers::of(copy),
         });
         CopyPrint {
             name: copy.metadata.name.as_deref().unwrap_or_default().into(),
@@ -217,6 +254,40 @@ impl CopyPrint {
         (!replace || wanted == names.len())
             && subset(&desired.metadata.labels, &self.shared.labels)
             && subset(&desired.metadata.annotations, &self.shared.annotations)
+    }
+}
+
+impl CopyPrint {
+    /// Whether an update of the copy to `desired` (a copy that is not [`in_sync`](Self::in_sync)
+    /// with it) can be written on the print alone, as an apply conditioned on the copy's uid and
+    /// resourceVersion, and be exactly the update the copy read in full would be: nobody but
+    /// kubesync wrote a field of it (so nobody else changed one: no drift to attribute), the
+    /// source changed since it was written (`desired` carries another source version: no field
+    /// can have been removed by someone), and the apply leaves out no field kubesync's POST owns
+    /// (no ownership upgrade). Anything else is decided on the copy read live.
+    pub fn updatable_to(&self, desired: &DynamicObject) -> bool {
+        let managers = &self.shared.managers;
+        let wanted = desired
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SOURCE_VERSION));
+        if managers.others
+            || wanted.is_none()
+            || wanted.map(String::as_str) == self.annotation(SOURCE_VERSION)
+        {
+            return false;
+        }
+        match &managers.posted {
+            None => true,
+            Some(text) => {
+                let Ok(owned) = serde_json::from_str::<Value>(text) else {
+                    return false;
+                };
+                serde_json::to_value(desired)
+                    .is_ok_and(|desired| !super::ownership::leaves_out(&owned, &desired))
+            }
+        }
     }
 }
 

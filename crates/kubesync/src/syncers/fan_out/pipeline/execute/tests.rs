@@ -107,6 +107,7 @@ async fn settle_create_under(
         changed: Vec::new(),
         adoption_refused: None,
         behind: None,
+        printed: false,
     };
     fan.settle(ctx, &Job::of(&decl), (&write, &desired), confirm)
         .await
@@ -277,6 +278,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
         changed: Vec::new(),
         adoption_refused: None,
         behind: None,
+        printed: false,
     };
     let (client, seen) = canned(vec![(200, ours)]);
     let ctx = Controller::new()

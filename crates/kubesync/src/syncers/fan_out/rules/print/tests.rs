@@ -220,3 +220,81 @@ fn a_print_holds_a_fraction_of_the_copy() {
         own(&prints[1])
     );
 }
+
+/// `copy` with managedFields entries of `(manager, operation, fieldsV1)`.
+fn managed(copy: &DynamicObject, entries: &[(&str, &str, serde_json::Value)]) -> DynamicObject {
+    let mut copy = copy.clone();
+    let entries: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|(manager, operation, fields)| {
+            json!({"manager": manager, "operation": operation, "apiVersion": "v1",
+                "fieldsType": "FieldsV1", "fieldsV1": fields})
+        })
+        .collect();
+    copy.metadata.managed_fields = Some(serde_json::from_value(json!(entries)).unwrap());
+    copy
+}
+
+/// An update is written on a print only where the copy in full would need nothing more:
+/// no drift to attribute, no ownership upgrade; the same with managedFields held compacted.
+#[test]
+fn an_update_is_written_on_a_print_only_where_the_copy_would_need_nothing_more() {
+    let old = written(&desired());
+    let data = json!({"f:data": {".": {}, "f:ca.crt": {}, "f:tls.crt": {}, "f:tls.key": {}}});
+    let posted = managed(&old, &[(FIELD_MANAGER, "Update", data.clone())]);
+    let mut newer = desired();
+    newer.data["data"]["tls.crt"] = json!("TkVX");
+    let annotations = newer.metadata.annotations.as_mut().unwrap();
+    annotations.insert(SOURCE_VERSION.into(), "43".into());
+    let mut fewer = newer.clone();
+    fewer.data["data"]
+        .as_object_mut()
+        .unwrap()
+        .remove("tls.key");
+    let edited = managed(
+        &old,
+        &[
+            (FIELD_MANAGER, "Update", data.clone()),
+            (
+                "kubectl-edit",
+                "Update",
+                json!({"f:data": {"f:tls.crt": {}}}),
+            ),
+        ],
+    );
+    let mut compacted = posted.clone();
+    crate::object::compact_managed_fields(&mut compacted);
+    let mut changed_there = posted.clone();
+    changed_there.data["data"]["tls.key"] = json!("R09ORQ==");
+    let printer = Printer::default();
+    for (copy, to, updatable) in [
+        (&old, &newer, true),
+        (&posted, &newer, true),
+        (&compacted, &newer, true),
+        // The POST owns a key the update leaves out: ownership upgrade first.
+        (&posted, &fewer, false),
+        (&compacted, &fewer, false),
+        // Someone else wrote a field: who changed what is read from the copy.
+        (&edited, &newer, false),
+        // The copy carries the source's version: someone may have removed a field.
+        (&changed_there, &old, false),
+    ] {
+        let print = printer.print(copy);
+        assert!(!print.in_sync(to, Strategy::Apply));
+        assert_eq!(print.updatable_to(to), updatable, "{copy:?} to {to:?}");
+        if updatable {
+            let changed = super::super::changed_fields(copy, to, Strategy::Apply);
+            assert!(super::super::drift(copy, to, &changed, FIELD_MANAGER).is_none());
+            assert!(super::super::ownership_upgrade(copy, to, FIELD_MANAGER).is_none());
+        }
+    }
+    let full = |copy: &DynamicObject, to: &DynamicObject| {
+        let changed = super::super::changed_fields(copy, to, Strategy::Apply);
+        super::super::drift(copy, to, &changed, FIELD_MANAGER)
+    };
+    assert!(super::super::ownership_upgrade(&posted, &fewer, FIELD_MANAGER).is_some());
+    assert!(
+        full(&edited, &newer).is_some(),
+        "attributed to kubectl-edit"
+    );
+}
