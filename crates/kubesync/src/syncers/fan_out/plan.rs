@@ -5,7 +5,7 @@
 //! [`rules::decide()`], and deletes this declaration's copies that are no longer wanted — except
 //! in clusters that cannot be checked and in namespaces the Namespace store does not show yet.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -153,22 +153,49 @@ pub struct Write {
     pub printed: bool,
 }
 
-/// A copy to write as a plan holds it: its JSON text, a fraction of the object (a plan that
-/// creates a thousand copies holds a thousand of them until they are sent).
+/// A copy to write as a plan holds it: its JSON text without its namespace, held once for all
+/// the copies that differ only there ([`Texts`]), and its namespace (a plan that creates a
+/// thousand copies of one source into a thousand namespaces holds one text).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedCopy(Box<str>);
+pub struct PlannedCopy {
+    text: Arc<str>,
+    namespace: Option<Box<str>>,
+}
 
 impl PlannedCopy {
-    /// `copy` as its text.
-    pub fn new(copy: &DynamicObject) -> Self {
+    /// `copy` as a plan holds it, its text shared through `texts`.
+    pub fn new(mut copy: DynamicObject, texts: &mut Texts) -> Self {
+        let namespace = copy.metadata.namespace.take().map(Into::into);
         // Serializing an object parsed from JSON (or built of JSON values) cannot fail; if it
         // did, reading it back fails and the destination reports it.
-        Self(serde_json::to_string(copy).unwrap_or_default().into())
+        let text = serde_json::to_string(&copy).unwrap_or_default();
+        Self {
+            text: texts.intern(text),
+            namespace,
+        }
     }
 
     /// The copy, read back.
     pub fn object(&self) -> Result<DynamicObject, serde_json::Error> {
-        serde_json::from_str(&self.0)
+        let mut copy: DynamicObject = serde_json::from_str(&self.text)?;
+        copy.metadata.namespace = self.namespace.as_deref().map(String::from);
+        Ok(copy)
+    }
+}
+
+/// The texts of a plan's copies ([`PlannedCopy`]), each distinct one held once.
+#[derive(Clone, Debug, Default)]
+pub struct Texts(HashSet<Arc<str>>);
+
+impl Texts {
+    /// `text`, or the one held that equals it.
+    fn intern(&mut self, text: String) -> Arc<str> {
+        if let Some(held) = self.0.get(text.as_str()) {
+            return Arc::clone(held);
+        }
+        let text: Arc<str> = text.into();
+        self.0.insert(Arc::clone(&text));
+        text
     }
 }
 
@@ -209,6 +236,8 @@ pub struct Plan {
     /// The large values of the copies to write, each held once: a [`Write`]'s `desired`
     /// names them by placeholders, and is [hydrated](rules::Bulk::hydrate) when it is sent.
     pub bulk: rules::Bulk,
+    /// The texts of the copies to write, each held once (see [`PlannedCopy`]).
+    pub texts: Texts,
     /// Copies held as prints that this plan must see in full to decide (which fields differ,
     /// who changed them, whether consent still holds): read them live and plan again. A plan
     /// with unread copies is never carried out.
@@ -394,7 +423,7 @@ fn plan_destination<S: Stores>(
             );
             plan.writes.push(Write {
                 at: at.clone(),
-                desired: PlannedCopy::new(&plan.bulk.hold(desired)),
+                desired: PlannedCopy::new(plan.bulk.hold(desired), &mut plan.texts),
                 existing,
                 ignore: dest.ignore.clone(),
                 strategy: dest.strategy,
@@ -1162,7 +1191,7 @@ mod tests {
     fn report_mode_turns_writes_and_deletes_into_what_would_be_done() {
         let write = |decision: Decision, changed: &[&str]| Write {
             at: at("local", "a"),
-            desired: PlannedCopy::new(&source()),
+            desired: PlannedCopy::new(source(), &mut Texts::default()),
             existing: None,
             ignore: Default::default(),
             strategy: Strategy::Apply,
@@ -1482,12 +1511,28 @@ mod tests {
         copy.data["data"]["blob"] = json!("QUFB".repeat(1000));
         let mut bulk = rules::Bulk::default();
         let held = bulk.hold(copy.clone());
-        let planned = PlannedCopy::new(&held);
+        let mut texts = Texts::default();
+        let planned = PlannedCopy::new(held.clone(), &mut texts);
         assert_eq!(planned.object().expect("copy"), held);
         assert_eq!(bulk.hydrate(&planned.object().expect("copy")), copy);
         assert!(
-            planned.0.len() < 1024,
+            planned.text.len() < 1024,
             "the large value is the bulk's, held once"
+        );
+        // The copies of one source into other namespaces share its text.
+        let mut elsewhere = held.clone();
+        elsewhere.metadata.namespace = Some("b".into());
+        let other = PlannedCopy::new(elsewhere.clone(), &mut texts);
+        assert_eq!(other.object().expect("copy"), elsewhere);
+        assert!(Arc::ptr_eq(&planned.text, &other.text) && texts.0.len() == 1);
+        let mut patched = elsewhere;
+        patched.data["data"]["region"] = json!("ZXU=");
+        let third = PlannedCopy::new(patched.clone(), &mut texts);
+        assert_eq!(third.object().expect("copy"), patched);
+        assert_eq!(
+            texts.0.len(),
+            2,
+            "a copy that differs has a text of its own"
         );
     }
 

@@ -29,6 +29,12 @@ const DEFAULT_BUDGET_KIB: u32 = 16 * 1024;
 /// ([`Executor::slots`]).
 const DEFAULT_SLOTS: usize = 32;
 
+/// How many waves are carried out together with `slots` writes in flight at once and
+/// `concurrency` per reconcile: enough to fill the slots, and one more.
+fn waves(slots: usize, concurrency: usize) -> usize {
+    slots.div_ceil(concurrency.max(1)) + 1
+}
+
 /// Carries out plans: the one part of the fan-out that writes.
 pub(super) struct Executor {
     writer: Writer,
@@ -42,6 +48,10 @@ pub(super) struct Executor {
     /// Writes and deletes in flight, across every reconcile ([`Executor::slots`]): each holds
     /// a connection to its apiserver (and its buffers) while it lasts.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Its size.
+    slot_count: usize,
+    /// Plans too large to be sent at once that are carried out together ([`Executor::wave`]).
+    waves: Arc<tokio::sync::Semaphore>,
     /// Declarations whose writes are confirmed by a live read first, until when (see
     /// [`Executor::confirm_writes`]).
     confirm: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
@@ -68,6 +78,8 @@ impl Executor {
             in_flight: Arc::new(tokio::sync::Semaphore::new(DEFAULT_BUDGET_KIB as usize)),
             budget_kib: DEFAULT_BUDGET_KIB,
             slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_SLOTS)),
+            slot_count: DEFAULT_SLOTS,
+            waves: Arc::new(tokio::sync::Semaphore::new(waves(DEFAULT_SLOTS, 16))),
             confirm: parking_lot::Mutex::default(),
         }
     }
@@ -75,6 +87,29 @@ impl Executor {
     /// At most `n` copy writes in flight per reconcile.
     pub(super) fn concurrency(&mut self, n: usize) {
         self.concurrency = n.max(1);
+        self.waves = Arc::new(tokio::sync::Semaphore::new(waves(
+            self.slot_count,
+            self.concurrency,
+        )));
+    }
+
+    /// Whether `plan` is a wave: more writes and deletes than a reconcile sends at once.
+    pub(super) fn is_wave(&self, plan: &Plan) -> bool {
+        plan.writes.len() + plan.deletes.len() > self.concurrency
+    }
+
+    /// A place among the waves carried out together: enough of them to keep every slot
+    /// busy, and one more that is planned while the others are sent (`None`: all are taken
+    /// now). A plan holds its writes until they are sent, so plans that would wait for
+    /// slots are not held meanwhile: a reconcile without a place waits for one
+    /// ([`Executor::wave`]) and plans again on what the stores show then.
+    pub(super) fn try_wave(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.waves).try_acquire_owned().ok()
+    }
+
+    /// Waits for a place among the waves (see [`Executor::try_wave`]).
+    pub(super) async fn wave(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.waves).acquire_owned().await.ok()
     }
 
     /// At most about `bytes` of copies in flight at once, across every reconcile (see
@@ -87,7 +122,12 @@ impl Executor {
 
     /// At most `n` writes and deletes in flight across every reconcile (at least 1).
     pub(super) fn slots(&mut self, n: usize) {
-        self.slots = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self.slot_count = n.max(1);
+        self.slots = Arc::new(tokio::sync::Semaphore::new(self.slot_count));
+        self.waves = Arc::new(tokio::sync::Semaphore::new(waves(
+            self.slot_count,
+            self.concurrency,
+        )));
     }
 
     /// What a write of a copy of about `bytes` holds of the budget, in KiB: four times its

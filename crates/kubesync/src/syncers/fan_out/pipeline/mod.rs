@@ -192,40 +192,24 @@ impl FanOut {
         };
         self.retire(ctx, &decl).await?;
         let watched = self.watches.watch(ctx, &decl).await?;
-        let local = self.watches.local();
-        let facts = match observe::observe(ctx, local, &decl, &watched).await? {
-            Observed::NotReady => return Ok(assemble(&decl, &watched, None)),
-            Observed::Ready(facts) => facts,
-        };
-        let mut facts = facts;
-        let mut read_in_full = false;
-        let plan = loop {
-            let stores = ContextStores::new(ctx, &decl, &self.watches, &watched.clusters);
-            let plan = plan::plan(&Snapshot {
-                local,
-                declaration: &decl,
-                sources: &facts.sources,
-                source_unreachable: facts
-                    .source_unreachable
-                    .as_ref()
-                    .map(|u| u.message.as_str()),
-                unknown_clusters: &watched.unknown,
-                unreachable: &facts.unreachable,
-                owned: &facts.owned,
-                stores: &stores,
-            });
-            if plan.unread.is_empty() {
-                break plan;
-            }
-            // Copies held as prints that this plan must see in full: read live, then decided
-            // again. A plan on copies read in full asks for none.
-            if read_in_full {
-                tracing::warn!(declaration = %decl.key, unread = plan.unread.len(), "copies read in full are asked for again; waiting for their events");
+        // A plan larger than one reconcile sends at once is carried out among a few others
+        // (the executor's waves); without a place, it is dropped — its writes are not held
+        // while others are sent — and made again once one is free.
+        let mut wave = None;
+        let (mut facts, plan) = loop {
+            let Some((facts, plan)) = self.decide(ctx, &decl, &watched).await? else {
                 return Ok(assemble(&decl, &watched, None));
+            };
+            if wave.is_some() || !self.executor.is_wave(&plan) {
+                break (facts, plan);
             }
-            tracing::debug!(declaration = %decl.key, copies = plan.unread.len(), "reading copies in full");
-            observe::read_in_full(ctx, &decl, &mut facts.owned, &plan.unread).await?;
-            read_in_full = true;
+            if let Some(place) = self.executor.try_wave() {
+                wave = Some(place);
+                break (facts, plan);
+            }
+            drop((facts, plan));
+            tracing::debug!(declaration = %decl.key, "other waves are being written; planning again when one is done");
+            wave = self.executor.wave().await;
         };
         tracing::debug!(
             declaration = %decl.key,
@@ -241,9 +225,55 @@ impl FanOut {
         // long as its writes take.
         let copies = std::mem::take(&mut facts.owned).len();
         let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
+        drop(wave);
         let outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
         self.watches.follow_up(ctx, &decl, &outcome);
         Ok(outcome)
+    }
+
+    /// Observes `decl`'s sources and copies and plans on them; copies held as prints that the
+    /// plan must see in full are read live first, and the plan made again. `None`: not ready
+    /// (its watches have not listed), or the copies read are asked for again (their events
+    /// are awaited).
+    async fn decide(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        watched: &Watched,
+    ) -> Result<Option<(Facts, plan::Plan)>> {
+        let local = self.watches.local();
+        let mut facts = match observe::observe(ctx, local, decl, watched).await? {
+            Observed::NotReady => return Ok(None),
+            Observed::Ready(facts) => facts,
+        };
+        let mut read_in_full = false;
+        loop {
+            let stores = ContextStores::new(ctx, decl, &self.watches, &watched.clusters);
+            let plan = plan::plan(&Snapshot {
+                local,
+                declaration: decl,
+                sources: &facts.sources,
+                source_unreachable: facts
+                    .source_unreachable
+                    .as_ref()
+                    .map(|u| u.message.as_str()),
+                unknown_clusters: &watched.unknown,
+                unreachable: &facts.unreachable,
+                owned: &facts.owned,
+                stores: &stores,
+            });
+            if plan.unread.is_empty() {
+                return Ok(Some((facts, plan)));
+            }
+            // A plan on copies read in full asks for none.
+            if read_in_full {
+                tracing::warn!(declaration = %decl.key, unread = plan.unread.len(), "copies read in full are asked for again; waiting for their events");
+                return Ok(None);
+            }
+            tracing::debug!(declaration = %decl.key, copies = plan.unread.len(), "reading copies in full");
+            observe::read_in_full(ctx, decl, &mut facts.owned, &plan.unread).await?;
+            read_in_full = true;
+        }
     }
 
     /// A declaration that copies another kind now: the watch set names the old kind, its

@@ -96,7 +96,7 @@ async fn settle_create_under(
     let at = DestinationRef::new("local", ns, "copy");
     let write = Write {
         at,
-        desired: PlannedCopy::new(&desired),
+        desired: PlannedCopy::new(desired.clone(), &mut Default::default()),
         existing: None,
         ignore: Default::default(),
         strategy: Strategy::Apply,
@@ -267,7 +267,7 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
     metadata_only.data = serde_json::Value::Null;
     let write = Write {
         at: DestinationRef::new("local", "ns", "copy"),
-        desired: PlannedCopy::new(&desired),
+        desired: PlannedCopy::new(desired.clone(), &mut Default::default()),
         existing: Some(Arc::new(metadata_only)),
         ignore: Default::default(),
         strategy: Strategy::Apply,
@@ -302,4 +302,44 @@ async fn a_create_whose_name_is_free_again_is_looked_at_again() {
     assert_eq!(st.state, DestinationState::Error);
     assert!(st.message.contains("looked at again"), "{}", st.message);
     assert_eq!(seen, POST_THEN_GET);
+}
+
+/// Plans too large to be sent at once are carried out a few at a time: enough to fill the
+/// slots, and one more; a plan of what one reconcile sends at once never waits for a place.
+#[tokio::test]
+async fn large_plans_are_carried_out_a_few_at_a_time() {
+    let mut executor = Executor::new();
+    executor.slots(32);
+    executor.concurrency(16);
+    let plan = |n: usize| Plan {
+        deletes: (0..n)
+            .map(|i| Delete {
+                at: DestinationRef::new("local", &format!("ns-{i}"), "copy"),
+                uid: None,
+                orphan: false,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    assert!(!executor.is_wave(&plan(16)) && executor.is_wave(&plan(17)));
+    let places: Vec<_> = (0..3).map(|_| executor.try_wave()).collect();
+    assert!(
+        places.iter().all(Option::is_some),
+        "two waves fill 32 slots, one more is planned"
+    );
+    assert!(executor.try_wave().is_none(), "a fourth waits");
+    {
+        let waiting = executor.wave();
+        tokio::pin!(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        drop(places);
+        assert!(waiting.await.is_some(), "a place, once one is free");
+    }
+    executor.slots(8);
+    let held: Vec<_> = (0..3).filter_map(|_| executor.try_wave()).collect();
+    assert_eq!(
+        held.len(),
+        2,
+        "8 slots: one wave fills them, one more is planned"
+    );
 }
