@@ -260,6 +260,35 @@ impl Objects {
             .and_then(|e| e.held.object())
     }
 
+    /// The object `name` in `namespace` as `K`: read straight from its text where the store
+    /// packs it (no tree of maps is built, then converted), else converted from the object
+    /// held. `None` when it is not held, or held as metadata only and `full_only` (a mixed
+    /// store's reader of full objects does not see those).
+    pub(super) fn get_as<K: serde::de::DeserializeOwned>(
+        &self,
+        (namespace, name): (Option<&str>, &str),
+        full_only: bool,
+    ) -> Option<std::result::Result<K, String>> {
+        let inner = self.inner.read();
+        let held = &inner.at(namespace.unwrap_or_default(), name)?.held;
+        if full_only && held.is_metadata() {
+            return None;
+        }
+        Some(match held {
+            Held::Text {
+                json,
+                no_data: false,
+            } => serde_json::from_str(json).map_err(|e| e.to_string()),
+            other => {
+                let obj = other.object()?;
+                drop(inner);
+                serde_json::to_value(&*obj)
+                    .and_then(serde_json::from_value)
+                    .map_err(|e| e.to_string())
+            }
+        })
+    }
+
     /// Every object held.
     pub(super) fn state(&self) -> Vec<Arc<DynamicObject>> {
         self.inner
@@ -453,6 +482,46 @@ mod tests {
         meta.data = serde_json::Value::Null;
         w.apply(Event::Apply(meta.clone()));
         assert_eq!(w.objects().get(Some("a"), "m").as_deref(), Some(&meta));
+    }
+
+    #[test]
+    fn a_typed_read_is_the_object_converted_packed_or_not() {
+        use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+        for packed in [false, true] {
+            let mut w = ObjectsWriter::new(packed, None);
+            let mut o = obj(Some("a"), "x", "1");
+            o.data = serde_json::json!({"data": {"k": "v"}});
+            w.apply(Event::Apply(o.clone()));
+            let mut meta = obj(Some("a"), "m", "2");
+            meta.data = serde_json::Value::Null;
+            w.apply(Event::Apply(meta));
+            let objects = w.objects();
+            let typed: ConfigMap = objects
+                .get_as((Some("a"), "x"), true)
+                .expect("held")
+                .expect("a ConfigMap");
+            assert_eq!(typed, o.clone().try_parse::<ConfigMap>().expect("parsed"));
+            assert!(
+                objects
+                    .get_as::<ConfigMap>((Some("a"), "y"), true)
+                    .is_none()
+            );
+            // Held as metadata only: not shown to a mixed store's reader of full objects; else
+            // converted as the object held.
+            assert!(
+                objects
+                    .get_as::<ConfigMap>((Some("a"), "m"), true)
+                    .is_none()
+            );
+            let meta: ConfigMap = objects
+                .get_as((Some("a"), "m"), false)
+                .expect("held")
+                .expect("all of a ConfigMap's fields are optional");
+            assert_eq!(meta.metadata.name.as_deref(), Some("m"));
+            assert!(meta.data.is_none());
+            let other = objects.get_as::<Pod>((Some("a"), "x"), true).expect("held");
+            assert!(other.expect_err("another kind").contains("Pod"));
+        }
     }
 
     #[test]

@@ -49,18 +49,23 @@ impl Context {
     where
         K: Resource + serde::de::DeserializeOwned,
     {
-        let Some(obj) = self.get(key) else {
-            return Ok(None);
+        // The store that `get` reads, read without building the object first (a packed one
+        // is parsed from its text straight into `K`).
+        let parsed = {
+            let stores = self.shared.stores.read();
+            stores
+                .iter()
+                .filter(|s| s.serves(true) && s.cluster == key.cluster && key.is_of(&s.resource))
+                .find_map(|s| {
+                    s.reader
+                        .get_as::<K>((key.namespace.as_deref(), &key.name), s.mixed)
+                })
         };
-        (*obj)
-            .clone()
-            .try_parse::<K>()
-            .map(Some)
-            .map_err(|e| Error::Convert {
-                key: key.to_string(),
-                target: std::any::type_name::<K>(),
-                message: e.to_string(),
-            })
+        parsed.transpose().map_err(|message| Error::Convert {
+            key: key.to_string(),
+            target: std::any::type_name::<K>(),
+            message,
+        })
     }
 
     /// Every object of this type that full watches of this cluster hold (see
