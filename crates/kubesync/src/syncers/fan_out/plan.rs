@@ -38,9 +38,9 @@ pub enum HeldCopy {
 
 impl HeldCopy {
     /// The copy's uid.
-    pub fn uid(&self) -> Option<&str> {
+    pub fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
         match self {
-            Self::Full(c) => c.metadata.uid.as_deref(),
+            Self::Full(c) => c.metadata.uid.as_deref().map(std::borrow::Cow::Borrowed),
             Self::Print(p) => p.uid(),
         }
     }
@@ -611,7 +611,7 @@ fn unwanted<S: Stores>(
             .is_none_or(|m| !current.contains(m));
         deletes.push(Delete {
             at: at.clone(),
-            uid: copy.uid().map(String::from),
+            uid: copy.uid().map(std::borrow::Cow::into_owned),
             orphan: rules::orphans(&copy.metadata(), spec.deletion_policy, source_gone),
         });
     }
@@ -658,7 +658,7 @@ pub fn keep_while_unknown<S: Stores>(snapshot: &Snapshot<'_, S>, why: &str) -> P
         if withdrawn && checkable {
             plan.deletes.push(Delete {
                 at: at.clone(),
-                uid: copy.uid().map(String::from),
+                uid: copy.uid().map(std::borrow::Cow::into_owned),
                 orphan: rules::orphans(&copy.metadata(), spec.deletion_policy, false),
             });
             continue;

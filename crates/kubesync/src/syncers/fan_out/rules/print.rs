@@ -16,6 +16,7 @@
 //! live: a plan that needs a copy in full asks for it ([`Plan::unread`](super::super::plan::Plan::unread)),
 //! and is made again with it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
@@ -85,14 +86,59 @@ impl Managers {
 pub struct CopyPrint {
     name: Box<str>,
     namespace: Option<Box<str>>,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
+    uid: Option<Compact>,
+    resource_version: Option<Compact>,
     deletion: Option<Time>,
     shared: Arc<Shared>,
     /// The digest of each of `shared.fields`' values, in that order.
     values: Box<[ValueDigest]>,
     /// About how many bytes the copy's content takes as JSON (what reading it live costs).
     size: u32,
+}
+
+/// A uid or resourceVersion as a print holds it: in the form the apiserver gives them (a
+/// UUID, a number), without an allocation; any other text as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Compact {
+    Uuid(u128),
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl Compact {
+    fn new(text: &str) -> Self {
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        let uuid = text.len() == 36
+            && hex.len() == 32
+            && [8, 13, 18, 23].iter().all(|&i| text.as_bytes()[i] == b'-')
+            && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if uuid && let Ok(n) = u128::from_str_radix(&hex, 16) {
+            return Self::Uuid(n);
+        }
+        match text.parse::<u64>() {
+            Ok(n) if n.to_string() == text => Self::Number(n),
+            _ => Self::Text(text.into()),
+        }
+    }
+
+    /// The text it was made of.
+    fn text(&self) -> Cow<'_, str> {
+        match self {
+            Self::Uuid(n) => {
+                let hex = format!("{n:032x}");
+                Cow::Owned(format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                ))
+            }
+            Self::Number(n) => Cow::Owned(n.to_string()),
+            Self::Text(t) => Cow::Borrowed(t),
+        }
+    }
 }
 
 /// The digest of `value` as a print holds it. `wanted`: a value of a desired copy, whose
@@ -174,8 +220,8 @@ impl Printer {
         CopyPrint {
             name: copy.metadata.name.as_deref().unwrap_or_default().into(),
             namespace: copy.metadata.namespace.as_deref().map(Into::into),
-            uid: copy.metadata.uid.as_deref().map(Into::into),
-            resource_version: copy.metadata.resource_version.as_deref().map(Into::into),
+            uid: copy.metadata.uid.as_deref().map(Compact::new),
+            resource_version: copy.metadata.resource_version.as_deref().map(Compact::new),
             deletion: copy.metadata.deletion_timestamp.clone(),
             shared,
             values: fields.iter().map(|(_, v)| value_digest(v, false)).collect(),
@@ -196,13 +242,13 @@ impl CopyPrint {
     }
 
     /// The copy's uid.
-    pub fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
+    pub fn uid(&self) -> Option<Cow<'_, str>> {
+        self.uid.as_ref().map(Compact::text)
     }
 
     /// The copy's resourceVersion.
-    pub fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+    pub fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.resource_version.as_ref().map(Compact::text)
     }
 
     /// The copy's annotation `key`.
@@ -305,8 +351,8 @@ impl Summary for CopyPrint {
             metadata: ObjectMeta {
                 name: Some(self.name.to_string()),
                 namespace: self.namespace.as_deref().map(String::from),
-                uid: self.uid.as_deref().map(String::from),
-                resource_version: self.resource_version.as_deref().map(String::from),
+                uid: self.uid().map(Cow::into_owned),
+                resource_version: self.resource_version().map(Cow::into_owned),
                 deletion_timestamp: self.deletion.clone(),
                 labels: non_empty(&self.shared.labels),
                 annotations: non_empty(&self.shared.annotations),

@@ -165,7 +165,7 @@ fn copies_of_one_source_share_what_they_have_in_common() {
             .all(|p| Arc::ptr_eq(&p.shared, &prints[0].shared))
     );
     assert_eq!(prints[42].namespace(), Some("team-42"));
-    assert_eq!(prints[42].uid(), Some("uid-42"));
+    assert_eq!(prints[42].uid().as_deref(), Some("uid-42"));
     // Parts no print uses are swept as new ones come.
     drop(prints);
     for i in 0..2 * SWEEP_FROM {
@@ -209,8 +209,13 @@ fn a_print_holds_a_fraction_of_the_copy() {
         std::mem::size_of::<CopyPrint>()
             + p.name.len()
             + p.namespace.as_deref().map_or(0, str::len)
-            + p.uid.as_deref().map_or(0, str::len)
-            + p.resource_version.as_deref().map_or(0, str::len)
+            + [&p.uid, &p.resource_version]
+                .iter()
+                .map(|c| match c {
+                    Some(Compact::Text(t)) => t.len(),
+                    _ => 0,
+                })
+                .sum::<usize>()
             + p.values.len() * std::mem::size_of::<ValueDigest>()
     };
     let text = serde_json::to_string(&copies[1]).expect("json").len();
@@ -297,4 +302,30 @@ fn an_update_is_written_on_a_print_only_where_the_copy_would_need_nothing_more()
         full(&edited, &newer).is_some(),
         "attributed to kubectl-edit"
     );
+}
+
+/// A print holds a uid and a resourceVersion without an allocation when they have the
+/// apiserver's forms, and gives back exactly the text it was made of, whatever it is.
+#[test]
+fn uids_and_resource_versions_read_back_as_they_were() {
+    for text in [
+        "0b5e3c1e-8f0a-4c1d-9e2b-3a4f5d6e7f80",
+        "00000000-0000-0000-0000-000000000000",
+        "0B5E3C1E-8F0A-4C1D-9E2B-3A4F5D6E7F80",
+        "0b5e3c1e-8f0a-4c1d-9e2b-3a4f5d6e7f8",
+        "0b5e3c1e8f0a4c1d9e2b3a4f5d6e7f80abcd",
+        "1234567",
+        "0",
+        "007",
+        "18446744073709551616",
+        "+5",
+        "",
+        "uid-42",
+    ] {
+        let compact = Compact::new(text);
+        assert_eq!(compact.text(), text, "{compact:?}");
+    }
+    assert!(matches!(Compact::new("0b5e3c1e-8f0a-4c1d-9e2b-3a4f5d6e7f80"), Compact::Uuid(_)));
+    assert!(matches!(Compact::new("1234567"), Compact::Number(1234567)));
+    assert!(matches!(Compact::new("007"), Compact::Text(_)));
 }
