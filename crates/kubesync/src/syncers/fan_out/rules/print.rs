@@ -38,6 +38,8 @@ pub type ValueDigest = [u8; 16];
 /// among them).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Shared {
+    /// The copies' name (one source's copies share it in every namespace).
+    name: Box<str>,
     api_version: String,
     kind: String,
     labels: BTreeMap<String, String>,
@@ -84,8 +86,8 @@ impl Managers {
 /// One of kubesync's copies as its watch holds it (see the [module](self)).
 #[derive(Debug)]
 pub struct CopyPrint {
-    name: Box<str>,
-    namespace: Option<Box<str>>,
+    /// Held once for the copies in one namespace.
+    namespace: Option<Arc<str>>,
     uid: Option<Compact>,
     resource_version: Option<Compact>,
     deletion: Option<Time>,
@@ -111,7 +113,9 @@ impl Compact {
         let uuid = text.len() == 36
             && hex.len() == 32
             && [8, 13, 18, 23].iter().all(|&i| text.as_bytes()[i] == b'-')
-            && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if uuid && let Ok(n) = u128::from_str_radix(&hex, 16) {
             return Self::Uuid(n);
         }
@@ -166,9 +170,47 @@ pub struct Printer {
 
 #[derive(Debug, Default)]
 struct Interned {
-    set: HashSet<Arc<Shared>>,
+    shared: Pool<Shared>,
+    namespaces: Pool<str>,
+}
+
+/// Values held once, each as long as a print uses it: swept once they are twice as many as
+/// after the last sweep, and at least [`SWEEP_FROM`].
+#[derive(Debug)]
+struct Pool<T: ?Sized> {
+    set: HashSet<Arc<T>>,
     /// How many were held after the last sweep.
     kept: usize,
+}
+
+impl<T: ?Sized> Default for Pool<T> {
+    fn default() -> Self {
+        Self {
+            set: HashSet::new(),
+            kept: 0,
+        }
+    }
+}
+
+impl<T: ?Sized + std::hash::Hash + Eq> Pool<T> {
+    /// The value held that equals `value`.
+    fn get<Q>(&self, value: &Q) -> Option<Arc<T>>
+    where
+        Arc<T>: std::borrow::Borrow<Q>,
+        Q: ?Sized + std::hash::Hash + Eq,
+    {
+        self.set.get(value).map(Arc::clone)
+    }
+
+    /// Holds `value` from now (sweeping first when the pool has doubled).
+    fn hold(&mut self, value: Arc<T>) -> Arc<T> {
+        if self.set.len() >= (2 * self.kept).max(SWEEP_FROM) {
+            self.set.retain(|s| Arc::strong_count(s) > 1);
+            self.kept = self.set.len();
+        }
+        self.set.insert(Arc::clone(&value));
+        value
+    }
 }
 
 /// Shared parts are swept once they are twice as many as after the last sweep, and at least
@@ -178,21 +220,23 @@ const SWEEP_FROM: usize = 256;
 impl Printer {
     fn intern(&self, shared: Shared) -> Arc<Shared> {
         let mut interned = self.interned.lock();
-        if let Some(held) = interned.set.get(&shared) {
-            return Arc::clone(held);
+        match interned.shared.get(&shared) {
+            Some(held) => held,
+            None => interned.shared.hold(Arc::new(shared)),
         }
-        if interned.set.len() >= (2 * interned.kept).max(SWEEP_FROM) {
-            interned.set.retain(|s| Arc::strong_count(s) > 1);
-            interned.kept = interned.set.len();
+    }
+
+    fn namespace(&self, namespace: &str) -> Arc<str> {
+        let mut interned = self.interned.lock();
+        match interned.namespaces.get(namespace) {
+            Some(held) => held,
+            None => interned.namespaces.hold(Arc::from(namespace)),
         }
-        let shared = Arc::new(shared);
-        interned.set.insert(Arc::clone(&shared));
-        shared
     }
 
     /// How many shared parts are held (for tests and the book's numbers).
     pub fn shared_parts(&self) -> usize {
-        self.interned.lock().set.len()
+        self.interned.lock().shared.set.len()
     }
 
     /// The print of `copy` (as its watch delivers it). The fields the apiserver allocates or
@@ -210,6 +254,7 @@ impl Printer {
         let types = copy.types.clone().unwrap_or_default();
         let meta = &judged.metadata;
         let shared = self.intern(Shared {
+            name: copy.metadata.name.as_deref().unwrap_or_default().into(),
             api_version: types.api_version,
             kind: types.kind,
             labels: meta.labels.clone().unwrap_or_default(),
@@ -218,8 +263,11 @@ impl Printer {
             managers: Managers::of(copy),
         });
         CopyPrint {
-            name: copy.metadata.name.as_deref().unwrap_or_default().into(),
-            namespace: copy.metadata.namespace.as_deref().map(Into::into),
+            namespace: copy
+                .metadata
+                .namespace
+                .as_deref()
+                .map(|n| self.namespace(n)),
             uid: copy.metadata.uid.as_deref().map(Compact::new),
             resource_version: copy.metadata.resource_version.as_deref().map(Compact::new),
             deletion: copy.metadata.deletion_timestamp.clone(),
@@ -233,7 +281,7 @@ impl Printer {
 impl CopyPrint {
     /// The copy's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
     /// The copy's namespace (`None` for a cluster-scoped kind).
@@ -349,7 +397,7 @@ impl Summary for CopyPrint {
                 kind: self.shared.kind.clone(),
             }),
             metadata: ObjectMeta {
-                name: Some(self.name.to_string()),
+                name: Some(self.shared.name.to_string()),
                 namespace: self.namespace.as_deref().map(String::from),
                 uid: self.uid().map(Cow::into_owned),
                 resource_version: self.resource_version().map(Cow::into_owned),

@@ -165,7 +165,20 @@ fn copies_of_one_source_share_what_they_have_in_common() {
             .all(|p| Arc::ptr_eq(&p.shared, &prints[0].shared))
     );
     assert_eq!(prints[42].namespace(), Some("team-42"));
+    assert_eq!(prints[42].name(), "ca");
     assert_eq!(prints[42].uid().as_deref(), Some("uid-42"));
+    // Copies in one namespace hold its name once; a copy of another name has its own part.
+    let mut other = written(&want);
+    other.metadata.namespace = Some("team-42".into());
+    other.metadata.name = Some("other".into());
+    let other = printer.print(&other);
+    assert_eq!(other.name(), "other");
+    assert!(Arc::ptr_eq(
+        other.namespace.as_ref().unwrap(),
+        prints[42].namespace.as_ref().unwrap()
+    ));
+    assert_eq!(printer.shared_parts(), 2);
+    drop(other);
     // Parts no print uses are swept as new ones come.
     drop(prints);
     for i in 0..2 * SWEEP_FROM {
@@ -204,11 +217,10 @@ fn a_print_holds_a_fraction_of_the_copy() {
     let want = desired();
     let copies: Vec<DynamicObject> = (0..2).map(|_| written(&want)).collect();
     let prints: Vec<CopyPrint> = copies.iter().map(|c| printer.print(c)).collect();
-    // What one more copy holds: its own strings and digests (the shared part is held once).
+    // What one more copy holds: its own strings and digests (the shared part, name and
+    // namespace are held once).
     let own = |p: &CopyPrint| {
         std::mem::size_of::<CopyPrint>()
-            + p.name.len()
-            + p.namespace.as_deref().map_or(0, str::len)
             + [&p.uid, &p.resource_version]
                 .iter()
                 .map(|c| match c {
@@ -325,7 +337,10 @@ fn uids_and_resource_versions_read_back_as_they_were() {
         let compact = Compact::new(text);
         assert_eq!(compact.text(), text, "{compact:?}");
     }
-    assert!(matches!(Compact::new("0b5e3c1e-8f0a-4c1d-9e2b-3a4f5d6e7f80"), Compact::Uuid(_)));
+    assert!(matches!(
+        Compact::new("0b5e3c1e-8f0a-4c1d-9e2b-3a4f5d6e7f80"),
+        Compact::Uuid(_)
+    ));
     assert!(matches!(Compact::new("1234567"), Compact::Number(1234567)));
     assert!(matches!(Compact::new("007"), Compact::Text(_)));
 }
