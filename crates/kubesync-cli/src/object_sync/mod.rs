@@ -60,6 +60,19 @@ use crate::status::{ConditionExt, ConditionType, Reason, Refusal};
 /// Finalizer on an ObjectSync: its copies are deleted before it goes.
 pub const OBJECT_SYNC_FINALIZER: &str = "kubesync.io/objectsync-cleanup";
 
+/// The status of `os` (read without it, see [`ObjectSyncController::reconcile`]) as the store
+/// shows it: that of the version `os` is, or of a newer one, whose report is then refused for
+/// the version it was decided on, as it would have been on the status `os` had.
+fn status_read_again<K: SyncObject>(ctx: &Context, key: &ObjectKey, os: &K) -> ObjectSyncStatus {
+    if let Some(status) = os.sync_status() {
+        return status.clone();
+    }
+    match ctx.get_as::<K>(key) {
+        Ok(Some(mut stored)) => stored.take_status().unwrap_or_default(),
+        _ => ObjectSyncStatus::default(),
+    }
+}
+
 /// An ObjectSync's state as `/metrics` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ObjectSyncGauge {
@@ -104,6 +117,8 @@ pub trait SyncObject:
     fn sync_spec(&self) -> &ObjectSyncSpec;
     /// The status, if any.
     fn sync_status(&self) -> Option<&ObjectSyncStatus>;
+    /// Takes the status out.
+    fn take_status(&mut self) -> Option<ObjectSyncStatus>;
 }
 
 impl SyncObject for ObjectSync {
@@ -113,6 +128,9 @@ impl SyncObject for ObjectSync {
     fn sync_status(&self) -> Option<&ObjectSyncStatus> {
         self.status.as_ref()
     }
+    fn take_status(&mut self) -> Option<ObjectSyncStatus> {
+        self.status.take()
+    }
 }
 
 impl SyncObject for ClusterObjectSync {
@@ -121,6 +139,9 @@ impl SyncObject for ClusterObjectSync {
     }
     fn sync_status(&self) -> Option<&ObjectSyncStatus> {
         self.status.as_ref()
+    }
+    fn take_status(&mut self) -> Option<ObjectSyncStatus> {
+        self.status.take()
     }
 }
 
@@ -302,10 +323,13 @@ impl ObjectSyncController {
         key: &ObjectKey,
         ctx: &Context,
     ) -> kubesync::Result<Action> {
-        let Some(os) = ctx.get_as::<K>(key)? else {
+        let Some(mut os) = ctx.get_as::<K>(key)? else {
             self.forget(ctx, key);
             return Ok(Action::done());
         };
+        // Its status lists every destination: not held while the copies are written (a
+        // declaration may wait for its turn among others'), read again when the report is made.
+        os.take_status();
         let own = os.namespace();
         let (spec, mut known) = (
             os.sync_spec(),
@@ -357,7 +381,7 @@ impl ObjectSyncController {
                             "this object is a copy kubesync made (label {MANAGED_BY}); a copy is never acted on as a declaration"
                         ),
                     );
-                    self.publish_status(os, Observation::Refused(&refusal), Vec::new())
+                    self.publish_status((ctx, key), os, Observation::Refused(&refusal), Vec::new())
                         .await?;
                 }
             }
@@ -375,7 +399,7 @@ impl ObjectSyncController {
             }
             Next::Refuse { refusal, sweep } => {
                 tracing::warn!(objectsync = %key, reason = %refusal.reason, message = %refusal.message, "ObjectSync refused");
-                self.publish_status(os, Observation::Refused(&refusal), Vec::new())
+                self.publish_status((ctx, key), os, Observation::Refused(&refusal), Vec::new())
                     .await?;
                 if sweep {
                     self.sweep_withdrawn(ctx, key, os).await;
@@ -404,6 +428,7 @@ impl ObjectSyncController {
         let selection_text = selection_text(&os.sync_spec().source);
         let events = self.track(os, &decl, &outcome);
         self.publish_status(
+            (ctx, key),
             os,
             Observation::Reconciled {
                 outcome: &outcome,
@@ -443,11 +468,12 @@ impl ObjectSyncController {
     /// and writes the status when it changed.
     async fn publish_status<K: SyncObject>(
         &self,
+        (ctx, key): (&Context, &ObjectKey),
         os: &K,
         observed: Observation<'_>,
         drifts: Vec<(String, ObjectReference)>,
     ) -> kubesync::Result<()> {
-        let old = os.sync_status().cloned().unwrap_or_default();
+        let old = status_read_again(ctx, key, os);
         let status = object_sync_status(&old, os.meta().generation, observed, crate::status::now());
         for (type_, reason, note) in self.remember_status(os, &old, &status) {
             let event = kube::runtime::events::Event {

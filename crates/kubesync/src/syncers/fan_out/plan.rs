@@ -1605,7 +1605,7 @@ mod tests {
                     "fieldsV1": {"f:data": {".": {}, "f:ca.crt": {}}}})
             })
             .collect();
-        serde_json::from_value(Value::Array(entries)).unwrap()
+        serde_json::from_value(Value::Array(entries)).expect("managedFields")
     }
 
     #[test]
@@ -1632,7 +1632,11 @@ mod tests {
         assert!(plan.unread.is_empty());
         assert_eq!(written(&plan), [(at("local", "a"), Decision::Update)]);
         let w = &plan.writes[0];
-        let meta = &w.existing.as_deref().unwrap().metadata;
+        let meta = &w
+            .existing
+            .as_deref()
+            .expect("the print's metadata")
+            .metadata;
         assert!(w.printed && w.drift.is_none() && w.changed.is_empty());
         assert_eq!(meta.uid.as_deref(), Some("c-a"));
         assert_eq!(meta.resource_version.as_deref(), Some("7"));
@@ -1664,7 +1668,7 @@ mod tests {
             .metadata
             .annotations
             .as_mut()
-            .unwrap()
+            .expect("annotations")
             .insert(rules::SOURCE_VERSION.into(), "43".into());
         current.data["data"] = json!({});
         run.owned.insert(at("local", "a"), held(&current));

@@ -314,7 +314,7 @@ async fn large_plans_are_carried_out_a_few_at_a_time() {
     let plan = |n: usize| Plan {
         deletes: (0..n)
             .map(|i| Delete {
-                at: DestinationRef::new("local", &format!("ns-{i}"), "copy"),
+                at: DestinationRef::new("local", format!("ns-{i}"), "copy"),
                 uid: None,
                 orphan: false,
             })

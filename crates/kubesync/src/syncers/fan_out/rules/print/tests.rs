@@ -174,8 +174,8 @@ fn copies_of_one_source_share_what_they_have_in_common() {
     let other = printer.print(&other);
     assert_eq!(other.name(), "other");
     assert!(Arc::ptr_eq(
-        other.namespace.as_ref().unwrap(),
-        prints[42].namespace.as_ref().unwrap()
+        other.namespace.as_ref().expect("a namespace"),
+        prints[42].namespace.as_ref().expect("a namespace")
     ));
     assert_eq!(printer.shared_parts(), 2);
     drop(other);
@@ -248,7 +248,8 @@ fn managed(copy: &DynamicObject, entries: &[(&str, &str, serde_json::Value)]) ->
                 "fieldsType": "FieldsV1", "fieldsV1": fields})
         })
         .collect();
-    copy.metadata.managed_fields = Some(serde_json::from_value(json!(entries)).unwrap());
+    copy.metadata.managed_fields =
+        Some(serde_json::from_value(json!(entries)).expect("managedFields"));
     copy
 }
 
@@ -261,12 +262,12 @@ fn an_update_is_written_on_a_print_only_where_the_copy_would_need_nothing_more()
     let posted = managed(&old, &[(FIELD_MANAGER, "Update", data.clone())]);
     let mut newer = desired();
     newer.data["data"]["tls.crt"] = json!("TkVX");
-    let annotations = newer.metadata.annotations.as_mut().unwrap();
+    let annotations = newer.metadata.annotations.as_mut().expect("annotations");
     annotations.insert(SOURCE_VERSION.into(), "43".into());
     let mut fewer = newer.clone();
     fewer.data["data"]
         .as_object_mut()
-        .unwrap()
+        .expect("data")
         .remove("tls.key");
     let edited = managed(
         &old,
