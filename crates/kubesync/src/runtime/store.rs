@@ -33,15 +33,26 @@ impl Context {
     /// The object behind `key` in a store that holds it in full (`full`), or in any store
     /// that holds metadata.
     fn find(&self, key: &ObjectKey, full: bool) -> Option<Arc<DynamicObject>> {
+        self.first_in_stores_of(key, full, |s| {
+            s.reader
+                .get(key.namespace.as_deref(), &key.name)
+                .filter(|o| s.shows(o, full))
+        })
+    }
+
+    /// The first of `read`'s answers from the stores that hold `key`'s kind in its cluster,
+    /// for a reader of full objects (`full`) or of metadata.
+    fn first_in_stores_of<T>(
+        &self,
+        key: &ObjectKey,
+        full: bool,
+        read: impl FnMut(&StoreEntry) -> Option<T>,
+    ) -> Option<T> {
         let stores = self.shared.stores.read();
         stores
             .iter()
             .filter(|s| s.serves(full) && s.cluster == key.cluster && key.is_of(&s.resource))
-            .find_map(|s| {
-                s.reader
-                    .get(key.namespace.as_deref(), &key.name)
-                    .filter(|o| s.shows(o, full))
-            })
+            .find_map(read)
     }
 
     /// Like [`Context::get`], converted to a typed resource.
@@ -51,16 +62,10 @@ impl Context {
     {
         // The store that `get` reads, read without building the object first (a packed one
         // is parsed from its text straight into `K`).
-        let parsed = {
-            let stores = self.shared.stores.read();
-            stores
-                .iter()
-                .filter(|s| s.serves(true) && s.cluster == key.cluster && key.is_of(&s.resource))
-                .find_map(|s| {
-                    s.reader
-                        .get_as::<K>((key.namespace.as_deref(), &key.name), s.mixed)
-                })
-        };
+        let parsed = self.first_in_stores_of(key, true, |s| {
+            s.reader
+                .get_as::<K>((key.namespace.as_deref(), &key.name), s.mixed)
+        });
         parsed.transpose().map_err(|message| Error::Convert {
             key: key.to_string(),
             target: std::any::type_name::<K>(),
