@@ -109,18 +109,29 @@ enum Compact {
 
 impl Compact {
     fn new(text: &str) -> Self {
-        let hex: String = text.chars().filter(|c| *c != '-').collect();
-        let uuid = text.len() == 36
-            && hex.len() == 32
-            && [8, 13, 18, 23].iter().all(|&i| text.as_bytes()[i] == b'-')
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if uuid && let Ok(n) = u128::from_str_radix(&hex, 16) {
-            return Self::Uuid(n);
+        // Made as each copy's event arrives: read without allocating.
+        let bytes = text.as_bytes();
+        if bytes.len() == 36 {
+            let mut n: u128 = 0;
+            let lowercase_uuid = bytes.iter().enumerate().all(|(i, &b)| match i {
+                8 | 13 | 18 | 23 => b == b'-',
+                _ => match b {
+                    b'0'..=b'9' | b'a'..=b'f' => {
+                        n = (n << 4) | u128::from((b as char).to_digit(16).unwrap_or(0));
+                        true
+                    }
+                    _ => false,
+                },
+            });
+            if lowercase_uuid {
+                return Self::Uuid(n);
+            }
         }
+        let canonical = !bytes.is_empty()
+            && bytes.iter().all(u8::is_ascii_digit)
+            && (bytes[0] != b'0' || bytes.len() == 1);
         match text.parse::<u64>() {
-            Ok(n) if n.to_string() == text => Self::Number(n),
+            Ok(n) if canonical => Self::Number(n),
             _ => Self::Text(text.into()),
         }
     }
