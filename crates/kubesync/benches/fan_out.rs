@@ -5,7 +5,10 @@
 //! Secret and Namespace watches) and warm (a second declaration of the same kind, its watches
 //! already running) — time for a source update to reach every copy, time for a new namespace to
 //! get its copy, time to delete every copy, and the same writes (one create, a POST, per
-//! namespace) sent by a plain client with the same concurrency. Each destination namespace also
+//! namespace) sent by a plain client with the same concurrency, and the plain client's update
+//! wave: the source's update, then the applies kubesync sends for it (server-side apply under
+//! its field manager, conditioned on each copy's uid and resourceVersion), timed from the
+//! source's update as the engine's is. Each destination namespace also
 //! holds [`OTHER_SECRETS`] Secrets of other owners, and every run deletes its copies again, so
 //! each run starts from the same cluster.
 //!
@@ -156,9 +159,14 @@ async fn copies(env: &TestEnv, uid: &str, versions: &[String], want: usize) -> a
 /// A reconcile's report: (declaration, when the reconcile started, when it completed, report).
 type Reported = (String, Instant, Instant, Outcome);
 
-/// Reports of the engine's reconciles, as they complete; and when the first reconcile that
-/// found its watches listed started.
-struct Reports(mpsc::UnboundedReceiver<Reported>, Option<Instant>);
+/// Reports of the engine's reconciles, as they complete; when the first reconcile that
+/// found its watches listed started; and when the reconcile [`Reports::synced`] last
+/// returned the completion of started.
+struct Reports(
+    mpsc::UnboundedReceiver<Reported>,
+    Option<Instant>,
+    Option<Instant>,
+);
 
 impl Reports {
     /// When the first reconcile of `name` whose report has `want` destinations `Synced` (at
@@ -182,6 +190,7 @@ impl Reports {
                 })
                 .count();
             if decl == name && report.ready && synced >= want {
+                self.2 = Some(started);
                 return Ok(at);
             }
         }
@@ -265,6 +274,12 @@ struct EngineRun {
     cold: Duration,
     warm: Duration,
     update: Duration,
+    /// Mean server-side latency of the Secret writes of the update wave.
+    update_server: Duration,
+    /// When the reconcile that wrote the update, and the warm declaration's, began (after
+    /// the source's update, after the declaration).
+    update_began: Duration,
+    warm_began: Duration,
     new_namespace: Duration,
     writes: u64,
     /// Mean server-side latency of the Secret writes of the cold fan-out.
@@ -377,7 +392,7 @@ impl Engine {
         let controller = Controller::new().cluster(Cluster::new("local", env.kubesync_client()?));
         let (stop, stopped) = oneshot::channel::<()>();
         let (report_tx, report_rx) = mpsc::unbounded_channel();
-        let mut reports = Reports(report_rx, None);
+        let mut reports = Reports(report_rx, None, None);
         let task = common::run_declarations(
             controller,
             fan_out.clone(),
@@ -482,6 +497,8 @@ async fn engine_round(
     let (_, server) = counting.since_start().await?;
     copies(env, &engine.uids[&cold_name], &[], n).await?;
 
+    tokio::time::sleep(SETTLE).await;
+    let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let t = Instant::now();
     let updated = src
         .patch(
@@ -492,6 +509,8 @@ async fn engine_round(
         .await?;
     let rv = [updated.metadata.resource_version.unwrap_or_default()];
     let update = engine.reports.synced(&cold_name, n, &rv).await? - t;
+    let update_began = engine.reports.2.map(|at| at - t).unwrap_or_default();
+    let (_, update_server) = counting.since_start().await?;
     copies(env, &engine.uids[&cold_name], &rv, n).await?;
 
     let t = Instant::now();
@@ -517,6 +536,7 @@ async fn engine_round(
     let t = Instant::now();
     engine.declare(&warm_name).await?;
     let warm = engine.reports.synced(&warm_name, n + 1, &[]).await? - t;
+    let warm_began = engine.reports.2.map(|at| at - t).unwrap_or_default();
     let warm_cpu = cpu.since_start();
     copies(env, &engine.uids[&warm_name], &[], n + 1).await?;
 
@@ -536,6 +556,9 @@ async fn engine_round(
         cold,
         warm,
         update,
+        update_server,
+        update_began,
+        warm_began,
         new_namespace,
         writes,
         server,
@@ -642,13 +665,48 @@ async fn plain_round(
     } else {
         copies
     };
-    let written = create_copies(&client, &ar, copies).await?;
+    let answers = create_copies(&client, &ar, copies).await?;
     let elapsed = t.elapsed();
     let cpu = cpu.since_start();
     let (_, server) = counting.since_start().await?;
+    // The update wave, as the engine's round times it: from the source's update until every
+    // copy holds it. The same applies kubesync sends (conditioned on each copy's uid and
+    // resourceVersion), same concurrency.
+    let update = if mode == Plain::ReadFirst {
+        None
+    } else {
+        tokio::time::sleep(SETTLE).await;
+        let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
+        let t = Instant::now();
+        let source = src
+            .patch(
+                &name,
+                &PatchParams::apply("bench").force(),
+                &Patch::Apply(secret(&name, "v2")),
+            )
+            .await?;
+        let updates = answers.iter().map(|answer| {
+            let mut copy = rules::desired_copy(
+                &ar,
+                &source,
+                answer.metadata.namespace.as_deref().unwrap_or_default(),
+                &name,
+                &CopyRules::default(),
+                &owner,
+                &source_ref,
+            );
+            copy.metadata.uid = answer.metadata.uid.clone();
+            copy.metadata.resource_version = answer.metadata.resource_version.clone();
+            copy
+        });
+        apply_copies(&client, &ar, updates.collect()).await?;
+        let update = t.elapsed();
+        let (_, update_server) = counting.since_start().await?;
+        Some((update, update_server))
+    };
     // Cleanup, as the engine's round does: the same deletes, same concurrency.
     let t = Instant::now();
-    delete_copies(&client, &ar, written).await?;
+    delete_copies(&client, &ar, placed(&answers)).await?;
     let delete = t.elapsed();
     for w in watchers {
         w.abort();
@@ -656,22 +714,56 @@ async fn plain_round(
     Ok(PlainRun {
         write: elapsed,
         server,
+        update,
         delete,
         cpu,
     })
 }
 
+/// The (namespace, name) of each object.
+fn placed(objects: &[DynamicObject]) -> Vec<(String, String)> {
+    objects
+        .iter()
+        .map(|c| (c.namespace().unwrap_or_default(), c.name_any()))
+        .collect()
+}
+
+/// Applies `copies` as kubesync updates a copy (server-side apply under its field manager,
+/// forced), [`CONCURRENCY`] at once.
+async fn apply_copies(
+    client: &kube::Client,
+    ar: &ApiResource,
+    copies: Vec<DynamicObject>,
+) -> anyhow::Result<()> {
+    futures::stream::iter(copies)
+        .map(|copy| {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                copy.metadata.namespace.as_deref().unwrap_or_default(),
+                ar,
+            );
+            async move {
+                api.patch(
+                    &copy.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&copy),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
 /// Creates `copies` as kubesync would (its field manager), [`CONCURRENCY`] at once; returns
-/// their (namespace, name).
+/// the apiserver's answers.
 async fn create_copies(
     client: &kube::Client,
     ar: &ApiResource,
     copies: Vec<DynamicObject>,
-) -> anyhow::Result<Vec<(String, String)>> {
-    let written: Vec<(String, String)> = copies
-        .iter()
-        .map(|c| (c.namespace().unwrap_or_default(), c.name_any()))
-        .collect();
+) -> anyhow::Result<Vec<DynamicObject>> {
     futures::stream::iter(copies)
         .map(|copy| {
             let api: Api<DynamicObject> = Api::namespaced_with(
@@ -689,8 +781,8 @@ async fn create_copies(
         })
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
-        .await?;
-    Ok(written)
+        .await
+        .map_err(Into::into)
 }
 
 /// Deletes the objects `targets` (namespace, name), [`CONCURRENCY`] at once.
@@ -727,6 +819,9 @@ struct PlainRun {
     write: Duration,
     /// Mean server-side latency of those writes.
     server: Duration,
+    /// The update wave (the source's update, then an apply to every copy) and the mean
+    /// server-side latency of its Secret writes; none where the round ran no update.
+    update: Option<(Duration, Duration)>,
     /// Time to delete the n copies again.
     delete: Duration,
     /// CPU seconds (benchmark process, control plane) of the writes.
@@ -841,9 +936,46 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
         per_copy(plain_runs.iter().map(|r| r.cpu).collect(), n),
         per_copy(watched_runs.iter().map(|r| r.cpu).collect(), n),
     );
+    let updates = |runs: &[PlainRun]| -> Vec<PlainRun> {
+        runs.iter()
+            .filter_map(|r| {
+                r.update.map(|(write, server)| PlainRun {
+                    write,
+                    server,
+                    update: None,
+                    delete: r.delete,
+                    cpu: r.cpu,
+                })
+            })
+            .collect()
+    };
+    let (plain_updates, watched_updates) = (updates(&plain_runs), updates(&watched_runs));
     println!(
-        "  update reaches all copies in {:.2} s; a new namespace gets its copy in {:.0} ms",
+        "  update reaches all copies in {:.2} s (runs {}; {:.2}× the cold fan-out); the plain client's same applies {:.2} s (runs {}), with the same watches {:.2} s",
         update.as_secs_f64(),
+        list(engine_runs.iter().map(|r| r.update).collect()),
+        update.as_secs_f64() / cold.as_secs_f64(),
+        median(&plain_updates.iter().map(|r| r.write).collect::<Vec<_>>()).as_secs_f64(),
+        list(plain_updates.iter().map(|r| r.write).collect()),
+        median(&watched_updates.iter().map(|r| r.write).collect::<Vec<_>>()).as_secs_f64(),
+    );
+    println!(
+        "  update ratio to the plain client (medians): {}; with the same watches {}; apiserver time per Secret write: kubesync {:.1} ms, plain client {:.1} ms",
+        ratio_summary(
+            &engine_runs.iter().map(|r| r.update).collect::<Vec<_>>(),
+            &plain_updates
+        ),
+        ratio_summary(
+            &engine_runs.iter().map(|r| r.update).collect::<Vec<_>>(),
+            &watched_updates
+        ),
+        pick(|r| r.update_server).as_secs_f64() * 1e3,
+        median(&plain_updates.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3,
+    );
+    println!(
+        "  the reconcile that wrote them began {:.1} ms after the declaration (warm), {:.1} ms after the source's update (medians); a new namespace gets its copy in {:.0} ms",
+        pick(|r| r.warm_began).as_secs_f64() * 1e3,
+        pick(|r| r.update_began).as_secs_f64() * 1e3,
         new_ns.as_secs_f64() * 1e3
     );
     println!(
@@ -1030,10 +1162,11 @@ async fn many_plain_round(
     let cpu = cpu.since_start();
     let (_, server) = counting.since_start().await?;
     let t = Instant::now();
-    delete_copies(&client, &ar, written).await?;
+    delete_copies(&client, &ar, placed(&written)).await?;
     Ok(PlainRun {
         write,
         server,
+        update: None,
         delete: t.elapsed(),
         cpu,
     })
