@@ -11,7 +11,7 @@
 #   make chaos          the fault suite (tests/faults/) at full size, printing each scenario's figures
 #                       (SEED=<n> replays the campaign's seed n; SEEDS=<k> runs k seeds from it)
 #   make bench          benchmarks on local control planes (the engine's, bench-memory, bench-compat,
-#                       bench-sharded)
+#                       bench-sharded, bench-peer)
 #   make bench-compat   --compat at scale: 100 annotated sources into 1000 namespaces, then churn
 #   make bench-pull     hub → 10 spokes × 100 namespaces on 11 local control planes: pull (one
 #                       fan-out per spoke) against push (one on the hub); also part of make bench
@@ -19,6 +19,9 @@
 #   make bench-memory   RSS and start-up of the kubesync binary and of a plain kube-runtime
 #                       reflector, with unrelated Secrets and with 10 000 synced objects
 #                       (KUBESYNC_BENCH_QUICK=1: a smaller, faster version)
+#   make bench-peer     kubesync beside rustrial's k8s-object-syncer built from its source
+#                       (PEER_SRC=<checkout>, cached under ~/.cache/kubesync/peer): 1 Secret → 1000
+#                       namespaces, create / update / new namespace / RSS, 3 rounds a side
 #   make bench-sharded  one `kubesync run` against three `run --sharded` replicas: 60 ObjectSyncs ×
 #                       100 namespaces and 6 RemoteClusters, then a fleet of 20 RemoteClusters (20
 #                       control planes); per replica RSS, watches, units, and time to every copy
@@ -40,7 +43,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-peer bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -111,12 +114,21 @@ bench: control-plane
 	$(CARGO) bench -p kubesync-cli --bench memory
 	$(CARGO) bench -p kubesync-cli --bench compat
 	$(CARGO) bench -p kubesync-cli --bench sharded
+	scripts/peer.sh
+	$(CARGO) bench -p kubesync-cli --bench peer
 
 bench-compat: control-plane
 	$(CARGO) bench -p kubesync-cli --bench compat
 
 bench-memory: control-plane
 	$(CARGO) bench -p kubesync-cli --bench memory
+
+# kubesync beside rustrial's k8s-object-syncer (1 Secret into 1000 namespaces: create, update,
+# a new namespace, RSS). The peer is built by scripts/peer.sh from a checkout of its source
+# (PEER_SRC); without one it measures nothing.
+bench-peer: control-plane
+	scripts/peer.sh
+	$(CARGO) bench -p kubesync-cli --bench peer
 
 bench-sharded: control-plane
 	$(CARGO) bench -p kubesync-cli --bench sharded

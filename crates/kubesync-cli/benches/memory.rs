@@ -63,10 +63,12 @@
 //! The plain reflector's binary is this benchmark's (it carries the benchmark's code too);
 //! only the pages a process touches count in its RSS, so that costs it little.
 
+#[path = "common/observer.rs"]
+mod observer;
 #[path = "common/running.rs"]
 mod running;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -79,11 +81,11 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Store};
 use kubesync_testenv::TestEnv;
-use running::Running;
-use tokio::sync::watch;
+use observer::Observer;
+use running::{Running, image_malloc_tunables};
 
 /// Environment variable that makes this executable the plain reflector controller.
 const ROLE: &str = "KUBESYNC_MEMORY_BENCH_ROLE";
@@ -191,15 +193,6 @@ enum Side {
     /// even where the apiserver serves streaming ones (scenario 2 only).
     KubesyncListWatch,
     Plain,
-}
-
-/// The `GLIBC_TUNABLES` the container image sets for kubesync (read from `scripts/image.sh`,
-/// so that the benchmark runs the process users run).
-fn image_malloc_tunables() -> Option<&'static str> {
-    include_str!("../../../scripts/image.sh")
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("--env GLIBC_TUNABLES="))
-        .map(|v| v.trim_end_matches('\\').trim())
 }
 
 impl Side {
@@ -828,104 +821,6 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-/// What the observer's watch has seen.
-#[derive(Clone, Copy, Debug, Default)]
-struct Seen {
-    /// Its first list is complete.
-    listed: bool,
-    /// Copies that exist, in a destination namespace, with the source's data.
-    done: usize,
-}
-
-/// A watch on one side's copies, from the benchmark process: counts the copies that are done.
-struct Observer {
-    seen: watch::Receiver<Seen>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Observer {
-    /// Watches the Secrets labelled `label`; a copy is done when its name is a key of
-    /// `expected`, its data that key's value, and its namespace one of `namespaces`.
-    fn start(
-        client: kube::Client,
-        label: &str,
-        expected: BTreeMap<String, BTreeMap<String, ByteString>>,
-        namespaces: HashSet<String>,
-    ) -> Self {
-        let (tx, seen) = watch::channel(Seen::default());
-        // Lists served from the apiserver's watch cache: a list from etcd would read every
-        // unrelated Secret.
-        let config = watcher::Config::default().labels(label).any_semantic();
-        let api: Api<Secret> = Api::all(client);
-        let task = tokio::spawn(async move {
-            let mut done: HashSet<(String, String)> = HashSet::new();
-            let mut listed = false;
-            let stream = watcher::watcher(api, config).default_backoff();
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                let Ok(event) = event else { continue };
-                match event {
-                    Event::Init => {
-                        done.clear();
-                        listed = false;
-                    }
-                    Event::InitDone => listed = true,
-                    Event::Apply(s) | Event::InitApply(s) => {
-                        let key = (s.namespace().unwrap_or_default(), s.name_any());
-                        let ok = namespaces.contains(&key.0)
-                            && expected
-                                .get(&key.1)
-                                .is_some_and(|d| s.data.as_ref() == Some(d));
-                        if ok {
-                            done.insert(key);
-                        } else {
-                            done.remove(&key);
-                        }
-                    }
-                    Event::Delete(s) => {
-                        done.remove(&(s.namespace().unwrap_or_default(), s.name_any()));
-                    }
-                }
-                tx.send_replace(Seen {
-                    listed,
-                    done: done.len(),
-                });
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// Waits until `until` holds, at most `timeout`; fails early if `process` exits.
-    async fn wait(
-        &mut self,
-        timeout: Duration,
-        mut process: Option<&mut Running>,
-        until: impl Fn(&Seen) -> bool,
-    ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let step = tokio::time::timeout(Duration::from_millis(250), self.seen.wait_for(&until));
-            if step.await.is_ok() {
-                return Ok(());
-            }
-            if let Some(p) = process.as_deref_mut()
-                && !p.alive()
-            {
-                anyhow::bail!("the process exited before its copies were done");
-            }
-            if Instant::now() > deadline {
-                anyhow::bail!("timed out waiting for copies: {:?}", *self.seen.borrow());
-            }
-        }
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// The plain reflector controller (`KUBESYNC_MEMORY_BENCH_ROLE=plain`): what a Rust

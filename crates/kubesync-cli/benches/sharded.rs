@@ -66,7 +66,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubesync_testenv::fixtures::WIDGET_CRD;
 use kubesync_testenv::{POLL_INTERVAL, TestEnv, TestEnvBuilder};
-use running::Running;
+use running::{Running, image_malloc_tunables};
 use test_common::{free_port, request, sample};
 use tokio::sync::watch;
 
@@ -736,15 +736,6 @@ fn print_outcomes(outcomes: &[Outcome], resource_syncs: bool) {
             together[0].rss / a.rows[0].rss,
         );
     }
-}
-
-/// The `GLIBC_TUNABLES` the container image sets for kubesync (read from `scripts/image.sh`,
-/// as `benches/memory.rs` does).
-fn image_malloc_tunables() -> Option<&'static str> {
-    include_str!("../../../scripts/image.sh")
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("--env GLIBC_TUNABLES="))
-        .map(|v| v.trim_end_matches('\\').trim())
 }
 
 /// The manifests of the namespaces `names`, labelled `key=value`.

@@ -57,3 +57,13 @@ impl Drop for Running {
         let _ = self.0.wait();
     }
 }
+
+/// The `GLIBC_TUNABLES` the container image sets for kubesync (read from `scripts/image.sh`,
+/// so that a benchmark runs the process users run).
+#[allow(dead_code)]
+pub fn image_malloc_tunables() -> Option<&'static str> {
+    include_str!("../../../../scripts/image.sh")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--env GLIBC_TUNABLES="))
+        .map(|v| v.trim_end_matches('\\').trim())
+}
