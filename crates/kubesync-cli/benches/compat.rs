@@ -17,6 +17,8 @@
 //!
 //! `KUBESYNC_BENCH_QUICK=1`: 200 namespaces and 20 sources (400 copies).
 
+#[path = "common/namespaces.rs"]
+mod namespaces;
 #[path = "common/running.rs"]
 mod running;
 
@@ -28,6 +30,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kubesync_testenv::TestEnv;
+use namespaces::create_namespaces;
 use running::Running;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -54,8 +57,8 @@ async fn main() -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let names: Vec<String> = (0..namespaces).map(|i| format!("ns-{i:04}")).collect();
-    create_namespaces(&client, &names).await?;
-    create_namespaces(&client, &[SOURCE_NS.to_string()]).await?;
+    create_namespaces(&client, &names, None).await?;
+    create_namespaces(&client, &[SOURCE_NS.to_string()], None).await?;
     create_sources(&client, sources).await?;
     let expected = |existing: &[String]| -> usize {
         // Each source k selects the namespaces whose number ends in k % 10.
@@ -114,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    create_namespaces(&client, &added).await?;
+    create_namespaces(&client, &added, None).await?;
     let want_added = expected(&added);
     wait_for(&client, want_added, &mut child, Some(&added)).await?;
     let added_after = started.elapsed();
@@ -188,26 +191,6 @@ async fn wait_for(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-async fn create_namespaces(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            let ns = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            async move { api.create(&PostParams::default(), &ns).await.map(drop) }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
 }
 
 /// Source k: a Secret for reflector (k even) or a ConfigMap for replicator (k odd), pushing to

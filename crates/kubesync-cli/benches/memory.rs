@@ -63,6 +63,8 @@
 //! The plain reflector's binary is this benchmark's (it carries the benchmark's code too);
 //! only the pages a process touches count in its RSS, so that costs it little.
 
+#[path = "common/namespaces.rs"]
+mod namespaces;
 #[path = "common/observer.rs"]
 mod observer;
 #[path = "common/running.rs"]
@@ -84,6 +86,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Store};
 use kubesync_testenv::TestEnv;
+use namespaces::create_namespaces;
 use observer::Observer;
 use running::{Running, image_malloc_tunables};
 
@@ -252,7 +255,7 @@ async fn unrelated_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
     let destinations: Vec<String> = (0..DESTINATIONS).map(|i| format!("dest-{i}")).collect();
     let setup = Setup::start("bench-memory", logs, &["registry"], &destinations).await?;
     let helm: Vec<String> = (0..HELM_NAMESPACES).map(|i| format!("helm-{i}")).collect();
-    create_namespaces(&setup.client, &helm, false).await?;
+    create_namespaces(&setup.client, &helm, None).await?;
     println!(
         "memory: 1 source Secret → {DESTINATIONS} namespaces; unrelated Secrets of 256 KiB in {} namespaces; median of {} round(s) per side; RSS read {} s after the last copy",
         HELM_NAMESPACES + 1,
@@ -577,8 +580,8 @@ impl Setup {
             "  the first request for each just-installed kind: {}",
             first.join(", ")
         );
-        create_namespaces(&client, &[SOURCE_NS.to_string()], false).await?;
-        create_namespaces(&client, destinations, true).await?;
+        create_namespaces(&client, &[SOURCE_NS.to_string()], None).await?;
+        create_namespaces(&client, destinations, Some(DEST_LABEL)).await?;
         let api: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
         let mut data = BTreeMap::new();
         for source in sources {
@@ -741,36 +744,6 @@ impl Setup {
     }
 }
 
-/// Creates namespaces, labelled as destinations when `destination`.
-async fn create_namespaces(
-    client: &kube::Client,
-    names: &[String],
-    destination: bool,
-) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            let mut labels = BTreeMap::new();
-            if destination {
-                labels.insert(DEST_LABEL.0.to_string(), DEST_LABEL.1.to_string());
-            }
-            let ns = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(labels),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            async move { api.create(&PostParams::default(), &ns).await }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
-}
-
 /// Creates the unrelated Secrets `from..to`: Helm release Secrets of [`UNRELATED_BYTES`]
 /// of incompressible data each, spread over the `helm-*` namespaces and the source namespace.
 async fn create_unrelated(client: &kube::Client, from: usize, to: usize) -> anyhow::Result<()> {
@@ -920,7 +893,7 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     let grantors: Vec<String> = (0..10).map(|i| format!("g{i}")).collect();
     let mut namespaces = vec!["kubesync-system".to_string(), "t1".to_string()];
     namespaces.extend(grantors.iter().cloned());
-    create_namespaces(&client, &namespaces, false).await?;
+    create_namespaces(&client, &namespaces, None).await?;
     // t1's ObjectSyncs act as its ServiceAccount `copier` (`--default-service-account`), which
     // may read and write ConfigMaps in t1.
     env.apply_yaml("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: copier, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: copier, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: copier}\nsubjects: [{kind: ServiceAccount, name: copier, namespace: t1}]\n").await?;

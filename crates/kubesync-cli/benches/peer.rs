@@ -20,6 +20,8 @@
 //! with the CRD file `KUBESYNC_PEER_CRD`. Without it the benchmark says so and measures
 //! nothing. `KUBESYNC_BENCH_QUICK=1` runs one round per side.
 
+#[path = "common/namespaces.rs"]
+mod namespaces;
 #[path = "common/observer.rs"]
 mod observer;
 #[path = "common/running.rs"]
@@ -32,11 +34,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kubesync_testenv::TestEnv;
+use namespaces::create_namespaces;
 use observer::Observer;
 use running::{Running, image_malloc_tunables};
 
@@ -199,8 +201,8 @@ async fn measure(side: Side, peer: &Peer, logs: &Path, round: usize) -> anyhow::
     env.install_crds(&crds).await?;
     let client = env.client()?;
     let mut destinations: Vec<String> = (0..NAMESPACES).map(|i| format!("t-{i}")).collect();
-    create_namespaces(&client, &[SOURCE_NS.to_string()]).await?;
-    create_namespaces(&client, &destinations).await?;
+    create_namespaces(&client, &[SOURCE_NS.to_string()], None).await?;
+    create_namespaces(&client, &destinations, None).await?;
     let data = |v: &str| BTreeMap::from([("token".to_string(), ByteString(v.as_bytes().to_vec()))]);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
     let source = Secret {
@@ -252,7 +254,7 @@ async fn measure(side: Side, peer: &Peer, logs: &Path, round: usize) -> anyhow::
     let update = t.elapsed();
 
     let t = Instant::now();
-    create_namespaces(&client, &[LATE_NS.to_string()]).await?;
+    create_namespaces(&client, &[LATE_NS.to_string()], None).await?;
     observer
         .wait(timeout, Some(&mut process), |s| s.done > NAMESPACES)
         .await
@@ -330,27 +332,6 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-/// Creates the namespaces `names`, 16 at a time.
-async fn create_namespaces(client: &kube::Client, names: &[String]) -> anyhow::Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            let ns = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            async move { api.create(&PostParams::default(), &ns).await }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
 }
 
 /// The medians of runs' numbers, each taken separately.
