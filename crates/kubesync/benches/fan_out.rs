@@ -27,8 +27,8 @@
 //! Then many sources ("50 sources × 200 namespaces converges"): one declaration selects
 //! [`MANY_SOURCES`] Secrets by label and copies each into every one of [`MANY_NAMESPACES`]
 //! namespaces (10 000 copies), timed the same way, cold and warm, against a plain client
-//! creating the same 10 000 objects; an update of every source reaching every copy, and the
-//! cleanup. [`MANY_ROUNDS`] rounds. `KUBESYNC_BENCH_QUICK=1` runs it smaller
+//! creating the same 10 000 objects (alone, and with the engine's watches open); an update
+//! of every source reaching every copy, and the cleanup. [`MANY_ROUNDS`] rounds. `KUBESYNC_BENCH_QUICK=1` runs it smaller
 //! ([`QUICK_MANY_SOURCES`] × [`QUICK_MANY_NAMESPACES`], [`QUICK_ROUNDS`] rounds per size);
 //! `BENCH_SIZES` picks the sizes of the one-source measurements.
 //!
@@ -131,6 +131,17 @@ async fn create_namespaces(client: &kube::Client, prefix: &str, n: usize) -> any
         .try_collect::<Vec<_>>()
         .await?;
     Ok(())
+}
+
+/// Writes the source Secret `name` with content `value` (server-side apply as `bench`).
+async fn write_source<K>(api: &Api<K>, name: &str, value: &str) -> anyhow::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply("bench").force();
+    Ok(api
+        .patch(name, &params, &Patch::Apply(secret(name, value)))
+        .await?)
 }
 
 fn secret(name: &str, value: &str) -> serde_json::Value {
@@ -280,6 +291,8 @@ struct EngineRun {
     /// the source's update, after the declaration).
     update_began: Duration,
     warm_began: Duration,
+    /// CPU seconds (benchmark process with the engine, control plane) of the update wave.
+    update_cpu: (f64, f64),
     new_namespace: Duration,
     writes: u64,
     /// Mean server-side latency of the Secret writes of the cold fan-out.
@@ -467,12 +480,7 @@ async fn engine_round(
     let src: Api<Secret> = Api::namespaced(env.kubesync_client()?, source_ns);
     let (cold_name, warm_name) = (format!("cold-{round}"), format!("warm-{round}"));
     for name in [&cold_name, &warm_name] {
-        src.patch(
-            name,
-            &PatchParams::apply("bench").force(),
-            &Patch::Apply(secret(name, "v1")),
-        )
-        .await?;
+        write_source(&src, name, "v1").await?;
     }
     let spec_for = |source: &str| {
         let one = SourceRef::one(ApiResource::erase::<Secret>(&()), source_ns.clone(), source);
@@ -499,16 +507,12 @@ async fn engine_round(
 
     tokio::time::sleep(SETTLE).await;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
+    let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
-    let updated = src
-        .patch(
-            &cold_name,
-            &PatchParams::apply("bench").force(),
-            &Patch::Apply(secret(&cold_name, "v2")),
-        )
-        .await?;
+    let updated = write_source(&src, &cold_name, "v2").await?;
     let rv = [updated.metadata.resource_version.unwrap_or_default()];
     let update = engine.reports.synced(&cold_name, n, &rv).await? - t;
+    let update_cpu = cpu.since_start();
     let update_began = engine.reports.2.map(|at| at - t).unwrap_or_default();
     let (_, update_server) = counting.since_start().await?;
     copies(env, &engine.uids[&cold_name], &rv, n).await?;
@@ -559,6 +563,7 @@ async fn engine_round(
         update_server,
         update_began,
         warm_began,
+        update_cpu,
         new_namespace,
         writes,
         server,
@@ -591,13 +596,7 @@ async fn plain_round(
     let prefix = &setup.prefix;
     let ar = ApiResource::erase::<Secret>(&());
     let src: Api<DynamicObject> = Api::namespaced_with(client.clone(), &setup.source_ns, &ar);
-    let source = src
-        .patch(
-            &name,
-            &PatchParams::apply("bench").force(),
-            &Patch::Apply(secret(&name, "v1")),
-        )
-        .await?;
+    let source = write_source(&src, &name, "v1").await?;
     let owner = Owner {
         reference: format!("local/{}/{name}", setup.control),
         uid: format!("plain-{round}"),
@@ -617,19 +616,7 @@ async fn plain_round(
             )
         })
         .collect();
-    // With `watched`, the watches the engine holds (every Secret, every Namespace) are open
-    // and drained, so the apiserver does the same event work.
-    let watchers = if watched {
-        vec![
-            common::drain(Api::<Secret>::all(client.clone()), common::cached_lists()),
-            common::drain(
-                Api::<Namespace>::all(client.clone()),
-                common::cached_lists(),
-            ),
-        ]
-    } else {
-        Vec::new()
-    };
+    let watchers = engine_watches(&client, watched);
     tokio::time::sleep(SETTLE).await;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
@@ -665,7 +652,7 @@ async fn plain_round(
     } else {
         copies
     };
-    let answers = create_copies(&client, &ar, copies).await?;
+    let answers = send_copies(&client, &ar, copies, false).await?;
     let elapsed = t.elapsed();
     let cpu = cpu.since_start();
     let (_, server) = counting.since_start().await?;
@@ -677,14 +664,9 @@ async fn plain_round(
     } else {
         tokio::time::sleep(SETTLE).await;
         let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
+        let cpu = common::CpuMeter::start(env.pids());
         let t = Instant::now();
-        let source = src
-            .patch(
-                &name,
-                &PatchParams::apply("bench").force(),
-                &Patch::Apply(secret(&name, "v2")),
-            )
-            .await?;
+        let source = write_source(&src, &name, "v2").await?;
         let updates = answers.iter().map(|answer| {
             let mut copy = rules::desired_copy(
                 &ar,
@@ -699,10 +681,17 @@ async fn plain_round(
             copy.metadata.resource_version = answer.metadata.resource_version.clone();
             copy
         });
-        apply_copies(&client, &ar, updates.collect()).await?;
-        let update = t.elapsed();
-        let (_, update_server) = counting.since_start().await?;
-        Some((update, update_server))
+        send_copies(&client, &ar, updates.collect(), true).await?;
+        let write = t.elapsed();
+        let cpu = cpu.since_start();
+        let (_, server) = counting.since_start().await?;
+        Some(Box::new(PlainRun {
+            write,
+            server,
+            update: None,
+            delete: Duration::ZERO,
+            cpu,
+        }))
     };
     // Cleanup, as the engine's round does: the same deletes, same concurrency.
     let t = Instant::now();
@@ -728,41 +717,30 @@ fn placed(objects: &[DynamicObject]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Applies `copies` as kubesync updates a copy (server-side apply under its field manager,
-/// forced), [`CONCURRENCY`] at once.
-async fn apply_copies(
-    client: &kube::Client,
-    ar: &ApiResource,
-    copies: Vec<DynamicObject>,
-) -> anyhow::Result<()> {
-    futures::stream::iter(copies)
-        .map(|copy| {
-            let api: Api<DynamicObject> = Api::namespaced_with(
-                client.clone(),
-                copy.metadata.namespace.as_deref().unwrap_or_default(),
-                ar,
-            );
-            async move {
-                api.patch(
-                    &copy.name_any(),
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&copy),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
+/// With `watched`, the watches the engine holds (every Secret, every Namespace) opened and
+/// drained, so that the apiserver does the same event work for a plain client as for the
+/// engine; none without.
+fn engine_watches(client: &kube::Client, watched: bool) -> Vec<tokio::task::JoinHandle<()>> {
+    if !watched {
+        return Vec::new();
+    }
+    vec![
+        common::drain(Api::<Secret>::all(client.clone()), common::cached_lists()),
+        common::drain(
+            Api::<Namespace>::all(client.clone()),
+            common::cached_lists(),
+        ),
+    ]
 }
 
-/// Creates `copies` as kubesync would (its field manager), [`CONCURRENCY`] at once; returns
-/// the apiserver's answers.
-async fn create_copies(
+/// Writes `copies` as kubesync does, [`CONCURRENCY`] at once: creates them (a POST under its
+/// field manager) or, with `apply`, updates them (a forced server-side apply under it);
+/// returns the apiserver's answers.
+async fn send_copies(
     client: &kube::Client,
     ar: &ApiResource,
     copies: Vec<DynamicObject>,
+    apply: bool,
 ) -> anyhow::Result<Vec<DynamicObject>> {
     futures::stream::iter(copies)
         .map(|copy| {
@@ -772,11 +750,17 @@ async fn create_copies(
                 ar,
             );
             async move {
-                let params = PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                };
-                api.create(&params, &copy).await
+                if apply {
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    api.patch(&copy.name_any(), &params, &Patch::Apply(&copy))
+                        .await
+                } else {
+                    let params = PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    };
+                    api.create(&params, &copy).await
+                }
             }
         })
         .buffer_unordered(CONCURRENCY)
@@ -814,14 +798,15 @@ enum Plain {
 }
 
 /// One round of the plain client.
+#[derive(Clone)]
 struct PlainRun {
     /// Time for the n applies.
     write: Duration,
     /// Mean server-side latency of those writes.
     server: Duration,
-    /// The update wave (the source's update, then an apply to every copy) and the mean
-    /// server-side latency of its Secret writes; none where the round ran no update.
-    update: Option<(Duration, Duration)>,
+    /// The update wave (the source's update, then an apply to every copy) measured the same
+    /// way (its time in `write`); none where the round ran no update.
+    update: Option<Box<PlainRun>>,
     /// Time to delete the n copies again.
     delete: Duration,
     /// CPU seconds (benchmark process, control plane) of the writes.
@@ -938,15 +923,7 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
     );
     let updates = |runs: &[PlainRun]| -> Vec<PlainRun> {
         runs.iter()
-            .filter_map(|r| {
-                r.update.map(|(write, server)| PlainRun {
-                    write,
-                    server,
-                    update: None,
-                    delete: r.delete,
-                    cpu: r.cpu,
-                })
-            })
+            .filter_map(|r| r.update.as_deref().cloned())
             .collect()
     };
     let (plain_updates, watched_updates) = (updates(&plain_runs), updates(&watched_runs));
@@ -971,6 +948,12 @@ async fn run(env: &TestEnv, n: usize) -> anyhow::Result<()> {
         ),
         pick(|r| r.update_server).as_secs_f64() * 1e3,
         median(&plain_updates.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3,
+    );
+    println!(
+        "  CPU per copy in the update (median): kubesync: {}; plain client: {}; with watches: {}",
+        per_copy(engine_runs.iter().map(|r| r.update_cpu).collect(), n),
+        per_copy(plain_updates.iter().map(|r| r.cpu).collect(), n),
+        per_copy(watched_updates.iter().map(|r| r.cpu).collect(), n),
     );
     println!(
         "  the reconcile that wrote them began {:.1} ms after the declaration (warm), {:.1} ms after the source's update (medians); a new namespace gets its copy in {:.0} ms",
@@ -1120,9 +1103,9 @@ async fn many_engine_round(
 async fn many_plain_round(
     env: &TestEnv,
     setup: &Setup,
-    sources: usize,
-    n: usize,
+    (sources, n): (usize, usize),
     round: usize,
+    watched: bool,
 ) -> anyhow::Result<PlainRun> {
     let client = env.kubesync_client()?;
     let ar = ApiResource::erase::<Secret>(&());
@@ -1153,16 +1136,20 @@ async fn many_plain_round(
             })
         })
         .collect();
+    let watchers = engine_watches(&client, watched);
     tokio::time::sleep(SETTLE).await;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
-    let written = create_copies(&client, &ar, copies).await?;
+    let written = send_copies(&client, &ar, copies, false).await?;
     let write = t.elapsed();
     let cpu = cpu.since_start();
     let (_, server) = counting.since_start().await?;
     let t = Instant::now();
     delete_copies(&client, &ar, placed(&written)).await?;
+    for w in watchers {
+        w.abort();
+    }
     Ok(PlainRun {
         write,
         server,
@@ -1185,13 +1172,16 @@ async fn run_many(env: &TestEnv, sources: usize, n: usize) -> anyhow::Result<()>
         .len();
     let mut engine_runs = Vec::new();
     let mut plain_runs = Vec::new();
+    let mut watched_runs = Vec::new();
     for round in 0..MANY_ROUNDS {
-        // Alternate the order; every run deletes its copies again.
-        for step in 0..2 {
-            if (step + round) % 2 == 0 {
-                engine_runs.push(many_engine_round(env, &setup, sources, n, round).await?);
-            } else {
-                plain_runs.push(many_plain_round(env, &setup, sources, n, round).await?);
+        // Rotate the order; every run deletes its copies again.
+        for step in 0..3 {
+            match (step + round) % 3 {
+                0 => engine_runs.push(many_engine_round(env, &setup, sources, n, round).await?),
+                1 => plain_runs
+                    .push(many_plain_round(env, &setup, (sources, n), round, false).await?),
+                _ => watched_runs
+                    .push(many_plain_round(env, &setup, (sources, n), round, true).await?),
             }
         }
     }
@@ -1231,9 +1221,17 @@ async fn run_many(env: &TestEnv, sources: usize, n: usize) -> anyhow::Result<()>
         median(&of(|r| r.listed)).as_secs_f64(),
     );
     println!(
-        "  apiserver time per Secret write: kubesync (cold) {:.1} ms, plain client {:.1} ms",
+        "  the plain client with the same watches open: {:.2} s (runs {}); ratio warm {}, cold {}",
+        median(&watched_runs.iter().map(|r| r.write).collect::<Vec<_>>()).as_secs_f64(),
+        list(watched_runs.iter().map(|r| r.write).collect()),
+        ratio_summary(&of(|r| r.warm), &watched_runs),
+        ratio_summary(&of(|r| r.cold), &watched_runs),
+    );
+    println!(
+        "  apiserver time per Secret write: kubesync (cold) {:.1} ms, plain client {:.1} ms, with watches {:.1} ms",
         median(&of(|r| r.server)).as_secs_f64() * 1e3,
-        median(&plain_runs.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3
+        median(&plain_runs.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3,
+        median(&watched_runs.iter().map(|r| r.server).collect::<Vec<_>>()).as_secs_f64() * 1e3
     );
     println!(
         "  an update of all {sources} sources reaches all copies in {:.2} s (runs {}; apiserver time per Secret write {:.1} ms)",
