@@ -88,7 +88,7 @@ use kube::runtime::{WatchStreamExt, reflector::Store};
 use kubesync_testenv::TestEnv;
 use namespaces::create_namespaces;
 use observer::Observer;
-use running::{Running, image_malloc_tunables};
+use running::{Running, kubesync_run};
 
 /// Environment variable that makes this executable the plain reflector controller.
 const ROLE: &str = "KUBESYNC_MEMORY_BENCH_ROLE";
@@ -669,34 +669,11 @@ impl Setup {
             .open(self.logs.join(format!("{}.log", side.name())))?;
         let mut command = match side {
             Side::Kubesync | Side::KubesyncMallocDefaults | Side::KubesyncListWatch => {
-                // For investigations: run kubesync under a profiler, e.g.
-                // `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's).
-                let mut c = match std::env::var("KUBESYNC_BENCH_WRAPPER") {
-                    Ok(wrapper) if !wrapper.trim().is_empty() => {
-                        let mut words = wrapper.split_whitespace();
-                        let mut c = Command::new(words.next().unwrap_or_default());
-                        c.args(words).arg(env!("CARGO_BIN_EXE_kubesync"));
-                        c
-                    }
-                    _ => Command::new(env!("CARGO_BIN_EXE_kubesync")),
-                };
-                c.arg("run")
-                    .arg("--kubeconfig")
-                    .arg(&self.kubeconfig)
-                    .args(["--telemetry-address", "none", "--metrics-address", "none"])
-                    .args(["--trusted-namespace", SOURCE_NS])
-                    .env(
-                        "RUST_LOG",
-                        std::env::var("KUBESYNC_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-                    )
-                    .env_remove("GLIBC_TUNABLES");
+                let mut c = kubesync_run(&self.kubeconfig, side != Side::KubesyncMallocDefaults);
+                c.args(["--telemetry-address", "none", "--metrics-address", "none"])
+                    .args(["--trusted-namespace", SOURCE_NS]);
                 if side == Side::KubesyncListWatch {
                     c.args(["--list-strategy", "list-watch"]);
-                }
-                if side != Side::KubesyncMallocDefaults
-                    && let Some(tunables) = image_malloc_tunables()
-                {
-                    c.env("GLIBC_TUNABLES", tunables);
                 }
                 c
             }
@@ -902,19 +879,11 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
         .create(true)
         .append(true)
         .open(logs.join("tenant.log"))?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubesync"));
+    let mut command = kubesync_run(&env.kubeconfig_path()?, true);
     command
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path()?)
         .args(["--telemetry-address", "none", "--metrics-address", "none"])
         .args(["--trusted-namespace", "kubesync-system"])
-        .args(["--default-service-account", "copier"])
-        .env("RUST_LOG", "warn")
-        .env_remove("GLIBC_TUNABLES");
-    if let Some(tunables) = image_malloc_tunables() {
-        command.env("GLIBC_TUNABLES", tunables);
-    }
+        .args(["--default-service-account", "copier"]);
     let process = Running(
         command
             .stdin(Stdio::null())

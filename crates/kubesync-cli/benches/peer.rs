@@ -40,7 +40,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kubesync_testenv::TestEnv;
 use namespaces::create_namespaces;
 use observer::Observer;
-use running::{Running, image_malloc_tunables};
+use running::{Running, kubesync_run};
 
 /// Destination namespaces (besides the source's and the control plane's own).
 const NAMESPACES: usize = 1000;
@@ -295,17 +295,9 @@ fn spawn(side: Side, peer: &Peer, kubeconfig: &Path, logs: &Path) -> anyhow::Res
         .open(logs.join(format!("{}.log", side.name())))?;
     let mut command = match side {
         Side::Kubesync => {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_kubesync"));
-            c.arg("run")
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(["--telemetry-address", "none", "--metrics-address", "none"])
-                .args(["--trusted-namespace", SOURCE_NS])
-                .env("RUST_LOG", "warn")
-                .env_remove("GLIBC_TUNABLES");
-            if let Some(tunables) = image_malloc_tunables() {
-                c.env("GLIBC_TUNABLES", tunables);
-            }
+            let mut c = kubesync_run(kubeconfig, true);
+            c.args(["--telemetry-address", "none", "--metrics-address", "none"])
+                .args(["--trusted-namespace", SOURCE_NS]);
             c
         }
         Side::Peer => {

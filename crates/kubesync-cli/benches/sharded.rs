@@ -54,7 +54,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -66,7 +66,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubesync_testenv::fixtures::WIDGET_CRD;
 use kubesync_testenv::{POLL_INTERVAL, TestEnv, TestEnvBuilder};
-use running::{Running, image_malloc_tunables};
+use running::{Running, kubesync_run};
 use test_common::{free_port, request, sample};
 use tokio::sync::watch;
 
@@ -514,22 +514,14 @@ impl<'a> Bench<'a> {
         let log = File::create(self.logs.join(format!("{run}-{identity}.log")))?;
         let port = free_port();
         let address = format!("127.0.0.1:{port}");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kubesync"));
+        let mut command = kubesync_run(&kubeconfig, true);
         command
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
             .args(["--telemetry-address", &address])
             .args(["--metrics-address", &address, "--metrics-insecure"])
             .args(["--trusted-namespace", TEAM])
-            .env("POD_NAMESPACE", SYSTEM)
-            .env("RUST_LOG", "warn")
-            .env_remove("GLIBC_TUNABLES");
+            .env("POD_NAMESPACE", SYSTEM);
         if sharded {
             command.args(["--sharded", "--identity", identity]);
-        }
-        if let Some(tunables) = image_malloc_tunables() {
-            command.env("GLIBC_TUNABLES", tunables);
         }
         let child = command
             .stdin(Stdio::null())

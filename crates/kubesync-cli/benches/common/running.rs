@@ -1,5 +1,6 @@
 //! A process under measurement, shared by the benchmarks (`#[path]`-included).
 
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -58,12 +59,39 @@ impl Drop for Running {
     }
 }
 
-/// The `GLIBC_TUNABLES` the container image sets for kubesync (read from `scripts/image.sh`,
-/// so that a benchmark runs the process users run).
+/// `kubesync run` against `kubeconfig` as the container image runs it: with the
+/// `GLIBC_TUNABLES` that `scripts/image.sh` sets (read from that script; glibc's defaults
+/// unless `image_malloc`), logging at `warn` (`KUBESYNC_BENCH_LOG` sets another level). For
+/// investigations, `KUBESYNC_BENCH_WRAPPER` runs it under a profiler, e.g.
+/// `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's). The
+/// caller adds the flags of its run.
 #[allow(dead_code)]
-pub fn image_malloc_tunables() -> Option<&'static str> {
-    include_str!("../../../../scripts/image.sh")
+pub fn kubesync_run(kubeconfig: &Path, image_malloc: bool) -> Command {
+    let binary = env!("CARGO_BIN_EXE_kubesync");
+    let mut command = match std::env::var("KUBESYNC_BENCH_WRAPPER") {
+        Ok(wrapper) if !wrapper.trim().is_empty() => {
+            let mut words = wrapper.split_whitespace();
+            let mut c = Command::new(words.next().unwrap_or_default());
+            c.args(words).arg(binary);
+            c
+        }
+        _ => Command::new(binary),
+    };
+    command
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env(
+            "RUST_LOG",
+            std::env::var("KUBESYNC_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .env_remove("GLIBC_TUNABLES");
+    let tunables = include_str!("../../../../scripts/image.sh")
         .lines()
         .find_map(|l| l.trim().strip_prefix("--env GLIBC_TUNABLES="))
-        .map(|v| v.trim_end_matches('\\').trim())
+        .map(|v| v.trim_end_matches('\\').trim());
+    if image_malloc && let Some(tunables) = tunables {
+        command.env("GLIBC_TUNABLES", tunables);
+    }
+    command
 }
