@@ -28,9 +28,10 @@
 //! [`MANY_SOURCES`] Secrets by label and copies each into every one of [`MANY_NAMESPACES`]
 //! namespaces (10 000 copies), timed the same way, cold and warm, against a plain client
 //! creating the same 10 000 objects (alone, and with the engine's watches open); an update
-//! of every source reaching every copy, and the cleanup. [`MANY_ROUNDS`] rounds. `KUBESYNC_BENCH_QUICK=1` runs it smaller
-//! ([`QUICK_MANY_SOURCES`] × [`QUICK_MANY_NAMESPACES`], [`QUICK_ROUNDS`] rounds per size);
-//! `BENCH_SIZES` picks the sizes of the one-source measurements.
+//! of every source reaching every copy, and the cleanup. [`MANY_ROUNDS`] rounds.
+//! `KUBESYNC_BENCH_QUICK=1` runs it smaller ([`QUICK_MANY_SOURCES`] ×
+//! [`QUICK_MANY_NAMESPACES`], [`QUICK_ROUNDS`] rounds per size); `BENCH_SIZES` picks the
+//! sizes of the one-source measurements.
 //!
 //! Every run checks the benchmark's invariant, not its speed: each round's engine writes are
 //! exactly those its copies need (five per copy, see [`exact_writes`]); CI runs it quick
@@ -171,8 +172,8 @@ async fn copies(env: &TestEnv, uid: &str, versions: &[String], want: usize) -> a
 type Reported = (String, Instant, Instant, Outcome);
 
 /// Reports of the engine's reconciles, as they complete; when the first reconcile that
-/// found its watches listed started; and when the reconcile [`Reports::synced`] last
-/// returned the completion of started.
+/// found its watches listed started; and when the reconcile whose completion
+/// [`Reports::synced`] last returned started.
 struct Reports(
     mpsc::UnboundedReceiver<Reported>,
     Option<Instant>,
