@@ -1257,6 +1257,80 @@ async fn unrelated_objects_are_held_as_metadata_only() {
     running.stop().await;
 }
 
+/// The bytes the apiserver has sent in ConfigMap watch events, to every watcher, from its
+/// `/metrics` (the histogram's sum; labelled by kind or, on newer apiservers, by resource).
+async fn configmap_watch_bytes(env: &TestEnv) -> f64 {
+    let client = env.client().expect("client");
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.expect("metrics");
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_watch_events_sizes_sum{"))
+        .filter(|l| l.contains("kind=\"ConfigMap\"") || l.contains("resource=\"configmaps\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The source namespace's other objects never reach kubesync in full: its shared watch of
+/// the source namespace receives metadata only, and a new version of the source is read live
+/// once. Witnessed by the apiserver's count of bytes sent in ConfigMap watch events, on a
+/// control plane of this test alone whose controller-manager watches no ConfigMap in full: a
+/// 512 KiB ConfigMap written next to the source costs a few KiB of events, not its size.
+#[tokio::test]
+async fn the_source_namespace_is_watched_as_metadata() {
+    init_tracing();
+    let env = &own_cluster("srcmeta").await;
+    let (_, [control, src, dst]) = namespaces(env, "srcmeta", ["control", "src", "dst"]).await;
+    let cm_type = ApiResource::erase::<ConfigMap>(&());
+    apply_cm(env, &configmap(&src, "s", &[], &[("k", "one")])).await;
+    let specs: Specs = Arc::default();
+    let outcomes: Reports = Arc::default();
+    let mut declared = spec(&src, "s", vec![to(&dst)]);
+    declared.source = SourceRef::one(cm_type.clone(), &src, "s");
+    specs.lock().expect("lock").insert("d".into(), declared);
+    let (running, ctx) = run_fan_out_seen(env, &control, specs, outcomes, vec![]);
+    apply_cm(env, &configmap(&control, "d", &[], &[])).await;
+    let copies: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), &dst);
+    let holds = |want: &'static str| {
+        let copies = copies.clone();
+        move || {
+            let copies = copies.clone();
+            async move {
+                let copy = copies.get_opt("s").await.ok()??;
+                (copy.data?.get("k")? == want).then_some(())
+            }
+        }
+    };
+    eventually("copied", T, holds("one")).await;
+    let before = configmap_watch_bytes(env).await;
+    // A large ConfigMap of someone else's next to the source, then a change of the source:
+    // their watch sees the large one's event before the source's (one watch's events come in
+    // order), and the copy shows the change only once the source was read live.
+    let blob = "r".repeat(512 * 1024);
+    apply_cm(
+        env,
+        &configmap(&src, "release", &[], &[("release", blob.as_str())]),
+    )
+    .await;
+    apply_cm(env, &configmap(&src, "s", &[], &[("k", "two")])).await;
+    eventually("the change copied", T, holds("two")).await;
+    let sent = configmap_watch_bytes(env).await - before;
+    assert!(
+        sent < 64.0 * 1024.0,
+        "{sent} bytes of ConfigMap watch events for a 512 KiB ConfigMap next to the source"
+    );
+    let key = |name: &str| kubesync::ObjectKey::new("local", &cm_type, Some(src.clone()), name);
+    assert!(ctx.get(&key("release")).is_none(), "held in full");
+    assert!(
+        ctx.get_metadata(&key("release")).is_some(),
+        "its metadata held"
+    );
+    let source = ctx.get(&key("s")).expect("the source in full");
+    assert_eq!(source.data["data"]["k"], "two");
+    running.stop().await;
+}
+
 /// Declarations that each copy one object from the same namespace share one watch of it, not
 /// one each; it holds in full only their sources (the namespace's other Secrets as metadata);
 /// a source that has not changed since before its declaration is read live once and copied;

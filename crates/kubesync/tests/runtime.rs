@@ -1171,6 +1171,70 @@ async fn a_mixed_watch_holds_in_full_only_the_objects_it_keeps() {
     running.stop().await;
 }
 
+/// A mixed watch that is also metadata-only receives every object as metadata: one its rule
+/// names is held in full only once read live and handed over at the version held, and its
+/// next event (metadata of a newer version) holds it as metadata again.
+#[tokio::test]
+async fn a_mixed_metadata_watch_holds_in_full_only_what_is_handed_over() {
+    init_tracing();
+    let env = shared("east");
+    let ns = unique_ns("mixedmeta");
+    env.create_namespace(&ns).await.expect("ns");
+    let cms = kube::core::ApiResource::erase::<ConfigMap>(&());
+    let key = |name: &str| ObjectKey::new("east", &cms, Some(ns.clone()), name);
+    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(env))
+        .watch("east", Watch::of::<Secret>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let running = start(controller, forward_keys(tx));
+    let mixed = Watch::of::<ConfigMap>()
+        .namespace(&ns)
+        .metadata_only()
+        .full_only_for(|k| k.name == "wanted");
+    let id = ctx.start_watch("east", mixed, None).expect("start");
+    apply_cm(env, &configmap(&ns, "wanted", &[], &[("k", "v")])).await;
+    while next(&mut rx, "wanted queued", Duration::from_secs(20))
+        .await
+        .name
+        != "wanted"
+    {}
+    assert!(ctx.get(&key("wanted")).is_none(), "arrived as metadata");
+    assert!(ctx.held_as_metadata(id, &key("wanted")));
+    let api: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), &ns);
+    let live = |cm: ConfigMap| -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::to_value(&cm).expect("json")).expect("dynamic")
+    };
+    assert!(ctx.hold_in_full(id, live(api.get("wanted").await.expect("live"))));
+    assert_eq!(
+        ctx.get(&key("wanted")).expect("in full").data["data"]["k"],
+        "v"
+    );
+    apply_cm(env, &configmap(&ns, "wanted", &[], &[("k", "v2")])).await;
+    let newer = live(api.get("wanted").await.expect("live"));
+    eventually(
+        "the next event, metadata",
+        Duration::from_secs(20),
+        || async {
+            ctx.get_metadata(&key("wanted")).filter(|o| {
+                o.metadata.resource_version == newer.metadata.resource_version && o.data.is_null()
+            })
+        },
+    )
+    .await;
+    assert!(
+        ctx.get(&key("wanted")).is_none(),
+        "not held in full any more"
+    );
+    assert!(ctx.hold_in_full(id, newer), "the new version handed over");
+    assert_eq!(
+        ctx.get(&key("wanted")).expect("in full").data["data"]["k"],
+        "v2"
+    );
+    running.stop().await;
+}
+
 /// `when_listed` queues a key once a watch started at run time has listed, also when none of
 /// its objects maps to that key; after the list it queues the key at once.
 #[tokio::test]

@@ -169,11 +169,14 @@ impl Watch {
     ///
     /// For a watch of which only a few objects, known by name, are read in full — the sources
     /// of many declarations in one namespace, where one watch serves them all and a tenant's
-    /// other objects cost only their metadata. The apiserver still sends every object in
-    /// full (no selector can name a set of names). [`Context::get`] and [`Context::list`]
-    /// do not return the objects held as metadata; [`Context::get_metadata`] does. For
-    /// watches that hold full objects (not with [`Watch::metadata_only`]); a
-    /// [`Watch::transform`] applies to the objects held in full.
+    /// other objects cost only their metadata. A watch of full objects receives every object
+    /// in full (no selector can name a set of names); with [`Watch::metadata_only`] as well,
+    /// the apiserver sends metadata only and every object arrives as metadata: those `keep`
+    /// names are held in full only once read live and handed over with
+    /// [`Context::hold_in_full`], until their next event. [`Context::get`] and
+    /// [`Context::list`] do not return the objects held as metadata;
+    /// [`Context::get_metadata`] does. A [`Watch::transform`] applies to the objects held
+    /// in full.
     ///
     /// [`Context::hold_in_full`]: super::Context::hold_in_full
     /// [`Context::get`]: super::Context::get

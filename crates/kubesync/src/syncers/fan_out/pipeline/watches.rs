@@ -407,9 +407,9 @@ impl WatchSet {
     /// live before it writes.
     ///
     /// The sources are watched apart, where they live ([`Self::ensure_source_watch`]): the
-    /// source namespace's objects, the sources in full (one watch for every declaration
-    /// copying one object from there), or the objects a label selector selects there, in
-    /// full; their events wake the declarations copying them.
+    /// source namespace's objects as metadata, each version of a source read live once (one
+    /// watch for every declaration copying one object from there), or the objects a label
+    /// selector selects there, in full; their events wake the declarations copying them.
     ///
     /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
     /// not wait for its first list (thousands of unrelated objects must not delay the first
@@ -514,9 +514,12 @@ impl WatchSet {
 
     /// The watch of a declaration's sources, in their cluster (where they live):
     /// - one object: the watch of the source namespace's objects of its kind, shared by
-    ///   every declaration copying one object from there ([`Scope::Sources`]); it holds in
-    ///   full the objects some declaration copies, the others as metadata only (their
-    ///   content dropped as they arrive: a tenant's other Secrets cost their metadata);
+    ///   every declaration copying one object from there ([`Scope::Sources`]). It receives
+    ///   metadata only (no selector can name a set of names, so a watch of full objects
+    ///   would receive every other object there in full: a namespace of Helm releases is
+    ///   hundreds of MiB to send and parse before the first copy); a version of an object
+    ///   some declaration copies is read live once and held in full
+    ///   ([`WatchSet::source_in_full`]), the others stay metadata;
     /// - a selection: the source namespace's objects its label selector selects, in full.
     ///
     /// A source is copied as it is, so it is held in full.
@@ -541,7 +544,9 @@ impl WatchSet {
                 let watch = in_source_namespace(Watch::dynamic(ar.clone()));
                 match sources {
                     Scope::Selected { labels, .. } => watch.labels(labels),
-                    _ => watch.full_only_for(move |k| index.with(|idx| idx.is_source(k))),
+                    _ => watch
+                        .metadata_only()
+                        .full_only_for(move |k| index.with(|idx| idx.is_source(k))),
                 }
             },
         )
@@ -722,10 +727,12 @@ impl WatchSet {
         Ok(())
     }
 
-    /// The single source `key` in full, from the watch `id` of its namespace. That watch holds
-    /// in full only the objects some declaration copies, each from its first event after the
-    /// declaration named it; one that has not changed since is held as metadata only, so it
-    /// is read live (one GET) and handed to the watch, which holds it in full from then on.
+    /// The single source `key` in full, from the watch `id` of its namespace. That watch
+    /// receives metadata only: each version of a source is read live once (one GET, by the
+    /// first reconcile that needs it) and handed to the watch, which holds it in full until
+    /// the source's next event brings a newer version's metadata. A live read of another
+    /// version than the watch holds is not handed over: the newer version's event has come
+    /// or is on its way, and its reconcile reads again.
     async fn source_in_full(
         &self,
         ctx: &Context,
