@@ -1055,6 +1055,25 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
     running.stop().await;
 }
 
+/// A controller on `env` that watches the Secrets of `ns` and forwards every key it queues:
+/// one to start watches in `ns` at run time and to read what they hold.
+fn running_in(
+    env: &kubesync_testenv::TestEnv,
+    ns: &str,
+) -> (
+    kubesync::Context,
+    Running,
+    mpsc::UnboundedReceiver<ObjectKey>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel::<ObjectKey>();
+    let controller = Controller::new()
+        .cluster(cluster(env))
+        .watch("east", Watch::of::<Secret>().namespace(ns))
+        .expect("watch");
+    let ctx = controller.context();
+    (ctx, start(controller, forward_keys(tx)), rx)
+}
+
 /// A watch made with `full_only_for` holds in full only the objects its rule names, the others
 /// as metadata only (their content dropped as they arrive); an object named later is held in
 /// full from its next event on, or at once when handed over live at the very version held
@@ -1070,13 +1089,7 @@ async fn a_mixed_watch_holds_in_full_only_the_objects_it_keeps() {
     let kept: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
     kept.lock().expect("lock").insert("wanted".into());
     let rule = kept.clone();
-    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
-    let controller = Controller::new()
-        .cluster(cluster(env))
-        .watch("east", Watch::of::<Secret>().namespace(&ns))
-        .expect("watch");
-    let ctx = controller.context();
-    let running = start(controller, forward_keys(tx));
+    let (ctx, running, mut rx) = running_in(env, &ns);
     let mixed = Watch::of::<ConfigMap>()
         .namespace(&ns)
         .full_only_for(move |k| rule.lock().expect("lock").contains(&k.name));
@@ -1182,13 +1195,7 @@ async fn a_mixed_metadata_watch_holds_in_full_only_what_is_handed_over() {
     env.create_namespace(&ns).await.expect("ns");
     let cms = kube::core::ApiResource::erase::<ConfigMap>(&());
     let key = |name: &str| ObjectKey::new("east", &cms, Some(ns.clone()), name);
-    let (tx, mut rx) = mpsc::unbounded_channel::<ObjectKey>();
-    let controller = Controller::new()
-        .cluster(cluster(env))
-        .watch("east", Watch::of::<Secret>().namespace(&ns))
-        .expect("watch");
-    let ctx = controller.context();
-    let running = start(controller, forward_keys(tx));
+    let (ctx, running, mut rx) = running_in(env, &ns);
     let mixed = Watch::of::<ConfigMap>()
         .namespace(&ns)
         .metadata_only()
