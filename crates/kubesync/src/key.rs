@@ -57,7 +57,7 @@ impl ObjectKey {
 
     /// Whether the key is of this resource type.
     pub fn is_of(&self, resource: &ApiResource) -> bool {
-        self.group == resource.group && self.kind == resource.kind
+        crate::text::same(&self.group, &resource.group) && self.kind == resource.kind
     }
 }
 

@@ -18,6 +18,7 @@ pub mod object;
 pub mod runtime;
 pub mod syncer;
 pub mod syncers;
+mod text;
 pub mod translate;
 pub mod validate;
 pub mod version;

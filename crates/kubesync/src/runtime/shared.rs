@@ -52,7 +52,7 @@ impl StoreEntry {
     pub(super) fn serves_kind(&self, full: bool, cluster: &str, resource: &ApiResource) -> bool {
         self.serves(full)
             && self.cluster == cluster
-            && self.resource.group == resource.group
+            && crate::text::same(&self.resource.group, &resource.group)
             && self.resource.kind == resource.kind
     }
 

@@ -73,10 +73,9 @@ impl Inner {
 
     /// The place of `key`, if its kind was ever seen.
     fn find(&self, key: &ObjectKey) -> Option<Place> {
-        let kind = self
-            .kinds
-            .iter()
-            .position(|(c, g, k)| *c == key.cluster && *g == key.group && *k == key.kind)?;
+        let kind = self.kinds.iter().position(|(c, g, k)| {
+            *c == key.cluster && crate::text::same(g, &key.group) && *k == key.kind
+        })?;
         Some(Place(kind as u32, Self::place_text(key)))
     }
 

@@ -85,7 +85,7 @@ impl WatchKey {
     }
 
     fn is_of(&self, resource: &ApiResource) -> bool {
-        self.group == resource.group && self.kind == resource.kind
+        crate::text::same(&self.group, &resource.group) && self.kind == resource.kind
     }
 }
 

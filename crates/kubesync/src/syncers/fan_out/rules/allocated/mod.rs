@@ -19,6 +19,8 @@
 //! [`RULES`] is the table; the book's ObjectSync chapter lists it.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -47,11 +49,25 @@ pub struct Rule {
 mod table;
 pub use table::RULES;
 
+/// [`RULES`] by kind, in the table's order: looked up for every copy planned and every copy
+/// event held, where most kinds have no rule at all.
+static BY_KIND: LazyLock<HashMap<&'static str, Vec<&'static Rule>>> = LazyLock::new(|| {
+    let mut by_kind: HashMap<&'static str, Vec<&'static Rule>> = HashMap::new();
+    for rule in RULES {
+        by_kind.entry(rule.kind).or_default().push(rule);
+    }
+    by_kind
+});
+
 /// The rules of `group`/`kind`.
-pub fn rules_of<'a>(group: &'a str, kind: &'a str) -> impl Iterator<Item = &'static Rule> + 'a {
-    RULES
+pub fn rules_of<'a>(group: &'a str, kind: &str) -> impl Iterator<Item = &'static Rule> + 'a {
+    BY_KIND
+        .get(kind)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
         .iter()
-        .filter(move |r| r.group == group && r.kind == kind)
+        .copied()
+        .filter(move |r| crate::text::same(r.group, group))
 }
 
 /// The group and kind of `obj`, from its `apiVersion` and `kind`.
@@ -80,9 +96,8 @@ fn strip_where(copy: &mut DynamicObject, which: impl Fn(&Rule) -> bool) {
     let Some((group, kind)) = group_kind(copy) else {
         return;
     };
-    let (group, kind) = (group.to_string(), kind.to_string());
     let mut gone = Vec::new();
-    for rule in rules_of(&group, &kind).filter(|r| which(r)) {
+    for rule in rules_of(group, kind).filter(|r| which(r)) {
         for at in concrete(copy, rule.path) {
             let kept = match (rule.keep, path::get(copy, &at)) {
                 (Some(keep), Some(value)) => keep(copy, &value),
@@ -149,8 +164,8 @@ pub fn carry_over(existing: &DynamicObject, body: &mut DynamicObject) {
     let Some((group, kind)) = group_kind(body).or_else(|| group_kind(existing)) else {
         return;
     };
-    let (group, kind) = (group.to_string(), kind.to_string());
-    for rule in rules_of(&group, &kind) {
+    let rules: Vec<&Rule> = rules_of(group, kind).collect();
+    for rule in rules {
         for at in concrete(existing, rule.path) {
             if !path::has(body, &at)
                 && let Some(value) = path::get(existing, &at)
@@ -169,7 +184,21 @@ fn concrete(obj: &DynamicObject, pattern: &[&str]) -> Vec<Vec<Step>> {
             .filter(|m| m.contains_key(*name))
             .map(|_| vec![vec![key("metadata"), key(map), key(name)]])
             .unwrap_or_default(),
+        // Most objects have none of their kind's fields: found without building a path.
+        pattern if !reaches(&obj.data, pattern) => Vec::new(),
         pattern => concrete_in(&obj.data, pattern),
+    }
+}
+
+/// Whether `value` has a field that `pattern` names.
+fn reaches(value: &Value, pattern: &[&str]) -> bool {
+    let Some((first, rest)) = pattern.split_first() else {
+        return true;
+    };
+    match (*first, value) {
+        ("*", Value::Array(items)) => items.iter().any(|item| reaches(item, rest)),
+        (key, Value::Object(map)) => map.get(key).is_some_and(|child| reaches(child, rest)),
+        _ => false,
     }
 }
 
