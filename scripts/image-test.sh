@@ -52,6 +52,8 @@ check "the binary is the entrypoint ($entrypoint)" test "$entrypoint" = "['/kube
 tunables="$(python3 -c 'import json,sys; print(" ".join(e for e in json.load(open(sys.argv[1]))["config"].get("Env", []) if e.startswith("GLIBC_TUNABLES=")))' "$config")"
 check "glibc returns freed memory to the system ($tunables)" \
   grep -q '^GLIBC_TUNABLES=.*glibc.malloc.trim_threshold=131072' <<<"$tunables"
+check "glibc's string functions are its AVX2 ones ($tunables)" \
+  grep -q '^GLIBC_TUNABLES=.*glibc.cpu.hwcaps=-AVX512VL' <<<"$tunables"
 
 as_user=(chroot --userspec=65532:65532 "$work/rootfs" /kubesync)
 version_out="$(env "$tunables" "${as_user[@]}" --version 2>&1 || true)"
