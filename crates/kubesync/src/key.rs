@@ -57,8 +57,14 @@ impl ObjectKey {
 
     /// Whether the key is of this resource type.
     pub fn is_of(&self, resource: &ApiResource) -> bool {
-        crate::text::same(&self.group, &resource.group) && self.kind == resource.kind
+        is_kind_of(&self.group, &self.kind, resource)
     }
+}
+
+/// Whether `group`/`kind` is `resource`'s group and kind (the core group, `""`, compared
+/// without `memcmp`: see [`text`](crate::text)).
+pub(crate) fn is_kind_of(group: &str, kind: &str, resource: &ApiResource) -> bool {
+    crate::text::same(group, &resource.group) && kind == resource.kind
 }
 
 impl fmt::Display for ObjectKey {

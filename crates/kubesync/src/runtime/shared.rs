@@ -52,8 +52,7 @@ impl StoreEntry {
     pub(super) fn serves_kind(&self, full: bool, cluster: &str, resource: &ApiResource) -> bool {
         self.serves(full)
             && self.cluster == cluster
-            && crate::text::same(&self.resource.group, &resource.group)
-            && self.resource.kind == resource.kind
+            && crate::key::is_kind_of(&self.resource.group, &self.resource.kind, resource)
     }
 
     /// Whether `obj`, held here, is shown to a reader of full objects (`full`) or of

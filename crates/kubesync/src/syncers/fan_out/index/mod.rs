@@ -85,7 +85,7 @@ impl WatchKey {
     }
 
     fn is_of(&self, resource: &ApiResource) -> bool {
-        crate::text::same(&self.group, &resource.group) && self.kind == resource.kind
+        crate::key::is_kind_of(&self.group, &self.kind, resource)
     }
 }
 
