@@ -561,6 +561,31 @@ async fn large_copies_are_held_as_prints_and_judged_as_before() {
         })
         .await;
     }
+    // Each apply of a copy (the revert, both follows) asks the apiserver not to decode its
+    // 20 KB body a second time for field validation (`fieldValidation=Ignore`).
+    let applies: Vec<String> = env
+        .audit()
+        .expect("audit")
+        .into_iter()
+        .filter(|e| {
+            e.verb == "patch"
+                && e.request_uri.contains("force=true")
+                && e.object_ref
+                    .as_ref()
+                    .is_some_and(|o| o.resource == "configmaps" && o.name == "big")
+        })
+        .map(|e| e.request_uri)
+        .collect();
+    assert!(
+        applies.len() >= 3,
+        "the revert and both follows: {applies:?}"
+    );
+    assert!(
+        applies
+            .iter()
+            .all(|uri| uri.contains("fieldValidation=Ignore")),
+        "{applies:?}"
+    );
 
     // Report mode names the large field that would change.
     env.apply_yaml(&sync(

@@ -752,7 +752,8 @@ async fn send_copies(
             );
             async move {
                 if apply {
-                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    // The parameters of kubesync's own applies.
+                    let params = kubesync::writer::apply_params(FIELD_MANAGER);
                     api.patch(&copy.name_any(), &params, &Patch::Apply(&copy))
                         .await
                 } else {
