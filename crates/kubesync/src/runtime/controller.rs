@@ -321,13 +321,16 @@ fn handle(msg: Msg, ctx: &Context, queue: &mut WorkQueue, watches: &mut WatchTas
     }
 }
 
-/// Queues every object of the primary watches.
+/// Queues every object of the primary watches, by its place in the store (none is read back).
 fn resync_all(ctx: &Context, queue: &mut WorkQueue) {
     let now = Instant::now();
     let stores = ctx.shared.stores.read();
     for s in stores.iter().filter(|s| s.primary) {
-        for obj in s.reader.state() {
-            queue.schedule(ObjectKey::for_object(&s.cluster, &s.resource, &obj), now);
+        for (namespace, name) in s.reader.places() {
+            queue.schedule(
+                ObjectKey::new(&s.cluster, &s.resource, namespace, name),
+                now,
+            );
         }
     }
 }

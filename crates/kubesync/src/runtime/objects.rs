@@ -299,6 +299,24 @@ impl Objects {
             .collect()
     }
 
+    /// The namespace (`None` for cluster-scoped objects) and name of every object held; none
+    /// is read back. What queues every object (a resync) needs only these: reading each
+    /// object back would parse every declaration, its status of a thousand destinations
+    /// included, at once.
+    pub(super) fn places(&self) -> Vec<(Option<String>, String)> {
+        self.inner
+            .read()
+            .objects
+            .iter()
+            .flat_map(|(namespace, names)| {
+                let namespace = (!namespace.is_empty()).then(|| namespace.to_string());
+                names
+                    .keys()
+                    .map(move |name| (namespace.clone(), name.to_string()))
+            })
+            .collect()
+    }
+
     /// How many objects are held (none is read).
     pub(super) fn len(&self) -> usize {
         self.inner
@@ -579,6 +597,41 @@ mod tests {
         );
         assert_eq!(names(&objects.in_namespace("")), ["/c".to_string()].into());
         assert!(objects.in_namespace("z").is_empty());
+    }
+
+    /// Every object's place is listed without reading any object back: an entry whose text
+    /// could not be read back (never written so; it stands for one costly to parse) is listed
+    /// all the same, though no reader is shown it.
+    #[test]
+    fn places_are_listed_without_reading_objects_back() {
+        let mut w = ObjectsWriter::new(true, None);
+        for (ns, name) in [(Some("a"), "x"), (Some("a"), "y"), (None, "c")] {
+            w.apply(Event::Apply(obj(ns, name, "1")));
+        }
+        let objects = w.objects();
+        if let Some(entry) = objects
+            .inner
+            .write()
+            .objects
+            .get_mut("a")
+            .and_then(|names| names.get_mut("y"))
+        {
+            entry.held = Held::Text {
+                json: "not an object".into(),
+                no_data: false,
+            };
+        }
+        assert_eq!(objects.state().len(), 2, "a/y cannot be read back");
+        let mut places = objects.places();
+        places.sort();
+        assert_eq!(
+            places,
+            [
+                (None, "c".to_string()),
+                (Some("a".to_string()), "x".to_string()),
+                (Some("a".to_string()), "y".to_string()),
+            ]
+        );
     }
 
     fn labelled(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {
