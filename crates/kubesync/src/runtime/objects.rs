@@ -10,6 +10,7 @@
 //! objects carrying one value are found without reading every object.
 
 use parking_lot::RwLock;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -67,6 +68,18 @@ impl Held {
         }
     }
 
+    /// The object's resourceVersion, read without building the object: from the object, the
+    /// summary, or the text (scanned for that one field).
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Self::Object(obj) => obj.metadata.resource_version.as_deref().map(Cow::Borrowed),
+            Self::Summary(s) => s.resource_version(),
+            Self::Text { json, .. } => serde_json::from_str::<Versioned<'_>>(json)
+                .ok()
+                .and_then(|v| v.metadata.resource_version),
+        }
+    }
+
     fn object(&self) -> Option<Arc<DynamicObject>> {
         match self {
             Self::Object(obj) => Some(Arc::clone(obj)),
@@ -88,6 +101,19 @@ impl Held {
             },
         }
     }
+}
+
+/// An object's text read for its resourceVersion alone (every other field is skipped).
+#[derive(serde::Deserialize)]
+struct Versioned<'a> {
+    #[serde(borrow)]
+    metadata: VersionOnly<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct VersionOnly<'a> {
+    #[serde(rename = "resourceVersion", borrow, default)]
+    resource_version: Option<Cow<'a, str>>,
 }
 
 /// One object as held, with the value of the indexed label (if the store keeps an index;
@@ -388,6 +414,21 @@ impl Objects {
 /// Where an object is held: its namespace (empty for a cluster-scoped one) and name.
 pub(super) type Place = (Arc<str>, Arc<str>);
 
+/// What a completed (re)list changed in a store, told without reading any object back but
+/// those that vanished: a store of thousands of copies held as prints, listed again, would
+/// otherwise be built into thousands of objects at once, twice (before and after).
+#[derive(Debug, Default)]
+pub(super) struct Relisted {
+    /// Where the listed objects are that are new, or have another resourceVersion than the
+    /// object held there before.
+    pub(super) changed: Vec<Place>,
+    /// The objects held before that the list no longer has (no Delete event comes for them),
+    /// as they were held.
+    pub(super) vanished: Vec<Arc<DynamicObject>>,
+    /// How many objects the store holds now.
+    pub(super) present: usize,
+}
+
 /// The only writer of one [`Objects`]: applies a watch's events to it.
 #[derive(Debug, Default)]
 pub(super) struct ObjectsWriter {
@@ -448,16 +489,52 @@ impl ObjectsWriter {
                 None
             }
             Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                *self.objects.inner.write() = listed;
+                self.finish_listing();
                 None
             }
+        }
+    }
+
+    /// Ends a (re)list: the listed objects replace those held, at once (an empty list if
+    /// none was started). Returns what changed.
+    pub(super) fn finish_listing(&mut self) -> Relisted {
+        let listed = self.listing.take().unwrap_or_default();
+        let before = std::mem::replace(&mut *self.objects.inner.write(), listed);
+        let now = self.objects.inner.read();
+        let mut changed = Vec::new();
+        let mut present = 0;
+        for (namespace, names) in &now.objects {
+            let held_before = before.objects.get(namespace);
+            for (name, entry) in names {
+                present += 1;
+                let same = held_before
+                    .and_then(|names| names.get(name))
+                    .is_some_and(|old| {
+                        old.held.resource_version() == entry.held.resource_version()
+                    });
+                if !same {
+                    changed.push((Arc::clone(namespace), Arc::clone(name)));
+                }
+            }
+        }
+        let vanished = before
+            .objects
+            .iter()
+            .flat_map(|(namespace, names)| names.iter().map(move |(name, e)| (namespace, name, e)))
+            .filter(|(namespace, name, _)| now.at(namespace, name).is_none())
+            .filter_map(|(_, _, e)| e.held.object())
+            .collect();
+        Relisted {
+            changed,
+            vanished,
+            present,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::watch::Summarize;
     use super::*;
 
     fn obj(ns: Option<&str>, name: &str, rv: &str) -> DynamicObject {
@@ -632,6 +709,138 @@ mod tests {
                 (Some("a".to_string()), "y".to_string()),
             ]
         );
+    }
+
+    /// A summary that keeps name, namespace and resourceVersion, and counts how often it is
+    /// built back into an object.
+    #[derive(Debug)]
+    struct Counted {
+        object: DynamicObject,
+        built: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Summary for Counted {
+        fn object(&self) -> DynamicObject {
+            self.built.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.object.clone()
+        }
+
+        fn resource_version(&self) -> Option<Cow<'_, str>> {
+            self.object
+                .metadata
+                .resource_version
+                .as_deref()
+                .map(Cow::Borrowed)
+        }
+    }
+
+    /// A writer whose store holds each object as a [`Counted`] summary (`summarized`), its
+    /// JSON text (`packed`) or the object, and the count of summaries built back.
+    fn writer(
+        packed: bool,
+        summarized: bool,
+    ) -> (ObjectsWriter, Arc<std::sync::atomic::AtomicUsize>) {
+        let built = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&built);
+        let summarize: Summarize = Arc::new(move |o: &DynamicObject| {
+            Some(Arc::new(Counted {
+                object: o.clone(),
+                built: Arc::clone(&counter),
+            }) as Arc<dyn Summary>)
+        });
+        let w = ObjectsWriter::new(packed, None)
+            .summarizing(summarized.then(|| super::super::watch::SummarizeFn(summarize)));
+        (w, built)
+    }
+
+    fn sorted(places: &[Place]) -> Vec<String> {
+        let mut v: Vec<String> = places.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
+        v.sort();
+        v
+    }
+
+    /// A relist tells what is new, what has another resourceVersion and what vanished, and
+    /// not what is unchanged, whether the store holds objects, texts or summaries.
+    #[test]
+    fn a_relist_tells_new_changed_and_vanished_but_not_unchanged() {
+        for (packed, summarized) in [(false, false), (true, false), (false, true)] {
+            let (mut w, _) = writer(packed, summarized);
+            let first = w.finish_listing();
+            assert!(first.changed.is_empty() && first.vanished.is_empty());
+            for (ns, name, rv) in [
+                (Some("a"), "same", "1"),
+                (Some("a"), "edited", "2"),
+                (Some("b"), "gone", "3"),
+                (None, "cluster", "4"),
+            ] {
+                w.apply(Event::Apply(obj(ns, name, rv)));
+            }
+            w.apply(Event::Init);
+            for (ns, name, rv) in [
+                (Some("a"), "same", "1"),
+                (Some("a"), "edited", "7"),
+                (Some("c"), "new", "8"),
+                (None, "cluster", "4"),
+            ] {
+                w.apply(Event::InitApply(obj(ns, name, rv)));
+            }
+            let relisted = w.finish_listing();
+            let case = format!("packed {packed}, summarized {summarized}");
+            assert_eq!(sorted(&relisted.changed), ["a/edited", "c/new"], "{case}");
+            assert_eq!(
+                names(&relisted.vanished),
+                BTreeSet::from(["b/gone".into()]),
+                "{case}"
+            );
+            assert_eq!(relisted.present, 4, "{case}");
+            // The first list of a store tells everything as new.
+            let (mut fresh, _) = writer(packed, summarized);
+            fresh.apply(Event::Init);
+            fresh.apply(Event::InitApply(obj(Some("a"), "x", "1")));
+            fresh.apply(Event::InitApply(obj(None, "y", "2")));
+            assert_eq!(
+                sorted(&fresh.finish_listing().changed),
+                ["/y", "a/x"],
+                "{case}"
+            );
+        }
+    }
+
+    /// Telling what a relist changed reads no object back but those that vanished: a store of
+    /// summaries is never built into objects for it (a restart over ten thousand copies held
+    /// as prints built all of them, twice).
+    #[test]
+    fn a_relist_reads_back_only_what_vanished() {
+        let (mut w, built) = writer(false, true);
+        for i in 0..100 {
+            w.apply(Event::Apply(obj(Some("a"), &format!("o{i}"), "1")));
+        }
+        w.apply(Event::Init);
+        for i in 1..100 {
+            let rv = if i % 2 == 0 { "1" } else { "2" };
+            w.apply(Event::InitApply(obj(Some("a"), &format!("o{i}"), rv)));
+        }
+        let relisted = w.finish_listing();
+        assert_eq!(relisted.changed.len(), 50);
+        assert_eq!(names(&relisted.vanished), BTreeSet::from(["a/o0".into()]));
+        assert_eq!(
+            built.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "only the vanished object is built"
+        );
+    }
+
+    /// A packed store's resourceVersion is read from its text, escapes included.
+    #[test]
+    fn a_texts_resource_version_is_read_without_parsing_the_object() {
+        let held = Held::new(Arc::new(obj(Some("a"), "x", "12\"\u{e9}")), true, None);
+        assert!(matches!(held, Held::Text { .. }));
+        assert_eq!(held.resource_version().as_deref(), Some("12\"\u{e9}"));
+        let text = Held::Text {
+            json: r#"{"metadata":{"name":"x"},"data":{"k":"v"}}"#.into(),
+            no_data: false,
+        };
+        assert_eq!(text.resource_version(), None);
     }
 
     fn labelled(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {

@@ -1,8 +1,8 @@
 //! One watch task: list+watch (or a streaming list, then watch) a resource type in one
 //! cluster, keep its store, turn events into keys.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -14,8 +14,8 @@ use kube::runtime::watcher::{self, Event};
 
 use super::context::Context;
 use super::metadata::MetadataOnly;
-use super::objects::{ObjectsWriter, strip};
-use super::shared::{Msg, ObjectId, WatchSpec, id_of};
+use super::objects::{ObjectsWriter, Relisted, strip};
+use super::shared::{Msg, WatchSpec};
 use super::watch::{Mapper, Watch};
 use crate::cluster::Cluster;
 use crate::key::ObjectKey;
@@ -63,7 +63,7 @@ pub(super) async fn run(spec: WatchSpec, ctx: Context) {
                 Ok(Event::InitDone) => task.relisted(&mut writer, &mut listed_once),
                 Ok(event @ (Event::Apply(_) | Event::Delete(_))) => {
                     task.set_state(None, false);
-                    store_then_emit(&mut writer, event, |obj| task.emit(&[obj]));
+                    store_then_emit(&mut writer, event, |obj| task.emit([obj]));
                 }
                 // The store buffers a (re)list until it is complete.
                 Ok(event @ (Event::Init | Event::InitApply(_))) => {
@@ -149,17 +149,23 @@ impl Task {
         })
     }
 
-    /// Queues the keys of `objs` (mapped by the watch's mapper, if it has one).
-    fn emit(&self, objs: &[&DynamicObject]) {
-        let mut keys = Vec::with_capacity(objs.len());
+    /// Queues the keys of `objs` (mapped by the watch's mapper, if it has one), each once, in
+    /// one message; each object is dropped once its keys are made. (A relist of ten thousand
+    /// copies maps them to the few declarations they belong to.)
+    fn emit<O: Borrow<DynamicObject>>(&self, objs: impl IntoIterator<Item = O>) {
+        let mut keys = BTreeSet::new();
         for obj in objs {
+            let obj = obj.borrow();
             let key = ObjectKey::for_object(self.cluster.name(), &self.watch.resource, obj);
             match &self.mapper {
                 Some(map) => keys.extend(map(&key, obj)),
-                None => keys.push(key),
+                None => {
+                    keys.insert(key);
+                }
             }
         }
         if !keys.is_empty() {
+            let keys = keys.into_iter().collect();
             let _ = self.ctx.shared.trigger.send(Msg::Trigger(keys, None));
         }
     }
@@ -196,19 +202,22 @@ impl Task {
     /// At the end of a (re)list: stores it, records the watch as listed, queues what is new,
     /// changed or vanished, and tells the controller's loop.
     fn relisted(&self, writer: &mut ObjectsWriter, listed_once: &mut bool) {
-        // Level-based: after a (re)list, queue what is new or changed, and what
-        // vanished while we were not watching (no Delete event arrives for it).
-        // Both sides are the store's shared objects: nothing is copied.
-        let objects = writer.objects();
-        let before = objects.state();
-        writer.apply(Event::InitDone);
-        let after = objects.state();
-        let (changed, vanished) = relist_changes(&before, &after);
-        let present = after.len();
+        // Level-based: after a (re)list, queue what is new or changed, and what vanished
+        // while we were not watching (no Delete event arrives for it). The store tells which
+        // without reading its objects back; each changed one is read back only to be mapped
+        // to its keys, one at a time (a restart over ten thousand copies held as prints would
+        // otherwise build ten thousand objects at once).
+        let Relisted {
+            changed,
+            vanished,
+            present,
+        } = writer.finish_listing();
         self.set_state(None, true);
-        let mut all: Vec<&DynamicObject> = changed.into_iter().map(|o| o.as_ref()).collect();
-        all.extend(vanished.iter().map(|o| o.as_ref()));
-        self.emit(&all);
+        let objects = writer.objects();
+        let read_back = changed.iter().filter_map(|(namespace, name)| {
+            objects.get((!namespace.is_empty()).then_some(&**namespace), name)
+        });
+        self.emit(read_back.chain(vanished));
         if !*listed_once {
             *listed_once = true;
             tracing::debug!(objects = present, "listed");
@@ -269,33 +278,6 @@ fn store_then_emit(
     }
 }
 
-/// After a (re)list: the listed objects that are new or have another resourceVersion than the
-/// store held, and the stored objects that the list no longer contains.
-fn relist_changes<'a>(
-    before: &'a [Arc<DynamicObject>],
-    listing: &'a [Arc<DynamicObject>],
-) -> (Vec<&'a Arc<DynamicObject>>, Vec<&'a Arc<DynamicObject>>) {
-    let old: HashMap<ObjectId, &Arc<DynamicObject>> =
-        before.iter().map(|o| (id_of(o), o)).collect();
-    let mut present = HashSet::with_capacity(listing.len());
-    let changed = listing
-        .iter()
-        .filter(|obj| {
-            let id = id_of(obj);
-            let same = old
-                .get(&id)
-                .is_some_and(|o| o.metadata.resource_version == obj.metadata.resource_version);
-            present.insert(id);
-            !same
-        })
-        .collect();
-    let vanished = before
-        .iter()
-        .filter(|o| !present.contains(&id_of(o)))
-        .collect();
-    (changed, vanished)
-}
-
 /// A watch's failure, for people: what failed, then the apiserver's message and code (or the
 /// client's error with its causes), said once.
 fn describe(e: &watcher::Error) -> String {
@@ -315,6 +297,7 @@ fn describe(e: &watcher::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
         Arc::new(
@@ -324,15 +307,6 @@ mod tests {
             }))
             .expect("object"),
         )
-    }
-
-    fn names<'a>(objs: impl IntoIterator<Item = &'a Arc<DynamicObject>>) -> Vec<String> {
-        let mut v: Vec<String> = objs
-            .into_iter()
-            .map(|o| o.metadata.name.clone().unwrap_or_default())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]
@@ -356,14 +330,6 @@ mod tests {
     }
 
     #[test]
-    fn first_list_queues_everything() {
-        let listing = vec![obj("a", "1"), obj("b", "2")];
-        let (changed, vanished) = relist_changes(&[], &listing);
-        assert_eq!(names(changed), ["a", "b"]);
-        assert!(vanished.is_empty());
-    }
-
-    #[test]
     fn a_failing_watch_tries_again_at_least_every_ten_seconds() {
         let delays: Vec<Duration> = watch_backoff().take(12).collect();
         assert!(delays[0] >= WATCH_RETRY_MIN, "{delays:?}");
@@ -373,14 +339,5 @@ mod tests {
             "{delays:?}"
         );
         assert!(delays[11] >= WATCH_RETRY_MAX, "{delays:?}");
-    }
-
-    #[test]
-    fn relist_queues_changed_new_and_vanished_but_not_unchanged() {
-        let before = vec![obj("same", "1"), obj("edited", "2"), obj("gone", "3")];
-        let listing = vec![obj("same", "1"), obj("edited", "7"), obj("new", "8")];
-        let (changed, vanished) = relist_changes(&before, &listing);
-        assert_eq!(names(changed), ["edited", "new"]);
-        assert_eq!(names(vanished), ["gone"]);
     }
 }

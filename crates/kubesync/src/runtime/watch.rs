@@ -31,6 +31,16 @@ pub trait Summary: std::any::Any + Send + Sync + std::fmt::Debug {
     /// (at least name, namespace, uid, resourceVersion, labels), with `data` null, as a
     /// metadata-only watch would have shown it.
     fn object(&self) -> DynamicObject;
+
+    /// The object's resourceVersion: what tells, after a (re)list, whether the object changed
+    /// while it was not watched. Asked of every object held at each (re)list; a summary that
+    /// keeps it answers without building [`Summary::object`] (the default does build it).
+    fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.object()
+            .metadata
+            .resource_version
+            .map(std::borrow::Cow::Owned)
+    }
 }
 
 /// One object as a store holds it: the object, or what a [`Summarize`] made of it.

@@ -420,6 +420,10 @@ impl Summary for CopyPrint {
             data: Value::Null,
         }
     }
+
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        CopyPrint::resource_version(self)
+    }
 }
 
 #[cfg(test)]
