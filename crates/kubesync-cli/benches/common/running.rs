@@ -63,11 +63,14 @@ impl Drop for Running {
 /// `GLIBC_TUNABLES` that `scripts/image.sh` sets (read from that script; glibc's defaults
 /// unless `image_malloc`), logging at `warn` (`KUBESYNC_BENCH_LOG` sets another level). For
 /// investigations, `KUBESYNC_BENCH_WRAPPER` runs it under a profiler, e.g.
-/// `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's). The
-/// caller adds the flags of its run.
+/// `KUBESYNC_BENCH_WRAPPER="valgrind --tool=massif"` (its RSS is then the wrapper's), and
+/// `KUBESYNC_BENCH_BINARY` runs another build (e.g. the one before a change, to measure both
+/// with the same benchmark). The caller adds the flags of its run.
 #[allow(dead_code)]
 pub fn kubesync_run(kubeconfig: &Path, image_malloc: bool) -> Command {
-    let binary = env!("CARGO_BIN_EXE_kubesync");
+    let binary = std::env::var_os("KUBESYNC_BENCH_BINARY")
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kubesync").into());
     let mut command = match std::env::var("KUBESYNC_BENCH_WRAPPER") {
         Ok(wrapper) if !wrapper.trim().is_empty() => {
             let mut words = wrapper.split_whitespace();
