@@ -965,7 +965,8 @@ async fn the_last_reconcile_of_each_key_names_the_version_it_began_on() {
 
 /// A metadata-only watch queues keys like a full one, but its store holds only metadata: no
 /// data, no managedFields. `get` and `list` (full objects) do not return its objects;
-/// `get_metadata` and `list_metadata` do, preferring a full watch's copy where both hold one.
+/// `get_metadata` and `list_metadata` do, preferring a full watch's copy where both hold one;
+/// `holds` and `resource_version` tell what `get_metadata` would show.
 #[tokio::test]
 async fn metadata_only_watches_hold_metadata_and_queue_keys() {
     init_tracing();
@@ -1027,6 +1028,13 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
         ctx.get(&key("big")).is_none(),
         "get returns full objects only"
     );
+    // What is held is told without reading it back, as `get_metadata` shows it.
+    assert!(ctx.holds(&key("big")) && !ctx.holds(&key("absent")));
+    assert_eq!(
+        ctx.resource_version(&key("big")),
+        meta.metadata.resource_version
+    );
+    assert_eq!(ctx.resource_version(&key("absent")), None);
     let listed = ctx.list("east", &kube::core::ApiResource::erase::<ConfigMap>(&()));
     assert!(
         listed.iter().all(|o| o.name_any() != "big"),
@@ -1041,6 +1049,10 @@ async fn metadata_only_watches_hold_metadata_and_queue_keys() {
     assert_eq!(
         ctx.get_metadata(&key("full")).expect("full").data["data"]["k"],
         "v"
+    );
+    assert_eq!(
+        ctx.resource_version(&key("full")),
+        full.metadata.resource_version
     );
     let all = ctx.list_metadata("east", &kube::core::ApiResource::erase::<ConfigMap>(&()));
     let mut names: Vec<String> = all

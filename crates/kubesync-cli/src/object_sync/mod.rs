@@ -233,7 +233,7 @@ impl ObjectSyncController {
                 } else {
                     ObjectKey::new(LOCAL, &namespaced, Some(ns.clone()), name)
                 };
-                ctx.get(&key).is_some()
+                ctx.holds(&key)
             });
         }
         let now = Instant::now();

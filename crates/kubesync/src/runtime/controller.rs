@@ -358,7 +358,7 @@ fn spawn_reconcile<R: Reconciler>(
     inflight.spawn(
         async move {
             let started = Instant::now();
-            let shown = c.get_metadata(&key).and_then(|o| o.metadata.resource_version.clone());
+            let shown = c.resource_version(&key);
             let result = AssertUnwindSafe(r.reconcile(&key, &c)).catch_unwind().await;
             let (outcome, failure) = match result {
                 Ok(Ok(action)) => {

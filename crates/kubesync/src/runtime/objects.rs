@@ -315,6 +315,22 @@ impl Objects {
         })
     }
 
+    /// The resourceVersion of the object `name` in `namespace` (`None` inside: it has none),
+    /// read without building the object back (a packed declaration's status is not parsed
+    /// for it); `None` when it is not held, or held as metadata only and `full_only`.
+    pub(super) fn resource_version_of(
+        &self,
+        (namespace, name): (Option<&str>, &str),
+        full_only: bool,
+    ) -> Option<Option<String>> {
+        let inner = self.inner.read();
+        let held = &inner.at(namespace.unwrap_or_default(), name)?.held;
+        if full_only && held.is_metadata() {
+            return None;
+        }
+        Some(held.resource_version().map(Cow::into_owned))
+    }
+
     /// Every object held.
     pub(super) fn state(&self) -> Vec<Arc<DynamicObject>> {
         self.inner
@@ -828,6 +844,33 @@ mod tests {
             1,
             "only the vanished object is built"
         );
+    }
+
+    /// A held object's resourceVersion is read without building the object back, and a
+    /// reader of full objects is not shown one held as metadata only.
+    #[test]
+    fn a_resource_version_is_read_without_building_the_object() {
+        let (mut w, built) = writer(false, true);
+        w.apply(Event::Apply(obj(Some("a"), "x", "5")));
+        let objects = w.objects();
+        assert_eq!(
+            objects.resource_version_of((Some("a"), "x"), true),
+            Some(Some("5".into()))
+        );
+        assert_eq!(objects.resource_version_of((Some("a"), "y"), false), None);
+        assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst), 0);
+        for packed in [false, true] {
+            let mut w = ObjectsWriter::new(packed, None);
+            let mut meta = obj(None, "m", "6");
+            strip(&mut meta);
+            w.apply(Event::Apply(meta));
+            let objects = w.objects();
+            assert_eq!(objects.resource_version_of((None, "m"), true), None);
+            assert_eq!(
+                objects.resource_version_of((None, "m"), false),
+                Some(Some("6".into()))
+            );
+        }
     }
 
     /// A packed store's resourceVersion is read from its text, escapes included.

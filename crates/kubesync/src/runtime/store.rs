@@ -30,6 +30,32 @@ impl Context {
         self.find(key, true).or_else(|| self.find(key, false))
     }
 
+    /// The resourceVersion of the object behind `key` as [`Context::get_metadata`] shows it,
+    /// read without building the object: where a watch holds objects packed or summarized,
+    /// `get_metadata` parses or builds the whole object back (a declaration's status of a
+    /// thousand destinations included) only for this. `None` if no watch holds it (or it has
+    /// none).
+    pub fn resource_version(&self, key: &ObjectKey) -> Option<String> {
+        self.version_held(key).flatten()
+    }
+
+    /// Whether a watch holds the object behind `key` (whether [`Context::get_metadata`]
+    /// would return it), without reading it back.
+    pub fn holds(&self, key: &ObjectKey) -> bool {
+        self.version_held(key).is_some()
+    }
+
+    /// The resourceVersion of `key`'s object, from the first store that shows it as
+    /// [`Context::get_metadata`] would; `None` if none holds it.
+    fn version_held(&self, key: &ObjectKey) -> Option<Option<String>> {
+        let place = (key.namespace.as_deref(), key.name.as_str());
+        [true, false].into_iter().find_map(|full| {
+            self.first_in_stores_of(key, full, |s| {
+                s.reader.resource_version_of(place, full && s.mixed)
+            })
+        })
+    }
+
     /// The object behind `key` in a store that holds it in full (`full`), or in any store
     /// that holds metadata.
     fn find(&self, key: &ObjectKey, full: bool) -> Option<Arc<DynamicObject>> {

@@ -300,7 +300,7 @@ impl Stores for ContextStores<'_> {
 
     fn has_namespace(&self, cluster: &str, namespace: &str) -> bool {
         let key = ObjectKey::new(cluster, self.namespace_type, None, namespace);
-        self.ctx.get_metadata(&key).is_some()
+        self.ctx.holds(&key)
     }
 
     /// The object at `at` as the stores show it: metadata only (the declaration's own copies

@@ -290,8 +290,7 @@ impl WatchSet {
     /// unprotected) wakes this declaration instead of the next periodic pass.
     pub(super) fn follow_up(&self, ctx: &Context, decl: &Declaration, outcome: &Outcome) {
         if self.seen.needs_prune() {
-            self.seen
-                .prune(Instant::now(), SEEN_FOR, |k| ctx.get_metadata(k).is_some());
+            self.seen.prune(Instant::now(), SEEN_FOR, |k| ctx.holds(k));
         }
         let ar = &decl.spec.source.resource;
         let blocked: Vec<ObjectKey> = outcome
