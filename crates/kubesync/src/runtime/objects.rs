@@ -246,8 +246,10 @@ impl Objects {
         let mut inner = self.inner.write();
         let same_version = inner
             .at(&namespace, &name)
-            .and_then(|e| e.held.is_metadata().then(|| e.held.object()).flatten())
-            .is_some_and(|held| held.metadata.resource_version == obj.metadata.resource_version);
+            .filter(|e| e.held.is_metadata())
+            .is_some_and(|e| {
+                e.held.resource_version().as_deref() == obj.metadata.resource_version.as_deref()
+            });
         if same_version {
             inner.insert(namespace, name, entry);
         }
