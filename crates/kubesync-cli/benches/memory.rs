@@ -154,8 +154,9 @@ async fn main() -> anyhow::Result<()> {
             namespaces: 1000,
         }
     };
-    // For investigations: other unrelated counts (`KUBESYNC_BENCH_UNRELATED=0,2000`), no
-    // scenario 2 (`KUBESYNC_BENCH_SYNCED=0`), kubesync's log level (`KUBESYNC_BENCH_LOG`).
+    // For investigations: other unrelated counts (`KUBESYNC_BENCH_UNRELATED=0,2000`), other
+    // cold-start rounds (`KUBESYNC_BENCH_COLD_ROUNDS`, 0: none), no scenario 2
+    // (`KUBESYNC_BENCH_SYNCED=0`), kubesync's log level (`KUBESYNC_BENCH_LOG`).
     let mut size = size;
     if let Ok(counts) = std::env::var("KUBESYNC_BENCH_UNRELATED") {
         size.unrelated = counts
@@ -164,6 +165,12 @@ async fn main() -> anyhow::Result<()> {
             .map(|c| c.trim().parse())
             .collect::<Result<_, _>>()
             .context("KUBESYNC_BENCH_UNRELATED: comma-separated counts")?;
+    }
+    if let Ok(rounds) = std::env::var("KUBESYNC_BENCH_COLD_ROUNDS") {
+        size.cold_rounds = rounds
+            .trim()
+            .parse()
+            .context("KUBESYNC_BENCH_COLD_ROUNDS: a number of rounds (0: no cold start)")?;
     }
     let synced = std::env::var("KUBESYNC_BENCH_SYNCED").as_deref() != Ok("0");
     let logs = std::env::temp_dir().join(format!("kubesync-memory-bench-{}", std::process::id()));
@@ -174,7 +181,9 @@ async fn main() -> anyhow::Result<()> {
         logs.display()
     );
     let started = Instant::now();
-    cold_start(&size, &logs).await?;
+    if size.cold_rounds > 0 {
+        cold_start(&size, &logs).await?;
+    }
     unrelated_objects(&size, &logs).await?;
     if synced {
         synced_objects(&size, &logs).await?;
@@ -272,8 +281,8 @@ struct Run {
 struct Restarted {
     /// Until it holds every copy and has reconciled every ObjectSync.
     started: Run,
-    /// Until its first resync is done (`converged`: from the spawn).
-    resynced: Run,
+    /// Until its first resync is done (`converged`: from the spawn), where it was awaited.
+    resynced: Option<Run>,
     /// Write requests it sent in all.
     writes: f64,
 }
@@ -482,7 +491,7 @@ async fn synced_run(
     // Started again over its own copies, all in place (what a rolling update's new pod
     // finds): measured where the variants are, at the larger size.
     let restarted = if variants {
-        Some(setup.restart().await?)
+        Some((setup.restart(false).await?, setup.restart(true).await?))
     } else {
         None
     };
@@ -512,8 +521,10 @@ async fn synced_run(
         k.peak / MIB,
         k.converged.as_secs_f64()
     );
-    if let Some(r) = &restarted {
-        let (s, later) = (&r.started, &r.resynced);
+    if let Some((r, listing)) = &restarted
+        && let Some(later) = &r.resynced
+    {
+        let s = &r.started;
         println!(
             "  kubesync, restarted over its {copies} copies  RSS {:.1} MiB, peak {:.1} MiB | every copy held, every ObjectSync reconciled after {:.2} s",
             s.rss / MIB,
@@ -531,6 +542,16 @@ async fn synced_run(
             },
             later.converged.as_secs_f64(),
             r.writes
+        );
+        // Where the apiserver serves no streaming lists, each watch's first list arrives as
+        // one response: every ObjectSync, with its status of every destination, at once.
+        let l = &listing.started;
+        println!(
+            "  kubesync, restarted with --list-strategy list-watch  RSS {:.1} MiB, peak {:.1} MiB | every copy held, every ObjectSync reconciled after {:.2} s; {} writes",
+            l.rss / MIB,
+            l.peak / MIB,
+            l.converged.as_secs_f64(),
+            listing.writes
         );
     }
     if let Some((l, d)) = &variants {
@@ -750,7 +771,7 @@ impl Setup {
     /// waits until it has reconciled every ObjectSync once more without an event (its first
     /// resync, a minute after the start), waits [`SETTLE`] and reads it again, with the writes
     /// it sent in all (none are needed). Stops it.
-    async fn restart(&self) -> anyhow::Result<Restarted> {
+    async fn restart(&self, list_watch: bool) -> anyhow::Result<Restarted> {
         let want = (self.sources.len() * self.destinations.len()) as f64;
         let declarations = self.sources.len() as f64;
         let log = File::options()
@@ -764,6 +785,9 @@ impl Setup {
             .args(["--telemetry-address", &address])
             .args(["--metrics-address", &address, "--metrics-insecure"])
             .args(["--trusted-namespace", SOURCE_NS]);
+        if list_watch {
+            command.args(["--list-strategy", "list-watch"]);
+        }
         let t = Instant::now();
         let mut process = Running(
             command
@@ -786,6 +810,18 @@ impl Setup {
         let converged = t.elapsed();
         tokio::time::sleep(SETTLE).await;
         let (rss, peak) = process.memory()?;
+        if list_watch {
+            process.stop().await;
+            return Ok(Restarted {
+                started: Run {
+                    converged,
+                    rss,
+                    peak,
+                },
+                resynced: None,
+                writes: started.sum("kubesync_writes_total"),
+            });
+        }
         let reconciled = started.gauge("kubesync_reconciles_total");
         let resynced = self
             .metrics_when(port, &mut process, |m| {
@@ -801,11 +837,11 @@ impl Setup {
                 rss,
                 peak,
             },
-            resynced: Run {
+            resynced: Some(Run {
                 converged: t.elapsed(),
                 rss: rss_resynced,
                 peak: peak_resynced,
-            },
+            }),
             writes: resynced.sum("kubesync_writes_total"),
         })
     }

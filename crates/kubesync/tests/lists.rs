@@ -141,20 +141,15 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     let auto = cluster(&env);
     let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
     assert!(lists >= 1.0, "fell back to a LIST ({lists})");
-    // Served from the apiserver's watch cache (resourceVersion=0), never a quorum read from
-    // etcd: every LIST of the namespace's ConfigMaps in the audit log says so.
-    let list_uris: Vec<String> = env
-        .audit()
-        .expect("audit")
-        .into_iter()
-        .filter(|e| e.verb == "list" && e.resource() == "configmaps" && e.namespace() == ns)
-        .map(|e| e.request_uri)
-        .collect();
+    // Paged, so that no more than a page of objects is decoded at once: every LIST of the
+    // namespace's ConfigMaps in the audit log asks for a page, read from etcd (the watch
+    // cache would serve a list at resourceVersion=0 whole, whatever the limit).
+    let list_uris = list_uris(&env, &ns);
     assert!(!list_uris.is_empty(), "the audit log shows the LIST");
     for uri in &list_uris {
         assert!(
-            uri.contains("resourceVersion=0"),
-            "a LIST not served from the watch cache: {uri}"
+            uri.contains("limit=500") && !uri.contains("resourceVersion=0"),
+            "a LIST not paged: {uri}"
         );
     }
     assert!(
@@ -162,5 +157,80 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
             .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
             .await,
         "the probe found streaming lists refused"
+    );
+}
+
+/// The request URIs of the LISTs of `ns`'s ConfigMaps in the audit log.
+fn list_uris(env: &TestEnv, ns: &str) -> Vec<String> {
+    env.audit()
+        .expect("audit")
+        .into_iter()
+        .filter(|e| e.verb == "list" && e.resource() == "configmaps" && e.namespace() == ns)
+        .map(|e| e.request_uri)
+        .collect()
+}
+
+/// A plain list of more objects than a page holds is read page by page (each request
+/// continuing the last), and the store ends up with every object: a list of 10 000 copies
+/// never sits in memory whole.
+#[tokio::test]
+async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
+    use futures::{StreamExt, TryStreamExt};
+    init_tracing();
+    const MANY: usize = 1100;
+    let env = TestEnv::builder()
+        .name("lists-paged")
+        .audit(true)
+        .start()
+        .await
+        .expect("start");
+    let ns = unique_ns("paged");
+    env.create_namespace(&ns).await.expect("ns");
+    let api = Api::<ConfigMap>::namespaced(env.client().expect("client"), &ns);
+    futures::stream::iter(0..MANY)
+        .map(|i| {
+            let (api, ns) = (&api, &ns);
+            async move {
+                api.create(
+                    &PostParams::default(),
+                    &configmap(ns, &format!("cm-{i}"), &[], &[("i", &i.to_string())]),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create");
+    let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
+    let controller = Controller::new()
+        .cluster(listing)
+        .watch(env.name(), Watch::of::<ConfigMap>().namespace(&ns))
+        .expect("watch");
+    let ctx = controller.context();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(
+        reconciler_fn(|_, _| async { Ok::<_, kubesync::Error>(Action::done()) }),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let resource = kube::core::ApiResource::erase::<ConfigMap>(&());
+    eventually("every object held", Duration::from_secs(60), || async {
+        (ctx.list(env.name(), &resource).len() == MANY).then_some(())
+    })
+    .await;
+    let _ = stop.send(());
+    running.await.expect("join").expect("run");
+    let uris = list_uris(&env, &ns);
+    assert_eq!(
+        uris.len(),
+        MANY.div_ceil(500),
+        "one LIST per page of 500: {uris:?}"
+    );
+    assert_eq!(
+        uris.iter().filter(|u| u.contains("continue=")).count(),
+        uris.len() - 1,
+        "each page after the first continues the one before: {uris:?}"
     );
 }

@@ -22,7 +22,8 @@ pub(super) struct MetadataOnly {
     metadata: ObjectMeta,
 }
 
-fn slim<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+/// `metadata` decoded without `managedFields` (see [`SlimMeta`]).
+pub(super) fn slim<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     let m = SlimMeta::deserialize(d)?;
     Ok(ObjectMeta {
         annotations: m.annotations,

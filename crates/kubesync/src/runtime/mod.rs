@@ -21,6 +21,7 @@
 
 mod context;
 mod controller;
+mod delivered;
 mod metadata;
 mod metrics;
 mod objects;

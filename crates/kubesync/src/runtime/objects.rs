@@ -17,6 +17,7 @@ use std::sync::Arc;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 
+use super::delivered::Delivered;
 use super::watch::{Holding, SummarizeFn, Summary};
 
 /// How a store keeps one object.
@@ -33,7 +34,23 @@ enum Held {
 }
 
 impl Held {
-    fn new(obj: Arc<DynamicObject>, packed: bool, summarize: Option<&SummarizeFn>) -> Self {
+    /// How a store keeps `obj`; `text`: the object's whole text as it arrived, where the
+    /// watch kept it (then `obj` has only its type and metadata).
+    fn new(
+        obj: Arc<DynamicObject>,
+        text: Option<Box<str>>,
+        packed: bool,
+        summarize: Option<&SummarizeFn>,
+    ) -> Self {
+        if let Some(json) = text {
+            // Only a packed watch that neither summarizes nor transforms keeps the text
+            // (`Watch::keeps_text`).
+            debug_assert!(packed && summarize.is_none());
+            return Self::Text {
+                json,
+                no_data: false,
+            };
+        }
         if let Some(summary) = summarize.and_then(|s| (s.0)(&obj)) {
             return Self::Summary(summary);
         }
@@ -226,6 +243,11 @@ pub(super) struct Objects {
 impl Objects {
     /// The entry that holds `obj`, and where.
     fn entry(&self, obj: Arc<DynamicObject>) -> (String, String, Entry) {
+        self.entry_of(obj, None)
+    }
+
+    /// The entry that holds `obj` (or, where given, its `text`: see [`Delivered`]), and where.
+    fn entry_of(&self, obj: Arc<DynamicObject>, text: Option<Box<str>>) -> (String, String, Entry) {
         let (namespace, name) = place(&obj);
         let label = self.index_label.as_deref().and_then(|key| {
             obj.metadata
@@ -234,7 +256,7 @@ impl Objects {
                 .and_then(|l| l.get(key))
                 .map(|v| Arc::from(v.as_str()))
         });
-        let held = Held::new(obj, self.packed, self.summarize.as_ref());
+        let held = Held::new(obj, text, self.packed, self.summarize.as_ref());
         (namespace, name, Entry { held, label })
     }
 
@@ -481,16 +503,22 @@ impl ObjectsWriter {
         self.objects.clone()
     }
 
-    /// Applies one event; returns the object of a change (`Apply`, `Delete`), as it arrived.
-    pub(super) fn apply(&mut self, event: Event<DynamicObject>) -> Option<Arc<DynamicObject>> {
+    /// Applies one event; returns the object of a change (`Apply`, `Delete`), as it arrived
+    /// (only its type and metadata where the watch kept its text).
+    pub(super) fn apply(
+        &mut self,
+        event: Event<impl Into<Delivered>>,
+    ) -> Option<Arc<DynamicObject>> {
         match event {
             Event::Apply(obj) => {
-                let obj = Arc::new(obj);
-                let (namespace, name, entry) = self.objects.entry(Arc::clone(&obj));
+                let Delivered { object, text } = obj.into();
+                let obj = Arc::new(object);
+                let (namespace, name, entry) = self.objects.entry_of(Arc::clone(&obj), text);
                 self.objects.inner.write().insert(namespace, name, entry);
                 Some(obj)
             }
             Event::Delete(obj) => {
+                let obj = obj.into().object;
                 let (namespace, name) = place(&obj);
                 self.objects.inner.write().remove(&namespace, &name);
                 Some(Arc::new(obj))
@@ -500,7 +528,8 @@ impl ObjectsWriter {
                 None
             }
             Event::InitApply(obj) => {
-                let (namespace, name, entry) = self.objects.entry(Arc::new(obj));
+                let Delivered { object, text } = obj.into();
+                let (namespace, name, entry) = self.objects.entry_of(Arc::new(object), text);
                 self.listing
                     .get_or_insert_default()
                     .insert(namespace, name, entry);

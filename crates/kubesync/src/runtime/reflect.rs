@@ -8,11 +8,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::utils::ResetTimerBackoff;
 use kube::runtime::watcher::{self, Event};
 
 use super::context::Context;
+use super::delivered::Delivered;
 use super::metadata::MetadataOnly;
 use super::objects::{ObjectsWriter, Relisted, strip};
 use super::shared::{Msg, WatchSpec};
@@ -100,7 +100,7 @@ struct Task {
 impl Task {
     /// A new list-then-watch of the watched type: a streaming list where the cluster serves
     /// them, of metadata only if the watch asks for that.
-    async fn stream(&self) -> BoxStream<'static, watcher::Result<Event<DynamicObject>>> {
+    async fn stream(&self) -> BoxStream<'static, watcher::Result<Event<Delivered>>> {
         let client = self.cluster.client().clone();
         let watch = &self.watch;
         let namespace = watch.namespace.as_deref();
@@ -114,24 +114,32 @@ impl Task {
             .await
         {
             config = config.streaming_lists();
+        } else {
+            config = paged(config);
         }
         if watch.metadata_only {
             let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
             let resource = watch.resource.clone();
             watcher::watcher(api, config)
-                .map(move |event| event.map(|e| metadata_event(e, &resource)))
+                .map(move |event| event.map(|e| delivered(e, |m| m.into_object(&resource))))
                 .boxed()
+        } else if watch.keeps_text() && self.mapper.is_none() {
+            // Decoded straight to the text the store keeps: no tree of the object is built.
+            let api = crate::cluster::api_of::<Delivered>(client, namespace, &watch.resource);
+            watcher::watcher(api, config).boxed()
         } else {
             let api = crate::cluster::api(client, namespace, &watch.resource);
-            watcher::watcher(api, config).boxed()
+            watcher::watcher(api, config)
+                .map(|event| event.map(|e| delivered(e, |o| o)))
+                .boxed()
         }
     }
 
     /// `event` with its objects typed, and each either stripped (when the watch keeps it
     /// only as metadata) or transformed as the watch says.
-    fn typed(&self, event: Event<DynamicObject>) -> Event<DynamicObject> {
+    fn typed(&self, event: Event<Delivered>) -> Event<Delivered> {
         let watch = &self.watch;
-        event.modify(|obj| {
+        event.modify(|Delivered { object: obj, .. }| {
             if obj.types.is_none() {
                 obj.types = Some(self.types.clone());
             }
@@ -247,14 +255,31 @@ fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
     )
 }
 
+/// Objects per page of a plain list (client-go's and kube's page size).
+const LIST_PAGE: u32 = 500;
+
+/// `config` for a plain list (where the apiserver serves no streaming lists): paged, so that
+/// no more than [`LIST_PAGE`] objects are decoded at once. A page is a response held whole
+/// while it is decoded, and each of its objects a tree until the store has made what it
+/// keeps of it: an unpaged list of 10 000 copies held them all at once (a restart over them
+/// peaked at 110 MiB). The apiserver pages only reads from etcd (it serves a list at
+/// `resourceVersion=0` from its watch cache whole, whatever the limit), so a paged list
+/// reads the most recent state, as kube's and client-go's do.
+fn paged(mut config: watcher::Config) -> watcher::Config {
+    config.list_semantic = watcher::ListSemantic::MostRecent;
+    config.page_size = Some(LIST_PAGE);
+    config
+}
+
 /// The first wait before a failed watch tries again.
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(800);
 /// The longest (before jitter).
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// An event of a metadata-only watch as the store keeps it (see [`MetadataOnly`]).
-fn metadata_event(event: Event<MetadataOnly>, resource: &ApiResource) -> Event<DynamicObject> {
-    let object = |meta: MetadataOnly| meta.into_object(resource);
+/// An event of a watch whose objects were decoded as `K` (a full object, or
+/// [`MetadataOnly`]), its objects made into what the store is handed.
+fn delivered<K>(event: Event<K>, into: impl Fn(K) -> DynamicObject) -> Event<Delivered> {
+    let object = |o: K| Delivered::from(into(o));
     match event {
         Event::Apply(o) => Event::Apply(object(o)),
         Event::Delete(o) => Event::Delete(object(o)),
@@ -270,7 +295,7 @@ fn metadata_event(event: Event<MetadataOnly>, resource: &ApiResource) -> Event<D
 /// the old object is the last one this change triggers.
 fn store_then_emit(
     writer: &mut ObjectsWriter,
-    event: Event<DynamicObject>,
+    event: Event<Delivered>,
     emit: impl FnOnce(&DynamicObject),
 ) {
     if let Some(obj) = writer.apply(event) {
@@ -310,6 +335,19 @@ mod tests {
     }
 
     #[test]
+    fn plain_lists_are_read_in_pages_from_etcd() {
+        let config = paged(watcher::Config::default().any_semantic().labels("a=b"));
+        // A limit is honoured only by reads from etcd (resourceVersion unset).
+        assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
+        assert_eq!(config.page_size, Some(LIST_PAGE));
+        assert_eq!(
+            config.label_selector.as_deref(),
+            Some("a=b"),
+            "the rest kept"
+        );
+    }
+
+    #[test]
     fn keys_are_emitted_after_the_store_has_the_change() {
         let mut writer = ObjectsWriter::new(false, None);
         let objects = writer.objects();
@@ -320,12 +358,20 @@ mod tests {
         };
         writer.apply(Event::Apply((*obj("a", "1")).clone()));
         let mut seen = Vec::new();
-        store_then_emit(&mut writer, Event::Apply((*obj("a", "2")).clone()), |_| {
-            seen.push(stored_rv());
-        });
-        store_then_emit(&mut writer, Event::Delete((*obj("a", "3")).clone()), |_| {
-            seen.push(stored_rv());
-        });
+        store_then_emit(
+            &mut writer,
+            Event::Apply((*obj("a", "2")).clone().into()),
+            |_| {
+                seen.push(stored_rv());
+            },
+        );
+        store_then_emit(
+            &mut writer,
+            Event::Delete((*obj("a", "3")).clone().into()),
+            |_| {
+                seen.push(stored_rv());
+            },
+        );
         assert_eq!(seen, [Some("2".to_string()), None]);
     }
 

@@ -140,11 +140,13 @@ impl Watch {
 
     /// A watch of any resource type described by an [`ApiResource`] (e.g. from discovery).
     ///
-    /// Lists are served from the apiserver's watch cache (`resourceVersion=0`, one page), as
-    /// client-go's informers do: no quorum read from etcd, no paging through it. The list may
-    /// be a moment old; the watch that follows starts at its resourceVersion, so every later
-    /// change still arrives. Decisions to delete are never taken from a store's absence
-    /// alone (see [`Context::confirm_absent`](crate::runtime::Context::confirm_absent)).
+    /// Where the apiserver serves streaming lists, the initial state is streamed from its
+    /// watch cache, one object at a time. Elsewhere the watch lists first, in pages of 500
+    /// read from etcd (the apiserver serves a list from its watch cache only whole, and a
+    /// whole list of ten thousand objects is held whole while it is decoded). The watch that
+    /// follows starts at the list's resourceVersion, so every later change still arrives.
+    /// Decisions to delete are never taken from a store's absence alone (see
+    /// [`Context::confirm_absent`](crate::runtime::Context::confirm_absent)).
     pub fn dynamic(resource: ApiResource) -> Self {
         let mut config = watcher::Config::default().any_semantic();
         config.page_size = None;
@@ -252,6 +254,19 @@ impl Watch {
         self.packed
     }
 
+    /// Whether its store can keep each object as the very text it arrived as, without
+    /// decoding it into a tree first: packed, of full objects, with nothing that reads or
+    /// changes the object before it is stored (a transform, a summary, metadata kept for
+    /// some objects). Its events' objects then carry only their type and metadata, so a
+    /// mapper (which may read the rest) is given the whole object instead.
+    pub(super) fn keeps_text(&self) -> bool {
+        self.packed
+            && !self.metadata_only
+            && self.transform.is_none()
+            && self.keep_full.is_none()
+            && self.summarize.is_none()
+    }
+
     /// Whether this watch holds some objects in full and others as metadata only (see
     /// [`Watch::full_only_for`]).
     pub fn is_mixed(&self) -> bool {
@@ -297,14 +312,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watches_list_from_the_watch_cache_in_one_page() {
+    fn watches_stream_from_the_watch_cache() {
         let w = Watch::dynamic(ApiResource::from_gvk_with_plural(
             &kube::core::GroupVersionKind::gvk("demo.kubesync.io", "v1", "Widget"),
             "widgets",
         ))
         .labels("a=b");
-        // resourceVersion=0 (kube-rs sends it only without a limit): served from the
-        // apiserver's watch cache, not read from etcd page by page.
+        // resourceVersion=0: a streaming list is served from the apiserver's watch cache
+        // (a plain list is paged instead: `reflect::paged`).
         assert_eq!(w.config.list_semantic, watcher::ListSemantic::Any);
         assert_eq!(w.config.page_size, None);
         assert_eq!(w.config.label_selector.as_deref(), Some("a=b"));

@@ -1,5 +1,6 @@
 use super::super::watch::Summarize;
 use super::*;
+use crate::runtime::delivered::Delivered;
 
 fn obj(ns: Option<&str>, name: &str, rv: &str) -> DynamicObject {
     serde_json::from_value(serde_json::json!({
@@ -41,6 +42,46 @@ fn a_packed_store_holds_text_and_reads_back_the_same_object() {
     meta.data = serde_json::Value::Null;
     w.apply(Event::Apply(meta.clone()));
     assert_eq!(w.objects().get(Some("a"), "m").as_deref(), Some(&meta));
+}
+
+#[test]
+fn a_packed_store_keeps_the_text_a_watch_delivered_and_reads_it_as_the_object() {
+    let mut w = ObjectsWriter::new(true, Some("l"));
+    let mut o = obj(Some("a"), "x", "7");
+    o.data = serde_json::json!({"spec": {"k": "v"}, "status": {"n": [1, 2]}});
+    o.metadata.labels = Some([("l".to_string(), "v".to_string())].into());
+    // Decoded as a packed watch of full objects decodes it: its text kept, its metadata parsed.
+    let text = serde_json::to_string(&o).expect("serializes");
+    let delivered: Delivered = serde_json::from_str(&text).expect("decodes");
+    assert!(delivered.text.is_some() && delivered.object.data.is_null());
+    let changed = w.apply(Event::Apply(delivered.clone()));
+    assert_eq!(
+        changed.map(|c| c.metadata.name.clone()),
+        Some(Some("x".to_string())),
+        "the change is told"
+    );
+    let objects = w.objects();
+    assert!(matches!(
+        &objects.inner.read().objects["a"]["x"].held,
+        Held::Text { json, no_data: false } if **json == *text
+    ));
+    assert_eq!(
+        objects.get(Some("a"), "x").as_deref(),
+        Some(&o),
+        "read back whole"
+    );
+    assert_eq!(
+        objects.resource_version_of((Some("a"), "x"), true),
+        Some(Some("7".to_string()))
+    );
+    assert_eq!(objects.labelled("l", "v").len(), 1, "indexed by its label");
+    // A relist delivering the same version tells nothing changed; a delete removes it.
+    w.apply(Event::<Delivered>::Init);
+    w.apply(Event::InitApply(delivered.clone()));
+    let relisted = w.finish_listing();
+    assert!(relisted.changed.is_empty() && relisted.vanished.is_empty());
+    w.apply(Event::Delete(delivered));
+    assert_eq!(objects.get(Some("a"), "x"), None);
 }
 
 #[test]
@@ -236,7 +277,7 @@ fn a_relist_tells_new_changed_and_vanished_but_not_unchanged() {
         ] {
             w.apply(Event::Apply(obj(ns, name, rv)));
         }
-        w.apply(Event::Init);
+        w.apply(Event::<DynamicObject>::Init);
         for (ns, name, rv) in [
             (Some("a"), "same", "1"),
             (Some("a"), "edited", "7"),
@@ -256,7 +297,7 @@ fn a_relist_tells_new_changed_and_vanished_but_not_unchanged() {
         assert_eq!(relisted.present, 4, "{case}");
         // The first list of a store tells everything as new.
         let (mut fresh, _) = writer(packed, summarized);
-        fresh.apply(Event::Init);
+        fresh.apply(Event::<DynamicObject>::Init);
         fresh.apply(Event::InitApply(obj(Some("a"), "x", "1")));
         fresh.apply(Event::InitApply(obj(None, "y", "2")));
         assert_eq!(
@@ -276,7 +317,7 @@ fn a_relist_reads_back_only_what_vanished() {
     for i in 0..100 {
         w.apply(Event::Apply(obj(Some("a"), &format!("o{i}"), "1")));
     }
-    w.apply(Event::Init);
+    w.apply(Event::<DynamicObject>::Init);
     for i in 1..100 {
         let rv = if i % 2 == 0 { "1" } else { "2" };
         w.apply(Event::InitApply(obj(Some("a"), &format!("o{i}"), rv)));
@@ -321,7 +362,12 @@ fn a_resource_version_is_read_without_building_the_object() {
 /// A packed store's resourceVersion is read from its text, escapes included.
 #[test]
 fn a_texts_resource_version_is_read_without_parsing_the_object() {
-    let held = Held::new(Arc::new(obj(Some("a"), "x", "12\"\u{e9}")), true, None);
+    let held = Held::new(
+        Arc::new(obj(Some("a"), "x", "12\"\u{e9}")),
+        None,
+        true,
+        None,
+    );
     assert!(matches!(held, Held::Text { .. }));
     assert_eq!(held.resource_version().as_deref(), Some("12\"\u{e9}"));
     let text = Held::Text {
@@ -371,14 +417,14 @@ fn the_label_index_follows_changes_deletions_and_relists() {
         assert!(find("p").is_empty());
         assert_eq!(find("q"), BTreeSet::from(["b/x".into()]));
         // A relist replaces the index with the listed state.
-        w.apply(Event::Init);
+        w.apply(Event::<DynamicObject>::Init);
         w.apply(Event::InitApply(labelled("c", "w", "8", Some("p"))));
         assert_eq!(
             find("q"),
             BTreeSet::from(["b/x".into()]),
             "old state during the list"
         );
-        w.apply(Event::InitDone);
+        w.apply(Event::<DynamicObject>::InitDone);
         assert_eq!(find("p"), BTreeSet::from(["c/w".into()]));
         assert!(find("q").is_empty());
         if index.is_some() {
@@ -405,14 +451,14 @@ fn changes_and_relists_when(packed: bool) {
         "cluster-scoped apart"
     );
     // A relist replaces everything at once, when it is done.
-    w.apply(Event::Init);
+    w.apply(Event::<DynamicObject>::Init);
     w.apply(Event::InitApply(obj(Some("b"), "y", "3")));
     assert_eq!(
         objects.state().len(),
         2,
         "the old state is served during the list"
     );
-    w.apply(Event::InitDone);
+    w.apply(Event::<DynamicObject>::InitDone);
     assert_eq!(objects.state().len(), 1);
     assert_eq!(objects.get(Some("a"), "x"), None);
     assert_eq!(rv(objects.get(Some("b"), "y")), Some("3".into()));
