@@ -8,12 +8,9 @@
 //! another tree beside it). [`Delivered`] decodes such an event by keeping the object's text
 //! as it arrived and parsing only its type and metadata (without `managedFields`) from it.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use kube::api::DynamicObject;
-use kube::core::{ApiResource, DynamicResourceScope, TypeMeta};
+use kube::core::TypeMeta;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -69,38 +66,7 @@ impl<'de> Deserialize<'de> for Delivered {
     }
 }
 
-impl Resource for Delivered {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.object.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.object.metadata
-    }
-}
+super::metadata::resource_of_any_type!(Delivered, metadata_api: false, meta: object.metadata);
 
 #[cfg(test)]
 mod tests {
@@ -148,14 +114,15 @@ mod tests {
             ("kubesync.io/v1alpha1", "ObjectSync")
         );
         // The text is the object: parsed back, it is what was sent.
-        let back: serde_json::Value = serde_json::from_str(d.text.as_deref().unwrap()).unwrap();
+        let back: serde_json::Value =
+            serde_json::from_str(d.text.as_deref().expect("text")).expect("JSON");
         assert_eq!(back, sent);
     }
 
     #[test]
     fn an_object_that_does_not_name_its_type_is_parsed_whole() {
         let mut sent = declaration(1);
-        let map = sent.as_object_mut().unwrap();
+        let map = sent.as_object_mut().expect("an object");
         map.remove("apiVersion");
         map.remove("kind");
         let d: Delivered = serde_json::from_value(sent).expect("decodes");
@@ -168,7 +135,7 @@ mod tests {
     fn a_watch_event_of_a_packed_object_keeps_its_text() {
         // kube decodes each line of a watch as a `WatchEvent` (type first, as the apiserver
         // writes it), which hands the object's text on to `Delivered` unbuffered.
-        let object = serde_json::to_string(&declaration(2)).unwrap();
+        let object = serde_json::to_string(&declaration(2)).expect("serializes");
         let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
         let event: kube::api::WatchEvent<Delivered> = serde_json::from_str(&line).expect("decodes");
         let kube::api::WatchEvent::Modified(d) = event else {
@@ -176,5 +143,10 @@ mod tests {
         };
         assert_eq!(d.text.as_deref(), Some(object.as_str()));
         assert_eq!(d.object.metadata.resource_version.as_deref(), Some("42"));
+        // Full objects are asked for, and kube's watcher reads the resourceVersion it resumes
+        // from through `meta()`.
+        use kube::Resource;
+        assert!(!Delivered::metadata_api());
+        assert_eq!(d.meta().resource_version.as_deref(), Some("42"));
     }
 }

@@ -6,13 +6,11 @@
 //! `managedFields` while decoding, field by field, so a list of thousands of unrelated objects
 //! never holds them in memory, not even for a moment.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::Resource;
 use kube::api::DynamicObject;
-use kube::core::{ApiResource, DynamicResourceScope, TypeMeta};
+use kube::core::{ApiResource, TypeMeta};
 use serde::Deserialize;
 
 /// An object's metadata as a metadata-only request returns it, without `managedFields`.
@@ -78,47 +76,60 @@ impl MetadataOnly {
     }
 }
 
-impl Resource for MetadataOnly {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
+/// `impl Resource` for a type a watch decodes objects of any [`ApiResource`] into: its type
+/// is the watch's `ApiResource`, its metadata at `$($meta).+`; `metadata_api`: whether
+/// requests ask for `PartialObjectMetadata`.
+macro_rules! resource_of_any_type {
+    ($type:ty, metadata_api: $metadata_api:expr, meta: $($meta:ident).+) => {
+        impl ::kube::Resource for $type {
+            type DynamicType = ::kube::core::ApiResource;
+            type Scope = ::kube::core::DynamicResourceScope;
 
-    /// Requests ask for `PartialObjectMetadata` (and lists for `PartialObjectMetadataList`).
-    fn metadata_api() -> bool {
-        true
-    }
+            fn metadata_api() -> bool {
+                $metadata_api
+            }
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
+            fn group(dt: &::kube::core::ApiResource) -> ::std::borrow::Cow<'_, str> {
+                dt.group.as_str().into()
+            }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
+            fn version(dt: &::kube::core::ApiResource) -> ::std::borrow::Cow<'_, str> {
+                dt.version.as_str().into()
+            }
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
+            fn kind(dt: &::kube::core::ApiResource) -> ::std::borrow::Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
+            fn api_version(dt: &::kube::core::ApiResource) -> ::std::borrow::Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
+            fn plural(dt: &::kube::core::ApiResource) -> ::std::borrow::Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.$($meta).+
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.$($meta).+
+            }
+        }
+    };
 }
+pub(super) use resource_of_any_type;
+
+// Requests ask for `PartialObjectMetadata` (and lists for `PartialObjectMetadataList`).
+resource_of_any_type!(MetadataOnly, metadata_api: true, meta: metadata);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
 
     #[test]
     fn decodes_metadata_without_managed_fields() {
