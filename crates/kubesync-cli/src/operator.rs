@@ -493,7 +493,8 @@ impl Operator {
         // status with a thousand destinations has a thousand entries there). ObjectSyncs are
         // held as text: each is read once per reconcile, and its status lists every
         // destination (a thousand entries as a tree of maps: about 1 MiB).
-        let own = |w: Watch| w.transform(|o| o.metadata.managed_fields = None);
+        // Packed, their text is kept as it arrives, with managedFields cut out of it.
+        let own = |w: Watch| w.without_managed_fields();
         let controller = controller
             .watch(LOCAL, own(Watch::of::<ResourceSync>()))?
             .watch(LOCAL, own(Watch::of::<RemoteCluster>()))?

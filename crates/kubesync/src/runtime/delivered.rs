@@ -8,6 +8,8 @@
 //! another tree beside it). [`Delivered`] decodes such an event by keeping the object's text
 //! as it arrived and parsing only its type and metadata (without `managedFields`) from it.
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use kube::core::TypeMeta;
@@ -23,6 +25,48 @@ pub(super) struct Delivered {
     /// The object's whole JSON text as the apiserver sent it, where the watch decoded it
     /// that way (a packed watch of full objects).
     pub(super) text: Option<Box<str>>,
+}
+
+impl Delivered {
+    /// The object without `metadata.managedFields`: cut out of its text where it is kept
+    /// (the other fields stay as they arrived, as text), else from the object.
+    pub(super) fn without_managed_fields(&mut self) {
+        self.object.metadata.managed_fields = None;
+        let Some(text) = &self.text else {
+            return;
+        };
+        match without_managed_fields(text) {
+            Ok(Some(cut)) => self.text = Some(cut),
+            Ok(None) => {}
+            // Not expected (the text was just decoded as JSON); then it is decoded whole.
+            Err(e) => {
+                tracing::debug!(error = %e, "an object's text could not be cut; decoding it");
+                if let Ok(mut object) = serde_json::from_str::<DynamicObject>(text) {
+                    object.metadata.managed_fields = None;
+                    *self = object.into();
+                }
+            }
+        }
+    }
+}
+
+/// An object's fields, each as its text.
+type Fields<'a> = std::collections::BTreeMap<Cow<'a, str>, &'a RawValue>;
+
+/// `text` (an object) without `metadata.managedFields`, or `None` where it has none. Only
+/// the object's and its metadata's fields are read, each kept as text: no tree is built.
+fn without_managed_fields(text: &str) -> serde_json::Result<Option<Box<str>>> {
+    let mut fields: Fields<'_> = serde_json::from_str(text)?;
+    let Some(metadata) = fields.get("metadata") else {
+        return Ok(None);
+    };
+    let mut meta: Fields<'_> = serde_json::from_str(metadata.get())?;
+    if meta.remove("managedFields").is_none() {
+        return Ok(None);
+    }
+    let meta = RawValue::from_string(serde_json::to_string(&meta)?)?;
+    fields.insert(Cow::Borrowed("metadata"), &meta);
+    Ok(Some(serde_json::to_string(&fields)?.into_boxed_str()))
 }
 
 impl From<DynamicObject> for Delivered {
@@ -117,6 +161,38 @@ mod tests {
         let back: serde_json::Value =
             serde_json::from_str(d.text.as_deref().expect("text")).expect("JSON");
         assert_eq!(back, sent);
+    }
+
+    #[test]
+    fn managed_fields_are_cut_out_of_the_text_and_nothing_else() {
+        let sent = declaration(3);
+        let mut d: Delivered =
+            serde_json::from_str(&serde_json::to_string(&sent).expect("serializes"))
+                .expect("decodes");
+        d.without_managed_fields();
+        let kept: serde_json::Value =
+            serde_json::from_str(d.text.as_deref().expect("still text")).expect("JSON");
+        let mut want = sent;
+        want["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("managedFields");
+        assert_eq!(kept, want, "only managedFields is gone");
+        // Read back as the store reads it: no managedFields.
+        let back: DynamicObject =
+            serde_json::from_str(d.text.as_deref().expect("text")).expect("object");
+        assert_eq!(back.metadata.managed_fields, None);
+        // An object without them, and one decoded whole, come out alike.
+        let before = d.text.clone();
+        d.without_managed_fields();
+        assert_eq!(d.text, before, "nothing to cut");
+        let mut whole = Delivered::from(
+            serde_json::from_value::<DynamicObject>(declaration(1)).expect("object"),
+        );
+        assert!(whole.object.metadata.managed_fields.is_some());
+        whole.without_managed_fields();
+        assert_eq!(whole.object.metadata.managed_fields, None);
+        assert_eq!(whole.text, None);
     }
 
     #[test]

@@ -135,11 +135,16 @@ impl Task {
         }
     }
 
-    /// `event` with its objects typed, and each either stripped (when the watch keeps it
-    /// only as metadata) or transformed as the watch says.
+    /// `event` with its objects typed, without managedFields if the watch says so, and each
+    /// either stripped (when the watch keeps it only as metadata) or transformed as the
+    /// watch says.
     fn typed(&self, event: Event<Delivered>) -> Event<Delivered> {
         let watch = &self.watch;
-        event.modify(|Delivered { object: obj, .. }| {
+        event.modify(|delivered| {
+            if watch.without_managed_fields {
+                delivered.without_managed_fields();
+            }
+            let obj = &mut delivered.object;
             if obj.types.is_none() {
                 obj.types = Some(self.types.clone());
             }

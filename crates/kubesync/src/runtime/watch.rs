@@ -98,6 +98,7 @@ pub struct Watch {
     pub(super) packed: bool,
     pub(super) index_label: Option<String>,
     pub(super) transform: Option<TransformFn>,
+    pub(super) without_managed_fields: bool,
     pub(super) keep_full: Option<KeepFullFn>,
     pub(super) summarize: Option<SummarizeFn>,
 }
@@ -158,9 +159,20 @@ impl Watch {
             packed: false,
             index_label: None,
             transform: None,
+            without_managed_fields: false,
             keep_full: None,
             summarize: None,
         }
+    }
+
+    /// Stores each object without its `metadata.managedFields` (often the larger part of an
+    /// object whose status lists many entries: each has its own there). Unlike a
+    /// [`Watch::transform`] doing the same, it leaves a packed watch free to keep each
+    /// object's text as it arrived, with only that field cut out of it, instead of decoding
+    /// the object into a tree first (see [`Watch::packed`]).
+    pub fn without_managed_fields(mut self) -> Self {
+        self.without_managed_fields = true;
+        self
     }
 
     /// Applies `transform` to each object before it is stored (and before its event is
