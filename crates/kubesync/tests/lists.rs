@@ -37,25 +37,39 @@ async fn requests(env: &TestEnv, verb: &str) -> f64 {
         .sum()
 }
 
-/// Creates `OBJECTS` ConfigMaps in a new namespace and returns its name.
-async fn objects(env: &TestEnv) -> String {
+/// Creates `count` ConfigMaps (16 at a time) in a new namespace and returns its name.
+async fn objects(env: &TestEnv, count: usize) -> String {
+    use futures::{StreamExt, TryStreamExt};
     let ns = unique_ns("lists");
     env.create_namespace(&ns).await.expect("ns");
     let api = Api::<ConfigMap>::namespaced(env.client().expect("client"), &ns);
-    for i in 0..OBJECTS {
-        api.create(
-            &PostParams::default(),
-            &configmap(&ns, &format!("cm-{i}"), &[], &[("i", &i.to_string())]),
-        )
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (api, ns) = (&api, &ns);
+            async move {
+                api.create(
+                    &PostParams::default(),
+                    &configmap(ns, &format!("cm-{i}"), &[], &[("i", &i.to_string())]),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
         .await
         .expect("create");
-    }
     ns
 }
 
-/// Watches the namespace's ConfigMaps through `cluster` until every one was reconciled, and
-/// returns how many LIST requests for configmaps the apiserver answered meanwhile.
-async fn lists_to_reconcile_all(env: &TestEnv, cluster: kubesync::Cluster, ns: &str) -> f64 {
+/// Watches the namespace's `count` ConfigMaps through `cluster` until every one was
+/// reconciled, and returns how many LIST requests for configmaps the apiserver answered
+/// meanwhile.
+async fn lists_to_reconcile_all(
+    env: &TestEnv,
+    cluster: kubesync::Cluster,
+    ns: &str,
+    count: usize,
+) -> f64 {
     let before = requests(env, "LIST").await;
     let seen = Arc::new(Mutex::new(HashSet::new()));
     let controller = Controller::new()
@@ -80,7 +94,7 @@ async fn lists_to_reconcile_all(env: &TestEnv, cluster: kubesync::Cluster, ns: &
     eventually(
         "every object reconciled from the store",
         Duration::from_secs(30),
-        || async { (seen.lock().expect("lock").len() == OBJECTS).then_some(()) },
+        || async { (seen.lock().expect("lock").len() == count).then_some(()) },
     )
     .await;
     let after = requests(env, "LIST").await;
@@ -100,11 +114,11 @@ async fn watches_stream_their_initial_list_where_the_apiserver_serves_it() {
     init_tracing();
     let env = own_cluster("lists-auto").await;
     let version = env.server_version().await.expect("version");
-    let ns = objects(&env).await;
+    let ns = objects(&env, OBJECTS).await;
 
     let auto = cluster(&env);
     assert_eq!(auto.list_strategy(), ListStrategy::Auto);
-    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
+    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns, OBJECTS).await;
     let streaming = auto
         .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
         .await;
@@ -121,7 +135,7 @@ async fn watches_stream_their_initial_list_where_the_apiserver_serves_it() {
 
     // Asked to list: it lists, whatever the apiserver serves.
     let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
-    let lists = lists_to_reconcile_all(&env, listing, &ns).await;
+    let lists = lists_to_reconcile_all(&env, listing, &ns, OBJECTS).await;
     assert!(lists >= 1.0, "list+watch sends a LIST ({lists})");
 }
 
@@ -137,9 +151,9 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
         .start()
         .await
         .expect("start");
-    let ns = objects(&env).await;
+    let ns = objects(&env, OBJECTS).await;
     let auto = cluster(&env);
-    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns).await;
+    let lists = lists_to_reconcile_all(&env, auto.clone(), &ns, OBJECTS).await;
     assert!(lists >= 1.0, "fell back to a LIST ({lists})");
     // Paged, so that no more than a page of objects is decoded at once: every LIST of the
     // namespace's ConfigMaps in the audit log asks for a page, read from etcd (the watch
@@ -175,7 +189,6 @@ fn list_uris(env: &TestEnv, ns: &str) -> Vec<String> {
 /// never sits in memory whole.
 #[tokio::test]
 async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
-    use futures::{StreamExt, TryStreamExt};
     init_tracing();
     const MANY: usize = 1100;
     let env = TestEnv::builder()
@@ -184,50 +197,14 @@ async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
         .start()
         .await
         .expect("start");
-    let ns = unique_ns("paged");
-    env.create_namespace(&ns).await.expect("ns");
-    let api = Api::<ConfigMap>::namespaced(env.client().expect("client"), &ns);
-    futures::stream::iter(0..MANY)
-        .map(|i| {
-            let (api, ns) = (&api, &ns);
-            async move {
-                api.create(
-                    &PostParams::default(),
-                    &configmap(ns, &format!("cm-{i}"), &[], &[("i", &i.to_string())]),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("create");
+    let ns = objects(&env, MANY).await;
+    // Every object held (each reconcile reads it from the store).
     let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
-    let controller = Controller::new()
-        .cluster(listing)
-        .watch(env.name(), Watch::of::<ConfigMap>().namespace(&ns))
-        .expect("watch");
-    let ctx = controller.context();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(
-        reconciler_fn(|_, _| async { Ok::<_, kubesync::Error>(Action::done()) }),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let resource = kube::core::ApiResource::erase::<ConfigMap>(&());
-    eventually("every object held", Duration::from_secs(60), || async {
-        (ctx.list(env.name(), &resource).len() == MANY).then_some(())
-    })
-    .await;
-    let _ = stop.send(());
-    running.await.expect("join").expect("run");
+    let lists = lists_to_reconcile_all(&env, listing, &ns, MANY).await;
+    let pages = MANY.div_ceil(500);
+    assert_eq!(lists, pages as f64, "one LIST per page of 500");
     let uris = list_uris(&env, &ns);
-    assert_eq!(
-        uris.len(),
-        MANY.div_ceil(500),
-        "one LIST per page of 500: {uris:?}"
-    );
+    assert_eq!(uris.len(), pages, "one LIST per page of 500: {uris:?}");
     assert_eq!(
         uris.iter().filter(|u| u.contains("continue=")).count(),
         uris.len() - 1,
