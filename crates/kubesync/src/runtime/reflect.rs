@@ -140,8 +140,12 @@ impl Task {
     /// watch says.
     fn typed(&self, event: Event<Delivered>) -> Event<Delivered> {
         let watch = &self.watch;
+        // A deletion's object only says where it was: its text is not kept, nor cut.
+        let deleted = matches!(event, Event::Delete(_));
         event.modify(|delivered| {
-            if watch.without_managed_fields {
+            if deleted {
+                delivered.text = None;
+            } else if watch.without_managed_fields {
                 delivered.without_managed_fields();
             }
             let obj = &mut delivered.object;
