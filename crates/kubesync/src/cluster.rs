@@ -95,13 +95,16 @@ impl fmt::Display for ActAs {
 pub enum ListStrategy {
     /// Streaming lists where the apiserver serves them, else list+watch. Whether it serves them
     /// is asked once per cluster, by a streaming watch that matches no object: an apiserver
-    /// whose `WatchList` feature is off refuses it, and then every watch lists.
+    /// whose `WatchList` feature is off refuses it, and then every watch lists. A watch of
+    /// metadata only ([`Watch::metadata_only`](crate::Watch::metadata_only)) lists in pages
+    /// either way: the apiserver sends a page of metadata for a fraction of what it spends
+    /// streaming the same objects.
     #[default]
     Auto,
-    /// List (from the watch cache, one page), then watch.
+    /// List (in pages of 500, the most recent state), then watch.
     ListWatch,
-    /// Streaming lists always; a watch on an apiserver that does not serve them fails and
-    /// retries with backoff.
+    /// Streaming lists always, for watches of metadata only too; a watch on an apiserver that
+    /// does not serve them fails and retries with backoff.
     StreamingList,
 }
 

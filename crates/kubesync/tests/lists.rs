@@ -70,18 +70,29 @@ async fn lists_to_reconcile_all(
     ns: &str,
     count: usize,
 ) -> f64 {
+    let watch = Watch::of::<ConfigMap>().namespace(ns);
+    lists_to_reconcile_all_of(env, cluster, watch, count).await
+}
+
+/// [`lists_to_reconcile_all`] through `watch` (of one namespace's ConfigMaps).
+async fn lists_to_reconcile_all_of(
+    env: &TestEnv,
+    cluster: kubesync::Cluster,
+    watch: Watch,
+    count: usize,
+) -> f64 {
     let before = requests(env, "LIST").await;
     let seen = Arc::new(Mutex::new(HashSet::new()));
     let controller = Controller::new()
         .cluster(cluster)
-        .watch(env.name(), Watch::of::<ConfigMap>().namespace(ns))
+        .watch(env.name(), watch)
         .expect("watch");
     let seen_by = seen.clone();
     let reconciler = reconciler_fn(move |key, ctx| {
         let seen = seen_by.clone();
         async move {
-            // The store holds the object the key names.
-            if ctx.get(&key).is_some() {
+            // The store holds the object the key names (its metadata, for a watch of that).
+            if ctx.get_metadata(&key).is_some() {
                 seen.lock().expect("lock").insert(key.name.clone());
             }
             Ok::<_, kubesync::Error>(Action::done())
@@ -210,4 +221,43 @@ async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
         uris.len() - 1,
         "each page after the first continues the one before: {uris:?}"
     );
+}
+
+/// A watch of metadata only lists in pages even where the apiserver streams lists (it sends
+/// a page of metadata for a fraction of what streaming the same objects costs it), unless the
+/// cluster's strategy insists on streaming lists.
+#[tokio::test]
+async fn a_watch_of_metadata_only_lists_in_pages_unless_told_to_stream() {
+    init_tracing();
+    let env = TestEnv::builder()
+        .name("lists-metadata")
+        .audit(true)
+        .start()
+        .await
+        .expect("start");
+    let version = env.server_version().await.expect("version");
+    let ns = objects(&env, OBJECTS).await;
+    let metadata = || Watch::of::<ConfigMap>().namespace(&ns).metadata_only();
+
+    let auto = cluster(&env);
+    let lists = lists_to_reconcile_all_of(&env, auto, metadata(), OBJECTS).await;
+    assert_eq!(lists, 1.0, "one LIST, of one page");
+    let uris = list_uris(&env, &ns);
+    assert_eq!(uris.len(), 1, "{uris:?}");
+    assert!(
+        uris[0].contains("limit=500") && !uris[0].contains("resourceVersion=0"),
+        "a LIST not paged: {}",
+        uris[0]
+    );
+
+    // The same cluster's watch of full objects still streams where the apiserver serves it.
+    let auto = cluster(&env);
+    let lists = lists_to_reconcile_all(&env, auto, &ns, OBJECTS).await;
+    if served_by_default(&version) {
+        assert_eq!(lists, 0.0, "a streaming list of full objects on {version}");
+        // Told to stream, a watch of metadata only streams too.
+        let streaming = cluster(&env).with_list_strategy(ListStrategy::StreamingList);
+        let lists = lists_to_reconcile_all_of(&env, streaming, metadata(), OBJECTS).await;
+        assert_eq!(lists, 0.0, "told to stream, it streams");
+    }
 }
