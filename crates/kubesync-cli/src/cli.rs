@@ -196,8 +196,9 @@ struct RunArgs {
     #[arg(long, default_value = "kubesync")]
     leader_election_name: String,
     /// How watches fetch their initial state, in the local cluster and every RemoteCluster:
-    /// `auto` (streaming lists where the apiserver serves them, else list+watch),
-    /// `list-watch` or `streaming-list`.
+    /// `auto` (streaming lists where the apiserver serves them, else list+watch; watches of
+    /// metadata only list in pages either way), `list-watch` or `streaming-list` (every watch
+    /// streams).
     #[arg(long, default_value = "auto", env = "KUBESYNC_LIST_STRATEGY", value_parser = parse_list_strategy)]
     list_strategy: kubesync::cluster::ListStrategy,
     /// Honour another copier's annotations on Secrets, ConfigMaps (and, for `replicator`,
