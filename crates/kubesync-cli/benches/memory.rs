@@ -347,9 +347,9 @@ async fn unrelated_objects(size: &Size, logs: &Path) -> anyhow::Result<()> {
             for side in order {
                 let run = setup.run(side).await?;
                 eprintln!(
-                    "  unrelated={unrelated} round {round} {}: all copies after {:.2} s, RSS {:.1} MiB (peak {:.1})",
+                    "  unrelated={unrelated} round {round} {}: all copies after {:.0} ms, RSS {:.1} MiB (peak {:.1})",
                     side.name(),
-                    run.converged.as_secs_f64(),
+                    run.converged.as_secs_f64() * 1e3,
                     run.rss / MIB,
                     run.peak / MIB
                 );
@@ -621,17 +621,24 @@ fn side_line(m: &Run, base: Option<&Run>, goals: bool, runs: &[Run]) -> String {
     let rounds = if runs.len() > 1 {
         let each: Vec<String> = runs
             .iter()
-            .map(|r| format!("{:.1} MiB {:.2} s", r.rss / MIB, r.converged.as_secs_f64()))
+            .map(|r| {
+                format!(
+                    "{:.1} MiB {:.0} ms",
+                    r.rss / MIB,
+                    r.converged.as_secs_f64() * 1e3
+                )
+            })
             .collect();
         format!(" [rounds: {}]", each.join(", "))
     } else {
         String::new()
     };
+    // In milliseconds: a first fan-out takes 50–150 ms, and its goal is a ratio to another.
     format!(
-        "RSS {:.1} MiB{more}, peak {:.1} MiB | first fan-out {:.2} s{slower}{rounds}",
+        "RSS {:.1} MiB{more}, peak {:.1} MiB | first fan-out {:.0} ms{slower}{rounds}",
         m.rss / MIB,
         m.peak / MIB,
-        m.converged.as_secs_f64()
+        m.converged.as_secs_f64() * 1e3
     )
 }
 
