@@ -173,7 +173,7 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     assert!(!list_uris.is_empty(), "the audit log shows the LIST");
     for uri in &list_uris {
         assert!(
-            uri.contains("limit=500") && !uri.contains("resourceVersion=0"),
+            uri.contains("limit=100") && !uri.contains("resourceVersion=0"),
             "a LIST not paged: {uri}"
         );
     }
@@ -201,7 +201,7 @@ fn list_uris(env: &TestEnv, ns: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
     init_tracing();
-    const MANY: usize = 1100;
+    const MANY: usize = 250;
     let env = TestEnv::builder()
         .name("lists-paged")
         .audit(true)
@@ -212,10 +212,10 @@ async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
     // Every object held (each reconcile reads it from the store).
     let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
     let lists = lists_to_reconcile_all(&env, listing, &ns, MANY).await;
-    let pages = MANY.div_ceil(500);
-    assert_eq!(lists, pages as f64, "one LIST per page of 500");
+    let pages = MANY.div_ceil(100);
+    assert_eq!(lists, pages as f64, "one LIST per page of 100");
     let uris = list_uris(&env, &ns);
-    assert_eq!(uris.len(), pages, "one LIST per page of 500: {uris:?}");
+    assert_eq!(uris.len(), pages, "one LIST per page of 100: {uris:?}");
     assert_eq!(
         uris.iter().filter(|u| u.contains("continue=")).count(),
         uris.len() - 1,

@@ -117,7 +117,7 @@ impl Task {
         {
             config = config.streaming_lists();
         } else {
-            config = paged(config);
+            config = paged(config, watch.metadata_only);
         }
         if watch.metadata_only {
             let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
@@ -266,19 +266,30 @@ fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
     )
 }
 
-/// Objects per page of a plain list (client-go's and kube's page size).
-const LIST_PAGE: u32 = 500;
+/// Objects per page of a plain list of full objects. Each is a tree until the store has made
+/// what it keeps of it: at client-go's and kube's page (500) a restart over 10 000 copies
+/// peaked 5 MiB above one that streamed them (v1.37.2: 33.1–33.5 against 27.7–28.1 MiB); at
+/// 100, 28.0 MiB, and no slower (0.44 s against 0.43–0.56 s for the 100 requests instead of
+/// 20).
+const LIST_PAGE: u32 = 100;
 
-/// `config` for a plain list (where the apiserver serves no streaming lists): paged, so that
-/// no more than [`LIST_PAGE`] objects are decoded at once. A page is a response held whole
-/// while it is decoded, and each of its objects a tree until the store has made what it
-/// keeps of it: an unpaged list of 10 000 copies held them all at once (a restart over them
-/// peaked at 110 MiB). The apiserver pages only reads from etcd (it serves a list at
-/// `resourceVersion=0` from its watch cache whole, whatever the limit), so a paged list
-/// reads the most recent state, as kube's and client-go's do.
-fn paged(mut config: watcher::Config) -> watcher::Config {
+/// Objects per page of a plain list of metadata only: small objects, decoded into little.
+const METADATA_PAGE: u32 = 500;
+
+/// `config` for a plain list (where the apiserver serves no streaming lists, or of metadata
+/// only: [`may_stream`]): paged, so that no more than [`LIST_PAGE`] objects
+/// ([`METADATA_PAGE`] of `metadata_only`) are decoded at once. A page is a response held
+/// whole while it is decoded: an unpaged list of 10 000 copies held them all at once (a
+/// restart over them peaked at 110 MiB). The apiserver pages only reads from etcd (it serves
+/// a list at `resourceVersion=0` from its watch cache whole, whatever the limit), so a paged
+/// list reads the most recent state, as kube's and client-go's do.
+fn paged(mut config: watcher::Config, metadata_only: bool) -> watcher::Config {
     config.list_semantic = watcher::ListSemantic::MostRecent;
-    config.page_size = Some(LIST_PAGE);
+    config.page_size = Some(if metadata_only {
+        METADATA_PAGE
+    } else {
+        LIST_PAGE
+    });
     config
 }
 
@@ -359,10 +370,16 @@ mod tests {
 
     #[test]
     fn plain_lists_are_read_in_pages_from_etcd() {
-        let config = paged(watcher::Config::default().any_semantic().labels("a=b"));
+        let config = paged(
+            watcher::Config::default().any_semantic().labels("a=b"),
+            false,
+        );
         // A limit is honoured only by reads from etcd (resourceVersion unset).
         assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
         assert_eq!(config.page_size, Some(LIST_PAGE));
+        let metadata = paged(watcher::Config::default().any_semantic(), true);
+        assert_eq!(metadata.page_size, Some(METADATA_PAGE));
+        assert_eq!(metadata.list_semantic, watcher::ListSemantic::MostRecent);
         assert_eq!(
             config.label_selector.as_deref(),
             Some("a=b"),

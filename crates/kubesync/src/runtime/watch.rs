@@ -142,9 +142,12 @@ impl Watch {
     /// A watch of any resource type described by an [`ApiResource`] (e.g. from discovery).
     ///
     /// Where the apiserver serves streaming lists, the initial state is streamed from its
-    /// watch cache, one object at a time. Elsewhere the watch lists first, in pages of 500
-    /// read from etcd (the apiserver serves a list from its watch cache only whole, and a
-    /// whole list of ten thousand objects is held whole while it is decoded). The watch that
+    /// watch cache, one object at a time. Elsewhere, and for a watch of
+    /// [metadata only](Self::metadata_only) always (unless the cluster's
+    /// [`ListStrategy`](crate::cluster::ListStrategy) insists on streaming), the watch lists
+    /// first, in pages of 100 objects (500 of metadata) read from etcd (the apiserver serves
+    /// a list from its watch cache only whole, and a whole list of ten thousand objects is
+    /// held whole while it is decoded). The watch that
     /// follows starts at the list's resourceVersion, so every later change still arrives.
     /// Decisions to delete are never taken from a store's absence alone (see
     /// [`Context::confirm_absent`](crate::runtime::Context::confirm_absent)).
