@@ -171,18 +171,34 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     // cache would serve a list at resourceVersion=0 whole, whatever the limit).
     let list_uris = list_uris(&env, &ns);
     assert!(!list_uris.is_empty(), "the audit log shows the LIST");
-    for uri in &list_uris {
-        assert!(
-            uri.contains("limit=100") && !uri.contains("resourceVersion=0"),
-            "a LIST not paged: {uri}"
-        );
-    }
+    assert_pages_from_etcd(&list_uris, 100);
     assert!(
         !auto
             .streaming_lists(&kube::core::ApiResource::erase::<ConfigMap>(&()), Some(&ns))
             .await,
         "the probe found streaming lists refused"
     );
+}
+
+/// Asserts that every LIST in `uris` asks for a page of `limit` objects, read from etcd (the
+/// watch cache would serve a list at resourceVersion=0 whole, whatever the limit).
+fn assert_pages_from_etcd(uris: &[String], limit: u32) {
+    for uri in uris {
+        assert!(
+            uri.contains(&format!("limit={limit}")) && !uri.contains("resourceVersion=0"),
+            "a LIST not paged by {limit}: {uri}"
+        );
+    }
+}
+
+/// A control plane of its own whose apiserver writes an audit log.
+async fn audited(name: &str) -> TestEnv {
+    TestEnv::builder()
+        .name(name)
+        .audit(true)
+        .start()
+        .await
+        .expect("start")
 }
 
 /// The request URIs of the LISTs of `ns`'s ConfigMaps in the audit log.
@@ -202,12 +218,7 @@ fn list_uris(env: &TestEnv, ns: &str) -> Vec<String> {
 async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
     init_tracing();
     const MANY: usize = 250;
-    let env = TestEnv::builder()
-        .name("lists-paged")
-        .audit(true)
-        .start()
-        .await
-        .expect("start");
+    let env = audited("lists-paged").await;
     let ns = objects(&env, MANY).await;
     // Every object held (each reconcile reads it from the store).
     let listing = cluster(&env).with_list_strategy(ListStrategy::ListWatch);
@@ -229,12 +240,7 @@ async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
 #[tokio::test]
 async fn a_watch_of_metadata_only_lists_in_pages_unless_told_to_stream() {
     init_tracing();
-    let env = TestEnv::builder()
-        .name("lists-metadata")
-        .audit(true)
-        .start()
-        .await
-        .expect("start");
+    let env = audited("lists-metadata").await;
     let version = env.server_version().await.expect("version");
     let ns = objects(&env, OBJECTS).await;
     let metadata = || Watch::of::<ConfigMap>().namespace(&ns).metadata_only();
@@ -244,11 +250,7 @@ async fn a_watch_of_metadata_only_lists_in_pages_unless_told_to_stream() {
     assert_eq!(lists, 1.0, "one LIST, of one page");
     let uris = list_uris(&env, &ns);
     assert_eq!(uris.len(), 1, "{uris:?}");
-    assert!(
-        uris[0].contains("limit=500") && !uris[0].contains("resourceVersion=0"),
-        "a LIST not paged: {}",
-        uris[0]
-    );
+    assert_pages_from_etcd(&uris, 500);
 
     // The same cluster's watch of full objects still streams where the apiserver serves it.
     let auto = cluster(&env);

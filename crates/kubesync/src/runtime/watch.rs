@@ -147,8 +147,8 @@ impl Watch {
     /// [`ListStrategy`](crate::cluster::ListStrategy) insists on streaming), the watch lists
     /// first, in pages of 100 objects (500 of metadata) read from etcd (the apiserver serves
     /// a list from its watch cache only whole, and a whole list of ten thousand objects is
-    /// held whole while it is decoded). The watch that
-    /// follows starts at the list's resourceVersion, so every later change still arrives.
+    /// held whole while it is decoded). The watch that follows starts at the list's
+    /// resourceVersion, so every later change still arrives.
     /// Decisions to delete are never taken from a store's absence alone (see
     /// [`Context::confirm_absent`](crate::runtime::Context::confirm_absent)).
     pub fn dynamic(resource: ApiResource) -> Self {
