@@ -101,7 +101,7 @@ pub enum ListStrategy {
     /// streaming the same objects.
     #[default]
     Auto,
-    /// List (in pages of 100 objects, 500 of metadata only; the most recent state), then watch.
+    /// List (in pages of 100 objects, the most recent state), then watch.
     ListWatch,
     /// Streaming lists always, for watches of metadata only too; a watch on an apiserver that
     /// does not serve them fails and retries with backoff.

@@ -250,7 +250,7 @@ async fn a_watch_of_metadata_only_lists_in_pages_unless_told_to_stream() {
     assert_eq!(lists, 1.0, "one LIST, of one page");
     let uris = list_uris(&env, &ns);
     assert_eq!(uris.len(), 1, "{uris:?}");
-    assert_pages_from_etcd(&uris, 500);
+    assert_pages_from_etcd(&uris, 100);
 
     // The same cluster's watch of full objects still streams where the apiserver serves it.
     let auto = cluster(&env);

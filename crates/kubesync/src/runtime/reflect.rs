@@ -117,7 +117,7 @@ impl Task {
         {
             config = config.streaming_lists();
         } else {
-            config = paged(config, watch.metadata_only);
+            config = paged(config);
         }
         if watch.metadata_only {
             let api = crate::cluster::api_of::<MetadataOnly>(client, namespace, &watch.resource);
@@ -274,23 +274,17 @@ fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
 /// 0.42 s on v1.33.13 (one run each).
 const LIST_PAGE: u32 = 100;
 
-/// Objects per page of a plain list of metadata only: small objects, decoded into little.
-const METADATA_PAGE: u32 = 500;
-
 /// `config` for a plain list (where the apiserver serves no streaming lists, or of metadata
-/// only: [`may_stream`]): paged, so that no more than [`LIST_PAGE`] objects
-/// ([`METADATA_PAGE`] of `metadata_only`) are decoded at once. A page is a response held
-/// whole while it is decoded: an unpaged list of 10 000 copies held them all at once (a
-/// restart over them peaked at 110 MiB). The apiserver pages only reads from etcd (it serves
-/// a list at `resourceVersion=0` from its watch cache whole, whatever the limit), so a paged
-/// list reads the most recent state, as kube's and client-go's do.
-fn paged(mut config: watcher::Config, metadata_only: bool) -> watcher::Config {
+/// only: [`may_stream`]): paged, so that no more than [`LIST_PAGE`] objects are decoded at
+/// once. A page is a response held whole while it is decoded: an unpaged list of 10 000
+/// copies held them all at once (a restart over them peaked at 110 MiB). Watches of metadata
+/// only page by the same count: an object's metadata alone may be 256 KiB of annotations,
+/// and the objects a watch of the others sees are anyone's. The apiserver pages only reads
+/// from etcd (it serves a list at `resourceVersion=0` from its watch cache whole, whatever
+/// the limit), so a paged list reads the most recent state, as kube's and client-go's do.
+fn paged(mut config: watcher::Config) -> watcher::Config {
     config.list_semantic = watcher::ListSemantic::MostRecent;
-    config.page_size = Some(if metadata_only {
-        METADATA_PAGE
-    } else {
-        LIST_PAGE
-    });
+    config.page_size = Some(LIST_PAGE);
     config
 }
 
@@ -371,16 +365,10 @@ mod tests {
 
     #[test]
     fn plain_lists_are_read_in_pages_from_etcd() {
-        let config = paged(
-            watcher::Config::default().any_semantic().labels("a=b"),
-            false,
-        );
+        let config = paged(watcher::Config::default().any_semantic().labels("a=b"));
         // A limit is honoured only by reads from etcd (resourceVersion unset).
         assert_eq!(config.list_semantic, watcher::ListSemantic::MostRecent);
         assert_eq!(config.page_size, Some(LIST_PAGE));
-        let metadata = paged(watcher::Config::default().any_semantic(), true);
-        assert_eq!(metadata.page_size, Some(METADATA_PAGE));
-        assert_eq!(metadata.list_semantic, watcher::ListSemantic::MostRecent);
         assert_eq!(
             config.label_selector.as_deref(),
             Some("a=b"),

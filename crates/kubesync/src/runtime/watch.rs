@@ -145,7 +145,7 @@ impl Watch {
     /// watch cache, one object at a time. Elsewhere, and for a watch of
     /// [metadata only](Self::metadata_only) always (unless the cluster's
     /// [`ListStrategy`](crate::cluster::ListStrategy) insists on streaming), the watch lists
-    /// first, in pages of 100 objects (500 of metadata) read from etcd (the apiserver serves
+    /// first, in pages of 100 objects read from etcd (the apiserver serves
     /// a list from its watch cache only whole, and a whole list of ten thousand objects is
     /// held whole while it is decoded). The watch that follows starts at the list's
     /// resourceVersion, so every later change still arrives.
