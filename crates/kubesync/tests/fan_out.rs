@@ -459,7 +459,8 @@ async fn conflicts_adoption_protection_and_two_declarations() {
     for ns in [&skip_ns, &protect_ns] {
         let key = kubesync::ObjectKey::new("local", &secret_type(), Some(ns.clone()), "s");
         assert!(ctx.get(&key).is_none(), "{ns}: no full object held");
-        let meta = ctx.get_metadata(&key).expect("metadata held");
+        // The watch of the others starts once a first plan is carried out.
+        let meta = eventually("metadata held", T, || async { ctx.get_metadata(&key) }).await;
         assert!(meta.data.is_null(), "{ns}: the store holds the content");
     }
     let adopted_key =
@@ -1235,7 +1236,11 @@ async fn unrelated_objects_are_held_as_metadata_only() {
             ctx.get(&key(ns, name)).is_none(),
             "{ns}/{name} held in full"
         );
-        let meta = ctx.get_metadata(&key(ns, name)).expect("metadata held");
+        // The watch of the others starts once a first plan is carried out.
+        let meta = eventually("metadata held", T, || async {
+            ctx.get_metadata(&key(ns, name))
+        })
+        .await;
         assert!(
             meta.data.is_null(),
             "{ns}/{name}: the store holds the content"
@@ -1254,6 +1259,101 @@ async fn unrelated_objects_are_held_as_metadata_only() {
             held.name_any()
         );
     }
+    running.stop().await;
+}
+
+/// The watch of the other objects of the copied kind (metadata only, every object without
+/// kubesync's `managed-by` label: unrelated Secrets by the thousand) sends its first list only
+/// once the first plan has been carried out, so its pages are not read while the first copies
+/// are written (the apiserver's audit log: every create of a copy answered before that LIST
+/// arrives). A destination someone else's object blocks is found by the create (409) and
+/// reported; when that object goes, the copy follows.
+#[tokio::test]
+async fn the_other_objects_are_listed_after_the_first_copies_are_written() {
+    init_tracing();
+    let env = TestEnv::builder()
+        .name("fan-others-later")
+        .audit(true)
+        .start()
+        .await
+        .expect("start");
+    let (_, [control, src, a, b, blocked]) =
+        namespaces(&env, "later", ["control", "src", "a", "b", "blocked"]).await;
+    put_secret(&env, &src, "s", &[("token", "ours")], "Opaque", &[]).await;
+    put_secret(&env, &blocked, "s", &[("token", "theirs")], "Opaque", &[]).await;
+    for ns in [&a, &b] {
+        put_secret(&env, ns, "unrelated", &[("k", "v")], "Opaque", &[]).await;
+    }
+    let specs: Specs = Arc::default();
+    let outcomes: Reports = Arc::default();
+    specs.lock().expect("lock").insert(
+        "d".into(),
+        spec(&src, "s", vec![to(&a), to(&b), to(&blocked)]),
+    );
+    let running = run_fan_out(&env, &control, specs, outcomes.clone(), vec![]);
+    apply_cm(&env, &configmap(&control, "d", &[], &[])).await;
+    let states = || {
+        let r = outcomes.lock().expect("lock").get("d").cloned()?;
+        let state = |ns: &str| {
+            r.destinations
+                .iter()
+                .find(|d| d.namespace == ns)
+                .map(|d| d.state)
+        };
+        Some([state(&a), state(&b), state(&blocked)])
+    };
+    let synced = Some(DestinationState::Synced);
+    eventually("synced and blocked", T, || async {
+        (states()? == [synced, synced, Some(DestinationState::Conflict)]).then_some(())
+    })
+    .await;
+    // The others' watch lists (cluster-wide Secrets without the label), after every create.
+    let others_lists = |log: &[kubesync_testenv::AuditEvent]| -> Vec<String> {
+        log.iter()
+            .filter(|e| e.verb == "list" && e.resource() == "secrets" && e.namespace().is_empty())
+            .filter(|e| {
+                e.request_uri
+                    .replace("%21", "!")
+                    .replace("%2F", "/")
+                    .contains("labelSelector=!kubesync.io/managed-by")
+            })
+            .map(|e| e.request_received_timestamp.clone())
+            .collect()
+    };
+    let log = eventually("the others listed", T, || async {
+        let log = env.audit().expect("audit");
+        (!others_lists(&log).is_empty()).then_some(log)
+    })
+    .await;
+    let first_list = others_lists(&log).into_iter().min().expect("a list");
+    // The first plan's creates: one per destination, the one in the way refused (409). A
+    // plan made again before the others' watch has listed sends that create again.
+    let first_create = |ns: &str| {
+        log.iter()
+            .filter(|e| e.verb == "create" && e.resource() == "secrets")
+            .filter(|e| e.namespace() == ns && e.name() == "s")
+            .min_by(|x, y| x.stage_timestamp.cmp(&y.stage_timestamp))
+            .unwrap_or_else(|| panic!("no create in {ns}"))
+    };
+    for (ns, code) in [(&a, 201), (&b, 201), (&blocked, 409)] {
+        let create = first_create(ns);
+        assert_eq!(create.code(), code, "{}", create.describe());
+        assert!(
+            create.stage_timestamp < first_list,
+            "{} answered at {}, after the others' first list at {first_list}",
+            create.describe(),
+            create.stage_timestamp
+        );
+    }
+    // The object in the way goes: the copy follows (its event, or the others' first list).
+    Api::<Secret>::namespaced(env.client().expect("client"), &blocked)
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete theirs");
+    eventually("copied where it was blocked", T, || async {
+        (states()? == [synced, synced, synced]).then_some(())
+    })
+    .await;
     running.stop().await;
 }
 

@@ -500,6 +500,11 @@ impl Index {
             .cloned()
     }
 
+    /// The watch `key` runs as, if some declaration uses it.
+    pub fn running(&self, key: &WatchKey) -> Option<WatchId> {
+        self.watches.get(key).map(|(id, _)| *id)
+    }
+
     /// Whether `id` is the watch some key runs as now.
     pub fn is_running(&self, id: WatchId) -> bool {
         self.watches.values().any(|(running, _)| *running == id)

@@ -227,7 +227,7 @@ impl FanOut {
         let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
         drop(wave);
         let outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
-        self.watches.follow_up(ctx, &decl, &outcome);
+        self.watches.follow_up(ctx, &decl, &watched, &outcome);
         Ok(outcome)
     }
 

@@ -28,6 +28,8 @@ use crate::syncers::fan_out::spec::{
     Declaration, DestinationRef, DestinationState, Outcome, SourceUnreachable, WatchError,
 };
 
+mod source;
+
 /// How long the first sight of a version is kept after its object is gone (a deleted copy's
 /// recreation counts its lag from the deletion).
 const SEEN_FOR: Duration = Duration::from_secs(600);
@@ -48,8 +50,9 @@ pub(super) struct WatchSet {
 struct Watches {
     /// Those a plan waits for.
     ids: Vec<WatchId>,
-    /// The metadata-only watch of the other objects of the copied type.
-    others: WatchId,
+    /// The metadata-only watch of the other objects of the copied type, once it runs (not
+    /// sharded, the first plan carried out starts it: [`WatchSet::follow_up`]).
+    others: Option<WatchId>,
 }
 
 /// What a declaration's watches say ([`WatchSet::watch`]).
@@ -285,23 +288,59 @@ impl WatchSet {
         self.drop_unnamed_sources(ctx);
     }
 
-    /// What later events need of a reconcile's `outcome`: first sightings pruned now and then,
-    /// and the objects in the way (a `Conflict`) indexed, so that their change (deleted,
-    /// unprotected) wakes this declaration instead of the next periodic pass.
-    pub(super) fn follow_up(&self, ctx: &Context, decl: &Declaration, outcome: &Outcome) {
+    /// What later events need of a reconcile's `outcome`, once its plan has been carried
+    /// out: first sightings pruned now and then; the objects in the way (a `Conflict`)
+    /// indexed, so that their change (deleted, unprotected) wakes this declaration instead of
+    /// the next periodic pass; and the watch of the other objects of its kind started in each
+    /// cluster it `watched` (where none runs yet), after its first writes rather than beside
+    /// them ([`WatchSet::ensure_watches`]). A declaration with an object in its way in a
+    /// cluster whose watch of the others has not listed yet is woken when it has: an object
+    /// deleted before that list is in no event.
+    pub(super) fn follow_up(
+        &self,
+        ctx: &Context,
+        decl: &Declaration,
+        watched: &Watched,
+        outcome: &Outcome,
+    ) {
         if self.seen.needs_prune() {
             self.seen.prune(Instant::now(), SEEN_FOR, |k| ctx.holds(k));
         }
         let ar = &decl.spec.source.resource;
-        let blocked: Vec<ObjectKey> = outcome
-            .destinations
-            .iter()
-            .filter(|d| d.state == DestinationState::Conflict)
+        let conflicts = || {
+            outcome
+                .destinations
+                .iter()
+                .filter(|d| d.state == DestinationState::Conflict)
+        };
+        let blocked: Vec<ObjectKey> = conflicts()
             .map(|d| {
                 DestinationRef::new(d.cluster.clone(), d.namespace.clone(), d.name.clone()).key(ar)
             })
             .collect();
         self.index.with(|idx| idx.set_blocked(&decl.key, blocked));
+        // A declaration that goes needs no view of the others.
+        if decl.reads_no_source() {
+            return;
+        }
+        for c in &watched.clusters {
+            if watched.unknown.contains(c) || ctx.cluster(c).is_none() {
+                continue;
+            }
+            let key = WatchKey::scoped(c, ar, Scope::Others);
+            match self.ensure_others(ctx, key, &decl.key, ar) {
+                Ok(id) => {
+                    if !ctx.watch_listed(id) && conflicts().any(|d| d.cluster == *c) {
+                        ctx.when_listed(id, decl.key.clone());
+                    }
+                }
+                // Tried again after the next plan carried out; meanwhile a create finds what
+                // is in the way (409).
+                Err(e) => {
+                    tracing::warn!(declaration = %decl.key, cluster = %c, error = %e, "cannot start the watch of the other objects")
+                }
+            }
+        }
     }
 
     /// The watch `key` for `decl` (events mapped as `event`), started with `watch()` if no
@@ -396,7 +435,7 @@ impl WatchSet {
     /// |---|---|---|
     /// | copies of the source type (`managed-by` label, server-side; sharded: of the shards held) | full objects (managedFields compacted) | the copy's owner |
     /// | sharded only: copies of the source type without a shard label | full objects | the copy's owner |
-    /// | other objects of the source type (no `managed-by` label; sharded: not of the shards held) | metadata only | the declarations they block (a `Conflict` there) |
+    /// | other objects of the source type (no `managed-by` label; sharded: not of the shards held); unsharded, started after the first plan is carried out | metadata only | the declarations they block (a `Conflict` there) |
     /// | Namespaces | metadata only | declarations with destinations in the cluster |
     /// | consent objects, if the declaration asks for consent | full objects | the same |
     ///
@@ -411,21 +450,23 @@ impl WatchSet {
     /// selector selects there, in full; their events wake the declarations copying them.
     ///
     /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
-    /// not wait for its first list (thousands of unrelated objects must not delay the first
-    /// copies). It only spares requests: an object it does not show yet is found by the
-    /// create, which the apiserver refuses (409), and decided on after a live read. Nothing
-    /// is deleted on what it shows or does not show.
+    /// not wait for it. It only spares requests: an object it does not show yet is found by
+    /// the create, which the apiserver refuses (409), and decided on after a live read.
+    /// Nothing is deleted on what it shows or does not show. Where it does not run yet (and
+    /// the copies are not sharded), it is started once the first plan has been carried out
+    /// ([`WatchSet::follow_up`]): its first list (thousands of unrelated objects, page by
+    /// page) is then not sent while the first copies are written.
     fn ensure_watches(&self, ctx: &Context, cluster: &str, needs: &Needs) -> Result<Watches> {
         let ar = &needs.resource;
         let ns_type = &self.namespace_type;
         let key = &needs.key;
-        let others = self.ensure_watch(
-            ctx,
-            WatchKey::scoped(cluster, ar, Scope::Others),
-            EventOf::Other,
-            key,
-            || self.others_watch(ar),
-        )?;
+        let sharded = self.sharding.get().is_some();
+        let others_key = WatchKey::scoped(cluster, ar, Scope::Others);
+        let others = if sharded || self.index.with(|idx| idx.running(&others_key).is_some()) {
+            Some(self.ensure_others(ctx, others_key, key, ar)?)
+        } else {
+            None
+        };
         let mut ids = vec![
             self.ensure_watch(
                 ctx,
@@ -442,7 +483,7 @@ impl WatchSet {
                 || Watch::dynamic(ns_type.clone()).metadata_only(),
             )?,
         ];
-        if self.sharding.get().is_some() {
+        if let (true, Some(others)) = (sharded, others) {
             ids.extend(self.ensure_unlabelled_watch(ctx, cluster, ar, key, others)?);
         }
         if let Some(ct) = &needs.consent {
@@ -455,6 +496,17 @@ impl WatchSet {
             )?);
         }
         Ok(Watches { ids, others })
+    }
+
+    /// The watch `key` of the other objects of `ar`, for the declaration `decl`.
+    fn ensure_others(
+        &self,
+        ctx: &Context,
+        key: WatchKey,
+        decl: &ObjectKey,
+        ar: &ApiResource,
+    ) -> Result<WatchId> {
+        self.ensure_watch(ctx, key, EventOf::Other, decl, || self.others_watch(ar))
     }
 
     /// Sharded: the watch of the copies of `ar` in `cluster` that carry no shard label (written
@@ -509,46 +561,6 @@ impl WatchSet {
                 Ok(None)
             }
         }
-    }
-
-    /// The watch of a declaration's sources, in their cluster (where they live):
-    /// - one object: the watch of the source namespace's objects of its kind, shared by
-    ///   every declaration copying one object from there ([`Scope::Sources`]). It receives
-    ///   metadata only (no selector can name a set of names, so a watch of full objects
-    ///   would receive every other object there in full: a namespace of Helm releases is
-    ///   hundreds of MiB to send and parse before the first copy); a version of an object
-    ///   some declaration copies is read live once and held in full
-    ///   ([`WatchSet::source_in_full`]), the others stay metadata;
-    /// - a selection: the source namespace's objects its label selector selects, in full.
-    ///
-    /// A source is copied as it is, so it is held in full.
-    fn ensure_source_watch(&self, ctx: &Context, needs: &Needs) -> Result<WatchId> {
-        let (ar, sources, cluster) = (&needs.resource, &needs.source_scope, &needs.source_cluster);
-        // The source namespace (a cluster-scoped kind has none).
-        let in_source_namespace = |w: Watch| match needs.source_namespace.as_deref() {
-            Some(ns) => w.namespace(ns),
-            None => w,
-        };
-        let event = match sources {
-            Scope::Selected { .. } => EventOf::Users,
-            _ => EventOf::Source,
-        };
-        let index = self.index.clone();
-        self.ensure_watch(
-            ctx,
-            WatchKey::scoped(cluster, ar, sources.clone()),
-            event,
-            &needs.key,
-            || {
-                let watch = in_source_namespace(Watch::dynamic(ar.clone()));
-                match sources {
-                    Scope::Selected { labels, .. } => watch.labels(labels),
-                    _ => watch
-                        .metadata_only()
-                        .full_only_for(move |k| index.with(|idx| idx.is_source(k))),
-                }
-            },
-        )
     }
 
     /// The declarations that use the cluster `cluster` (destinations or copies there, or
@@ -661,7 +673,7 @@ impl WatchSet {
         // failing watch wakes the declaration when it lists again: what was put off while
         // the cluster could not be checked (deletes there) is then decided, even if no
         // object of it changes.
-        let first_error = ids.iter().chain([&others]).find_map(|id| {
+        let first_error = ids.iter().chain(&others).find_map(|id| {
             let e = ctx.watch_error(*id)?;
             ctx.when_listed(*id, needs.key.clone());
             Some(e)
@@ -673,94 +685,5 @@ impl WatchSet {
             });
         }
         Ok(())
-    }
-
-    /// The source watch, where the source lives, and its health. In this cluster, a failing
-    /// source watch is this cluster's error (as any other watch here). In another cluster
-    /// (a pull), a source that cannot be read is *unknown*: neither waited for nor taken as
-    /// gone ([`Watched::source_unreachable`]) — also when the cluster is not connected, or
-    /// when it failed before its first list (a restart during an outage).
-    fn watch_source(&self, ctx: &Context, needs: &Needs, watched: &mut Watched) -> Result<()> {
-        let cluster = needs.source_cluster.as_str();
-        let remote = cluster != self.local;
-        if remote && ctx.cluster(cluster).is_none() {
-            watched.source_unreachable = Some(SourceUnreachable {
-                cluster: cluster.to_string(),
-                message: "not connected".into(),
-                since: None,
-            });
-            return Ok(());
-        }
-        let id = self.ensure_source_watch(ctx, needs)?;
-        watched.source = Some(id);
-        match ctx.watch_error(id) {
-            Some(e) => {
-                ctx.when_listed(id, needs.key.clone());
-                if remote {
-                    watched.source_unreachable = Some(SourceUnreachable {
-                        cluster: cluster.to_string(),
-                        message: e,
-                        since: ctx.watch_failing_since(id),
-                    });
-                } else if !watched.errors.iter().any(|w| w.cluster == cluster) {
-                    watched.errors.push(WatchError {
-                        cluster: cluster.to_string(),
-                        message: format!("reading the source: {e}"),
-                    });
-                }
-                if !remote && !ctx.watch_listed(id) {
-                    watched.ready = false;
-                }
-            }
-            None if !ctx.watch_listed(id) => {
-                watched.ready = false;
-                ctx.when_listed(id, needs.key.clone());
-            }
-            None => {}
-        }
-        if remote && watched.source_unreachable.is_none() {
-            // Its failure must be said at once (the copies are then kept as they are), not
-            // at the next periodic pass.
-            ctx.when_failing(id, needs.key.clone());
-        }
-        Ok(())
-    }
-
-    /// The single source `key` in full, from the watch `id` of its namespace. That watch
-    /// receives metadata only: each version of a source is read live once (one GET, by the
-    /// first reconcile that needs it) and handed to the watch, which holds it in full until
-    /// the source's next event brings a newer version's metadata. A live read of another
-    /// version than the watch holds is not handed over: the newer version's event has come
-    /// or is on its way, and its reconcile reads again.
-    async fn source_in_full(
-        &self,
-        ctx: &Context,
-        id: WatchId,
-        key: &ObjectKey,
-        ar: &ApiResource,
-    ) -> Result<SourceRead> {
-        if let Some(source) = ctx.get(key) {
-            return Ok(SourceRead::Held(source));
-        }
-        if !ctx.held_as_metadata(id, key) {
-            return Ok(SourceRead::Absent);
-        }
-        let Some(live) = ctx
-            .api(&key.cluster, ar, key.namespace.as_deref())?
-            .get_opt(&key.name)
-            .await?
-        else {
-            // Deleted since: the deletion's event is on its way.
-            return Ok(SourceRead::Coming);
-        };
-        let version = live.metadata.resource_version.clone();
-        if ctx.hold_in_full(id, live)
-            && let Some(rv) = &version
-        {
-            self.seen.saw(key, rv);
-        }
-        // Not held: the watch holds another version, whose event (held in full, the object
-        // being a source now) has come or is on its way.
-        Ok(ctx.get(key).map_or(SourceRead::Coming, SourceRead::Held))
     }
 }
