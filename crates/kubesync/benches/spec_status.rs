@@ -128,6 +128,12 @@ struct Run {
     elapsed: Duration,
     writes: u64,
     server_mean: Duration,
+    /// The Widget requests the apiservers served, by verb and subresource (what a failed
+    /// invariant prints).
+    kinds: String,
+    /// kubesync's runs: the engine's own count of its writes (Namespaces included) and of
+    /// its failed reconciles.
+    engine: Option<(u64, u64)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -193,6 +199,7 @@ impl Bench {
             "widgets",
         )
         .await?;
+        let mut engine_counts = None;
         let elapsed = match mode {
             Mode::Plain | Mode::PlainWatched => {
                 self.local.create_namespace(&ns).await?;
@@ -280,6 +287,7 @@ impl Bench {
                 self.engine_writes += writes.writes();
                 self.engine_reconciles += ctx.metrics().reconciles();
                 self.engine_failures += ctx.metrics().failures();
+                engine_counts = Some((writes.writes(), ctx.metrics().failures()));
                 elapsed
             }
         };
@@ -289,11 +297,21 @@ impl Bench {
                 mode.label()
             );
         }
+        let kinds = counting
+            .all_since_start()
+            .await?
+            .into_iter()
+            .filter(|((_, resource, _), _)| resource == "widgets")
+            .map(|((verb, _, sub), (count, _))| format!("{verb} {sub} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let (writes, server_mean) = counting.since_start().await?;
         Ok(Run {
             elapsed,
             writes,
             server_mean,
+            kinds,
+            engine: engine_counts,
         })
     }
 }
@@ -361,11 +379,26 @@ async fn main() -> anyhow::Result<()> {
     // The benchmark's invariant: kubesync sends exactly the writes the plain client sends for
     // the same objects (finalizer, local object, status), no more.
     let per_run = |m: usize| runs[m].iter().map(|r| r.writes).collect::<Vec<u64>>();
+    let described = |m: usize| {
+        runs[m]
+            .iter()
+            .map(|r| match r.engine {
+                Some((writes, failed)) => format!(
+                    "[{}; the engine counted {writes} writes, {failed} failed reconciles]",
+                    r.kinds
+                ),
+                None => format!("[{}]", r.kinds),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     anyhow::ensure!(
         per_run(2).iter().all(|w| per_run(0).iter().all(|p| p == w)),
-        "kubesync's writes per run {:?} differ from the plain client's {:?}",
+        "kubesync's writes per run {:?} differ from the plain client's {:?}; Widget requests per run: kubesync {}, plain client {}",
         per_run(2),
-        per_run(0)
+        per_run(0),
+        described(2),
+        described(0)
     );
     println!(
         "  ratio kubesync / plain client {:.2}; kubesync / plain client with the same watches open {:.2}",
