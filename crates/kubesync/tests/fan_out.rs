@@ -141,6 +141,17 @@ fn run_fan_out_on(
     (running, ctx, writes)
 }
 
+/// The state the last outcome of the declaration `decl` reports for its destination in `ns`.
+fn destination_state(outcomes: &Reports, decl: &str, ns: &str) -> Option<DestinationState> {
+    let outcomes = outcomes.lock().expect("lock");
+    let d = outcomes
+        .get(decl)?
+        .destinations
+        .iter()
+        .find(|d| d.namespace == ns)?;
+    Some(d.state)
+}
+
 /// A destination: the namespace `ns`.
 fn to(ns: &str) -> Destination {
     Destination {
@@ -1190,13 +1201,7 @@ async fn unrelated_objects_are_held_as_metadata_only() {
     let (running, ctx) = run_fan_out_seen(env, &control, specs, outcomes.clone(), vec![]);
     apply_cm(env, &configmap(&control, "d", &[], &[])).await;
     eventually("synced and blocked", T, || async {
-        let r = outcomes.lock().expect("lock").get("d").cloned()?;
-        let state = |ns: &str| {
-            r.destinations
-                .iter()
-                .find(|d| d.namespace == ns)
-                .map(|d| d.state)
-        };
+        let state = |ns: &str| destination_state(&outcomes, "d", ns);
         (state(&dst) == Some(DestinationState::Synced)
             && state(&blocked) == Some(DestinationState::Conflict))
         .then_some(())
@@ -1293,13 +1298,7 @@ async fn the_other_objects_are_listed_after_the_first_copies_are_written() {
     let running = run_fan_out(&env, &control, specs, outcomes.clone(), vec![]);
     apply_cm(&env, &configmap(&control, "d", &[], &[])).await;
     let states = || {
-        let r = outcomes.lock().expect("lock").get("d").cloned()?;
-        let state = |ns: &str| {
-            r.destinations
-                .iter()
-                .find(|d| d.namespace == ns)
-                .map(|d| d.state)
-        };
+        let state = |ns: &str| destination_state(&outcomes, "d", ns);
         Some([state(&a), state(&b), state(&blocked)])
     };
     let synced = Some(DestinationState::Synced);
