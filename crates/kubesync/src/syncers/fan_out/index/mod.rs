@@ -505,6 +505,12 @@ impl Index {
         self.watches.get(key).map(|(id, _)| *id)
     }
 
+    /// The watch `key` runs as, if `decl` is among its users already.
+    pub fn used_by(&self, key: &WatchKey, decl: &ObjectKey) -> Option<WatchId> {
+        let (id, users) = self.watches.get(key)?;
+        users.contains(decl).then_some(*id)
+    }
+
     /// Whether `id` is the watch some key runs as now.
     pub fn is_running(&self, id: WatchId) -> bool {
         self.watches.values().any(|(running, _)| *running == id)

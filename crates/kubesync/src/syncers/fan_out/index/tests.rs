@@ -527,3 +527,24 @@ fn a_watch_knows_its_type_from_its_users() {
     idx.finish_retire(&d, &retire, &cm);
     assert_eq!(idx.resource_of(&copies), None, "released");
 }
+
+#[test]
+fn a_watch_is_used_by_the_declarations_it_was_started_or_joined_for() {
+    let mut idx = Index::default();
+    let mut s = Starter(0);
+    let key = in_cluster("east");
+    assert_eq!(idx.used_by(&key, &decl("d")), None, "not running");
+    let id = idx
+        .watch_for(key.clone(), &decl("d"), || s.start())
+        .expect("start");
+    assert_eq!(idx.running(&key), Some(id));
+    assert_eq!(idx.used_by(&key, &decl("d")), Some(id));
+    assert_eq!(idx.used_by(&key, &decl("e")), None, "running, not e's");
+    assert_eq!(
+        idx.watch_for(key.clone(), &decl("e"), || s.start())
+            .expect("join"),
+        id
+    );
+    assert_eq!(idx.used_by(&key, &decl("e")), Some(id));
+    assert_eq!(s.0, 1, "started once");
+}

@@ -328,7 +328,10 @@ impl WatchSet {
                 continue;
             }
             let key = WatchKey::scoped(c, ar, Scope::Others);
-            match self.ensure_others(ctx, key, &decl.key, ar) {
+            // Most reconciles find it running and this declaration among its users already
+            // (registered by `ensure_watches`): one lookup, nothing registered twice.
+            let used = self.index.with(|idx| idx.used_by(&key, &decl.key));
+            match used.map_or_else(|| self.ensure_others(ctx, key, &decl.key, ar), Ok) {
                 Ok(id) => {
                     if !ctx.watch_listed(id) && conflicts().any(|d| d.cluster == *c) {
                         ctx.when_listed(id, decl.key.clone());
