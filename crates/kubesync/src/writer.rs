@@ -136,8 +136,8 @@ fn fingerprint(body: &(impl serde::Serialize + ?Sized)) -> u64 {
     h.0.finish()
 }
 
-/// The memory key of a kind of write (`apply`, `merge`, `status`, `json`, `replace`) by
-/// `field_manager` to one object.
+/// The memory key of a kind of write (`apply`, `merge`, `finalizer`, `status`, `json`,
+/// `replace`) by `field_manager` to one object.
 fn write_key(
     (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
     kind: &str,
@@ -193,9 +193,10 @@ impl Writer {
         self.counts.lock()
     }
 
-    /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `status`, `json` or
-    /// `replace`) by `field_manager` to the object `observed` is done already, decided on a
-    /// store that does not show it yet (see `superseded`). Then the caller sends nothing.
+    /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `finalizer`, `status`,
+    /// `json` or `replace`) by `field_manager` to the object `observed` is done already,
+    /// decided on a store that does not show it yet (see `superseded`). Then the caller sends
+    /// nothing.
     pub fn already_written(
         &self,
         cluster: &Cluster,
@@ -448,15 +449,15 @@ impl Writer {
         .await
     }
 
-    /// The newest resourceVersion this writer's remembered status and merge writes by
-    /// `field_manager` left on `target`.
+    /// The newest resourceVersion this writer's remembered status, merge and finalizer writes
+    /// by `field_manager` left on `target`.
     fn last_written(
         &self,
         target: (&Cluster, &ApiResource, Option<&str>, &str),
         field_manager: &str,
     ) -> Option<u64> {
         let recent = self.recent.lock();
-        ["status", "merge"]
+        ["status", "merge", "finalizer"]
             .iter()
             .filter_map(|kind| recent.written.get(&write_key(target, kind, field_manager)))
             .map(|w| w.resource_version)
@@ -530,17 +531,20 @@ impl Writer {
         let Some(patch) = crate::object::finalizer_patch(obj, finalizer, present) else {
             return Ok(None);
         };
-        if self.already_written(cluster, ar, obj, ("merge", field_manager), &patch) {
+        // Remembered apart from other merge patches by the same manager: a patch that follows
+        // it (a syncer's marks) must not make a store that is still behind both look as if the
+        // finalizer were not sent yet (it would be sent on that store's old resourceVersion
+        // and refused as a conflict).
+        let fingerprint = fingerprint(&patch);
+        if self.sent_already(cluster, ar, obj, ("finalizer", field_manager), fingerprint) {
             return Ok(None);
         }
-        let name = obj.metadata.name.clone().unwrap_or_default();
-        self.merge_patch(
-            cluster,
-            ar,
-            obj.metadata.namespace.as_deref(),
-            &name,
-            &patch,
-            field_manager,
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        self.send(
+            (cluster, ar, obj.metadata.namespace.as_deref(), name),
+            (&Patch::Merge(&patch), fingerprint),
+            ("finalizer", field_manager),
+            false,
         )
         .await
         .map(Some)
@@ -651,7 +655,7 @@ mod tests {
         .expect("object");
         let patch = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
         writer.recent.lock().remember(
-            write_key((&cluster, &ar, Some("ns"), "a"), "merge", "fm"),
+            write_key((&cluster, &ar, Some("ns"), "a"), "finalizer", "fm"),
             written(20, fingerprint(&patch)),
         );
         let again = writer.set_finalizer(&cluster, &ar, &obj, "mine", true, "fm");
@@ -661,6 +665,40 @@ mod tests {
         newer.metadata.resource_version = Some("21".into());
         let sent = writer.set_finalizer(&cluster, &ar, &newer, "mine", true, "fm");
         assert!(sent.await.is_err(), "sent to the unreachable cluster");
+    }
+
+    #[tokio::test]
+    async fn a_finalizer_patch_stays_remembered_when_another_merge_patch_follows_it() {
+        // A syncer claims an object (its finalizer, answered at 20), then writes its marks
+        // (a merge patch by the same manager, answered at 21). A store still at 19 must not
+        // lead to the finalizer's patch again: it would be sent on 19 and refused.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let writer = Writer::new();
+        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "19"}
+        }))
+        .expect("object");
+        let target = (&cluster, &ar, Some("ns"), "a");
+        let finalizer = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
+        writer.remember(
+            target,
+            ("finalizer", "fm"),
+            fingerprint(&finalizer),
+            Some("20"),
+        );
+        let marks = serde_json::json!({"metadata": {"annotations": {"gen": "1"}}});
+        writer.remember(target, ("merge", "fm"), fingerprint(&marks), Some("21"));
+        let again = writer.set_finalizer(&cluster, &ar, &obj, "mine", true, "fm");
+        assert!(matches!(again.await, Ok(None)), "sent again");
+        assert!(
+            writer.already_written(&cluster, &ar, &obj, ("merge", "fm"), &marks),
+            "the marks are remembered too"
+        );
+        // A status decided on that store is conditioned on the newest of the writes.
+        assert_eq!(writer.last_written(target, "fm"), Some(21));
     }
 
     #[test]

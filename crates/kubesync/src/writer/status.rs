@@ -18,7 +18,7 @@ impl Writer {
     /// brings its own decision.
     ///
     /// A store behind this writer's own writes is not someone else's change: if this writer
-    /// wrote the object (its status, or a merge patch such as a finalizer's, by the same
+    /// wrote the object (its status, a finalizer or another merge patch, by the same
     /// `field_manager`) more recently than `observed` shows, the condition is the version its
     /// own last write left; and the same status sent already is not sent again.
     pub async fn write_status<S: serde::Serialize + ?Sized>(
