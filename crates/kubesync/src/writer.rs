@@ -641,18 +641,24 @@ mod tests {
         assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
     }
 
-    #[tokio::test]
-    async fn a_finalizer_patch_is_not_sent_again_on_an_object_older_than_its_answer() {
-        // The cluster is unreachable: anything sent fails.
+    /// A cluster that cannot be reached (anything sent to it fails), the ConfigMap type and
+    /// the ConfigMap `ns/a` at resourceVersion 19.
+    fn unreachable_with_config_map_at_19() -> (Cluster, ApiResource, DynamicObject) {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
         let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let writer = Writer::new();
         let obj: DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "19"}
         }))
         .expect("object");
+        (cluster, ar, obj)
+    }
+
+    #[tokio::test]
+    async fn a_finalizer_patch_is_not_sent_again_on_an_object_older_than_its_answer() {
+        let (cluster, ar, obj) = unreachable_with_config_map_at_19();
+        let writer = Writer::new();
         let patch = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
         writer.recent.lock().remember(
             write_key((&cluster, &ar, Some("ns"), "a"), "finalizer", "fm"),
@@ -672,15 +678,8 @@ mod tests {
         // A syncer claims an object (its finalizer, answered at 20), then writes its marks
         // (a merge patch by the same manager, answered at 21). A store still at 19 must not
         // lead to the finalizer's patch again: it would be sent on 19 and refused.
-        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
-        let cluster = Cluster::new("c", kube::Client::try_from(config).expect("client"));
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let (cluster, ar, obj) = unreachable_with_config_map_at_19();
         let writer = Writer::new();
-        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "19"}
-        }))
-        .expect("object");
         let target = (&cluster, &ar, Some("ns"), "a");
         let finalizer = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
         writer.remember(
