@@ -58,8 +58,9 @@ use kubesync_testenv::TestEnv;
 use tokio::sync::{mpsc, oneshot};
 
 const CONCURRENCY: usize = 16;
-/// Quiet time before each timed window, engine and plain client alike: the apiserver finishes
-/// what the previous step left (its deletes, a watch's first list) before the clock starts.
+/// Quiet time before each timed window, engine and plain client alike, after the apiserver
+/// collected its garbage ([`common::settle`]): it finishes what the previous step left (its
+/// deletes, a watch's first list) before the clock starts.
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// Rounds per size: single runs on a small machine vary by ±50%; the median of 11 varies far
@@ -495,7 +496,7 @@ async fn engine_round(
     .await?;
     // Cold: the first declaration of its kind, in a running controller; the engine starts
     // its Secret and Namespace watches and lists them first.
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -506,7 +507,7 @@ async fn engine_round(
     let (_, server) = counting.since_start().await?;
     copies(env, &engine.uids[&cold_name], &[], n).await?;
 
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -536,7 +537,7 @@ async fn engine_round(
     );
 
     // Warm: a second declaration of the same kind, whose watches already run.
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
     engine.declare(&warm_name).await?;
@@ -618,7 +619,7 @@ async fn plain_round(
         })
         .collect();
     let watchers = engine_watches(&client, watched);
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -663,7 +664,7 @@ async fn plain_round(
     let update = if mode == Plain::ReadFirst {
         None
     } else {
-        tokio::time::sleep(SETTLE).await;
+        common::settle(&env.kubesync_client()?, SETTLE).await?;
         let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
         let cpu = common::CpuMeter::start(env.pids());
         let t = Instant::now();
@@ -1063,7 +1064,7 @@ async fn many_engine_round(
     .await?;
     // Cold: the engine starts its watches (Secrets, Namespaces, the selected sources) and
     // lists them first.
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let t = Instant::now();
     engine.declare(&cold_name).await?;
@@ -1081,7 +1082,7 @@ async fn many_engine_round(
     let cleanup = engine.retract(&[&cold_name]).await?;
 
     // Warm: a second declaration of the same selection; its watches already run.
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let t = Instant::now();
     engine.declare(&warm_name).await?;
     let warm = engine.reports.synced(&warm_name, want, &[]).await? - t;
@@ -1139,7 +1140,7 @@ async fn many_plain_round(
         })
         .collect();
     let watchers = engine_watches(&client, watched);
-    tokio::time::sleep(SETTLE).await;
+    common::settle(&env.kubesync_client()?, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -1253,7 +1254,11 @@ async fn run_many(env: &TestEnv, sources: usize, n: usize) -> anyhow::Result<()>
 async fn main() -> anyhow::Result<()> {
     common::trace_if_asked();
     println!("kubesync fan-out benchmarks (concurrency {CONCURRENCY})\n");
-    let env = TestEnv::builder().name("bench-fanout").start().await?;
+    let env = TestEnv::builder()
+        .name("bench-fanout")
+        .apiserver_arg(common::PROFILING)
+        .start()
+        .await?;
     // `BENCH_SIZES=300` runs one size only; `BENCH_SIZES=` only the many-sources case.
     let sizes: Vec<usize> = match std::env::var("BENCH_SIZES") {
         Ok(v) => v
