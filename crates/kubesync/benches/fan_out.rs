@@ -496,7 +496,7 @@ async fn engine_round(
     .await?;
     // Cold: the first declaration of its kind, in a running controller; the engine starts
     // its Secret and Namespace watches and lists them first.
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -507,7 +507,7 @@ async fn engine_round(
     let (_, server) = counting.since_start().await?;
     copies(env, &engine.uids[&cold_name], &[], n).await?;
 
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -537,7 +537,7 @@ async fn engine_round(
     );
 
     // Warm: a second declaration of the same kind, whose watches already run.
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
     engine.declare(&warm_name).await?;
@@ -619,7 +619,7 @@ async fn plain_round(
         })
         .collect();
     let watchers = engine_watches(&client, watched);
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();
@@ -664,7 +664,7 @@ async fn plain_round(
     let update = if mode == Plain::ReadFirst {
         None
     } else {
-        common::settle(&env.kubesync_client()?, SETTLE).await?;
+        common::settle(env, SETTLE).await?;
         let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
         let cpu = common::CpuMeter::start(env.pids());
         let t = Instant::now();
@@ -1064,7 +1064,7 @@ async fn many_engine_round(
     .await?;
     // Cold: the engine starts its watches (Secrets, Namespaces, the selected sources) and
     // lists them first.
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let t = Instant::now();
     engine.declare(&cold_name).await?;
@@ -1082,7 +1082,7 @@ async fn many_engine_round(
     let cleanup = engine.retract(&[&cold_name]).await?;
 
     // Warm: a second declaration of the same selection; its watches already run.
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let t = Instant::now();
     engine.declare(&warm_name).await?;
     let warm = engine.reports.synced(&warm_name, want, &[]).await? - t;
@@ -1140,7 +1140,7 @@ async fn many_plain_round(
         })
         .collect();
     let watchers = engine_watches(&client, watched);
-    common::settle(&env.kubesync_client()?, SETTLE).await?;
+    common::settle(env, SETTLE).await?;
     let counting = common::ServerWrites::start(vec![env.kubesync_client()?], "secrets").await?;
     let cpu = common::CpuMeter::start(env.pids());
     let t = Instant::now();

@@ -31,7 +31,7 @@ pub use runtime::{
     Action, Backoff, ClusterStatus, Context, Controller, Holding, Reconciler, Summary, Watch,
     WatchId, reconciler_fn,
 };
-pub use writer::Writer;
+pub use writer::{WriteKind, Writer};
 
 /// The book's code samples (docs/src), compiled as doctests: "Embedding the library".
 #[doc = include_str!("../../../docs/src/library/embedding.md")]

@@ -136,11 +136,50 @@ fn fingerprint(body: &(impl serde::Serialize + ?Sized)) -> u64 {
     h.0.finish()
 }
 
-/// The memory key of a kind of write (`apply`, `merge`, `finalizer`, `status`, `json`,
-/// `replace`) by `field_manager` to one object.
+/// A kind of write, as the writer remembers it: each kind has its own place per object and
+/// field manager, so that one kind of write never hides another from
+/// [`Writer::already_written`] (a syncer's marks, a merge patch sent right after a claim, once
+/// hid the claim's finalizer patch, which was then sent again on a store behind both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteKind {
+    /// A create (POST).
+    Create,
+    /// A server-side apply.
+    Apply,
+    /// A replace (PUT).
+    Replace,
+    /// A JSON merge patch of the object (not its finalizers: [`WriteKind::Finalizer`]).
+    Merge,
+    /// A JSON merge patch of the object's finalizers ([`Writer::set_finalizer`]).
+    Finalizer,
+    /// A JSON merge patch of the object's status subresource.
+    Status,
+    /// A JSON patch (RFC 6902).
+    Json,
+    /// A delete.
+    Delete,
+}
+
+impl WriteKind {
+    /// Its name, as logged.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Apply => "apply",
+            Self::Replace => "replace",
+            Self::Merge => "merge",
+            Self::Finalizer => "finalizer",
+            Self::Status => "status",
+            Self::Json => "json",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// The memory key of a kind of write by `field_manager` to one object.
 fn write_key(
     (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
-    kind: &str,
+    kind: WriteKind,
     field_manager: &str,
 ) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
@@ -193,16 +232,15 @@ impl Writer {
         self.counts.lock()
     }
 
-    /// Whether the write of `body` (a `kind` of write: `apply`, `merge`, `finalizer`, `status`,
-    /// `json` or `replace`) by `field_manager` to the object `observed` is done already,
-    /// decided on a store that does not show it yet (see `superseded`). Then the caller sends
-    /// nothing.
+    /// Whether the write of `body` (a `kind` of write) by `field_manager` to the object
+    /// `observed` is done already, decided on a store that does not show it yet (see
+    /// `superseded`). Then the caller sends nothing.
     pub fn already_written(
         &self,
         cluster: &Cluster,
         ar: &ApiResource,
         observed: &DynamicObject,
-        (kind, field_manager): (&str, &str),
+        (kind, field_manager): (WriteKind, &str),
         body: &impl serde::Serialize,
     ) -> bool {
         self.sent_already(
@@ -220,7 +258,7 @@ impl Writer {
         cluster: &Cluster,
         ar: &ApiResource,
         observed: &DynamicObject,
-        (kind, field_manager): (&str, &str),
+        (kind, field_manager): (WriteKind, &str),
         body_fingerprint: u64,
     ) -> bool {
         let name = observed.metadata.name.as_deref().unwrap_or_default();
@@ -236,7 +274,11 @@ impl Writer {
             body_fingerprint,
         );
         if done {
-            tracing::debug!(object = name, kind, "already written; the store is behind");
+            tracing::debug!(
+                object = name,
+                kind = kind.name(),
+                "already written; the store is behind"
+            );
         } else {
             // Decided on an object that shows the write (or after another one): forget it.
             recent.written.remove(&key);
@@ -258,13 +300,15 @@ impl Writer {
         field_manager: &str,
     ) -> bool {
         let recent = self.recent.lock();
-        ["create", "apply", "replace"].iter().any(|kind| {
-            let key = write_key((cluster, ar, namespace, name), kind, field_manager);
-            recent
-                .written
-                .get(&key)
-                .is_some_and(|w| w.at.elapsed() < REMEMBER)
-        })
+        [WriteKind::Create, WriteKind::Apply, WriteKind::Replace]
+            .into_iter()
+            .any(|kind| {
+                let key = write_key((cluster, ar, namespace, name), kind, field_manager);
+                recent
+                    .written
+                    .get(&key)
+                    .is_some_and(|w| w.at.elapsed() < REMEMBER)
+            })
     }
 
     /// Whether this writer asked in the last 30 s to delete the object (namespace, name) of
@@ -277,7 +321,7 @@ impl Writer {
         (namespace, name): (Option<&str>, &str),
         uid: &str,
     ) -> bool {
-        let key = write_key((cluster, ar, namespace, name), "delete", "");
+        let key = write_key((cluster, ar, namespace, name), WriteKind::Delete, "");
         self.recent
             .lock()
             .written
@@ -289,7 +333,7 @@ impl Writer {
     fn remember(
         &self,
         target: (&Cluster, &ApiResource, Option<&str>, &str),
-        (kind, field_manager): (&str, &str),
+        (kind, field_manager): (WriteKind, &str),
         body_fingerprint: u64,
         answer: Option<&str>,
     ) {
@@ -356,7 +400,7 @@ impl Writer {
         let name = answer.metadata.name.clone().unwrap_or_default();
         self.remember(
             (cluster, ar, namespace, &name),
-            ("create", field_manager),
+            (WriteKind::Create, field_manager),
             0,
             answer.metadata.resource_version.as_deref(),
         );
@@ -380,7 +424,7 @@ impl Writer {
             .await?;
         self.remember(
             (cluster, ar, namespace, &name),
-            ("replace", field_manager),
+            (WriteKind::Replace, field_manager),
             fingerprint(obj),
             answer.metadata.resource_version.as_deref(),
         );
@@ -404,7 +448,7 @@ impl Writer {
             .await?;
         self.remember(
             (cluster, ar, namespace, &name),
-            ("apply", field_manager),
+            (WriteKind::Apply, field_manager),
             fingerprint(obj),
             answer.metadata.resource_version.as_deref(),
         );
@@ -424,8 +468,7 @@ impl Writer {
         self.send(
             (cluster, ar, namespace, name),
             (&Patch::Merge(patch), fingerprint(patch)),
-            ("merge", field_manager),
-            false,
+            (WriteKind::Merge, field_manager),
         )
         .await
     }
@@ -443,8 +486,7 @@ impl Writer {
         self.send(
             (cluster, ar, namespace, name),
             (&Patch::Merge(patch), fingerprint(patch)),
-            ("status", field_manager),
-            true,
+            (WriteKind::Status, field_manager),
         )
         .await
     }
@@ -457,8 +499,8 @@ impl Writer {
         field_manager: &str,
     ) -> Option<u64> {
         let recent = self.recent.lock();
-        ["status", "merge", "finalizer"]
-            .iter()
+        [WriteKind::Status, WriteKind::Merge, WriteKind::Finalizer]
+            .into_iter()
             .filter_map(|kind| recent.written.get(&write_key(target, kind, field_manager)))
             .map(|w| w.resource_version)
             .max()
@@ -480,8 +522,7 @@ impl Writer {
         self.send(
             (cluster, ar, namespace, name),
             (&Patch::<()>::Json(ops), fingerprint(patch)),
-            ("json", field_manager),
-            false,
+            (WriteKind::Json, field_manager),
         )
         .await
     }
@@ -490,8 +531,7 @@ impl Writer {
         &self,
         (cluster, ar, namespace, name): (&Cluster, &ApiResource, Option<&str>, &str),
         (patch, body_fingerprint): (&Patch<P>, u64),
-        (kind, field_manager): (&str, &str),
-        status: bool,
+        (kind, field_manager): (WriteKind, &str),
     ) -> Result<DynamicObject> {
         cluster.may_write()?;
         let _timer = self.count(cluster, ar);
@@ -500,7 +540,7 @@ impl Writer {
             ..Default::default()
         };
         let api = api(cluster, ar, namespace);
-        let answer = if status {
+        let answer = if kind == WriteKind::Status {
             api.patch_status(name, &pp, patch).await?
         } else {
             api.patch(name, &pp, patch).await?
@@ -536,15 +576,20 @@ impl Writer {
         // finalizer were not sent yet (it would be sent on that store's old resourceVersion
         // and refused as a conflict).
         let fingerprint = fingerprint(&patch);
-        if self.sent_already(cluster, ar, obj, ("finalizer", field_manager), fingerprint) {
+        if self.sent_already(
+            cluster,
+            ar,
+            obj,
+            (WriteKind::Finalizer, field_manager),
+            fingerprint,
+        ) {
             return Ok(None);
         }
         let name = obj.metadata.name.as_deref().unwrap_or_default();
         self.send(
             (cluster, ar, obj.metadata.namespace.as_deref(), name),
             (&Patch::Merge(&patch), fingerprint),
-            ("finalizer", field_manager),
-            false,
+            (WriteKind::Finalizer, field_manager),
         )
         .await
         .map(Some)
@@ -579,7 +624,7 @@ impl Writer {
                         at: Instant::now(),
                     };
                     self.recent.lock().remember(
-                        write_key((cluster, ar, namespace, name), "delete", ""),
+                        write_key((cluster, ar, namespace, name), WriteKind::Delete, ""),
                         written,
                     );
                 }
@@ -611,7 +656,7 @@ mod tests {
         let writer = Writer::new();
         let at = (Some("ns"), "copy");
         assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
-        let record = |kind: &str, manager: &str, fingerprint: u64, age: Duration| {
+        let record = |kind: WriteKind, manager: &str, fingerprint: u64, age: Duration| {
             writer.recent.lock().remember(
                 write_key((&cluster, &ar, at.0, at.1), kind, manager),
                 Written {
@@ -621,17 +666,17 @@ mod tests {
                 },
             )
         };
-        record("create", "fm", 0, Duration::ZERO);
+        record(WriteKind::Create, "fm", 0, Duration::ZERO);
         assert!(writer.written_recently(&cluster, &ar, at, "fm"));
         assert!(!writer.written_recently(&cluster, &ar, (Some("ns"), "else"), "fm"));
         assert!(!writer.written_recently(&cluster, &ar, at, "other-manager"));
         // An update too (it may move the object to another watch's selector).
-        record("create", "fm", 0, REMEMBER);
+        record(WriteKind::Create, "fm", 0, REMEMBER);
         assert!(!writer.written_recently(&cluster, &ar, at, "fm"));
-        record("apply", "fm", 0, Duration::ZERO);
+        record(WriteKind::Apply, "fm", 0, Duration::ZERO);
         assert!(writer.written_recently(&cluster, &ar, at, "fm"));
-        record("apply", "fm", 0, REMEMBER);
-        record("delete", "", fingerprint(&"uid-1"), Duration::ZERO);
+        record(WriteKind::Apply, "fm", 0, REMEMBER);
+        record(WriteKind::Delete, "", fingerprint(&"uid-1"), Duration::ZERO);
         assert!(writer.deleted_recently(&cluster, &ar, at, "uid-1"));
         assert!(
             !writer.deleted_recently(&cluster, &ar, at, "uid-2"),
@@ -661,7 +706,7 @@ mod tests {
         let writer = Writer::new();
         let patch = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
         writer.recent.lock().remember(
-            write_key((&cluster, &ar, Some("ns"), "a"), "finalizer", "fm"),
+            write_key((&cluster, &ar, Some("ns"), "a"), WriteKind::Finalizer, "fm"),
             written(20, fingerprint(&patch)),
         );
         let again = writer.set_finalizer(&cluster, &ar, &obj, "mine", true, "fm");
@@ -684,16 +729,21 @@ mod tests {
         let finalizer = crate::object::finalizer_patch(&obj, "mine", true).expect("patch");
         writer.remember(
             target,
-            ("finalizer", "fm"),
+            (WriteKind::Finalizer, "fm"),
             fingerprint(&finalizer),
             Some("20"),
         );
         let marks = serde_json::json!({"metadata": {"annotations": {"gen": "1"}}});
-        writer.remember(target, ("merge", "fm"), fingerprint(&marks), Some("21"));
+        writer.remember(
+            target,
+            (WriteKind::Merge, "fm"),
+            fingerprint(&marks),
+            Some("21"),
+        );
         let again = writer.set_finalizer(&cluster, &ar, &obj, "mine", true, "fm");
         assert!(matches!(again.await, Ok(None)), "sent again");
         assert!(
-            writer.already_written(&cluster, &ar, &obj, ("merge", "fm"), &marks),
+            writer.already_written(&cluster, &ar, &obj, (WriteKind::Merge, "fm"), &marks),
             "the marks are remembered too"
         );
         // A status decided on that store is conditioned on the newest of the writes.

@@ -93,9 +93,12 @@ pub const PROFILING: &str = "--profiling=true";
 /// creates took 0.35 s or 0.48 s, for the engine and the plain client alike). Each window
 /// now starts with the apiserver's heap at its live size, so whether it collects inside one
 /// depends on that window's own work, the same for both sides.
-pub async fn settle(client: &kube::Client, quiet: std::time::Duration) -> anyhow::Result<()> {
+pub async fn settle(
+    env: &kubesync_testenv::TestEnv,
+    quiet: std::time::Duration,
+) -> anyhow::Result<()> {
     let req = http::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new())?;
-    client.request_text(req).await?;
+    env.kubesync_client()?.request_text(req).await?;
     tokio::time::sleep(quiet).await;
     Ok(())
 }

@@ -5,7 +5,7 @@ use kube::Resource;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 
-use super::{Writer, fingerprint};
+use super::{WriteKind, Writer, fingerprint};
 use crate::cluster::Cluster;
 use crate::error::Result;
 
@@ -41,7 +41,13 @@ impl Writer {
         // Remembered by the status alone: the same status decided again on a store behind
         // this write is the same write, whatever version it would be conditioned on.
         let sent = fingerprint(status);
-        if self.sent_already(cluster, ar, observed, ("status", field_manager), sent) {
+        if self.sent_already(
+            cluster,
+            ar,
+            observed,
+            (WriteKind::Status, field_manager),
+            sent,
+        ) {
             return Ok(None);
         }
         let basis = match (own, seen) {
@@ -70,7 +76,7 @@ impl Writer {
         let resource_version = answer.metadata.resource_version;
         self.remember(
             target,
-            ("status", field_manager),
+            (WriteKind::Status, field_manager),
             sent,
             resource_version.as_deref(),
         );

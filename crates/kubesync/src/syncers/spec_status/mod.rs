@@ -423,7 +423,7 @@ impl SpecStatusSync {
         &self,
         cx: &SyncContext<'_>,
         remote: &DynamicObject,
-        kind: &str,
+        kind: crate::writer::WriteKind,
         patch: &serde_json::Value,
     ) -> bool {
         !cx.writer.already_written(
@@ -444,7 +444,7 @@ impl SpecStatusSync {
         remote_ns: &str,
     ) -> Result<()> {
         if let Some(patch) = plan::status_patch(remote, local)
-            && self.unsent(cx, remote, "status", &patch)
+            && self.unsent(cx, remote, crate::writer::WriteKind::Status, &patch)
         {
             cx.writer
                 .merge_patch_status(
@@ -540,7 +540,7 @@ impl SpecStatusSync {
         remote_ns: &str,
     ) -> Result<()> {
         if let Some(patch) = plan::generation_patch(remote, local_generation, &self.config.marks)
-            && self.unsent(cx, remote, "merge", &patch)
+            && self.unsent(cx, remote, crate::writer::WriteKind::Merge, &patch)
         {
             cx.writer
                 .merge_patch(

@@ -438,7 +438,7 @@ impl Executor {
                     &cluster,
                     ar,
                     existing,
-                    ("apply", FIELD_MANAGER),
+                    (crate::writer::WriteKind::Apply, FIELD_MANAGER),
                     &body,
                 ) {
                     return Ok(false);
