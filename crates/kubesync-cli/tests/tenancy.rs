@@ -1197,6 +1197,18 @@ async fn an_objectsync_without_a_service_account_or_one_that_may_not_read_is_ref
     )
     .await
     .expect("grant");
+    // She may use `reader` (the admission policy asks): what it may read is the question here.
+    env.grant(
+        "tina",
+        Some("t1"),
+        "use-reader",
+        vec![PolicyRule {
+            resource_names: Some(vec!["reader".into()]),
+            ..rule(&[""], &["serviceaccounts"], &["impersonate"])
+        }],
+    )
+    .await
+    .expect("grant");
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: nobody, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: nobody}]\n").await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: secret, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: t1, name: secret-copy}]\n").await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: readable, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: readable}]\n").await;
@@ -1367,8 +1379,9 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
         secrets("victim").get("fleet-copy").await.expect("copy"),
         secrets("quiet").get("fleet-copy").await.expect("copy"),
     ];
-    // Her forgery: an annotation-declared copy of a source that is gone, with the fleet's uid.
-    as_tina(&env, &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: forged\n  namespace: t1\n  labels: {{kubesync.io/managed-by: {fleet_uid}, kubesync.io/declared-by: annotations}}\n  annotations: {{kubesync.io/source: core/Secret/t1/gone}}\nstringData: {{v: x}}\n")).await;
+    // Her forgery: an annotation-declared copy of a source that is gone, with the fleet's uid
+    // (and, as both marks are needed to be any declaration's copy, the gone source's reference).
+    as_tina(&env, &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: forged\n  namespace: t1\n  labels: {{kubesync.io/managed-by: {fleet_uid}, kubesync.io/declared-by: annotations}}\n  annotations: {{kubesync.io/source: core/Secret/t1/gone, kubesync.io/owner: \"local/t1/gone (Secret annotations)\"}}\nstringData: {{v: x}}\n")).await;
     let running = start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
@@ -1377,8 +1390,8 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
             ..Default::default()
         },
     );
-    // The witness that the clean-up of that uid ran: the forged object, which carries no
-    // other reference, is removed.
+    // The witness that the clean-up of that uid ran: the forged object, which carries that
+    // clean-up's own reference, is removed.
     eventually("the clean-up of the forged uid ran", T, || async {
         secrets("t1")
             .get_opt("forged")
@@ -1396,5 +1409,117 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
             "the fleet's copy in {ns} untouched"
         );
     }
+    running.stop().await;
+}
+
+/// Attack 4 of the third round: a tenant who may patch (not delete) her namespace's
+/// Deployments labels the admins' Deployment `web` with the uid of her own ObjectSync — one
+/// mark, a label anyone who may patch it can add. kubesync's copies carry both marks (that
+/// uid and the declaration's reference); an object with one is someone else's, so kubesync
+/// never deletes it with its own rights. The witness that the plan saw the forgery: two repairs
+/// of her real copy, each a reconcile after the forged label reached the same watch (the copies'
+/// of the kind), the second one begun after the first was carried out. Without the second
+/// mark being required, `web` was deleted by the first.
+#[tokio::test]
+async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
+    let (env, _) = tenant_cluster("one-mark").await;
+    let deployments = &["apps"];
+    env.grant(
+        "tina",
+        Some("t1"),
+        "deployments",
+        vec![rule(
+            deployments,
+            &["deployments"],
+            &["get", "list", "watch", "patch"],
+        )],
+    )
+    .await
+    .expect("grant");
+    env.grant(
+        &copier("t1"),
+        Some("t1"),
+        "deployments",
+        vec![rule(
+            deployments,
+            &["deployments"],
+            &["get", "list", "watch", "create", "update", "patch"],
+        )],
+    )
+    .await
+    .expect("grant");
+    apply(
+        &env,
+        &grant_yaml(
+            "deployments",
+            "t1",
+            "{namespace: t1}",
+            "  kinds: [{group: apps, kind: Deployment}]\n",
+        ),
+    )
+    .await;
+    let deployment = |name: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: app, image: example.invalid/app}}]}}\n"
+        )
+    };
+    apply(&env, &deployment("web")).await;
+    apply(&env, &deployment("src")).await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1}\nspec:\n  source: {group: apps, kind: Deployment, name: src}\n  destinations: [{namespace: t1, name: src-copy}]\n").await;
+    let running = start(&env);
+    let apps: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client().expect("client"), "t1");
+    let tinas: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client_as("tina").expect("tina"), "t1");
+    eventually("her copy", T, || async {
+        apps.get_opt("src-copy").await.ok()?
+    })
+    .await;
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let uid = syncs
+        .get("mine")
+        .await
+        .expect("mine")
+        .metadata
+        .uid
+        .expect("uid");
+    let before = apps.get("web").await.expect("the admins' Deployment");
+    let label = serde_json::json!({"metadata": {"labels": {"kubesync.io/managed-by": uid}}});
+    tinas
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .expect("she may patch it");
+    for replicas in [3, 2] {
+        let drift = serde_json::json!({"spec": {"replicas": replicas}});
+        tinas
+            .patch(
+                "src-copy",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&drift),
+            )
+            .await
+            .expect("she may patch her copy");
+        eventually(
+            &format!("her copy repaired from {replicas} replicas"),
+            T,
+            || async {
+                let copy = apps.get("src-copy").await.ok()?;
+                (copy.spec.replicas == Some(0)).then_some(())
+            },
+        )
+        .await;
+    }
+    let web = apps.get_opt("web").await.expect("get");
+    let web = web.expect("the admins' Deployment was deleted");
+    assert_eq!(web.metadata.uid, before.metadata.uid, "never deleted");
+    assert!(
+        web.metadata.deletion_timestamp.is_none(),
+        "never being deleted"
+    );
+    running.assert_no_panic();
     running.stop().await;
 }

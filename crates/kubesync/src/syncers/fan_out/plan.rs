@@ -1126,7 +1126,7 @@ mod tests {
         obj(json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "ca", "namespace": "x", "uid": uid,
                 "labels": {MANAGED_BY: managed_by},
-                "annotations": {rules::SOURCE: "core/Secret/src/ca"}},
+                "annotations": {rules::SOURCE: "core/Secret/src/ca", rules::OWNER: "local/ctl/d"}},
             "data": {"old": "b2xk"}}))
     }
 

@@ -238,8 +238,9 @@ pub fn desired_copy(
 /// uid, and a declaration of another cluster (a fleet manager writing into this one) is one
 /// this operator cannot see. A clean-up started for a forged uid (an annotation-declared
 /// source that is gone) then takes only the copies whose reference is its own — never those
-/// of the declaration that really holds the uid. A copy without the [`OWNER`] annotation
-/// (none that kubesync writes) is judged by its uid.
+/// of the declaration that really holds the uid. Both marks are always required: an object
+/// with only one of them (kubesync writes both, in one write) is someone else's — a
+/// `Conflict`, never a copy to update, release or delete.
 pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
     let (labels, annotations) = (&copy.metadata.labels, &copy.metadata.annotations);
     labels
@@ -249,7 +250,7 @@ pub fn owned_by(copy: &DynamicObject, owner: &Owner) -> bool {
         && annotations
             .as_ref()
             .and_then(|a| a.get(OWNER))
-            .is_none_or(|reference| *reference == owner.reference)
+            .is_some_and(|reference| *reference == owner.reference)
 }
 
 #[cfg(test)]

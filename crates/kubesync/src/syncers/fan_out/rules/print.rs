@@ -328,7 +328,7 @@ impl CopyPrint {
             .is_some_and(|uid| *uid == owner.uid)
             && self
                 .annotation(OWNER)
-                .is_none_or(|reference| reference == owner.reference)
+                .is_some_and(|reference| reference == owner.reference)
     }
 
     /// Whether the copy carries everything `desired` says, exactly as

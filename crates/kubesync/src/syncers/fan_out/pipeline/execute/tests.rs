@@ -41,7 +41,7 @@ fn status(code: u16, reason: &str) -> serde_json::Value {
 fn secret(labels: serde_json::Value, token: &str) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "copy", "namespace": "ns", "uid": "u1", "resourceVersion": "5",
-            "labels": labels},
+            "labels": labels, "annotations": {crate::syncers::fan_out::rules::OWNER: "local/ctl/d"}},
         "type": "Opaque", "data": {"token": token}})
 }
 
@@ -219,7 +219,7 @@ async fn a_create_that_finds_someone_elses_object_leaves_it_alone() {
 #[tokio::test]
 async fn a_create_that_finds_its_copy_changed_keeps_to_the_update_policy() {
     let mut changed = secret(serde_json::json!({MANAGED_BY: "decl-uid"}), "bWluZQ==");
-    changed["metadata"]["annotations"] = serde_json::json!({rules::SOURCE_VERSION: "7"});
+    changed["metadata"]["annotations"][rules::SOURCE_VERSION] = serde_json::json!("7");
     for (policy, confirm, requests) in [
         (UpdatePolicy::CreateOnly, false, POST_THEN_GET.to_vec()),
         (UpdatePolicy::OnSourceChange, false, POST_THEN_GET.to_vec()),

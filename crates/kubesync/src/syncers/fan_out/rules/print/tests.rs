@@ -211,6 +211,35 @@ fn readers_of_objects_see_the_copy_s_metadata() {
     assert!(!print.owned_by(&other), "a forged reference is not ours");
 }
 
+/// Both marks, always: an object that carries only the declaration's uid (a label anyone who
+/// may patch it can add) or only its reference is someone else's, on the object and on its
+/// print alike.
+#[test]
+fn one_mark_alone_is_never_ownership() {
+    let want = desired();
+    let both = written(&want);
+    assert!(super::super::owned_by(&both, &owner()));
+    let mut uid_only = both.clone();
+    uid_only
+        .metadata
+        .annotations
+        .as_mut()
+        .expect("annotations")
+        .remove(super::super::OWNER);
+    let mut reference_only = both.clone();
+    reference_only
+        .metadata
+        .labels
+        .as_mut()
+        .expect("labels")
+        .remove(super::super::MANAGED_BY);
+    let printer = Printer::default();
+    for (what, copy) in [("uid only", &uid_only), ("reference only", &reference_only)] {
+        assert!(!super::super::owned_by(copy, &owner()), "{what}");
+        assert!(!printer.print(copy).owned_by(&owner()), "{what}, printed");
+    }
+}
+
 #[test]
 fn a_print_holds_a_fraction_of_the_copy() {
     let printer = Printer::default();
