@@ -106,3 +106,15 @@ Checks of values that would give a broken install.
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the Service kubesync-metrics" -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+A list of strings as CEL string literals separated by commas (single-quoted, each backslash
+and quote escaped).
+*/}}
+{{- define "kubesync.celStrings" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- $out = append $out (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) -}}
+{{- end -}}
+{{- join ", " $out -}}
+{{- end }}

@@ -1092,7 +1092,7 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     create_namespaces(&client, &namespaces, None).await?;
     // t1's ObjectSyncs act as its ServiceAccount `copier` (`--default-service-account`), which
     // may read and write ConfigMaps in t1.
-    env.apply_yaml("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: copier, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: copier, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: copier}\nsubjects: [{kind: ServiceAccount, name: copier, namespace: t1}]\n").await?;
+    env.apply_yaml("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: copier, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: copier, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: copier}\nsubjects: [{kind: ServiceAccount, name: copier, namespace: t1}]\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: copier, namespace: t1}\n").await?;
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: small, namespace: t1}\ndata: {a: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: small, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: small}\n  destinations: [{namespace: t1, name: small-copy}]\n").await?;
     let log = File::options()
         .create(true)

@@ -685,6 +685,10 @@ async fn part3(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
     // A tenant's ObjectSync acts as a ServiceAccount of her namespace: what RBAC lets it read
     // and write is all it may copy. team-a's admin lets `copier` read team-a's ConfigMaps.
     west.apply_yaml(&copier_rbac("team-a", "team-a")).await?;
+    west.apply_yaml(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: copier, namespace: team-a}\n",
+    )
+    .await?;
     west.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: limits, namespace: team-a}\nspec:\n  serviceAccountName: copier\n  source: {kind: ConfigMap, name: limits}\n  destinations: [{namespace: team-b}]\n").await?;
     let tenant: Api<ObjectSync> = Api::namespaced(west.client()?, "team-a");
     wait(
@@ -933,6 +937,12 @@ async fn part2(east: &TestEnv, west: &TestEnv) -> anyhow::Result<()> {
         "Installing CRDs: kubesync's (RemoteCluster, ResourceSync) in west, the demo Widget in both",
     );
     west.install_crds(&kubesync_cli::crd::crds_yaml()?).await?;
+    // As every install has it: only those who may use a ServiceAccount make an ObjectSync
+    // act as it (config/admission).
+    west.apply_yaml(include_str!(
+        "../../../config/admission/service_account_use.yaml"
+    ))
+    .await?;
     east.install_crds(WIDGET_CRD).await?;
     west.install_crds(WIDGET_CRD).await?;
 

@@ -127,6 +127,12 @@ pub enum Reason {
     ServiceAccountRequired,
     /// The ServiceAccount a declaration acts as may not read its source.
     SourceForbidden,
+    /// The ServiceAccount a declaration would act as does not exist.
+    ServiceAccountNotFound,
+    /// A declaration names a ServiceAccount, and nothing checks that its declarer may use it:
+    /// the admission policy [`SERVICE_ACCOUNT_POLICY`](crate::policy::admission::POLICY) or
+    /// its binding is not installed.
+    ServiceAccountUseUnchecked,
     /// A ResourceSync's kind has no status subresource.
     NoStatusSubresource,
     /// A going ResourceSync's copies could not be released.
@@ -135,7 +141,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every refusal reason.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 18] = [
         Reason::InvalidSpec,
         Reason::InvalidPatch,
         Reason::CopyNotADeclaration,
@@ -150,6 +156,8 @@ impl Reason {
         Reason::DuplicateCluster,
         Reason::ServiceAccountRequired,
         Reason::SourceForbidden,
+        Reason::ServiceAccountNotFound,
+        Reason::ServiceAccountUseUnchecked,
         Reason::NoStatusSubresource,
         Reason::FinalizersNotReleased,
     ];
@@ -171,6 +179,8 @@ impl Reason {
             Reason::DuplicateCluster => "DuplicateCluster",
             Reason::ServiceAccountRequired => "ServiceAccountRequired",
             Reason::SourceForbidden => "SourceForbidden",
+            Reason::ServiceAccountNotFound => "ServiceAccountNotFound",
+            Reason::ServiceAccountUseUnchecked => "ServiceAccountUseUnchecked",
             Reason::NoStatusSubresource => "NoStatusSubresource",
             Reason::FinalizersNotReleased => "FinalizersNotReleased",
         }

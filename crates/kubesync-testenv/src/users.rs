@@ -1,6 +1,7 @@
 //! Users and RBAC: token users known to the apiserver, clients acting as them, and grants.
 
 use k8s_openapi::Resource as _;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -63,7 +64,9 @@ impl TestEnv {
 
     /// Grants `user` the given rules: in `namespace` (a Role and RoleBinding) or cluster-wide
     /// (`None`: a ClusterRole and ClusterRoleBinding). The objects are named
-    /// `kubesync-testenv:<user>:<role_name>`.
+    /// `kubesync-testenv:<user>:<role_name>`. A grant to a ServiceAccount's user name
+    /// (`system:serviceaccount:<ns>:<name>`) also makes sure that ServiceAccount exists, as an
+    /// admin granting rights to one would (kubesync acts only as existing ServiceAccounts).
     pub async fn grant(
         &self,
         user: &str,
@@ -72,6 +75,20 @@ impl TestEnv {
         rules: Vec<PolicyRule>,
     ) -> Result<(), Error> {
         let client = self.client()?;
+        if let Some((ns, sa)) = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+        {
+            let account = ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(sa.to_string()),
+                    namespace: Some(ns.to_string()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            apply_object(&Api::namespaced(client.clone(), ns), &account).await?;
+        }
         let name = format!("kubesync-testenv:{user}:{role_name}");
         let metadata = ObjectMeta {
             name: Some(name.clone()),

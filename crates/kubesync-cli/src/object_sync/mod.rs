@@ -184,6 +184,8 @@ pub struct ObjectSyncController {
     lags: Lags,
     /// The per-minute cap of Events about each ObjectSync.
     budget: events::EventBudget,
+    /// Whether the apiserver checks that a declarer may use the ServiceAccount she names.
+    admission: crate::policy::admission::AdmissionCheck,
 }
 
 impl ObjectSyncController {
@@ -199,7 +201,9 @@ impl ObjectSyncController {
         let reporter = events::reporter();
         let recorder =
             kube::runtime::events::Recorder::new(local.client().clone(), reporter.clone());
+        let admission = crate::policy::admission::AdmissionCheck::new(local.client().clone());
         Self {
+            admission,
             local,
             writes,
             remotes,

@@ -37,6 +37,7 @@ use crate::crd::{SyncGrant, SyncGrantSpec};
 use crate::remote::{LOCAL, display_name};
 use crate::status::{Reason, Refusal};
 
+pub mod admission;
 pub mod review;
 
 /// What ObjectSyncs may do (the operator's flags).

@@ -300,10 +300,33 @@ pub async fn operator_cluster_from(
     env.install_crds(&kubesync_cli::crd::crds_yaml().expect("crds"))
         .await
         .expect("crds");
+    install_service_account_policy(&env, "").await;
     for ns in namespaces {
         env.create_namespace(ns).await.expect("ns");
     }
     env
+}
+
+/// The admission policy of `config/admission`, as installed.
+pub const SERVICE_ACCOUNT_POLICY: &str =
+    include_str!("../../../../config/admission/service_account_use.yaml");
+
+/// Installs (or updates) the admission policy of `config/admission` on `env`, with
+/// `default_service_account` as the operator's default ('' for none), as an admin does with
+/// the install: whoever creates an ObjectSync acting as a ServiceAccount must be allowed to use it.
+pub async fn install_service_account_policy(
+    env: &kubesync_testenv::TestEnv,
+    default_service_account: &str,
+) {
+    let yaml = SERVICE_ACCOUNT_POLICY.replace(
+        "- name: defaultServiceAccount\n    expression: \"''\"",
+        &format!("- name: defaultServiceAccount\n    expression: \"'{default_service_account}'\""),
+    );
+    assert!(
+        default_service_account.is_empty() || yaml != SERVICE_ACCOUNT_POLICY,
+        "the policy's defaultServiceAccount variable moved"
+    );
+    env.apply_yaml(&yaml).await.expect("the admission policy");
 }
 
 /// Makes `remote` reachable from `local` as the RemoteCluster `name`: its kubeconfig in the

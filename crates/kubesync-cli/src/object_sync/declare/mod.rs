@@ -8,7 +8,7 @@
 //! 4. only for a declaration found valid: its RemoteClusters connected and registered.
 
 use super::*;
-use crate::policy::{self, review};
+use crate::policy::{self, admission, review};
 
 impl ObjectSyncController {
     /// The kind's resource, and whether it is namespaced.
@@ -128,6 +128,13 @@ impl ObjectSyncController {
             self.register(ctx, rc).await?;
         }
         if let Some(who) = &declared.acting_as {
+            let names = spec.service_account_name.is_some();
+            let installed = match names {
+                true => self.admission.installed().await,
+                false => Ok(()),
+            };
+            let exists = admission::service_account_exists(&self.local, who).await;
+            admission::may_act_as(who, names, installed, exists)?;
             review::may_read_source(&self.local, who, &declared.source).await?;
         }
         Ok(declared)
