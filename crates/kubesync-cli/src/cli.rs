@@ -211,6 +211,11 @@ struct RunArgs {
     /// copies are repaired.
     #[arg(long)]
     compat_version_gate: bool,
+    /// Seconds after SIGTERM (or Ctrl-C) by which the process has exited: it hands its Lease
+    /// over and stops, and if that cannot finish in time (an apiserver that is gone), it exits
+    /// anyway (code 1). Keep it under the Pod's terminationGracePeriodSeconds (the chart's: 30).
+    #[arg(long, default_value_t = 8, env = "KUBESYNC_SHUTDOWN_TIMEOUT", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    shutdown_timeout: u64,
 }
 
 /// The reference of every command and flag, as Markdown, generated from the command line's

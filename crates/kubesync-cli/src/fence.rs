@@ -281,8 +281,17 @@ pub fn fresh_starts() -> u64 {
 /// place (same process id, same arguments and environment, plus the count of fresh starts).
 /// Nothing of the old term survives: no queue, no store, no plan, no task. Exits non-zero
 /// (the container restarts) only if that fails.
+///
+/// A stop asked for (SIGTERM) is never lost to it ([`crate::stop`]): asked for before, the
+/// process exits instead; during, the signal ends it.
 pub fn start_afresh(reason: &str) -> ! {
     use std::os::unix::process::CommandExt;
+    if crate::stop::before_fresh_start() {
+        eprintln!(
+            "kubesync: {reason}; a stop was asked for, so exiting instead of starting afresh"
+        );
+        std::process::exit(0)
+    }
     let starts = fresh_starts() + 1;
     eprintln!("kubesync: {reason}; starting afresh (fresh start {starts} of this process)");
     let mut args = std::env::args_os();

@@ -22,5 +22,6 @@ pub mod replicas;
 pub mod resource_sync;
 pub mod shard;
 pub mod status;
+pub mod stop;
 pub mod telemetry;
 pub mod tls;

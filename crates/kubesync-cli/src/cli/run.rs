@@ -51,6 +51,11 @@ enum Held {
 /// `kubesync run`: the operator's policy ($POD_NAMESPACE trusted too), endpoints and
 /// replicas read from `args`, then the operator run.
 pub(super) async fn command(args: RunArgs) -> ExitCode {
+    // First: a stop asked for from here on ends the process, whatever else happens.
+    if let Err(e) = crate::stop::install(std::time::Duration::from_secs(args.shutdown_timeout)) {
+        eprintln!("kubesync: cannot handle SIGTERM: {e}");
+        return ExitCode::FAILURE;
+    }
     let mut trusted_namespaces = args.trusted_namespaces;
     if let Ok(own) = std::env::var("POD_NAMESPACE")
         && !own.is_empty()

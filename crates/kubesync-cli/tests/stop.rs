@@ -1,0 +1,135 @@
+//! A stop asked for (SIGTERM, as the kubelet sends it) always ends `kubesync run`, within the
+//! 10 s a Pod's grace period leaves it, in the states that could lose it: a leader frozen past
+//! its Lease (the signal arrives while it is frozen, and on waking it would start afresh,
+//! executing its binary again in place), and a leader whose apiserver stops answering (its
+//! shutdown cannot hand the Lease over, and its permit runs out meanwhile). Neither starts
+//! afresh after the signal.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{RunningBinary, T, free_port, operator_command, request, sample};
+use kubesync_testenv::{Proxy, TestEnv, eventually};
+
+/// How long a stopped replica may take to exit.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// A leader on `kubeconfig`, its stderr in `log`, and its probes and `/metrics` on its port.
+struct Leader {
+    process: RunningBinary,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Leader {
+    async fn start(kubeconfig: &Path, log: PathBuf) -> Self {
+        let port = free_port();
+        let err = std::fs::File::create(&log).expect("log");
+        let child = operator_command(kubeconfig, port, &["--leader-elect"])
+            .env("POD_NAMESPACE", "kubesync-system")
+            .env("RUST_LOG", "info")
+            .stderr(err)
+            .spawn()
+            .expect("run kubesync");
+        let leader = Self {
+            process: RunningBinary(child),
+            port,
+            log,
+        };
+        eventually("it leads", T, || async {
+            let (_, metrics) = request(leader.port, "GET", "/metrics").await?;
+            (sample(&metrics, "kubesync_leader")? == 1.0).then_some(())
+        })
+        .await;
+        leader
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.process.0.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Waits at most [`GRACE`] from `since` for the process to exit; says how long it took.
+    async fn exited_within_grace(&mut self, since: Instant) -> Duration {
+        loop {
+            if let Some(status) = self.process.0.try_wait().expect("wait") {
+                let took = since.elapsed();
+                println!("exited after {took:?} ({status})");
+                return took;
+            }
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            assert!(
+                since.elapsed() < GRACE,
+                "still running {GRACE:?} after SIGTERM; its log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Its log never says it started afresh.
+    fn never_started_afresh(&self) {
+        let log = std::fs::read_to_string(&self.log).expect("log");
+        assert!(
+            !log.contains("starting afresh (fresh start"),
+            "it started afresh after the stop was asked for:\n{log}"
+        );
+    }
+}
+
+async fn ground(name: &str) -> TestEnv {
+    common::operator_cluster(name, false, &["kubesync-system", "team"]).await
+}
+
+/// Frozen past its Lease's renew deadline, the leader is sent SIGTERM (it arrives while the
+/// process is stopped) and thawed: waking, its permit is found lost at once, which would start
+/// it afresh; the stop asked for ends it instead.
+#[tokio::test]
+async fn a_stop_asked_for_while_frozen_past_the_lease_ends_the_process() {
+    let env = ground("stop-frozen").await;
+    let log = env.dir().join("frozen-leader.log");
+    let mut leader = Leader::start(&env.kubeconfig_path().expect("kubeconfig"), log).await;
+    leader.signal("STOP");
+    // Past the renew deadline (10 s) as its own clock will see it on waking.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    leader.signal("TERM");
+    let sent = Instant::now();
+    leader.signal("CONT");
+    leader.exited_within_grace(sent).await;
+    leader.never_started_afresh();
+}
+
+/// The leader's apiserver stops answering (a proxy holds every connection), then SIGTERM: its
+/// shutdown cannot release the Lease, and while it waits its permit runs out, which would start
+/// it afresh in place and forget the signal. It exits within the grace period instead.
+#[tokio::test]
+async fn a_stop_asked_for_while_the_apiserver_is_gone_ends_the_process() {
+    let env = ground("stop-unreachable").await;
+    let server: std::net::SocketAddr = env
+        .server()
+        .trim_start_matches("https://")
+        .parse()
+        .expect("apiserver address");
+    let proxy = Proxy::start(server).await.expect("proxy");
+    let kubeconfig = env.dir().join("proxied.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        env.kubeconfig_yaml()
+            .replace(env.server(), &proxy.https_url()),
+    )
+    .expect("kubeconfig");
+    let log = env.dir().join("cut-off-leader.log");
+    let mut leader = Leader::start(&kubeconfig, log).await;
+    proxy.block();
+    // Its renewals hang now; the stop comes while its permit still holds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    leader.signal("TERM");
+    let sent = Instant::now();
+    leader.exited_within_grace(sent).await;
+    leader.never_started_afresh();
+    proxy.unblock();
+}
