@@ -582,6 +582,71 @@ fn values_reach_the_deployment() {
     );
 }
 
+/// The admission policy that checks who may use a ServiceAccount follows the values that
+/// render the operator's flags: the default ServiceAccount, the trusted namespaces (the
+/// release's, and each of `trustedNamespaces`, globs as anchored regular expressions, which
+/// also render `--trusted-namespace`); `serviceAccountPolicy.enabled=false` renders none.
+#[test]
+fn the_service_account_policy_follows_the_values() {
+    let variable = |chart: &[Value], name: &str| -> String {
+        let policy = find(
+            chart,
+            "ValidatingAdmissionPolicy",
+            "kubesync-service-account-use",
+        );
+        policy["spec"]["variables"]
+            .as_array()
+            .expect("variables")
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
+            .as_str()
+            .expect("expression")
+            .to_string()
+    };
+    let defaults = render(&[]);
+    assert_eq!(variable(&defaults, "defaultServiceAccount"), "''");
+    assert_eq!(
+        variable(&defaults, "trusted"),
+        format!("['^{NS}$'].exists(p, request.namespace.matches(p))")
+    );
+    let binding = find(
+        &defaults,
+        "ValidatingAdmissionPolicyBinding",
+        "kubesync-service-account-use",
+    );
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let set = render(&[
+        "--set",
+        "defaultServiceAccount=kubesync-copier",
+        "--set-json",
+        r#"trustedNamespaces=["platform","infra-*"]"#,
+    ]);
+    assert_eq!(variable(&set, "defaultServiceAccount"), "'kubesync-copier'");
+    assert_eq!(
+        variable(&set, "trusted"),
+        format!("['^{NS}$', '^platform$', '^infra-.*$'].exists(p, request.namespace.matches(p))")
+    );
+    let args = container(&set)["args"].clone();
+    for flag in [
+        "--trusted-namespace=platform",
+        "--trusted-namespace=infra-*",
+        "--default-service-account=kubesync-copier",
+    ] {
+        assert!(
+            args.as_array().expect("args").iter().any(|a| a == flag),
+            "{flag} in {args}"
+        );
+    }
+    let off = render(&["--set", "serviceAccountPolicy.enabled=false"]);
+    assert!(
+        !keys(&off)
+            .iter()
+            .any(|k| k.contains("kubesync-service-account-use")),
+        "no policy when disabled"
+    );
+}
+
 /// Values that would make a broken install are refused by `helm template` (and so by install
 /// and upgrade), naming the value.
 #[test]
@@ -624,6 +689,15 @@ fn values_that_would_break_the_install_are_refused() {
         (
             vec!["--set-json", r#"allowedResources=["ConfigMap"]"#],
             "allowedResources",
+        ),
+        // Rendered into the policy's CEL: anything but a name could change what it checks.
+        (
+            vec!["--set", "defaultServiceAccount=a'||true||'"],
+            "defaultServiceAccount",
+        ),
+        (
+            vec!["--set-json", r#"trustedNamespaces=["x'] || true || ['"]"#],
+            "trustedNamespaces",
         ),
     ] {
         let mut all = vec!["template", RELEASE, chart.as_str(), "--namespace", NS];
