@@ -44,6 +44,71 @@ fn marks(obj: &DynamicObject, reserved: &[String]) -> Vec<(bool, String, String)
     all
 }
 
+/// The largest copy patches may build: the apiserver's limit on a request's body (3 MiB by
+/// default), which no write of a larger copy could pass anyway.
+pub const MAX_PATCHED_BYTES: usize = 3 * 1024 * 1024;
+
+/// Applies the JSON patch `ops` to `value`, or says why not (after the patch's number). Every
+/// operation's growth is bounded before it is made: only `copy` grows a document by more than
+/// its own text (by the value it copies, which a series of them doubles each time), so the
+/// size the copy could reach (`size`, an upper bound kept across patches, measured once) is
+/// counted up to each `copy` and a `copy` that would pass [`MAX_PATCHED_BYTES`] is refused
+/// before anything is allocated.
+fn json_ops(
+    value: &mut Value,
+    ops: &[json_patch::PatchOperation],
+    size: &mut Option<usize>,
+) -> Result<(), String> {
+    use json_patch::PatchOperation;
+    let mut start = 0;
+    // Without the undo of `json_patch::patch`, which panics when it cannot undo (a `move` of a
+    // value into its own parent, then a failing operation): on an error the half-patched value
+    // is dropped anyway.
+    let apply = |value: &mut Value, from: usize, to: usize| {
+        json_patch::patch_unsafe(value, &ops[from..to]).map_err(|mut e| {
+            e.operation += from;
+            format!(" does not apply: {e}")
+        })
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let grows = match op {
+            PatchOperation::Add(o) => super::digest::json_len(&o.value),
+            PatchOperation::Replace(o) => super::digest::json_len(&o.value),
+            PatchOperation::Copy(o) => {
+                // What it copies is the document as the operations before it left it.
+                apply(value, start, i)?;
+                start = i;
+                value
+                    .pointer(o.from.as_str())
+                    .map_or(0, super::digest::json_len)
+            }
+            _ => 0,
+        };
+        let now = *size.get_or_insert_with(|| super::digest::json_len(value));
+        let after = now.saturating_add(grows).saturating_add(o_len(op));
+        if after > MAX_PATCHED_BYTES {
+            return Err(format!(
+                ", operation '/{i}': the copy could grow to {} KiB, over the {} KiB the apiserver accepts in one request; a copy's patches may not make it larger (each copy operation adds what it copies)",
+                after / 1024,
+                MAX_PATCHED_BYTES / 1024
+            ));
+        }
+        *size = Some(after);
+    }
+    apply(value, start, ops.len())
+}
+
+/// The bytes an operation's paths may add to a document (a new key).
+fn o_len(op: &json_patch::PatchOperation) -> usize {
+    use json_patch::PatchOperation;
+    match op {
+        PatchOperation::Add(o) => o.path.as_str().len(),
+        PatchOperation::Copy(o) => o.path.as_str().len(),
+        PatchOperation::Move(o) => o.path.as_str().len(),
+        _ => 0,
+    }
+}
+
 /// The prefix of kubesync's own label and annotation keys.
 const KUBESYNC_PREFIX: &str = "kubesync.io/";
 
@@ -60,14 +125,19 @@ pub fn patched(
         return Ok(desired);
     }
     let mut value = serde_json::to_value(&desired).map_err(|e| e.to_string())?;
+    let mut size = None;
     for (i, p) in patches.iter().enumerate() {
         match p {
-            CopyPatch::Merge(m) => json_patch::merge(&mut value, m),
-            // Without the undo of `json_patch::patch`, which panics when it cannot undo (a
-            // `move` of a value into its own parent, then a failing operation): on an error
-            // the half-patched value is dropped anyway.
-            CopyPatch::Json(ops) => json_patch::patch_unsafe(&mut value, ops)
-                .map_err(|e| format!("patch {} does not apply: {e}", i + 1))?,
+            CopyPatch::Merge(m) => {
+                // It adds at most its own text.
+                if let Some(size) = size.as_mut() {
+                    *size += super::digest::json_len(m);
+                }
+                json_patch::merge(&mut value, m)
+            }
+            CopyPatch::Json(ops) => {
+                json_ops(&mut value, ops, &mut size).map_err(|e| format!("patch {}{e}", i + 1))?
+            }
         }
     }
     let out: DynamicObject = serde_json::from_value(value)
@@ -106,6 +176,59 @@ mod tests {
 
     fn patch(desired: DynamicObject, patches: &[CopyPatch]) -> Result<DynamicObject, String> {
         patched(desired, patches, &[])
+    }
+
+    /// A JSON patch of `copy` operations doubles the copy each time (12 of them make 64 MiB of
+    /// a 16 KiB ConfigMap): refused at the operation that would pass the apiserver's limit,
+    /// before it is made; a copy operation within the limit applies.
+    #[test]
+    fn copy_operations_may_not_grow_a_copy_past_the_apiservers_limit() {
+        let mut big = copy();
+        big.data["data"]["blob"] = json!("x".repeat(16 * 1024));
+        let doubling: Vec<Value> = (0..12)
+            .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/d{i}")}))
+            .collect();
+        let e = patch(big.clone(), &[json_ops(json!(doubling))]).expect_err("unbounded growth");
+        assert!(
+            e.starts_with("patch 1, operation '/7':") && e.contains("3072 KiB"),
+            "refused at the first copy past 3 MiB (16 KiB doubled 8 times): {e}"
+        );
+        // Spread over patches, merges between them, it is the same copy growing.
+        let patches: Vec<CopyPatch> = (0..12)
+            .flat_map(|i| {
+                [
+                    json_ops(
+                        json!([{"op": "copy", "from": "/data", "path": format!("/data/d{i}")}]),
+                    ),
+                    CopyPatch::Merge(json!({"metadata": {"labels": {format!("l{i}"): "x"}}})),
+                ]
+            })
+            .collect();
+        let e = patch(big.clone(), &patches).expect_err("growth across patches");
+        assert!(e.starts_with("patch 15, operation '/0':"), "{e}");
+        // Within the limit: applied, in order, and an error still names its operation.
+        let ok = patch(
+            big.clone(),
+            &[json_ops(json!([
+                {"op": "copy", "from": "/data/blob", "path": "/data/blob2"},
+                {"op": "remove", "path": "/data/size"},
+            ]))],
+        )
+        .expect("a small copy");
+        assert_eq!(ok.data["data"]["blob2"], big.data["data"]["blob"]);
+        assert!(ok.data["data"].get("size").is_none());
+        let e = patch(
+            big,
+            &[json_ops(json!([
+                {"op": "copy", "from": "/data/blob", "path": "/data/blob2"},
+                {"op": "remove", "path": "/data/missing"},
+            ]))],
+        )
+        .expect_err("a missing path");
+        assert!(
+            e.starts_with("patch 1 does not apply") && e.contains("operation '/1'"),
+            "{e}"
+        );
     }
 
     #[test]
