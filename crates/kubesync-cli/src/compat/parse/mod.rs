@@ -14,7 +14,8 @@
 //! - Sizes are bounded: at most [`MAX_PATTERNS`] entries of at most [`MAX_PATTERN_CHARS`]
 //!   characters, compiled programs of at most [`REGEX_SIZE_LIMIT`] bytes, and patterns that
 //!   need backtracking (lookaround, backreferences) give up after [`BACKTRACK_LIMIT`] steps
-//!   (counted as no match).
+//!   (counted as no match), at most [`MAX_BACKTRACKING_PATTERNS`] of them per list: a tenant's
+//!   list of 100 exponential patterns costs the operator 8 bounded searches per namespace.
 //!
 //! Both tools split a pattern list on every `,`, so a bounded quantifier such as `a{1,3}`
 //! is cut into `a{1` and `3}`; this module reads it the same way. Neither part admits a real
@@ -39,7 +40,12 @@ pub const MAX_PATTERN_CHARS: usize = 512;
 pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 /// Most backtracking steps of one search with a pattern that needs backtracking; beyond it
 /// the search counts as no match.
-pub const BACKTRACK_LIMIT: usize = 100_000;
+pub const BACKTRACK_LIMIT: usize = 10_000;
+/// Most entries of one pattern list that need backtracking (lookaround, backreferences); the
+/// rest are invalid. With [`BACKTRACK_LIMIT`], one namespace's check against a list costs at
+/// most this many bounded searches: what a tenant's annotation can spend of the operator's CPU
+/// per namespace, whatever its patterns (the others run in linear time).
+pub const MAX_BACKTRACKING_PATTERNS: usize = 8;
 /// Most instructions of a compiled backtracking program.
 const MAX_PROGRAM: usize = 10_000;
 /// Longest reason given for an invalid entry, in characters.
@@ -74,9 +80,11 @@ impl Matcher {
             Matcher::Spanning(re) => re
                 .find(namespace.as_bytes())
                 .is_some_and(|m| spans(m.start(), m.end())),
-            // An error while searching (the backtracking limit) is no match.
+            // An error while searching (the backtracking limit) is no match; nor is a name
+            // longer than any namespace's (a DNS label: 63 characters), which is not searched.
             Matcher::SpanningFancy(re) => {
-                matches!(re.find(namespace), Ok(Some(m)) if spans(m.start(), m.end()))
+                namespace.len() <= 63
+                    && matches!(re.find(namespace), Ok(Some(m)) if spans(m.start(), m.end()))
             }
             Matcher::Anchored(re) => re.is_match(namespace.as_bytes()),
         }
@@ -116,9 +124,21 @@ impl PatternList {
             invalid: Vec::new(),
             blank: dialect == Dialect::Reflector && value.trim().is_empty(),
         };
+        let mut backtracking = 0;
         for entry in entries.iter().take(MAX_PATTERNS) {
             match compile(dialect, entry) {
-                Ok(matcher) => list.valid.push(((*entry).to_string(), matcher)),
+                Ok(Matcher::SpanningFancy(_)) if backtracking == MAX_BACKTRACKING_PATTERNS => {
+                    list.invalid.push((
+                        (*entry).to_string(),
+                        format!(
+                            "needs backtracking (lookaround or a backreference), and a list may have at most {MAX_BACKTRACKING_PATTERNS} such patterns"
+                        ),
+                    ));
+                }
+                Ok(matcher) => {
+                    backtracking += usize::from(matches!(matcher, Matcher::SpanningFancy(_)));
+                    list.valid.push(((*entry).to_string(), matcher));
+                }
                 Err(why) => list.invalid.push(((*entry).to_string(), why)),
             }
         }

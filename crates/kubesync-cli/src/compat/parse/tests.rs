@@ -148,6 +148,30 @@ fn reflector_catastrophic_backtracking_gives_up_as_no_match() {
     assert!(list.matches("aab"));
 }
 
+/// A tenant's list of 99 patterns that each backtrack exponentially (a lookahead inside a
+/// repetition) costs at most [`MAX_BACKTRACKING_PATTERNS`] bounded searches per namespace: the
+/// others are invalid, reported, and match nothing; patterns the linear-time engine reads are
+/// not counted.
+#[test]
+fn a_list_holds_at_most_a_few_patterns_that_backtrack() {
+    let evil = r"((?=a)a|a)+\1b";
+    let mut entries: Vec<String> = (0..99).map(|i| format!("{evil}{i}")).collect();
+    entries.push("team-.*".into());
+    let list = reflector(&entries.join(","));
+    assert_eq!(list.entries().len(), MAX_BACKTRACKING_PATTERNS + 1);
+    assert_eq!(list.invalid().len(), 99 - MAX_BACKTRACKING_PATTERNS);
+    assert!(
+        list.invalid()[0].1.contains("at most 8 such patterns"),
+        "{:?}",
+        list.invalid()[0]
+    );
+    assert!(list.matches("team-a"), "the linear-time entry still counts");
+    assert!(!list.matches(&"a".repeat(60)));
+    // Lookarounds people write still work.
+    let list = reflector(r"(?!kube-).*-prod");
+    assert!(list.matches("shop-prod") && !list.matches("kube-prod"));
+}
+
 #[test]
 fn bounded_quantifier_is_cut_by_the_comma_split() {
     // Both tools split on every ',': `a{1,3}` is read as `a{1` and `3}`, and admits
