@@ -302,9 +302,23 @@ fn admit_remote_clusters(
         .map(|n| (n, true))
         .chain(spec.source.cluster.as_deref().map(|n| (n, false)))
     {
-        let rc = remote(gathered, name)?;
+        let rc = match (remote(gathered, name), untrusted) {
+            (Ok(rc), _) => rc,
+            (Err(why), Some(ns)) => return Err(unavailable(name, ns, &why)),
+            (Err(why), None) => return Err(why),
+        };
         if let Some(ns) = untrusted {
-            admitted(rc, ns, gathered.namespace_labels.as_ref())?;
+            // The namespace's own labels could not be read: nothing of the cluster's to hide.
+            if let Some(Err(e)) = &gathered.namespace_labels {
+                return Err(Refusal::new(
+                    Reason::RemoteClusterNotAllowed,
+                    format!(
+                        "whether RemoteCluster {name:?} admits ObjectSyncs from namespace {ns} is not known: namespace {ns} could not be read: {e}"
+                    ),
+                ));
+            }
+            admitted(rc, ns, gathered.namespace_labels.as_ref())
+                .map_err(|why| unavailable(name, ns, &why))?;
         }
         if writes {
             writes_to.push(rc);
@@ -429,6 +443,20 @@ fn remote<'a>(gathered: &'a Gathered, name: &str) -> Result<&'a RemoteCluster, R
             format!("RemoteCluster {name:?} does not exist"),
         )),
     }
+}
+
+/// What an ObjectSync in the untrusted `namespace` is told when the RemoteCluster `name` cannot
+/// be used (`why`, logged for the operator's admin): the same whether it does not exist, is
+/// broken, or does not admit the namespace, and never which labels would admit it — a tenant
+/// learns nothing of the RemoteClusters she may not use.
+fn unavailable(name: &str, namespace: &str, why: &Refusal) -> Refusal {
+    tracing::info!(remote = name, namespace, reason = %why.reason, message = %why.message, "a RemoteCluster refused to an untrusted ObjectSync");
+    Refusal::new(
+        Reason::RemoteClusterNotAllowed,
+        format!(
+            "RemoteCluster {name:?} does not exist or does not admit ObjectSyncs from namespace {namespace}: outside the operator's trusted namespaces an ObjectSync uses a RemoteCluster only where the cluster's admin admits its namespace (spec.allowedNamespaces); ask them"
+        ),
+    )
 }
 
 /// Whether the RemoteCluster `rc` admits ObjectSyncs from the untrusted `namespace`, whose
