@@ -62,9 +62,11 @@
 //! namespaces, each at the schema's limits (100 `from` and 100 `kinds` entries) and padded
 //! with 250 KiB of annotations, (b) one ConfigMap of 900 KiB copied 100 times inside `t1`
 //! (copies are held with their bulk as digests, so (b) costs kilobytes per copy), and (c) five
-//! more such fan-outs at once. RSS is read after [`SETTLE`] before and after each (goal: each
-//! adds less than 16 MiB), and the peak of (b) and of (c) from just before each (the process's
-//! `VmHWM`, reset then; goals: +32 and +64 MiB). `KUBESYNC_BENCH_TENANT=0` leaves it out.
+//! more such fan-outs at once, and (d) a 16 KiB ConfigMap whose one destination's JSON patch
+//! copies `/data` into itself 12 times (each operation doubles the copy). RSS is read after
+//! [`SETTLE`] before and after each (goal: each adds less than 16 MiB), and the peak of (b),
+//! (c) and (d) from just before each (the process's `VmHWM`, reset then; goals: +32, +64 and
+//! +32 MiB). `KUBESYNC_BENCH_TENANT=0` leaves it out.
 //!
 //! `KUBESYNC_BENCH_QUICK=1` runs a smaller version: 0 and 400 unrelated Secrets, one round,
 //! 10 ObjectSyncs × 100 namespaces. The processes' logs are kept in a temporary directory
@@ -1185,6 +1187,42 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     .await?;
     tokio::time::sleep(SETTLE).await;
     let (five_at_once, peak_five) = process.memory()?;
+    // (d) A JSON patch of 12 `copy` operations of /data into itself on a 16 KiB ConfigMap (each
+    // doubles the copy: 64 MiB if made), refused at the operation that would pass 3 MiB.
+    process.reset_peak()?;
+    let ops: Vec<String> = (0..12)
+        .map(|i| format!("{{op: copy, from: /data, path: /data/d{i}}}"))
+        .collect();
+    env.apply_yaml(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: doubling, namespace: t1}}\ndata: {{blob: {}}}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: doubling, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, name: doubling}}\n  destinations: [{{namespace: t1, name: doubling-copy, patches: [{{json: [{}]}}]}}]\n",
+        "d".repeat(16 * 1024),
+        ops.join(", ")
+    ))
+    .await?;
+    let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(client.clone(), "t1");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let refused = syncs
+            .get_opt("doubling")
+            .await?
+            .and_then(|os| os.status)
+            .is_some_and(|st| {
+                st.destinations
+                    .iter()
+                    .any(|d| d.state == kubesync_cli::crd::CopyState::Error)
+            });
+        if refused {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the doubling patch: no verdict after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its retries (a destination in error is looked at again every 5 s) within the window.
+    tokio::time::sleep(SETTLE.max(Duration::from_secs(6))).await;
+    let (doubled, peak_doubling) = process.memory()?;
     process.stop().await;
     println!("\nscenario 3, a tenant's attacks on memory (goal: each adds < 16 MiB)");
     println!(
@@ -1209,6 +1247,13 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
         (five_at_once - amplified) / MIB,
         peak_five / MIB,
         (peak_five - amplified) / MIB
+    );
+    println!(
+        "  + 12 copy operations doubling a 16 KiB copy  {:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB, {:+.1} MiB, goal < +32)",
+        doubled / MIB,
+        (doubled - five_at_once) / MIB,
+        peak_doubling / MIB,
+        (peak_doubling - five_at_once) / MIB
     );
     Ok(())
 }
