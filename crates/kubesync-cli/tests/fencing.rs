@@ -60,11 +60,7 @@ impl Replica {
     }
 
     fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &self.process.0.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal}");
+        common::signal(self.process.0.id(), signal);
     }
 
     async fn metric(&self, series: &str) -> Option<f64> {

@@ -10,7 +10,6 @@ use common::*;
 use kubesync_testenv::eventually;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{Api, DeleteParams};
 use kubesync::Cluster;
 use kubesync_cli::crd::ObjectSync;
@@ -34,17 +33,6 @@ fn start(env: &TestEnv) -> RunningOperator {
     )
 }
 
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
-    PolicyRule {
-        api_groups: strings(groups),
-        resources: strings(resources),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        resource_names: (!names.is_empty()).then(|| strings(names)).flatten(),
-        ..Default::default()
-    }
-}
-
 /// An ObjectSync in `t1` copying the `kind` `source` to `t1/<copy>`, acting as `sa` (`None`:
 /// the operator's default).
 fn object_sync(name: &str, sa: Option<&str>, kind: &str, source: &str, copy: &str) -> String {
@@ -54,21 +42,6 @@ fn object_sync(name: &str, sa: Option<&str>, kind: &str, source: &str, copy: &st
     format!(
         "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n{sa}  source: {{kind: {kind}, name: {source}}}\n  destinations: [{{namespace: t1, name: {copy}}}]\n"
     )
-}
-
-/// The `Ready` condition of the ObjectSync `t1/name` once it is not `Starting`.
-async fn verdict(env: &TestEnv, name: &str) -> (String, String, String) {
-    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
-    eventually(&format!("{name}'s verdict"), T, || async {
-        let os = syncs.get_opt(name).await.ok()??;
-        let c = os
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready" && c.reason != "Starting")?;
-        Some((c.status, c.reason, c.message))
-    })
-    .await
 }
 
 /// The apiserver's answer to `user` applying `yaml`: `Ok` or its message.
@@ -248,7 +221,8 @@ async fn a_named_service_account_needs_the_policy_and_one_that_does_not_exist_is
         env.apply_yaml(&yaml).await.expect("objectsync");
     }
     let running = start(&env);
-    let (status, reason, message) = verdict(&env, "named").await;
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let (status, reason, message) = verdict(&syncs, "named").await;
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("False", "ServiceAccountUseUnchecked"),

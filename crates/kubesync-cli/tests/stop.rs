@@ -47,11 +47,7 @@ impl Leader {
     }
 
     fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &self.process.0.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal}");
+        common::signal(self.process.0.id(), signal);
     }
 
     /// Waits at most [`GRACE`] from `since` for the process to exit; says how long it took.

@@ -40,13 +40,7 @@ fn tenant_policy() -> ObjectSyncPolicy {
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
-    PolicyRule {
-        api_groups: strings(groups),
-        resources: strings(resources),
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
+    common::rule(groups, resources, verbs, &[])
 }
 
 /// A destination's state and message in an ObjectSync's status.
@@ -462,20 +456,6 @@ async fn as_tina(env: &TestEnv, yaml: &str) {
     env.apply_yaml_as("tina", yaml)
         .await
         .expect("she may declare ObjectSyncs in her namespace");
-}
-
-/// The `Ready` condition of an ObjectSync, once it is not `Starting`: (status, reason, message).
-async fn verdict(syncs: &Api<ObjectSync>, name: &str) -> (String, String, String) {
-    eventually(&format!("{name}'s verdict"), T, || async {
-        let os = syncs.get_opt(name).await.ok()??;
-        let c = os
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready" && c.reason != "Starting")?;
-        Some((c.status, c.reason, c.message))
-    })
-    .await
 }
 
 /// Attack 1: kubesync's own kinds as payload. A tenant cannot copy an ObjectSync; an

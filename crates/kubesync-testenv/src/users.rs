@@ -65,8 +65,9 @@ impl TestEnv {
     /// Grants `user` the given rules: in `namespace` (a Role and RoleBinding) or cluster-wide
     /// (`None`: a ClusterRole and ClusterRoleBinding). The objects are named
     /// `kubesync-testenv:<user>:<role_name>`. A grant to a ServiceAccount's user name
-    /// (`system:serviceaccount:<ns>:<name>`) also makes sure that ServiceAccount exists, as an
-    /// admin granting rights to one would (kubesync acts only as existing ServiceAccounts).
+    /// (`system:serviceaccount:<ns>:<name>`) also makes sure that ServiceAccount exists where
+    /// its namespace does, as an admin granting rights to one would (kubesync acts only as
+    /// existing ServiceAccounts).
     pub async fn grant(
         &self,
         user: &str,
@@ -87,7 +88,12 @@ impl TestEnv {
                 },
                 ..Default::default()
             };
-            apply_object(&Api::namespaced(client.clone(), ns), &account).await?;
+            // Where its namespace exists: a grant in another cluster to the same user name
+            // (a RemoteCluster's) names a ServiceAccount that lives elsewhere.
+            match apply_object(&Api::namespaced(client.clone(), ns), &account).await {
+                Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => {}
+                other => drop(other?),
+            }
         }
         let name = format!("kubesync-testenv:{user}:{role_name}");
         let metadata = ObjectMeta {

@@ -20,6 +20,49 @@ pub fn ready_condition(conditions: &[Condition]) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// The `Ready` condition of an ObjectSync, once it is not `Starting`: (status, reason, message).
+pub async fn verdict(
+    syncs: &kube::Api<kubesync_cli::crd::ObjectSync>,
+    name: &str,
+) -> (String, String, String) {
+    kubesync_testenv::eventually(&format!("{name}'s verdict"), T, || async {
+        let os = syncs.get_opt(name).await.ok()??;
+        let c = os
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.reason != "Starting")?;
+        Some((c.status, c.reason, c.message))
+    })
+    .await
+}
+
+/// An RBAC rule: `verbs` on `resources` of `groups`, only on `names` when any are given.
+pub fn rule(
+    groups: &[&str],
+    resources: &[&str],
+    verbs: &[&str],
+    names: &[&str],
+) -> k8s_openapi::api::rbac::v1::PolicyRule {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect());
+    k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: strings(groups),
+        resources: strings(resources),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        resource_names: (!names.is_empty()).then(|| strings(names)).flatten(),
+        ..Default::default()
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`, …) to the process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal}");
+}
+
 /// An operator running in the background of a test.
 pub struct RunningOperator {
     pub operator: Arc<Operator>,
@@ -460,7 +503,9 @@ pub fn crds_established(env: &kubesync_testenv::TestEnv) {
 }
 
 /// Applies `config/<overlay>` as a user would (`kubectl apply --server-side -k`) and waits for
-/// its CRDs; returns what kubectl said.
+/// its CRDs; returns what kubectl said. It takes over what the test ground applied of the
+/// same objects (`--force-conflicts`: the admission policy, on a control plane made with
+/// [`operator_cluster`]).
 pub fn apply_overlay(env: &kubesync_testenv::TestEnv, overlay: &str) -> String {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../config")
@@ -470,6 +515,7 @@ pub fn apply_overlay(env: &kubesync_testenv::TestEnv, overlay: &str) -> String {
         &[
             "apply",
             "--server-side",
+            "--force-conflicts",
             "-k",
             dir.to_str().expect("utf-8 path"),
         ],
