@@ -129,6 +129,9 @@ pub enum Reason {
     SourceForbidden,
     /// The ServiceAccount a declaration would act as does not exist.
     ServiceAccountNotFound,
+    /// A declaration that acts as a ServiceAccount names a RemoteCluster that maps no
+    /// identity for it there (`spec.identityNamespace`).
+    RemoteIdentityRequired,
     /// A declaration names a ServiceAccount, and nothing checks that its declarer may use it:
     /// the admission policy [`SERVICE_ACCOUNT_POLICY`](crate::policy::admission::POLICY) or
     /// its binding is not installed.
@@ -141,7 +144,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every refusal reason.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::InvalidSpec,
         Reason::InvalidPatch,
         Reason::CopyNotADeclaration,
@@ -157,6 +160,7 @@ impl Reason {
         Reason::ServiceAccountRequired,
         Reason::SourceForbidden,
         Reason::ServiceAccountNotFound,
+        Reason::RemoteIdentityRequired,
         Reason::ServiceAccountUseUnchecked,
         Reason::NoStatusSubresource,
         Reason::FinalizersNotReleased,
@@ -180,6 +184,7 @@ impl Reason {
             Reason::ServiceAccountRequired => "ServiceAccountRequired",
             Reason::SourceForbidden => "SourceForbidden",
             Reason::ServiceAccountNotFound => "ServiceAccountNotFound",
+            Reason::RemoteIdentityRequired => "RemoteIdentityRequired",
             Reason::ServiceAccountUseUnchecked => "ServiceAccountUseUnchecked",
             Reason::NoStatusSubresource => "NoStatusSubresource",
             Reason::FinalizersNotReleased => "FinalizersNotReleased",

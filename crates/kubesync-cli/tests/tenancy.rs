@@ -305,14 +305,38 @@ async fn local_and_hub(name: &str) -> (TestEnv, TestEnv) {
     (local, remote)
 }
 
+/// What the hub's admin grants `from`'s copier as this cluster's RemoteCluster maps it there
+/// (`identityNamespace: from-local`): ConfigMaps and Secrets of each of `namespaces` for the
+/// ServiceAccount `from-local/<from>.copier` (the namespace `from-local` made first).
+async fn let_mapped_copier_write(remote: &TestEnv, from: &str, namespaces: &[&str]) {
+    remote.create_namespace("from-local").await.expect("ns");
+    for ns in namespaces {
+        remote
+            .grant(
+                &format!("system:serviceaccount:from-local:{from}.{COPIER}"),
+                Some(ns),
+                "copier",
+                vec![rule(
+                    &[""],
+                    &["configmaps", "secrets"],
+                    &[
+                        "get", "list", "watch", "create", "update", "patch", "delete",
+                    ],
+                )],
+            )
+            .await
+            .expect("grant the mapped copier");
+    }
+}
+
 /// An untrusted namespace cannot use a RemoteCluster that does not select it; with
 /// `allowedNamespaces` and a grant in the remote namespace, it can.
 #[tokio::test]
 async fn remote_clusters_admit_only_the_namespaces_they_select() {
     let (local, remote) = local_and_hub("tenancy").await;
     let_copier_write(&local, "t1", &["t1"]).await;
-    let_copier_write(&remote, "t1", &["team"]).await;
-    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n").await;
+    let_mapped_copier_write(&remote, "t1", &["team"]).await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n  identityNamespace: from-local\n").await;
     apply(&local, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {mode: fast}\n").await;
     apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: settings, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
     let running = start(&local);
@@ -334,7 +358,7 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: t1, labels: {tenant: \"yes\"}}\n",
     )
     .await;
-    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n  allowedNamespaces: {matchLabels: {tenant: \"yes\"}}\n").await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: hub-kubeconfig}\n  allowedNamespaces: {matchLabels: {tenant: \"yes\"}}\n  identityNamespace: from-local\n").await;
     let (state, message) = eventually(
         "refused in the remote namespace: no grant there",
         T,
@@ -359,6 +383,112 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
     running.stop().await;
 }
 
+/// Attack 2 of the third round: written through a RemoteCluster as
+/// `system:serviceaccount:t1:copier`, a tenant's ObjectSync would act there as whoever owns
+/// namespace t1 in that cluster — here its own copier, which may write Secrets into `team`.
+/// kubesync writes through a RemoteCluster only as the identity its admin maps declarations
+/// to (`identityNamespace`): without one the ObjectSync is refused; with one, what the
+/// remote's own t1/copier may do lends her nothing (RBAC refuses the mapped identity, and the
+/// remote's audit log shows every write of hers acting as `from-local/t1.copier`); once the
+/// hub's admin grants that identity, it copies.
+#[tokio::test]
+async fn a_service_account_here_is_never_the_same_name_in_another_cluster() {
+    let (local, remote) = tokio::join!(
+        operator_cluster("same-name-local", false, &["kubesync-system", "t1"]),
+        operator_cluster_from(
+            TestEnv::builder().name("same-name-remote").audit(true),
+            &["team", "t1", "from-local"]
+        )
+    );
+    apply(
+        &local,
+        &serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "hub-kubeconfig", "namespace": "kubesync-system"},
+            "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
+        }))
+        .expect("json"),
+    )
+    .await;
+    apply(
+        &local,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: t1, labels: {tenant: \"yes\"}}\n",
+    )
+    .await;
+    let_copier_write(&local, "t1", &["t1"]).await;
+    // The remote cluster's own t1/copier: someone else, who may write Secrets into team.
+    let_copier_write(&remote, "t1", &["team"]).await;
+    apply(
+        &remote,
+        &grant_yaml("from-hub", "team", "{namespace: t1, cluster: hub}", ""),
+    )
+    .await;
+    apply(&local, "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: t1}\nstringData: {password: hunter2}\n").await;
+    let hub = |identities: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"yes\"}}}}\n{identities}"
+        )
+    };
+    apply(&local, &hub("")).await;
+    apply(&local, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: db, namespace: t1}\nspec:\n  source: {kind: Secret, name: db}\n  destinations: [{cluster: hub, namespace: team}]\n").await;
+    let running = start(&local);
+    let syncs: Api<ObjectSync> = Api::namespaced(local.client().expect("client"), "t1");
+    let (status, reason, message) = verdict(&syncs, "db").await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RemoteIdentityRequired"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ServiceAccount t1/copier") && message.contains("spec.identityNamespace"),
+        "{message}"
+    );
+    assert!(for_people(&message), "{message}");
+    let team: Api<Secret> = Api::namespaced(remote.client().expect("client"), "team");
+    assert!(team.get_opt("db").await.expect("get").is_none());
+
+    // Mapped, but not granted there: the remote's own t1/copier lends her nothing.
+    apply(&local, &hub("  identityNamespace: from-local\n")).await;
+    let mapped = "system:serviceaccount:from-local:t1.copier";
+    let (state, message) = eventually(
+        "refused by the hub's RBAC as the mapped identity",
+        T,
+        || async {
+            destination(&syncs, "db", "team")
+                .await
+                .filter(|(s, _)| *s == CopyState::Error)
+        },
+    )
+    .await;
+    assert_eq!(state, CopyState::Error);
+    assert!(
+        message.contains(mapped) || message.contains("from-local/t1.copier"),
+        "{message}"
+    );
+    assert!(team.get_opt("db").await.expect("get").is_none());
+    let writes_as = |events: &[kubesync_testenv::AuditEvent]| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e.is_write() && e.resource() == "secrets" && e.namespace() == "team")
+            .map(|e| e.acting_user().to_string())
+            .collect()
+    };
+    let tried = writes_as(&remote.audit().expect("remote audit"));
+    assert!(!tried.is_empty(), "a write was tried there");
+    assert!(tried.iter().all(|u| u == mapped), "{tried:?}");
+
+    // Granted by the hub's admin: copied, as the mapped identity.
+    let_mapped_copier_write(&remote, "t1", &["team"]).await;
+    eventually("copied into team", T, || async {
+        team.get_opt("db").await.ok()?
+    })
+    .await;
+    let written = writes_as(&remote.audit().expect("remote audit"));
+    assert!(written.iter().all(|u| u == mapped), "{written:?}");
+    running.assert_no_panic();
+    running.stop().await;
+}
+
 /// A RemoteCluster that stops admitting a namespace refuses its ObjectSyncs at once: its spec
 /// change re-runs the ObjectSyncs using it, no resync is needed (this operator resyncs once an
 /// hour).
@@ -366,10 +496,10 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
 async fn a_remote_cluster_that_stops_admitting_a_namespace_refuses_its_objectsyncs_at_once() {
     let (local, remote) = local_and_hub("withdraw").await;
     let_copier_write(&local, "t1", &["t1"]).await;
-    let_copier_write(&remote, "t1", &["team"]).await;
+    let_mapped_copier_write(&remote, "t1", &["team"]).await;
     let hub = |admits: &str| {
         format!(
-            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"{admits}\"}}}}\n"
+            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {{name: hub}}\nspec:\n  kubeconfigSecretRef: {{namespace: kubesync-system, name: hub-kubeconfig}}\n  allowedNamespaces: {{matchLabels: {{tenant: \"{admits}\"}}}}\n  identityNamespace: from-local\n"
         )
     };
     apply(&local, &hub("yes")).await;

@@ -363,6 +363,7 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
         update_policy: Default::default(),
         adoptable: None,
         acting_as: None,
+        acting_as_in: Default::default(),
     }
 }
 

@@ -412,6 +412,7 @@ fn spec(source_cluster: Option<&str>, clusters: Vec<Option<String>>) -> FanOutSp
         update_policy: Default::default(),
         adoptable: None,
         acting_as: None,
+        acting_as_in: Default::default(),
     }
 }
 

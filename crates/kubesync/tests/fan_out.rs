@@ -179,6 +179,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         update_policy: Default::default(),
         adoptable: None,
         acting_as: None,
+        acting_as_in: Default::default(),
     }
 }
 

@@ -54,6 +54,17 @@ pub struct RemoteClusterSpec {
     /// go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<LabelSelector>,
+    /// Who declarations of this cluster that act as a ServiceAccount (an ObjectSync's
+    /// `spec.serviceAccountName`, or the operator's default) are in the remote cluster: a
+    /// ServiceAccount of this namespace there, named `<namespace>.<name>` after theirs
+    /// (`t1/copier` writes as `<identityNamespace>/t1.copier`). A ServiceAccount's name means
+    /// someone else in another cluster — whoever owns that namespace there — so without this
+    /// field such declarations may not write through this RemoteCluster. The remote cluster's
+    /// admin owns the namespace, grants those ServiceAccounts what they may copy, and lets
+    /// this RemoteCluster's credentials `impersonate` `serviceaccounts` in it (only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(pattern::NAMESPACE_OR_EMPTY))]
+    pub identity_namespace: Option<String>,
 }
 
 /// Observed state of a [`RemoteCluster`].

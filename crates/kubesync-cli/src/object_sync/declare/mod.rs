@@ -257,6 +257,10 @@ pub(super) fn declare(
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
     admit_remote_clusters(spec, gathered, untrusted)?;
     let acting_as = acting_as(own, spec, policy)?;
+    let acting_as_in = match &acting_as {
+        Some(who) => remote_identities(spec, gathered, who)?,
+        None => BTreeMap::new(),
+    };
     let resource = gathered.resource.clone();
     let source = match checked.selection {
         None => SourceRef::one(resource.clone(), source_ns, spec.source.name.clone()),
@@ -268,6 +272,7 @@ pub(super) fn declare(
     };
     Ok(FanOutSpec {
         acting_as,
+        acting_as_in,
         consent: untrusted.map(|ns| policy::consent(policy, ns, &resource)),
         destinations: destinations(spec, checked.destinations, policy),
         on_conflict: match spec.on_conflict {
@@ -443,6 +448,45 @@ fn remote<'a>(gathered: &'a Gathered, name: &str) -> Result<&'a RemoteCluster, R
             format!("RemoteCluster {name:?} does not exist"),
         )),
     }
+}
+
+/// Who a declaration that acts as `who` writes as through each RemoteCluster its destinations
+/// name (by runtime name), or why it may not (pure): the ServiceAccount
+/// `<identityNamespace>/<namespace>.<name>` the RemoteCluster maps it to. Without the mapping
+/// it may not write there: the same user name is someone else in another cluster.
+fn remote_identities(
+    spec: &ObjectSyncSpec,
+    gathered: &Gathered,
+    who: &kubesync::ActAs,
+) -> Result<BTreeMap<String, kubesync::ActAs>, Refusal> {
+    let mut mapped = BTreeMap::new();
+    let Some((namespace, name)) = who.service_account_of() else {
+        return Ok(mapped);
+    };
+    for c in spec
+        .destinations
+        .iter()
+        .filter_map(|d| d.cluster.as_deref())
+    {
+        let rc = remote(gathered, c)?;
+        let Some(identities) = rc.spec.identity_namespace.as_deref() else {
+            return Err(Refusal::new(
+                Reason::RemoteIdentityRequired,
+                format!(
+                    "RemoteCluster {c:?} maps no identity for declarations that act as a ServiceAccount: {who} of this cluster is someone else there (whoever owns namespace {namespace} in that cluster), so such a declaration writes through a RemoteCluster only as the identity its admin maps it to; they set its spec.identityNamespace and grant the ServiceAccount <identityNamespace>/{namespace}.{name} there what the copies need"
+                ),
+            ));
+        };
+        let there = kubesync::ActAs::service_account(identities, &format!("{namespace}.{name}"))
+            .map_err(|e| {
+                Refusal::new(
+                    Reason::RemoteIdentityRequired,
+                    format!("{who} cannot be mapped into RemoteCluster {c:?}: {e}"),
+                )
+            })?;
+        mapped.insert(runtime_name(c), there);
+    }
+    Ok(mapped)
 }
 
 /// What an ObjectSync in the untrusted `namespace` is told when the RemoteCluster `name` cannot

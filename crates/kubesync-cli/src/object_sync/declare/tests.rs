@@ -110,14 +110,35 @@ fn an_untrusted_declaration_writes_only_through_remote_clusters_that_admit_its_n
         ..Default::default()
     };
 
-    let ok = judged(
+    // Acting as its ServiceAccount, it writes there only as the identity east maps it to.
+    let unmapped = judged(
         Some("a"),
         &s,
         &facts(vec![remote("east", Some(team_a.clone()))], labels("a")),
         policy(),
     )
-    .expect("admitted");
+    .expect_err("no identity there");
+    assert_eq!(unmapped.reason, Reason::RemoteIdentityRequired);
+    assert!(
+        unmapped.message.contains("ServiceAccount a/copier")
+            && unmapped.message.contains("spec.identityNamespace"),
+        "{}",
+        unmapped.message
+    );
+    let mut east = remote("east", Some(team_a.clone()));
+    east.spec.identity_namespace = Some("from-west".into());
+    let ok = judged(Some("a"), &s, &facts(vec![east], labels("a")), policy()).expect("admitted");
     assert_eq!(ok.destinations[0].cluster.as_deref(), Some("remote:east"));
+    assert_eq!(
+        ok.acting_as_in.get("remote:east").map(|who| who.user()),
+        Some("system:serviceaccount:from-west:a.copier"),
+        "east's identity for a/copier"
+    );
+    assert_eq!(
+        ok.acting_as.as_ref().map(|who| who.user()),
+        Some("system:serviceaccount:a:copier"),
+        "here, its own"
+    );
     assert!(
         ok.consent.is_some(),
         "an untrusted declaration needs consent"

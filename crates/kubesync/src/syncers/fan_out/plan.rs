@@ -1099,6 +1099,7 @@ mod tests {
                 update_policy: Default::default(),
                 adoptable: None,
                 acting_as: None,
+                acting_as_in: Default::default(),
             },
             deleting: false,
             refused: false,

@@ -1,5 +1,6 @@
 //! What a declaration says and what a reconcile reports: the fan-out's data, no behaviour.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
@@ -245,6 +246,12 @@ pub struct FanOutSpec {
     /// conditional on their uid) stays kubesync's own: a copy must go when consent ends, even
     /// if that identity lost its rights meanwhile.
     pub acting_as: Option<crate::ActAs>,
+    /// Who the copies are written as in other clusters, by the runtime name of each, where
+    /// that differs from [`acting_as`](Self::acting_as): a ServiceAccount's user name means
+    /// someone else in another cluster (whoever owns that namespace there), so a declaration
+    /// that acts as one writes through a RemoteCluster as the identity that cluster's admin
+    /// mapped it to. A cluster without an entry is written as `acting_as`.
+    pub acting_as_in: BTreeMap<String, crate::ActAs>,
 }
 
 impl FanOutSpec {
@@ -265,6 +272,7 @@ impl FanOutSpec {
             update_policy: UpdatePolicy::Sync,
             adoptable: None,
             acting_as: None,
+            acting_as_in: BTreeMap::new(),
         }
     }
 

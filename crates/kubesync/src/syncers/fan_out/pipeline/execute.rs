@@ -356,14 +356,14 @@ impl Executor {
                     Err(status) => return (status, false),
                 },
                 Step::Write => {
-                    let acting = (ar, job.acting_as.as_ref());
+                    let acting = (ar, job.acting_in(&at.cluster));
                     let written = self
                         .write_copy(ctx, acting, (w, desired), existing.as_deref())
                         .await;
                     settling.written(write_outcome(job, at, written))
                 }
                 Step::Recreate => {
-                    let acting = (ar, job.acting_as.as_ref());
+                    let acting = (ar, job.acting_in(&at.cluster));
                     let recreated = self
                         .recreate(ctx, acting, (w, desired), existing.as_deref())
                         .await;
@@ -604,7 +604,7 @@ impl Executor {
 /// that acts as an identity of its own, what that means and what would admit the copy.
 fn refused_as(job: &Job, at: &DestinationRef, e: &Error) -> String {
     let message = api_message(e);
-    match (&job.acting_as, e) {
+    match (job.acting_in(&at.cluster), e) {
         (Some(who), Error::Kube(kube::Error::Api(s))) if s.code == 403 => {
             let place = match at.namespace() {
                 Some(ns) => format!("namespace {ns} of cluster {}", at.cluster),

@@ -66,6 +66,8 @@ pub struct Job {
     pub resource: ApiResource,
     /// Who its copies are written as (`None`: the destination cluster's own credentials).
     pub acting_as: Option<crate::ActAs>,
+    /// Who they are written as in other clusters, where that differs (by runtime name).
+    pub acting_as_in: std::collections::BTreeMap<String, crate::ActAs>,
     /// Whose copies count as its own.
     pub owner: Owner,
     /// What to do with an object kubesync did not create.
@@ -77,6 +79,11 @@ pub struct Job {
 }
 
 impl Job {
+    /// Who its copies in `cluster` are written as (`None`: that cluster's own credentials).
+    pub fn acting_in(&self, cluster: &str) -> Option<&crate::ActAs> {
+        self.acting_as_in.get(cluster).or(self.acting_as.as_ref())
+    }
+
     /// What carrying out `decl`'s plans needs.
     pub fn of(decl: &Declaration) -> Self {
         let spec = &decl.spec;
@@ -84,6 +91,7 @@ impl Job {
             declaration: decl.key.clone(),
             resource: spec.source.resource.clone(),
             acting_as: spec.acting_as.clone(),
+            acting_as_in: spec.acting_as_in.clone(),
             owner: decl.owner.clone(),
             on_conflict: spec.on_conflict,
             adoptable: spec.adoptable.clone(),

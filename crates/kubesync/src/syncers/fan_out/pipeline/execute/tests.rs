@@ -64,6 +64,7 @@ fn declaration(ar: ApiResource) -> Declaration {
             update_policy: Default::default(),
             adoptable: None,
             acting_as: None,
+            acting_as_in: Default::default(),
         },
         deleting: false,
         refused: false,
