@@ -22,7 +22,7 @@ use common::{
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
-use kubesync_testenv::{AuditEvent, Proxy, TestEnv, eventually};
+use kubesync_testenv::{AuditEvent, TestEnv, eventually};
 
 const SYSTEM: &str = "kubesync-system";
 const SYNCS: usize = 24;
@@ -494,12 +494,7 @@ async fn a_leader_cut_off_stops_writing_before_its_lease_can_expire() {
     let accounts = ["kubesync-a", "kubesync-b"];
     let (env, kubeconfigs) = ground("fence-partition", "default", &accounts).await;
     let (seen, watch) = witness(&env);
-    let server: std::net::SocketAddr = env
-        .server()
-        .trim_start_matches("https://")
-        .parse()
-        .expect("apiserver address");
-    let proxy = Proxy::start(server).await.expect("proxy");
+    let proxy = common::proxy_to(&env).await;
     let through_proxy = kubeconfig_of_account(
         &env,
         accounts[0],

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{RunningBinary, T, free_port, operator_command, request, sample};
-use kubesync_testenv::{Proxy, TestEnv, eventually};
+use kubesync_testenv::{TestEnv, eventually};
 
 /// How long a stopped replica may take to exit.
 const GRACE: Duration = Duration::from_secs(10);
@@ -105,12 +105,7 @@ async fn a_stop_asked_for_while_frozen_past_the_lease_ends_the_process() {
 #[tokio::test]
 async fn a_stop_asked_for_while_the_apiserver_is_gone_ends_the_process() {
     let env = ground("stop-unreachable").await;
-    let server: std::net::SocketAddr = env
-        .server()
-        .trim_start_matches("https://")
-        .parse()
-        .expect("apiserver address");
-    let proxy = Proxy::start(server).await.expect("proxy");
+    let proxy = common::proxy_to(&env).await;
     let kubeconfig = env.dir().join("proxied.kubeconfig");
     std::fs::write(
         &kubeconfig,

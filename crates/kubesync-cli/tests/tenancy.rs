@@ -287,10 +287,22 @@ async fn grants_admit_copies_and_withdrawing_them_removes_the_copies() {
 /// kubeconfig of the other in the Secret `kubesync-system/hub-kubeconfig`) and the hub's
 /// (namespace `team`).
 async fn local_and_hub(name: &str) -> (TestEnv, TestEnv) {
+    hub_pair(name, TestEnv::builder(), &["team"]).await
+}
+
+/// [`local_and_hub`] with the hub made by `hub` (its audit log, say) and its `namespaces`.
+async fn hub_pair(
+    name: &str,
+    hub: kubesync_testenv::TestEnvBuilder,
+    namespaces: &[&str],
+) -> (TestEnv, TestEnv) {
     let (local_name, remote_name) = (format!("{name}-local"), format!("{name}-remote"));
     let (local, remote) = tokio::join!(
         operator_cluster(&local_name, false, &["kubesync-system", "t1"]),
-        operator_cluster(&remote_name, false, &["team"])
+        operator_cluster_from(
+            hub.name(remote_name).with_controller_manager(false),
+            namespaces
+        )
     );
     apply(
         &local,
@@ -393,21 +405,10 @@ async fn remote_clusters_admit_only_the_namespaces_they_select() {
 /// hub's admin grants that identity, it copies.
 #[tokio::test]
 async fn a_service_account_here_is_never_the_same_name_in_another_cluster() {
-    let (local, remote) = tokio::join!(
-        operator_cluster("same-name-local", false, &["kubesync-system", "t1"]),
-        operator_cluster_from(
-            TestEnv::builder().name("same-name-remote").audit(true),
-            &["team", "t1", "from-local"]
-        )
-    );
-    apply(
-        &local,
-        &serde_json::to_string(&serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "hub-kubeconfig", "namespace": "kubesync-system"},
-            "stringData": {"kubeconfig": remote.kubeconfig_yaml()}
-        }))
-        .expect("json"),
+    let (local, remote) = hub_pair(
+        "same-name",
+        TestEnv::builder().audit(true),
+        &["team", "t1", "from-local"],
     )
     .await;
     apply(

@@ -54,6 +54,16 @@ pub fn rule(
     }
 }
 
+/// A proxy in front of `env`'s apiserver (to cut a client off: [`kubesync_testenv::Proxy::block`]).
+pub async fn proxy_to(env: &kubesync_testenv::TestEnv) -> kubesync_testenv::Proxy {
+    let server: std::net::SocketAddr = env
+        .server()
+        .trim_start_matches("https://")
+        .parse()
+        .expect("apiserver address");
+    kubesync_testenv::Proxy::start(server).await.expect("proxy")
+}
+
 /// Sends `signal` (`STOP`, `CONT`, `TERM`, …) to the process `pid`.
 pub fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
