@@ -1634,3 +1634,38 @@ async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
     running.assert_no_panic();
     running.stop().await;
 }
+
+/// Attack 5 of the third round: a declaration that calls itself a copy. Her ObjectSync, once
+/// it made its copy, is labelled `kubesync.io/managed-by` by her; a copy is never acted on as
+/// a declaration, but the label does not keep what it made: its copy is removed before its
+/// finalizer goes, and it says why it is no declaration. Before, the finalizer went at once
+/// and the copy stayed for good (also once the ObjectSync was deleted).
+#[tokio::test]
+async fn a_declaration_that_calls_itself_a_copy_keeps_none_of_its_copies() {
+    let (env, _) = tenant_cluster("calls-itself-a-copy").await;
+    as_tina(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: t1}\ndata: {a: \"1\"}\n").await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: kept}]\n").await;
+    let running = start(&env);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t1");
+    eventually("her copy", T, || async { cms.get_opt("kept").await.ok()? }).await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1, labels: {kubesync.io/managed-by: \"not-a-copy\"}}\nspec:\n  source: {kind: ConfigMap, name: settings}\n  destinations: [{namespace: t1, name: kept}]\n").await;
+    eventually("her copy removed", T, || async {
+        cms.get_opt("kept").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let reason = eventually("it says why it is no declaration", T, || async {
+        let os = syncs.get_opt("mine").await.ok()??;
+        let finalizers = os.metadata.finalizers.clone().unwrap_or_default();
+        let c = os
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        (finalizers.is_empty() && c.reason == "CopyNotADeclaration").then_some(c.reason)
+    })
+    .await;
+    assert_eq!(reason, "CopyNotADeclaration");
+    running.assert_no_panic();
+    running.stop().await;
+}

@@ -35,7 +35,8 @@ pub(super) enum Next {
     /// clusters it names) and ask again.
     FindCopies(Known),
     /// A copy kubesync made: forgotten, and never acted on as a declaration. Its finalizer
-    /// (if `release`) is removed; one that is not going is told why (`refuse`).
+    /// (if `release`: a declaration labelled as a copy since, none of whose copies can exist)
+    /// is removed; one that is not going is told why (`refuse`).
     NotADeclaration {
         /// It holds kubesync's finalizer.
         release: bool,
@@ -69,9 +70,25 @@ pub(super) enum Next {
 /// The next step of the ObjectSync `known` describes.
 pub(super) fn next(mut known: Known) -> Next {
     if known.is_copy {
-        return Next::NotADeclaration {
-            release: known.has_finalizer,
-            refuse: !known.has_finalizer && !known.deleting,
+        if !known.has_finalizer {
+            return Next::NotADeclaration {
+                release: false,
+                refuse: !known.deleting,
+            };
+        }
+        // Only a declaration kubesync acted on holds its finalizer: labelled as a copy since
+        // (a label anyone who may write it can add), it is one no more, and what it made goes
+        // first, as when it goes — never kept for good by a label.
+        return match known.copies.take() {
+            None => Next::FindCopies(known),
+            Some(Some(mut spec)) => {
+                spec.mode = Mode::Enforce;
+                Next::CleanUp(spec)
+            }
+            Some(None) => Next::NotADeclaration {
+                release: true,
+                refuse: false,
+            },
         };
     }
     match (known.deleting, known.has_finalizer) {
@@ -165,20 +182,45 @@ mod tests {
 
     #[test]
     fn a_copy_is_never_a_declaration_and_never_keeps_a_finalizer() {
-        for (deleting, has_finalizer, release, refuse) in [
-            (false, false, false, true),
-            (false, true, true, false),
-            (true, true, true, false),
-            (true, false, false, false),
-        ] {
-            let mut k = known(deleting, has_finalizer);
+        for (deleting, refuse) in [(false, true), (true, false)] {
+            let mut k = known(deleting, false);
             k.is_copy = true;
             // Whatever its spec says: it is not even judged.
             k.judged = Some(Ok(spec(Mode::Enforce)));
             assert!(
-                matches!(next(k), Next::NotADeclaration { release: r, refuse: f } if r == release && f == refuse),
-                "deleting {deleting}, finalizer {has_finalizer}"
+                matches!(next(k), Next::NotADeclaration { release: false, refuse: f } if f == refuse),
+                "deleting {deleting}"
             );
+        }
+    }
+
+    /// A declaration labelled as a copy after kubesync acted on it (it holds the finalizer)
+    /// keeps nothing by it: its copies are found and removed, in Enforce mode, before its
+    /// finalizer goes; it is never judged again.
+    #[test]
+    fn a_declaration_labelled_as_a_copy_removes_its_copies_before_its_finalizer() {
+        for deleting in [false, true] {
+            let mut k = known(deleting, true);
+            k.is_copy = true;
+            k.judged = Some(Ok(spec(Mode::Enforce)));
+            let Next::FindCopies(mut k) = next(k) else {
+                panic!("its copies are looked for first");
+            };
+            k.copies = Some(Some(spec(Mode::Report)));
+            assert!(
+                matches!(next(k), Next::CleanUp(s) if s.mode == Mode::Enforce),
+                "deleting {deleting}"
+            );
+            let mut k = known(deleting, true);
+            k.is_copy = true;
+            k.copies = Some(None);
+            assert!(matches!(
+                next(k),
+                Next::NotADeclaration {
+                    release: true,
+                    refuse: false
+                }
+            ));
         }
     }
 
