@@ -89,7 +89,7 @@ async fn connect_to_hub(spoke: &TestEnv, kubeconfig: &str) {
         .expect("kubeconfig secret");
     spoke
         .apply_yaml(
-            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: ops, name: hub-kubeconfig}\n  allowedNamespaces: {matchLabels: {team: a}}\n",
+            "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: hub}\nspec:\n  kubeconfigSecretRef: {namespace: ops, name: hub-kubeconfig}\n  allowedNamespaces: {matchLabels: {team: a}}\n  identityNamespace: kubesync-tenants\n",
         )
         .await
         .expect("RemoteCluster");
@@ -324,6 +324,24 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
     })
     .await;
     hub.apply_yaml(SOURCES).await.expect("sources");
+    // Tenants' pulls are asked of the hub as the identities spokes' RemoteClusters map them
+    // to: ServiceAccounts of kubesync-tenants, which the spokes may impersonate (there only);
+    // team-a's copier, as such, may read team-a's ConfigMaps there.
+    hub.create_namespace("kubesync-tenants").await.expect("ns");
+    hub.apply_yaml("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: kubesync-spoke-tenants, namespace: kubesync-tenants}\nrules: [{apiGroups: [\"\"], resources: [serviceaccounts], verbs: [impersonate]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: kubesync-spoke-tenants, namespace: kubesync-tenants}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: kubesync-spoke-tenants}\nsubjects: [{kind: ServiceAccount, name: kubesync-spoke, namespace: kubesync-hub}]\n").await.expect("tenant identities");
+    hub.grant(
+        &format!("system:serviceaccount:kubesync-tenants:team-a.{COPIER}"),
+        Some("team-a"),
+        "reader",
+        vec![k8s_openapi::api::rbac::v1::PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+            ..Default::default()
+        }],
+    )
+    .await
+    .expect("the mapped copier reads team-a");
     let token = service_account_token(&hub, "kubesync-hub", "kubesync-spoke").await;
     let kubeconfig = kubesync_testenv::kubeconfig_yaml(&[kubesync_testenv::KubeconfigEntry {
         context: "hub",
@@ -565,18 +583,29 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         );
     }
 
-    // The spokes only ever read the hub.
-    let spoke_requests: Vec<(String, String)> = hub
-        .audit()
-        .expect("audit")
+    // The spokes only ever read the hub, and ask it, as the tenant's mapped identity, whether
+    // it may read the tenant's pull (a review writes nothing).
+    let log = hub.audit().expect("audit");
+    let spoke_requests: Vec<(String, String, String)> = log
         .iter()
         .filter(|e| e.user.username == SPOKE)
-        .map(|e| (e.verb.clone(), e.resource().to_string()))
+        .map(|e| {
+            let who = e.acting_user().to_string();
+            (e.verb.clone(), e.resource().to_string(), who)
+        })
         .collect();
     assert!(!spoke_requests.is_empty());
-    let not_reads: Vec<&(String, String)> = spoke_requests
+    let mapped = format!("system:serviceaccount:kubesync-tenants:team-a.{COPIER}");
+    let reviews = |(verb, resource, who): &&(String, String, String)| {
+        verb == "create" && resource == "selfsubjectaccessreviews" && *who == mapped
+    };
+    assert!(
+        spoke_requests.iter().any(|r| reviews(&r)),
+        "the tenant's pull reviewed on the hub as {mapped}"
+    );
+    let not_reads: Vec<&(String, String, String)> = spoke_requests
         .iter()
-        .filter(|(verb, _)| !["get", "list", "watch"].contains(&verb.as_str()))
+        .filter(|r| !["get", "list", "watch"].contains(&r.0.as_str()) && !reviews(r))
         .collect();
     assert!(not_reads.is_empty(), "{not_reads:?}");
 

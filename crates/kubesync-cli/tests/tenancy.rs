@@ -1669,3 +1669,88 @@ async fn a_declaration_that_calls_itself_a_copy_keeps_none_of_its_copies() {
     running.assert_no_panic();
     running.stop().await;
 }
+
+/// Attack 3 of the third round: a pull skipped the source review. `reader` may not read
+/// Secrets here (refused `SourceForbidden` locally), but through a RemoteCluster that is this
+/// very cluster under another name (a fleet's list applied everywhere) the same Secret was
+/// read "from the hub". A pull is now reviewed on the hub, as the identity the hub's
+/// RemoteCluster maps the declaration to: refused until that identity may read it there.
+#[tokio::test]
+async fn a_pull_is_reviewed_on_the_hub_as_the_identity_it_maps_to() {
+    let env = operator_cluster_from(
+        TestEnv::builder().name("self-hub"),
+        &["kubesync-system", "t1"],
+    )
+    .await;
+    apply(
+        &env,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: t1, labels: {tenant: \"yes\"}}\n",
+    )
+    .await;
+    apply(
+        &env,
+        &serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "self-kubeconfig", "namespace": "kubesync-system"},
+            "stringData": {"kubeconfig": env.kubeconfig_yaml()}
+        }))
+        .expect("json"),
+    )
+    .await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: RemoteCluster\nmetadata: {name: self}\nspec:\n  kubeconfigSecretRef: {namespace: kubesync-system, name: self-kubeconfig}\n  allowedNamespaces: {matchLabels: {tenant: \"yes\"}}\n  identityNamespace: from-self\n").await;
+    // `reader` may write Secrets in t1, never read them.
+    env.grant(
+        "system:serviceaccount:t1:reader",
+        Some("t1"),
+        "reader",
+        vec![
+            rule(&[""], &["configmaps"], &["get", "list", "watch"]),
+            rule(&[""], &["secrets"], &["create", "update", "patch"]),
+        ],
+    )
+    .await
+    .expect("grant");
+    apply(&env, "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: t1}\nstringData: {password: hunter2}\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: here, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: Secret, name: db}\n  destinations: [{namespace: t1, name: db-here}]\n").await;
+    apply(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: from-hub, namespace: t1}\nspec:\n  serviceAccountName: reader\n  source: {kind: Secret, name: db, cluster: self}\n  destinations: [{namespace: t1, name: db-from-hub}]\n").await;
+    let running = start(&env);
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    for name in ["here", "from-hub"] {
+        let (status, reason, message) = verdict(&syncs, name).await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "SourceForbidden"),
+            "{name}: {message}"
+        );
+    }
+    let (_, _, message) = verdict(&syncs, "from-hub").await;
+    assert!(
+        message.contains("ServiceAccount from-self/t1.reader"),
+        "{message}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(env.client().expect("client"), "t1");
+    for copy in ["db-here", "db-from-hub"] {
+        assert!(
+            secrets.get_opt(copy).await.expect("get").is_none(),
+            "{copy}"
+        );
+    }
+    // The hub's admin lets the mapped identity read it there: the pull goes ahead.
+    env.grant(
+        "system:serviceaccount:from-self:t1.reader",
+        Some("t1"),
+        "read-secrets",
+        vec![rule(&[""], &["secrets"], &["get", "list", "watch"])],
+    )
+    .await
+    .expect("grant");
+    eventually(
+        "pulled once the mapped identity may read it",
+        T * 2,
+        || async { secrets.get_opt("db-from-hub").await.ok()? },
+    )
+    .await;
+    assert!(secrets.get_opt("db-here").await.expect("get").is_none());
+    running.assert_no_panic();
+    running.stop().await;
+}

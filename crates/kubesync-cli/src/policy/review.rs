@@ -11,19 +11,15 @@ use crate::status::Refusal;
 /// SelfSubjectAccessReview made as it). kubesync's shared watches hold the source; this
 /// is what makes a tenant never copy what her ServiceAccount could not read.
 ///
-/// A source pulled from a hub is not asked there: the hub is another cluster, whose
-/// ServiceAccounts are not the tenant's, and spokes read it with read rights only (they
-/// may not impersonate there). What a pull may read stays the RemoteCluster's admission
-/// and the namespace of the ObjectSync's own name on the hub.
+/// A source pulled from a hub is asked there (`cluster` is the hub's), as the identity the
+/// hub's RemoteCluster maps `who` to (its `identityNamespace`): the hub's RBAC decides what
+/// a tenant pulls, as this cluster's decides what she copies here — also where the "hub" is
+/// this very cluster under another name.
 pub async fn may_read_source(
-    local: &kubesync::Cluster,
+    cluster: &kubesync::Cluster,
     who: &kubesync::ActAs,
     source: &SourceRef,
 ) -> Result<(), Refusal> {
-    if source.cluster.is_some() {
-        return Ok(());
-    }
-    let cluster = local;
     let ar = &source.resource;
     let (verb, name) = match &source.select {
         None => ("get", Some(source.name.as_str())),

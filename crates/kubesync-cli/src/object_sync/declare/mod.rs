@@ -135,7 +135,21 @@ impl ObjectSyncController {
             };
             let exists = admission::service_account_exists(&self.local, who).await;
             admission::may_act_as(who, names, installed, exists)?;
-            review::may_read_source(&self.local, who, &declared.source).await?;
+            // Read where the source is, as the identity it acts as there (a pull: the one the
+            // hub's RemoteCluster maps it to).
+            let (cluster, as_whom) = match &declared.source.cluster {
+                None => (self.local.clone(), who),
+                Some(c) => (
+                    ctx.cluster(c).ok_or_else(|| {
+                        Refusal::new(
+                            Reason::SourceForbidden,
+                            format!("the source's cluster {c} is not connected"),
+                        )
+                    })?,
+                    declared.acting_as_in.get(c).unwrap_or(who),
+                ),
+            };
+            review::may_read_source(&cluster, as_whom, &declared.source).await?;
         }
         Ok(declared)
     }
@@ -450,8 +464,8 @@ fn remote<'a>(gathered: &'a Gathered, name: &str) -> Result<&'a RemoteCluster, R
     }
 }
 
-/// Who a declaration that acts as `who` writes as through each RemoteCluster its destinations
-/// name (by runtime name), or why it may not (pure): the ServiceAccount
+/// Who a declaration that acts as `who` is through each RemoteCluster it names (its
+/// destinations', its source's; by runtime name), or why it may not use one (pure): the ServiceAccount
 /// `<identityNamespace>/<namespace>.<name>` the RemoteCluster maps it to. Without the mapping
 /// it may not write there: the same user name is someone else in another cluster.
 fn remote_identities(
@@ -463,17 +477,17 @@ fn remote_identities(
     let Some((namespace, name)) = who.service_account_of() else {
         return Ok(mapped);
     };
-    for c in spec
+    let destinations = spec
         .destinations
         .iter()
-        .filter_map(|d| d.cluster.as_deref())
-    {
+        .filter_map(|d| d.cluster.as_deref());
+    for c in destinations.chain(spec.source.cluster.as_deref()) {
         let rc = remote(gathered, c)?;
         let Some(identities) = rc.spec.identity_namespace.as_deref() else {
             return Err(Refusal::new(
                 Reason::RemoteIdentityRequired,
                 format!(
-                    "RemoteCluster {c:?} maps no identity for declarations that act as a ServiceAccount: {who} of this cluster is someone else there (whoever owns namespace {namespace} in that cluster), so such a declaration writes through a RemoteCluster only as the identity its admin maps it to; they set its spec.identityNamespace and grant the ServiceAccount <identityNamespace>/{namespace}.{name} there what the copies need"
+                    "RemoteCluster {c:?} maps no identity for declarations that act as a ServiceAccount: {who} of this cluster is someone else there (whoever owns namespace {namespace} in that cluster), so such a declaration reads and writes through a RemoteCluster only as the identity its admin maps it to; they set its spec.identityNamespace and grant the ServiceAccount <identityNamespace>/{namespace}.{name} there what the declaration needs"
                 ),
             ));
         };
