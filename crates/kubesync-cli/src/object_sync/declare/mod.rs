@@ -143,7 +143,10 @@ impl ObjectSyncController {
                     ctx.cluster(c).ok_or_else(|| {
                         Refusal::new(
                             Reason::SourceForbidden,
-                            format!("the source's cluster {c} is not connected"),
+                            format!(
+                                "RemoteCluster {} of the source is not connected",
+                                crate::remote::display_name(c)
+                            ),
                         )
                     })?,
                     declared.acting_as_in.get(c).unwrap_or(who),
