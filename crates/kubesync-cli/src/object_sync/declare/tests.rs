@@ -215,14 +215,33 @@ fn a_source_read_from_a_remote_cluster_needs_its_admission_and_the_namespace_of_
         spec(json!({"source": source, "destinations": [{"namespace": "a"}]}))
     };
     let team_a = json!({"matchLabels": {"team": "a"}});
-    let hub = || facts(vec![remote("hub", Some(team_a.clone()))], labels("a"));
+    let mapped = || {
+        let mut hub = remote("hub", Some(team_a.clone()));
+        hub.spec.identity_namespace = Some("tenants".into());
+        hub
+    };
+    let hub = || facts(vec![mapped()], labels("a"));
     let policy = || ObjectSyncPolicy {
         trusted_namespaces: vec!["ops".into()],
         default_service_account: Some("copier".into()),
         ..Default::default()
     };
+    // Acting as its ServiceAccount, it reads there only as the identity the hub maps it to.
+    let unmapped = judged(
+        Some("a"),
+        &pull(None),
+        &facts(vec![remote("hub", Some(team_a.clone()))], labels("a")),
+        policy(),
+    )
+    .expect_err("no identity on the hub");
+    assert_eq!(unmapped.reason, Reason::RemoteIdentityRequired);
     // Its own namespace there, through a RemoteCluster that admits it.
     let ok = judged(Some("a"), &pull(None), &hub(), policy()).expect("admitted");
+    assert_eq!(
+        ok.acting_as_in.get("remote:hub").map(|who| who.user()),
+        Some("system:serviceaccount:tenants:a.copier"),
+        "reviewed on the hub as its mapped identity"
+    );
     assert_eq!(ok.source.cluster.as_deref(), Some("remote:hub"));
     assert_eq!(ok.source.namespace, "a");
     assert!(ok.consent.is_some(), "its copies still need consent here");
