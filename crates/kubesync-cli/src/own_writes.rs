@@ -4,10 +4,11 @@
 //! Owns no controller logic, decides nothing and imports no controller: the controllers say
 //! what to write, [`OwnWrites`] writes it.
 
+use futures::future::BoxFuture;
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Resource, ResourceExt};
-use kubesync::Cluster;
-use kubesync::Writer;
+use kubesync::syncers::fan_out::record::Ledger;
+use kubesync::{Cluster, ObjectKey, Writer};
 
 /// Field manager of the operator's own writes.
 pub const FIELD_MANAGER: &str = "kubesync-operator";
@@ -109,5 +110,39 @@ impl OwnWrites {
             .set_finalizer(cluster, ar, obj, finalizer, present, FIELD_MANAGER)
             .await?;
         Ok(())
+    }
+}
+
+/// The records of the copies kubesync made are kept in the status of the ObjectSync or
+/// ClusterObjectSync that declares them ([`ObjectSyncStatus::record`](crate::crd::ObjectSyncStatus::record)).
+/// Other declarations (the compat tools' annotations) keep none: their records are held in
+/// memory only.
+impl Ledger for OwnWrites {
+    /// Merges `openSince` into the declaration's `status.record`, unconditionally (opening
+    /// only widens what a restart takes as made; this writer's next status write of the
+    /// object is based on the version it answered).
+    fn open<'a>(
+        &'a self,
+        decl: &'a ObjectKey,
+        since: jiff::Timestamp,
+    ) -> BoxFuture<'a, kubesync::Result<()>> {
+        Box::pin(async move {
+            let ar = match decl.kind.as_str() {
+                "ObjectSync" if decl.group == crate::crd::GROUP => {
+                    ApiResource::erase::<crate::crd::ObjectSync>(&())
+                }
+                "ClusterObjectSync" if decl.group == crate::crd::GROUP => {
+                    ApiResource::erase::<crate::crd::ClusterObjectSync>(&())
+                }
+                _ => return Ok(()),
+            };
+            let mut target = DynamicObject::new(&decl.name, &ar);
+            target.metadata.namespace = decl.namespace.clone();
+            let opened = serde_json::json!({"record": {"openSince": since.to_string()}});
+            self.writer
+                .write_status(&self.local, &ar, &target, &opened, FIELD_MANAGER)
+                .await
+                .map(drop)
+        })
     }
 }

@@ -1635,6 +1635,134 @@ async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
     running.stop().await;
 }
 
+/// Attack 4 of the third round, with both marks: she writes her declaration's uid and
+/// reference onto the admins' Deployment, which she may patch but not delete, then deletes her
+/// declaration. kubesync removes what its record of the copies it made holds — her real copy —
+/// and leaves the admins' Deployment as it is; the record, kept in the declaration's status
+/// (which she may not write), is read back after a restart. Before, every object with both
+/// marks was the declaration's copy, deleted with kubesync's rights.
+#[tokio::test]
+async fn both_forged_marks_never_make_kubesync_delete_what_she_may_only_patch() {
+    let (env, _) = tenant_cluster("both-marks").await;
+    let deployments = &["apps"];
+    env.grant(
+        "tina",
+        Some("t1"),
+        "deployments",
+        vec![rule(
+            deployments,
+            &["deployments"],
+            &["get", "list", "watch", "patch"],
+        )],
+    )
+    .await
+    .expect("grant");
+    env.grant(
+        &copier("t1"),
+        Some("t1"),
+        "deployments",
+        vec![rule(
+            deployments,
+            &["deployments"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        )],
+    )
+    .await
+    .expect("grant");
+    apply(
+        &env,
+        &grant_yaml(
+            "deployments",
+            "t1",
+            "{namespace: t1}",
+            "  kinds: [{group: apps, kind: Deployment}]\n",
+        ),
+    )
+    .await;
+    let deployment = |name: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: app, image: example.invalid/app}}]}}\n"
+        )
+    };
+    apply(&env, &deployment("web")).await;
+    apply(&env, &deployment("src")).await;
+    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1}\nspec:\n  source: {group: apps, kind: Deployment, name: src}\n  destinations: [{namespace: t1, name: src-copy}]\n").await;
+    let running = start(&env);
+    let apps: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client().expect("client"), "t1");
+    let tinas: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client_as("tina").expect("tina"), "t1");
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
+    let copy = eventually("her copy, recorded", T, || async {
+        let copy = apps.get_opt("src-copy").await.ok()??;
+        let os = syncs.get("mine").await.ok()?;
+        let record = os.status?.record?;
+        (record.copies == 1 && record.open_since.is_none()).then_some(copy)
+    })
+    .await;
+    running.assert_no_panic();
+    running.stop().await;
+    // Her roles grant no objectsyncs/status: the record is not hers to write.
+    let her_syncs: Api<ObjectSync> = Api::namespaced(env.client_as("tina").expect("tina"), "t1");
+    let forged_record = serde_json::json!({"status": {"record": {"copies": 0, "made": ""}}});
+    let refused = her_syncs
+        .patch_status(
+            "mine",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&forged_record),
+        )
+        .await
+        .expect_err("she may not write the status");
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 403),
+        "{refused}"
+    );
+    let os = syncs.get("mine").await.expect("mine");
+    let uid = os.metadata.uid.clone().expect("uid");
+    let before = apps.get("web").await.expect("the admins' Deployment");
+    let marks = serde_json::json!({"metadata": {
+        "labels": {"kubesync.io/managed-by": uid},
+        "annotations": {"kubesync.io/owner": "local/t1/mine", "kubesync.io/source": "apps/Deployment/t1/src"},
+    }});
+    tinas
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&marks),
+        )
+        .await
+        .expect("she may patch it");
+    let running = start(&env);
+    her_syncs
+        .delete("mine", &Default::default())
+        .await
+        .expect("she may delete her ObjectSync");
+    eventually(
+        "her ObjectSync gone (its finalizer not held)",
+        T,
+        || async { syncs.get_opt("mine").await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    let copy_now = apps.get_opt("src-copy").await.expect("get");
+    assert!(
+        copy_now.is_none_or(
+            |c| c.metadata.uid != copy.metadata.uid || c.metadata.deletion_timestamp.is_some()
+        ),
+        "her copy, which the record holds, is removed"
+    );
+    let web = apps.get_opt("web").await.expect("get");
+    let web = web.expect("the admins' Deployment was deleted");
+    assert_eq!(web.metadata.uid, before.metadata.uid, "never deleted");
+    assert!(
+        web.metadata.deletion_timestamp.is_none(),
+        "never being deleted"
+    );
+    running.assert_no_panic();
+    running.stop().await;
+}
+
 /// Attack 5 of the third round: a declaration that calls itself a copy. Her ObjectSync, once
 /// it made its copy, is labelled `kubesync.io/managed-by` by her; a copy is never acted on as
 /// a declaration, but the label does not keep what it made: its copy is removed before its

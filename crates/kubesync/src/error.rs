@@ -53,6 +53,13 @@ pub enum Error {
     /// the work that decided it is dropped, not retried.
     #[error(transparent)]
     Fenced(#[from] crate::fence::Fenced),
+    /// A declaration's record of the copies it made could not be opened where it is kept
+    /// ([`Ledger::open`](crate::syncers::fan_out::record::Ledger::open)): no copy is created
+    /// that a restart could no longer tell from someone else's object.
+    #[error(
+        "the record of the copies kubesync made could not be opened, so no copy is created yet: {0}"
+    )]
+    RecordNotOpened(String),
 }
 
 impl From<serde_json::Error> for Error {
@@ -81,6 +88,7 @@ impl Error {
             Error::NamespaceTerminating(_) => "NamespaceTerminating",
             Error::NotRunning => "NotRunning",
             Error::Fenced(_) => "Fenced",
+            Error::RecordNotOpened(_) => "RecordNotOpened",
         }
     }
 
@@ -99,7 +107,7 @@ impl Error {
 /// `Error` (a plain message, see [`ErrorCategory`](crate::runtime::ErrorCategory)) and
 /// `Panic`. Exporters list each from the start (at zero), so that a rate over them exists
 /// before the first failure.
-pub const CATEGORIES: [&str; 16] = [
+pub const CATEGORIES: [&str; 17] = [
     "UnknownCluster",
     "Kubeconfig",
     "InClusterConfig",
@@ -114,6 +122,7 @@ pub const CATEGORIES: [&str; 16] = [
     "NamespaceTerminating",
     "NotRunning",
     "Fenced",
+    "RecordNotOpened",
     "Error",
     "Panic",
 ];
@@ -282,6 +291,7 @@ mod tests {
             Error::NamespaceTerminating("n".into()),
             Error::NotRunning,
             Error::Fenced(crate::fence::Fenced("stale".into())),
+            Error::RecordNotOpened("r".into()),
             Error::Kube(kube::Error::Service(Box::new(crate::fence::Fenced(
                 "refused by the client".into(),
             )))),
@@ -299,7 +309,8 @@ mod tests {
                 | Error::ClusterUnreachable { .. }
                 | Error::NamespaceTerminating(_)
                 | Error::NotRunning
-                | Error::Fenced(_) => {}
+                | Error::Fenced(_)
+                | Error::RecordNotOpened(_) => {}
             }
         }
         let used: std::collections::BTreeSet<&str> = every.iter().map(Error::category).collect();

@@ -118,6 +118,7 @@ fn run_fan_out_on(
                     spec,
                     deleting,
                     refused: false,
+                    record: None,
                 };
                 let outcome = fan_out.reconcile(&ctx, &decl).await?;
                 let again = !outcome.ready

@@ -567,6 +567,30 @@ pub struct ObjectSyncStatus {
     /// [`MAX_FAILURES`](crate::object_sync::status::MAX_FAILURES)), with the reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<CopyFailure>,
+    /// The record of the copies kubesync made (or adopted) for this declaration and has not
+    /// removed since. Only an object this record holds is updated, released or deleted as
+    /// this declaration's copy: an object that merely carries its marks is someone else's.
+    /// Written by kubesync alone (tenants' roles grant no `objectsyncs/status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<CopyRecord>,
+}
+
+/// The copies kubesync made for a declaration ([`ObjectSyncStatus::record`]).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRecord {
+    /// How many copies it holds.
+    #[serde(default)]
+    pub copies: u32,
+    /// Their uids' digests: 8 bytes of each uid's SHA-256, sorted, base64.
+    #[serde(default)]
+    pub made: String,
+    /// While copies are being created: since when (RFC 3339). A copy created since then that
+    /// carries the declaration's marks is taken as its own even if the record does not hold
+    /// it yet (the operator stopped before it could record it). Written as `null` when closed
+    /// (the status is written as a merge patch: a field left out would stay).
+    #[serde(default)]
+    pub open_since: Option<String>,
 }
 
 /// A copy of one source at one destination that is not current.

@@ -31,6 +31,7 @@ use kubesync::ObjectKey;
 use kubesync::error::describe_kube;
 use kubesync::runtime::{Action, Context};
 use kubesync::syncers::fan_out::plan::MAX_NAME;
+use kubesync::syncers::fan_out::record::Record as CopiesMade;
 use kubesync::syncers::fan_out::rules::{
     CopyPatch, CopyRules, DataFilter, DeletionPolicy, FIELD_MANAGER, Ignore, KeyFilter, MANAGED_BY,
     NamespaceRule, OnConflict, Owner, Pointer, Strategy, selector,
@@ -202,13 +203,16 @@ impl ObjectSyncController {
         let recorder =
             kube::runtime::events::Recorder::new(local.client().clone(), reporter.clone());
         let admission = crate::policy::admission::AdmissionCheck::new(local.client().clone());
+        let ledger = Arc::new(writes.clone());
         Self {
             admission,
             local,
             writes,
             remotes,
             policy: Arc::new(policy),
-            fan_out: FanOut::new(LOCAL).concurrency(concurrency),
+            fan_out: FanOut::new(LOCAL)
+                .concurrency(concurrency)
+                .keep_records(ledger),
             records: Mutex::new(BTreeMap::new()),
             recorder,
             reporter,
@@ -277,7 +281,12 @@ impl ObjectSyncController {
     /// are removed (found by their marks, for the kind the spec names); the others stay until
     /// the spec is valid again or the ObjectSync goes. Failures are logged and retried with
     /// the refusal's requeue; the status already says why the spec is refused.
-    async fn sweep_withdrawn<K: SyncObject>(&self, ctx: &Context, key: &ObjectKey, os: &K) {
+    async fn sweep_withdrawn<K: SyncObject>(
+        &self,
+        ctx: &Context,
+        (key, record): (&ObjectKey, Option<CopiesMade>),
+        os: &K,
+    ) {
         let Some(own) = os.namespace().filter(|ns| !self.policy.is_trusted(ns)) else {
             return;
         };
@@ -307,7 +316,7 @@ impl ObjectSyncController {
         ));
         let decl = Declaration {
             refused: true,
-            ..declaration(key, os, spec, false)
+            ..declaration((key, record), os, spec, false)
         };
         match self.fan_out.reconcile(ctx, &decl).await {
             Ok(outcome) => {
@@ -333,6 +342,8 @@ impl ObjectSyncController {
         };
         // Its status lists every destination: not held while the copies are written (a
         // declaration may wait for its turn among others'), read again when the report is made.
+        // Only its record of the copies made is kept for the fan-out.
+        let record = status::record_of(os.sync_status());
         os.take_status();
         let own = os.namespace();
         let (spec, mut known) = (
@@ -359,13 +370,13 @@ impl ObjectSyncController {
                 next => break next,
             };
         };
-        self.carry_out(key, ctx, &os, next).await
+        self.carry_out((key, record), ctx, &os, next).await
     }
 
     /// Carries out the lifecycle's `next` step for `os`.
     async fn carry_out<K: SyncObject>(
         &self,
-        key: &ObjectKey,
+        (key, record): (&ObjectKey, Option<CopiesMade>),
         ctx: &Context,
         os: &K,
         next: Next,
@@ -406,12 +417,12 @@ impl ObjectSyncController {
                 self.publish_status((ctx, key), os, Observation::Refused(&refusal), Vec::new())
                     .await?;
                 if sweep {
-                    self.sweep_withdrawn(ctx, key, os).await;
+                    self.sweep_withdrawn(ctx, (key, record), os).await;
                 }
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
-            Next::Apply(spec) => return self.apply(key, ctx, os, spec).await,
-            Next::CleanUp(spec) => return self.clean_up(key, ctx, os, spec).await,
+            Next::Apply(spec) => return self.apply((key, record), ctx, os, spec).await,
+            Next::CleanUp(spec) => return self.clean_up((key, record), ctx, os, spec).await,
         }
         Ok(Action::done())
     }
@@ -419,12 +430,12 @@ impl ObjectSyncController {
     /// Copies as `spec` says, and reports: the status, its Events, the gauges and lags.
     async fn apply<K: SyncObject>(
         &self,
-        key: &ObjectKey,
+        (key, record): (&ObjectKey, Option<CopiesMade>),
         ctx: &Context,
         os: &K,
         spec: FanOutSpec,
     ) -> kubesync::Result<Action> {
-        let decl = declaration(key, os, spec, false);
+        let decl = declaration((key, record), os, spec, false);
         let outcome = self.fan_out.reconcile(ctx, &decl).await?;
         for p in &outcome.propagated {
             self.lags.observe("ObjectSync", &p.cluster, p.lag);
@@ -451,12 +462,12 @@ impl ObjectSyncController {
     /// goes once none is left and every cluster was checked.
     async fn clean_up<K: SyncObject>(
         &self,
-        key: &ObjectKey,
+        (key, record): (&ObjectKey, Option<CopiesMade>),
         ctx: &Context,
         os: &K,
         spec: FanOutSpec,
     ) -> kubesync::Result<Action> {
-        let decl = declaration(key, os, spec, true);
+        let decl = declaration((key, record), os, spec, true);
         let outcome = self.fan_out.reconcile(ctx, &decl).await?;
         if !(outcome.ready && outcome.remaining_copies == 0 && outcome.unreachable.is_empty()) {
             return Ok(Action::requeue(Duration::from_secs(1)));
@@ -478,6 +489,10 @@ impl ObjectSyncController {
         drifts: Vec<(String, ObjectReference)>,
     ) -> kubesync::Result<()> {
         let old = status_read_again(ctx, key, os);
+        let record_opened = matches!(
+            &observed,
+            Observation::Reconciled { outcome, .. } if outcome.record_opened
+        );
         let status = object_sync_status(&old, os.meta().generation, observed, crate::status::now());
         for (type_, reason, note) in self.remember_status(os, &old, &status) {
             let event = kube::runtime::events::Event {
@@ -518,7 +533,9 @@ impl ObjectSyncController {
                 tracing::warn!(objectsync = %os.name_any(), error = %e, "could not publish an event");
             }
         }
-        if status != old {
+        // A record opened for creates is closed by this write, even if nothing else changed
+        // (the store may not show the opening yet).
+        if status != old || record_opened {
             self.writes.patch_status(os, &status).await?;
         }
         Ok(())
@@ -702,7 +719,7 @@ fn drift_events(
 
 /// The fan-out declaration of `os` (`key`) with `spec`; `deleting` when it goes.
 fn declaration<K: SyncObject>(
-    key: &ObjectKey,
+    (key, record): (&ObjectKey, Option<CopiesMade>),
     os: &K,
     spec: FanOutSpec,
     deleting: bool,
@@ -721,6 +738,7 @@ fn declaration<K: SyncObject>(
         spec,
         deleting,
         refused: false,
+        record,
     }
 }
 

@@ -376,6 +376,7 @@ where
                     // The anchor deleted: remove every copy.
                     deleting: ctx.get(&key).is_none(),
                     refused: false,
+                    record: None,
                 };
                 let outcome = f.reconcile(&ctx, &decl).await?;
                 let ready = outcome.ready;

@@ -91,10 +91,11 @@ struct StatusPatch<'a, S: ?Sized> {
     status: &'a S,
 }
 
-/// The resourceVersion a write is conditioned on (`null`: none).
+/// The resourceVersion a write is conditioned on (left out: none; a `null` would remove it,
+/// which the apiserver refuses for a custom resource).
 #[derive(serde::Serialize)]
 struct Basis<'a> {
-    #[serde(rename = "resourceVersion")]
+    #[serde(rename = "resourceVersion", skip_serializing_if = "Option::is_none")]
     resource_version: Option<&'a str>,
 }
 

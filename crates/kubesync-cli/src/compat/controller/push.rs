@@ -62,6 +62,7 @@ impl CompatController {
                 spec: removal_of(ar, key),
                 deleting: true,
                 refused: false,
+                record: None,
             };
             let outcome = fan_out.reconcile(ctx, &decl).await?;
             if !outcome.ready || outcome.remaining_copies > 0 {
@@ -86,6 +87,8 @@ impl CompatController {
             spec,
             deleting: false,
             refused: false,
+            // Kept in memory only: seeded from the marks the first time this process sees it.
+            record: None,
         };
         let outcome = fan_out.reconcile(ctx, &decl).await?;
         self.record_push(&outcome, summary, notes);

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use kubesync::syncers::fan_out::{DestinationState, DestinationStatus, Outcome, Planned};
 
 use crate::crd::{
-    Condition, CopyFailure, CopyState, DestinationStatusEntry, DriftRecord, ObjectSyncStatus,
+    Condition, CopyFailure, CopyRecord, CopyState, DestinationStatusEntry, DriftRecord,
+    ObjectSyncStatus,
 };
 use crate::events::truncate_note;
 use crate::remote::display_name;
@@ -99,6 +100,7 @@ pub fn object_sync_status(
     };
     let (sources, failures) = many;
     ObjectSyncStatus {
+        record: kept_record(old, &observed),
         observed_generation: generation,
         conditions: conditions
             .into_iter()
@@ -109,6 +111,57 @@ pub fn object_sync_status(
         destinations,
         sources,
         failures,
+    }
+}
+
+/// The record of copies made to keep: the fan-out's, after a reconcile that decided; else the
+/// one kept — and for a declaration never reconciled, an empty one (from then on, its marks
+/// alone never make an object its copy).
+fn kept_record(old: &ObjectSyncStatus, observed: &Observation<'_>) -> Option<CopyRecord> {
+    match observed {
+        Observation::Reconciled {
+            outcome:
+                Outcome {
+                    record: Some(record),
+                    ..
+                },
+            ..
+        } => Some(CopyRecord {
+            copies: u32::try_from(record.len()).unwrap_or(u32::MAX),
+            made: record.encode(),
+            open_since: record.open_since().map(|t| t.to_string()),
+        }),
+        _ if old.record.is_none() && old.observed_generation.is_none() => {
+            Some(CopyRecord::default())
+        }
+        _ => old.record.clone(),
+    }
+}
+
+/// The record of copies made that `status` keeps, for the fan-out: `None` for a declaration
+/// an earlier kubesync reconciled before records existed (its marks are trusted once, and
+/// recorded); an empty one for a declaration never reconciled, or a record that cannot be read
+/// (then its copies are someone else's objects until it is mended: nothing is deleted).
+pub fn record_of(
+    status: Option<&ObjectSyncStatus>,
+) -> Option<kubesync::syncers::fan_out::record::Record> {
+    use kubesync::syncers::fan_out::record::Record;
+    let Some(status) = status else {
+        return Some(Record::new());
+    };
+    let Some(kept) = &status.record else {
+        return status.observed_generation.is_none().then(Record::new);
+    };
+    let open_since = kept
+        .open_since
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    match Record::decode(&kept.made, open_since) {
+        Ok(record) => Some(record),
+        Err(e) => {
+            tracing::warn!(error = %e, "an ObjectSync's record of copies made cannot be read; its marked objects are taken as someone else's");
+            Some(Record::new())
+        }
     }
 }
 

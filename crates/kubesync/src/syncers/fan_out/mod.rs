@@ -10,13 +10,16 @@
 //! - [`pipeline`]: [`FanOut`], a reconcile as a pipeline — reads the stores, runs the plan, writes through the
 //!   [`Writer`](crate::writer::Writer). The only module here that does IO.
 //!
-//! Ownership is read from the copies' marks — a `kubesync.io/managed-by` label with the
-//! declaration's uid and annotations naming the declaration and the source — never from
-//! memory, so deletion works after restarts.
+//! Copies are found by their marks — a `kubesync.io/managed-by` label with the declaration's
+//! uid and annotations naming the declaration and the source — and are the declaration's only
+//! if its [`record`] vouches for them: marks anyone who may patch an object can write never
+//! make kubesync update, release or delete it. The record is kept where the embedder says
+//! ([`record::Ledger`]), so deletion works after restarts.
 
 pub mod index;
 pub mod pipeline;
 pub mod plan;
+pub mod record;
 pub mod rules;
 pub mod seen;
 pub mod spec;

@@ -45,6 +45,19 @@ impl HeldCopy {
         }
     }
 
+    /// When the copy was created, if known.
+    pub fn created(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        match self {
+            Self::Full(c) => c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            Self::Print(p) => p.created(),
+        }
+    }
+
+    /// Whether `vouch` takes the copy (which carries the marks) as the declaration's own.
+    pub fn vouched(&self, vouch: &super::record::Vouch) -> bool {
+        vouch.vouches(self.uid().as_deref(), self.created())
+    }
+
     /// The copy's annotation `key`.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         match self {
@@ -110,8 +123,12 @@ pub struct Snapshot<'a, S> {
     pub unknown_clusters: &'a [String],
     /// Clusters whose watches fail: nothing is created, updated or deleted there.
     pub unreachable: &'a BTreeSet<String>,
-    /// The copies this declaration has (found by their marks), by destination.
+    /// The copies this declaration has (found by their marks, vouched for by its
+    /// [record](super::record)), by destination.
     pub owned: &'a BTreeMap<DestinationRef, HeldCopy>,
+    /// What takes a marked object as the declaration's own: an object there that carries its
+    /// marks but that this does not vouch for is someone else's (a conflict).
+    pub vouch: &'a super::record::Vouch,
     /// The stores.
     pub stores: &'a S,
 }
@@ -394,6 +411,7 @@ fn plan_destination<S: Stores>(
         adoptable: spec.adoptable.as_ref(),
         update_policy: spec.update_policy,
         source_version: &source_rv,
+        vouch: snapshot.vouch,
     };
     let Some((existing, printed, verdict)) =
         verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
@@ -1103,6 +1121,7 @@ mod tests {
             },
             deleting: false,
             refused: false,
+            record: None,
         }
     }
 
@@ -1138,6 +1157,7 @@ mod tests {
         unreachable: BTreeSet<String>,
         source_unreachable: Option<String>,
         owned: BTreeMap<DestinationRef, HeldCopy>,
+        vouch: crate::syncers::fan_out::record::Vouch,
         stores: Fake,
     }
 
@@ -1150,6 +1170,7 @@ mod tests {
                 unreachable: BTreeSet::new(),
                 source_unreachable: None,
                 owned: BTreeMap::new(),
+                vouch: crate::syncers::fan_out::record::Vouch::marks(),
                 stores,
             }
         }
@@ -1169,6 +1190,7 @@ mod tests {
                 unknown_clusters: &self.unknown,
                 unreachable: &self.unreachable,
                 owned: &self.owned,
+                vouch: &self.vouch,
                 stores: &self.stores,
             })
         }
@@ -1503,6 +1525,34 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn an_object_with_both_marks_that_the_record_does_not_hold_is_someone_elses() {
+        use crate::syncers::fan_out::record::{Record, Vouch};
+        let decl = declaration(vec![destination(None, "a")]);
+        // Both marks, forged onto an object kubesync never made (uid "forged").
+        let stores = Fake::default()
+            .with_namespaces("local", &[("a", json!({}))])
+            .with_object(&at("local", "a"), copy("forged", "uid-d"));
+        let mut record = Record::new();
+        record.insert("made-by-kubesync");
+        let mut run = Run::new(decl, stores);
+        run.vouch = Vouch::record(record);
+        let plan = run.plan();
+        assert!(plan.writes.is_empty() && plan.deletes.is_empty());
+        assert_eq!(
+            states(&plan),
+            [("local/a".into(), DestinationState::Conflict)]
+        );
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("kubesync did not create it")
+        );
+        // The marks alone (a declaration kept before records existed): its copy, updated.
+        run.vouch = Vouch::marks();
+        assert_eq!(written(&run.plan()), [(at("local", "a"), Decision::Update)]);
     }
 
     #[test]
@@ -2493,7 +2543,11 @@ mod tests {
             },
             other => panic!("one destination, one verdict: {other:?}"),
         };
-        let live = redecide(&Job::of(&case.decl), (w0, &desired), found.as_ref());
+        let live = redecide(
+            &Job::of(&case.decl, Default::default()),
+            (w0, &desired),
+            found.as_ref(),
+        );
         assert_eq!(live, expected, "shape {shape}, rules {rules:?}");
         expected
     }

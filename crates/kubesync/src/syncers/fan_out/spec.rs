@@ -443,6 +443,10 @@ pub struct Declaration {
     /// withdrawn. Consent ends when it is withdrawn, whatever state the declaration is in;
     /// the other copies stay until the spec is valid again or the declaration goes.
     pub refused: bool,
+    /// Its [record](super::record) of the copies kubesync made for it, as it was last kept
+    /// ([`Outcome::record`]); `None` for a declaration kept before records existed (the
+    /// first time a fan-out sees it, its marks are trusted, and recorded).
+    pub record: Option<super::record::Record>,
 }
 
 impl Declaration {
@@ -538,6 +542,13 @@ pub struct Outcome {
     /// The cluster the source is read from, when it is not the fan-out's own
     /// ([`SourceRef::cluster`]).
     pub source_cluster: Option<String>,
+    /// The declaration's [record](super::record) of the copies kubesync made for it, to keep
+    /// (and to bring back in [`Declaration::record`]); `None`: nothing was decided, keep the
+    /// one kept.
+    pub record: Option<super::record::Record>,
+    /// Its record was opened where it is kept during this reconcile (it is closed now): keep
+    /// it again even if nothing else changed.
+    pub record_opened: bool,
 }
 
 /// A failing watch of a declaration ([`Outcome::watch_errors`]).

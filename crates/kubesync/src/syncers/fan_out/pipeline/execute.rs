@@ -66,6 +66,10 @@ pub(super) struct Executed {
     pub deleted: usize,
     /// The propagation lags of the writes that carried a change.
     pub propagated: Vec<Propagated>,
+    /// The uids of the objects written as copies (created, adopted or updated): the record's.
+    pub made: Vec<String>,
+    /// The uids of the copies deleted (or released): no longer the declaration's.
+    pub unmade: Vec<String>,
 }
 
 impl Executor {
@@ -215,6 +219,8 @@ impl Executor {
             ..Executed::default()
         };
         for done in results {
+            executed.made.extend(done.made);
+            executed.unmade.extend(done.unmade);
             if let Some(st) = done.status {
                 if let Some(lag) = done.lag {
                     executed.propagated.push(Propagated {
@@ -237,7 +243,7 @@ impl Executor {
                 .deleted_already(ctx, ar, &at, uid.as_deref(), confirm)
                 .await
         {
-            return Done::deleted(true);
+            return Done::deleted(true, uid);
         }
         let gone = if orphan {
             self.release_copy(ctx, ar, &at, uid.as_deref()).await
@@ -249,7 +255,7 @@ impl Executor {
         if let Err(e) = &gone {
             tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
         }
-        Done::deleted(gone.is_ok())
+        Done::deleted(gone.is_ok(), uid.filter(|_| gone.is_ok()))
     }
 
     /// Writes one copy of the plan (its large values held in `bulk`), within the budget of
@@ -272,6 +278,8 @@ impl Executor {
                     status: Some(st.of_source(&w.source)),
                     deleted: false,
                     lag: None,
+                    made: None,
+                    unmade: None,
                 };
             }
         };
@@ -280,7 +288,7 @@ impl Executor {
         let _permit = self.in_flight.acquire_many(cost).await.ok();
         let desired = bulk.hydrate(&planned);
         drop(planned);
-        let (mut st, sent) = self.settle(ctx, job, (&w, &desired), confirm).await;
+        let (mut st, sent, (made, unmade)) = self.settle(ctx, job, (&w, &desired), confirm).await;
         // The reconcile that reverts someone else's change reports it.
         if sent && w.decision == Decision::Update {
             st.drift = w.drift.clone();
@@ -297,6 +305,8 @@ impl Executor {
             status: Some(st.of_source(&w.source)),
             deleted: false,
             lag,
+            made,
+            unmade,
         }
     }
 
@@ -311,8 +321,10 @@ impl Executor {
         job: &Job,
         (w, desired): (&Write, &DynamicObject),
         confirm: bool,
-    ) -> (DestinationStatus, bool) {
+    ) -> (DestinationStatus, bool, (Option<String>, Option<String>)) {
         let ar = &job.resource;
+        // The uid of the object written last as the copy, and of one deleted to recreate it.
+        let (mut made, mut unmade) = (None, None);
         let at = &w.at;
         let mut existing = w.existing.clone();
         // A copy this writer created or wrote moments ago that the stores do not show (yet: a
@@ -345,6 +357,7 @@ impl Executor {
                     return (
                         DestinationStatus::new(at, end.state, end.message, version),
                         end.sent,
+                        (made, unmade),
                     );
                 }
                 Step::LookAgain => match self.look_again(ctx, job, (w, desired)).await {
@@ -353,21 +366,28 @@ impl Executor {
                         existing = found;
                         settling.found(exists, again)
                     }
-                    Err(status) => return (status, false),
+                    Err(status) => return (status, false, (made, unmade)),
                 },
                 Step::Write => {
                     let acting = (ar, job.acting_in(&at.cluster));
                     let written = self
-                        .write_copy(ctx, acting, (w, desired), existing.as_deref())
+                        .write_copy(ctx, (acting, job), (w, desired), existing.as_deref())
                         .await;
-                    settling.written(write_outcome(job, at, written))
+                    if let Ok(Some(uid)) = &written {
+                        made = Some(uid.clone());
+                    }
+                    settling.written(write_outcome(job, at, written.map(|u| u.is_some())))
                 }
                 Step::Recreate => {
                     let acting = (ar, job.acting_in(&at.cluster));
                     let recreated = self
-                        .recreate(ctx, acting, (w, desired), existing.as_deref())
+                        .recreate(ctx, (acting, job), (w, desired), existing.as_deref())
                         .await;
-                    settling.written(write_outcome(job, at, recreated))
+                    if let Ok(Some(uid)) = &recreated {
+                        unmade = existing.as_ref().and_then(|e| e.metadata.uid.clone());
+                        made = Some(uid.clone());
+                    }
+                    settling.written(write_outcome(job, at, recreated.map(|u| u.is_some())))
                 }
             };
         }
@@ -410,14 +430,15 @@ impl Executor {
     }
 
     /// Writes the copy `w` decided at its destination, over `existing` (the object the
-    /// decision was made on, if any).
+    /// decision was made on, if any): the uid of the object written (`None`: nothing was
+    /// sent). A create opens the declaration's record first.
     async fn write_copy(
         &self,
         ctx: &Context,
-        (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
+        ((ar, acting_as), job): ((&ApiResource, Option<&crate::ActAs>), &Job),
         (w, desired): (&Write, &DynamicObject),
         existing: Option<&DynamicObject>,
-    ) -> Result<bool> {
+    ) -> Result<Option<String>> {
         let (at, strategy, ignore) = (&w.at, w.strategy, &w.ignore);
         let cluster = writing_as(ctx, at, acting_as)?;
         match (strategy, existing) {
@@ -441,7 +462,7 @@ impl Executor {
                     (crate::writer::WriteKind::Apply, FIELD_MANAGER),
                     &body,
                 ) {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 // A copy created by a POST: its fields are owned by an `Update` entry, which an
                 // apply cannot remove; hand them to the `Apply` entry first when this apply
@@ -463,15 +484,18 @@ impl Executor {
                 }
                 self.writer
                     .apply(&cluster, ar, &body, FIELD_MANAGER)
-                    .await?;
+                    .await
+                    .map(|o| o.metadata.uid)
             }
             // A new copy is created, never applied: the apiserver refuses a create when an
             // object of that name appeared after the store was read, where an apply would
             // take it over.
             (Strategy::Apply | Strategy::Replace, None) => {
+                opened(job).await?;
                 self.writer
                     .create(&cluster, ar, desired, FIELD_MANAGER)
-                    .await?;
+                    .await
+                    .map(|o| o.metadata.uid)
             }
             (Strategy::Replace, Some(existing)) => {
                 let mut body = rules::ignore::body(desired, existing, ignore).into_owned();
@@ -479,10 +503,10 @@ impl Executor {
                 rules::allocated::carry_over(existing, &mut body);
                 self.writer
                     .replace(&cluster, ar, &body, FIELD_MANAGER)
-                    .await?;
+                    .await
+                    .map(|o| o.metadata.uid)
             }
         }
-        Ok(true)
     }
 
     /// Deletes the object `existing` at `w`'s destination (conditional on its uid) and creates
@@ -491,18 +515,19 @@ impl Executor {
     async fn recreate(
         &self,
         ctx: &Context,
-        (ar, acting_as): (&ApiResource, Option<&crate::ActAs>),
+        ((ar, acting_as), job): ((&ApiResource, Option<&crate::ActAs>), &Job),
         (w, desired): (&Write, &DynamicObject),
         existing: Option<&DynamicObject>,
-    ) -> Result<bool> {
+    ) -> Result<Option<String>> {
         let cluster = writing_as(ctx, &w.at, acting_as)?;
+        opened(job).await?;
         tracing::info!(destination = %w.at, "immutable field changed; recreating the copy");
         let uid = existing.and_then(|e| e.metadata.uid.as_deref());
         self.delete_in(&cluster, ar, &w.at, uid).await?;
         self.writer
             .create(&cluster, ar, desired, FIELD_MANAGER)
-            .await?;
-        Ok(true)
+            .await
+            .map(|o| o.metadata.uid)
     }
 
     /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
@@ -676,15 +701,30 @@ struct Done {
     deleted: bool,
     /// The propagation lag a write that carried a change measured.
     lag: Option<std::time::Duration>,
+    /// The uid of the object a write left as the copy.
+    made: Option<String>,
+    /// The uid of a copy removed (deleted, released, or deleted to be recreated).
+    unmade: Option<String>,
 }
 
 impl Done {
-    fn deleted(deleted: bool) -> Self {
+    fn deleted(deleted: bool, unmade: Option<String>) -> Self {
         Self {
             status: None,
             deleted,
             lag: None,
+            made: None,
+            unmade,
         }
+    }
+}
+
+/// The declaration's record opened where it is kept (when it is kept), before a copy is
+/// created.
+async fn opened(job: &Job) -> Result<()> {
+    match &job.opening {
+        Some(opening) => opening.open().await,
+        None => Ok(()),
     }
 }
 

@@ -22,14 +22,17 @@
 //! - **Events map straight to declarations**: a source event to the declarations copying it,
 //!   a copy event (by its `managed-by` uid) to its owner, a namespace event to the declarations
 //!   with destinations in that cluster. No periodic sweep is needed to notice a new namespace.
-//! - **Ownership is read from the copies' marks**, never from memory: deletion works after a
-//!   restart. Nothing without this declaration's marks is modified (unless adopted) or deleted.
+//! - **Copies are found by their marks and vouched for by the declaration's record** (see
+//!   [`record`](super::record)): nothing without its marks is modified (unless adopted), and
+//!   nothing its record does not vouch for is updated, released or deleted.
 //! - A cluster that is unreachable is never read as "no copies there".
 
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::plan::{self, Delete, Job, Snapshot};
+use super::record::{Ledger, Opening, Record, Vouch};
 use super::spec::{Declaration, DestinationStatus, Outcome, SourceVersion};
 use crate::error::Result;
 use crate::key::ObjectKey;
@@ -55,7 +58,23 @@ pub struct FanOut {
     watches: WatchSet,
     /// Step 4: the writer, and the budget of writes in flight.
     executor: Executor,
+    /// Each declaration's record of the copies it made, as this process holds it (see
+    /// [`record`](super::record)).
+    records: parking_lot::Mutex<HashMap<ObjectKey, Held>>,
+    /// Where the records are kept ([`FanOut::keep_records`]).
+    ledger: Option<Arc<dyn Ledger>>,
 }
+
+/// A declaration's record as a fan-out holds it, and the copies it recorded in the last
+/// [`FRESH`]: kept though the stores do not show them yet.
+#[derive(Default)]
+struct Held {
+    record: Record,
+    fresh: HashMap<String, Instant>,
+}
+
+/// How long a copy just recorded stays recorded though the stores do not show it.
+const FRESH: Duration = Duration::from_secs(120);
 
 impl FanOut {
     /// A fan-out whose sources live in the cluster named `local`; copies are written with at
@@ -64,7 +83,20 @@ impl FanOut {
         Self {
             watches: WatchSet::new(local),
             executor: Executor::new(),
+            records: parking_lot::Mutex::default(),
+            ledger: None,
         }
+    }
+
+    /// Keeps each declaration's record of the copies it made in `ledger` (see
+    /// [`record`](super::record)): the fan-out opens it there before it creates copies, and
+    /// hands it over in each [`Outcome::record`] to be kept; the declaration brings it back in
+    /// [`Declaration::record`]. Without a ledger the records are held in memory only, each
+    /// seeded from the marks the first time a declaration is seen.
+    #[must_use]
+    pub fn keep_records(mut self, ledger: Arc<dyn Ledger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// At most `n` copy writes in flight per reconcile.
@@ -175,7 +207,85 @@ impl FanOut {
     /// Drops a declaration that is gone: its index entries, and the watches no other
     /// declaration uses.
     pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
+        self.records.lock().remove(key);
         self.watches.forget(ctx, key);
+    }
+
+    /// What vouches for `decl`'s marked objects now: the record this process holds, else the
+    /// one the declaration brings, else (kept before records existed) its marks.
+    fn vouch(&self, decl: &Declaration) -> Vouch {
+        let mut records = self.records.lock();
+        if let Some(held) = records.get(&decl.key) {
+            return Vouch::record(held.record.clone());
+        }
+        match &decl.record {
+            Some(record) => {
+                records.insert(
+                    decl.key.clone(),
+                    Held {
+                        record: record.clone(),
+                        fresh: HashMap::new(),
+                    },
+                );
+                Vouch::record(record.clone())
+            }
+            None => Vouch::marks(),
+        }
+    }
+
+    /// The record of `decl` once its copies are observed: every copy vouched for is held
+    /// (the marks of a declaration seen first, copies created while the record was open);
+    /// with every cluster seen, those no longer there are forgotten (but the fresh ones).
+    /// The opening of the record for the creates to come, where it is kept and not open.
+    fn observed(
+        &self,
+        decl: &Declaration,
+        facts: &Facts,
+        complete: bool,
+    ) -> (Vouch, Option<Arc<Opening>>) {
+        let mut records = self.records.lock();
+        let held = records.entry(decl.key.clone()).or_default();
+        let now = Instant::now();
+        held.fresh.retain(|_, at| now.duration_since(*at) < FRESH);
+        let present: Vec<String> = facts
+            .owned
+            .values()
+            .filter_map(|c| c.uid().map(std::borrow::Cow::into_owned))
+            .collect();
+        if complete {
+            held.record
+                .retain(present.iter().chain(held.fresh.keys()).map(String::as_str));
+        }
+        for uid in &present {
+            held.record.insert(uid);
+        }
+        let opening = match (&self.ledger, held.record.open_since()) {
+            (Some(ledger), None) => Some(Arc::new(Opening::new(
+                Arc::clone(ledger),
+                decl.key.clone(),
+                k8s_openapi::jiff::Timestamp::now(),
+            ))),
+            _ => None,
+        };
+        (Vouch::record(held.record.clone()), opening)
+    }
+
+    /// The record of `decl` after its plan was carried out: the copies written held, those
+    /// removed forgotten, and closed (every copy created is held).
+    fn carried_out(&self, decl: &Declaration, executed: &Executed) -> Record {
+        let mut records = self.records.lock();
+        let held = records.entry(decl.key.clone()).or_default();
+        let now = Instant::now();
+        for uid in &executed.unmade {
+            held.record.remove(uid);
+            held.fresh.remove(uid);
+        }
+        for uid in &executed.made {
+            held.record.insert(uid);
+            held.fresh.insert(uid.clone(), now);
+        }
+        held.record.close();
+        held.record.clone()
     }
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
@@ -190,14 +300,15 @@ impl FanOut {
         let Some(decl) = self.watches.admit(decl) else {
             return Ok(Outcome::default());
         };
-        self.retire(ctx, &decl).await?;
+        let vouch = self.vouch(&decl);
+        self.retire(ctx, &decl, &vouch).await?;
         let watched = self.watches.watch(ctx, &decl).await?;
         // A plan larger than one reconcile sends at once is carried out among a few others
         // (the executor's waves); without a place, it is dropped — its writes are not held
         // while others are sent — and made again once one is free.
         let mut wave = None;
         let (mut facts, plan) = loop {
-            let Some((facts, plan)) = self.decide(ctx, &decl, &watched).await? else {
+            let Some((facts, plan)) = self.decide(ctx, (&decl, &vouch), &watched).await? else {
                 return Ok(assemble(&decl, &watched, None));
             };
             if wave.is_some() || !self.executor.is_wave(&plan) {
@@ -223,10 +334,22 @@ impl FanOut {
         // The copies as read for the plan go before its writes are carried out (a write keeps
         // the copy it was decided on): a declaration's copies are not held, parsed, for as
         // long as its writes take.
+        // Every copy is in view: the record forgets those no longer there. Not for a refused
+        // or going declaration, whose view is narrowed to what it may still remove.
+        let complete =
+            facts.unreachable.is_empty() && watched.errors.is_empty() && !decl.reads_no_source();
+        let (vouch, opening) = self.observed(&decl, &facts, complete);
         let copies = std::mem::take(&mut facts.owned).len();
-        let executed = self.executor.carry_out(ctx, &Job::of(&decl), plan).await;
+        let job = Job {
+            opening: opening.clone(),
+            ..Job::of(&decl, vouch)
+        };
+        let executed = self.executor.carry_out(ctx, &job, plan).await;
         drop(wave);
-        let outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
+        let record = self.carried_out(&decl, &executed);
+        let mut outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
+        outcome.record = Some(record);
+        outcome.record_opened = opening.is_some_and(|o| o.opened().is_some());
         self.watches.follow_up(ctx, &decl, &watched, &outcome);
         Ok(outcome)
     }
@@ -238,11 +361,11 @@ impl FanOut {
     async fn decide(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        (decl, vouch): (&Declaration, &Vouch),
         watched: &Watched,
     ) -> Result<Option<(Facts, plan::Plan)>> {
         let local = self.watches.local();
-        let mut facts = match observe::observe(ctx, local, decl, watched).await? {
+        let mut facts = match observe::observe(ctx, local, (decl, vouch), watched).await? {
             Observed::NotReady => return Ok(None),
             Observed::Ready(facts) => facts,
         };
@@ -260,6 +383,7 @@ impl FanOut {
                 unknown_clusters: &watched.unknown,
                 unreachable: &facts.unreachable,
                 owned: &facts.owned,
+                vouch,
                 stores: &stores,
             });
             if plan.unread.is_empty() {
@@ -271,7 +395,7 @@ impl FanOut {
                 return Ok(None);
             }
             tracing::debug!(declaration = %decl.key, copies = plan.unread.len(), "reading copies in full");
-            observe::read_in_full(ctx, decl, &mut facts.owned, &plan.unread).await?;
+            observe::read_in_full(ctx, (decl, vouch), &mut facts.owned, &plan.unread).await?;
             read_in_full = true;
         }
     }
@@ -280,13 +404,19 @@ impl FanOut {
     /// copies are found by their marks, the plan turns them into deletes, and the executor
     /// carries them out; then the old kind's watches are released. Until that is done, the
     /// index keeps the old kind, so a failure is retried.
-    async fn retire(&self, ctx: &Context, decl: &Declaration) -> Result<()> {
+    async fn retire(&self, ctx: &Context, decl: &Declaration, vouch: &Vouch) -> Result<()> {
         let Some(retire) = self.watches.retiring(decl) else {
             return Ok(());
         };
-        let copies = self.watches.retired_copies(ctx, decl, &retire)?;
+        let copies = self.watches.retired_copies(ctx, (decl, vouch), &retire)?;
         let deletes: Vec<Delete> = plan::retire(copies);
+        let uids: Vec<String> = deletes.iter().filter_map(|d| d.uid.clone()).collect();
         self.executor.retire(ctx, &retire.old, deletes).await?;
+        if let Some(held) = self.records.lock().get_mut(&decl.key) {
+            for uid in &uids {
+                held.record.remove(uid);
+            }
+        }
         self.watches.retired(ctx, decl, &retire);
         Ok(())
     }

@@ -16,6 +16,7 @@ use crate::key::ObjectKey;
 use crate::runtime::Context;
 use crate::runtime::Holding;
 use crate::syncers::fan_out::plan::{self, HeldCopy, Stores};
+use crate::syncers::fan_out::record::Vouch;
 use crate::syncers::fan_out::rules;
 use crate::syncers::fan_out::rules::CopyPrint;
 use crate::syncers::fan_out::seen::Seen;
@@ -51,7 +52,7 @@ pub(super) struct Facts {
 pub(super) async fn observe(
     ctx: &Context,
     local: &str,
-    decl: &Declaration,
+    (decl, vouch): (&Declaration, &Vouch),
     watched: &Watched,
 ) -> Result<Observed> {
     if !watched.ready {
@@ -102,6 +103,11 @@ pub(super) async fn observe(
                 ),
                 _ => continue,
             };
+            // Marked, but not made by kubesync for it (its record does not vouch for it):
+            // someone else's object, left to the plan as such.
+            if !copy.vouched(vouch) {
+                continue;
+            }
             owned.insert(DestinationRef::new(c.clone(), namespace, name), copy);
         }
     }
@@ -183,7 +189,7 @@ const READ_PAGE_MAX: usize = 500;
 /// hundred times at once), each copy held as it comes.
 pub(super) async fn read_in_full(
     ctx: &Context,
-    decl: &Declaration,
+    (decl, vouch): (&Declaration, &Vouch),
     owned: &mut BTreeMap<DestinationRef, HeldCopy>,
     unread: &BTreeSet<DestinationRef>,
 ) -> Result<()> {
@@ -242,10 +248,12 @@ pub(super) async fn read_in_full(
     }
     for at in unread {
         match found.remove(at) {
-            Some(copy) if rules::owned_by(&copy, &decl.owner) => {
+            Some(copy)
+                if rules::owned_by(&copy, &decl.owner) && vouch.vouches_for(&copy.metadata) =>
+            {
                 owned.insert(at.clone(), HeldCopy::Full(Arc::new(copy)));
             }
-            // Gone, or no longer this declaration's.
+            // Gone, or no longer this declaration's (or one its record does not vouch for).
             _ => {
                 owned.remove(at);
             }

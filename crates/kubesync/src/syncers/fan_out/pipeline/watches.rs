@@ -242,13 +242,13 @@ impl WatchSet {
     }
 
     /// This declaration's copies of the kind it retires, by destination, found by their marks
-    /// where copies were watched (a cluster sources were only read from holds none, and its
+    /// (and vouched for by `vouch`) where copies were watched (a cluster sources were only read from holds none, and its
     /// outage holds nothing up). A cluster that cannot be read is an error: its copies cannot
     /// be known to be gone.
     pub(super) fn retired_copies(
         &self,
         ctx: &Context,
-        decl: &Declaration,
+        (decl, vouch): (&Declaration, &crate::syncers::fan_out::record::Vouch),
         retire: &Retire,
     ) -> Result<Vec<(DestinationRef, Arc<DynamicObject>)>> {
         let mut copies = Vec::new();
@@ -262,7 +262,7 @@ impl WatchSet {
             for copy in ctx
                 .list_labelled(&wk.cluster, &retire.old, rules::MANAGED_BY, &decl.owner.uid)
                 .into_iter()
-                .filter(|c| rules::owned_by(c, &decl.owner))
+                .filter(|c| rules::owned_by(c, &decl.owner) && vouch.vouches_for(&c.metadata))
             {
                 let at = DestinationRef::new(
                     wk.cluster.clone(),

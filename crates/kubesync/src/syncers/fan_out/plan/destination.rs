@@ -37,6 +37,8 @@ pub struct Judge<'a> {
     pub update_policy: UpdatePolicy,
     /// The source's resourceVersion, which the copy carries.
     pub source_version: &'a str,
+    /// What takes an object carrying the declaration's marks as its own.
+    pub vouch: &'a crate::syncers::fan_out::record::Vouch,
 }
 
 impl<'a> Judge<'a> {
@@ -50,6 +52,7 @@ impl<'a> Judge<'a> {
             adoption_refused: w.adoption_refused.as_deref(),
             adoptable: job.adoptable.as_ref(),
             update_policy: job.update_policy,
+            vouch: &job.vouch,
             source_version: &w.source_resource_version,
         }
     }
@@ -76,6 +79,10 @@ pub struct Job {
     pub adoptable: Option<Adoptable>,
     /// Whether its copies are updated once they exist.
     pub update_policy: UpdatePolicy,
+    /// What takes an object carrying its marks as its own (its record, as the plan saw it).
+    pub vouch: crate::syncers::fan_out::record::Vouch,
+    /// Opens its record where it is kept before a copy is created.
+    pub opening: Option<std::sync::Arc<crate::syncers::fan_out::record::Opening>>,
 }
 
 impl Job {
@@ -84,8 +91,8 @@ impl Job {
         self.acting_as_in.get(cluster).or(self.acting_as.as_ref())
     }
 
-    /// What carrying out `decl`'s plans needs.
-    pub fn of(decl: &Declaration) -> Self {
+    /// What carrying out `decl`'s plans needs, its marked objects vouched for by `vouch`.
+    pub fn of(decl: &Declaration, vouch: crate::syncers::fan_out::record::Vouch) -> Self {
         let spec = &decl.spec;
         Self {
             declaration: decl.key.clone(),
@@ -96,6 +103,8 @@ impl Job {
             on_conflict: spec.on_conflict,
             adoptable: spec.adoptable.clone(),
             update_policy: spec.update_policy,
+            vouch,
+            opening: None,
         }
     }
 }
@@ -135,6 +144,10 @@ impl Verdict {
     }
 }
 
+/// Why an object that carries the declaration's marks is not written: kubesync did not make
+/// it (its record does not hold it).
+pub const UNVOUCHED: &str = "exists and carries this declaration's marks, but kubesync did not create it (its record of the copies it made does not hold it): someone else's object, left untouched; delete it, or remove the marks and adopt it (onConflict: adopt with a SyncGrant), for kubesync to manage it";
+
 /// Decides what the destination holding `there` (as the stores show it, or as read live)
 /// needs for the copy `desired`: compared without the fields left to others, an adoption
 /// held to the namespace's consent and the declaration's adoption rule, an update held back
@@ -148,6 +161,13 @@ pub fn decide_at(
         Some(copy) if !judge.ignore.is_empty() => rules::ignore::resolve(copy, judge.ignore),
         _ => Vec::new(),
     };
+    // Its marks, but not made by kubesync for this declaration: someone else's object.
+    if let Some(there) = there
+        && rules::owned_by(there, judge.owner)
+        && !judge.vouch.vouches_for(&there.metadata)
+    {
+        return Verdict::Conflict(UNVOUCHED.to_string());
+    }
     let compared = there.map(|e| rules::ignore::without(e, &theirs));
     let wanted = rules::ignore::without(desired, &theirs);
     let decision = rules::decide(

@@ -96,6 +96,9 @@ pub struct CopyPrint {
     values: Box<[ValueDigest]>,
     /// About how many bytes the copy's content takes as JSON (what reading it live costs).
     size: u32,
+    /// When the copy was created, in seconds since 1970 (0: unknown): whether a record open
+    /// since then vouches for it ([`record`](crate::syncers::fan_out::record)).
+    created: u32,
 }
 
 /// A uid or resourceVersion as a print holds it: in the form the apiserver gives them (a
@@ -285,6 +288,12 @@ impl Printer {
             shared,
             values: fields.iter().map(|(_, v)| value_digest(v, false)).collect(),
             size: u32::try_from(digest::json_len(&copy.data)).unwrap_or(u32::MAX),
+            created: copy
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| u32::try_from(t.0.as_second()).ok())
+                .unwrap_or(0),
         }
     }
 }
@@ -318,6 +327,13 @@ impl CopyPrint {
     /// About how many bytes the copy's content takes as JSON: what reading it live holds.
     pub fn size(&self) -> usize {
         self.size as usize
+    }
+
+    /// When the copy was created (to the second), if known.
+    pub fn created(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        (self.created > 0)
+            .then(|| k8s_openapi::jiff::Timestamp::from_second(i64::from(self.created)).ok())
+            .flatten()
     }
 
     /// Whether the copy carries `owner`'s marks (see [`owned_by`](super::owned_by)).
@@ -398,7 +414,7 @@ impl CopyPrint {
 
 impl Summary for CopyPrint {
     /// The copy's metadata as far as the print keeps it: name, namespace, uid,
-    /// resourceVersion, deletion, labels and annotations (without those the apiserver
+    /// resourceVersion, creation (to the second), deletion, labels and annotations (without those the apiserver
     /// allocates); `data` null.
     fn object(&self) -> DynamicObject {
         let non_empty = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
@@ -413,6 +429,7 @@ impl Summary for CopyPrint {
                 uid: self.uid().map(Cow::into_owned),
                 resource_version: self.resource_version().map(Cow::into_owned),
                 deletion_timestamp: self.deletion.clone(),
+                creation_timestamp: self.created().map(Time),
                 labels: non_empty(&self.shared.labels),
                 annotations: non_empty(&self.shared.annotations),
                 ..ObjectMeta::default()

@@ -68,6 +68,7 @@ fn declaration(ar: ApiResource) -> Declaration {
         },
         deleting: false,
         refused: false,
+        record: None,
     }
 }
 
@@ -110,9 +111,14 @@ async fn settle_create_under(
         behind: None,
         printed: false,
     };
-    fan.settle(ctx, &Job::of(&decl), (&write, &desired), confirm)
-        .await
-        .0
+    fan.settle(
+        ctx,
+        &Job::of(&decl, Default::default()),
+        (&write, &desired),
+        confirm,
+    )
+    .await
+    .0
 }
 
 /// A create whose name turns out to be taken reads the object and decides once more.
@@ -285,8 +291,13 @@ async fn an_update_decided_on_a_copy_seen_only_as_metadata_reads_it_first() {
     let ctx = Controller::new()
         .cluster(Cluster::new("local", client))
         .context();
-    let (st, sent) = Executor::new()
-        .settle(&ctx, &Job::of(&decl), (&write, &desired), false)
+    let (st, sent, _) = Executor::new()
+        .settle(
+            &ctx,
+            &Job::of(&decl, Default::default()),
+            (&write, &desired),
+            false,
+        )
         .await;
     assert_eq!(st.state, DestinationState::Synced, "{}", st.message);
     assert!(!sent, "nothing sent");
