@@ -1763,6 +1763,82 @@ async fn both_forged_marks_never_make_kubesync_delete_what_she_may_only_patch() 
     running.stop().await;
 }
 
+/// The record's three ways of taking a marked object as a declaration's own, on objects that
+/// carry both marks but that no reconcile of this process wrote: `open` (its record was
+/// opened before the copy was created, as by an operator stopped before it could record it)
+/// and `legacy` (reconciled by a kubesync that kept no records) take theirs as their copies
+/// and record them; `closed` (a record that does not hold it) leaves it as someone else's.
+#[tokio::test]
+async fn a_record_takes_as_its_own_only_what_it_holds_or_saw_created_while_open() {
+    let (env, _) = tenant_cluster("record-open").await;
+    let ns = "kubesync-system";
+    apply(&env, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: src, namespace: kubesync-system}\ndata: {a: \"1\"}\n").await;
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), ns);
+    let maps: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), ns);
+    let opened = k8s_openapi::jiff::Timestamp::now();
+    for name in ["open", "legacy", "closed"] {
+        apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{kind: ConfigMap, name: src}}\n  destinations: [{{namespace: {ns}, name: copy-{name}}}]\n")).await;
+        let uid = syncs
+            .get(name)
+            .await
+            .expect("it")
+            .metadata
+            .uid
+            .expect("uid");
+        // Both marks, and the content it copies.
+        let marked = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("copy-{name}"), "namespace": ns,
+                "labels": {"kubesync.io/managed-by": uid},
+                "annotations": {"kubesync.io/owner": format!("local/{ns}/{name}"),
+                    "kubesync.io/source": format!("core/ConfigMap/{ns}/src")}},
+            "data": {"a": "1"}});
+        maps.create(
+            &PostParams::default(),
+            &serde_json::from_value(marked).expect("map"),
+        )
+        .await
+        .expect("the marked object");
+        let status = match name {
+            "open" => serde_json::json!({"observedGeneration": 1,
+                "record": {"copies": 0, "made": "", "openSince": opened.to_string()}}),
+            "legacy" => serde_json::json!({"observedGeneration": 1}),
+            _ => serde_json::json!({"observedGeneration": 1, "record": {"copies": 0, "made": ""}}),
+        };
+        syncs
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&serde_json::json!({"status": status})),
+            )
+            .await
+            .expect("the status an earlier operator left");
+    }
+    let running = start(&env);
+    for name in ["open", "legacy"] {
+        eventually(
+            &format!("{name}: its copy taken as its own, and recorded"),
+            T,
+            || async {
+                let (state, _) = destination(&syncs, name, ns).await?;
+                let record = syncs.get(name).await.ok()?.status?.record?;
+                (state == CopyState::Synced && record.copies == 1 && record.open_since.is_none())
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let (state, message) = eventually("closed: the object someone else's", T, || async {
+        destination(&syncs, "closed", ns)
+            .await
+            .filter(|(s, _)| *s != CopyState::Pending)
+    })
+    .await;
+    assert_eq!(state, CopyState::Conflict, "{message}");
+    assert!(message.contains("kubesync did not create it"), "{message}");
+    running.assert_no_panic();
+    running.stop().await;
+}
+
 /// Attack 5 of the third round: a declaration that calls itself a copy. Her ObjectSync, once
 /// it made its copy, is labelled `kubesync.io/managed-by` by her; a copy is never acted on as
 /// a declaration, but the label does not keep what it made: its copy is removed before its

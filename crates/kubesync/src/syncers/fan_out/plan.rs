@@ -636,6 +636,37 @@ fn unwanted<S: Stores>(
     deletes
 }
 
+/// A plan whose new copies (creates and adoptions) fit in the `room` its declaration's record
+/// has left ([`MAX_RECORDED`](super::record::MAX_RECORDED) copies): those beyond it are not
+/// written, and their destinations say why.
+pub fn within_record(plan: &mut Plan, room: usize) {
+    let mut new = 0usize;
+    let mut beyond = Vec::new();
+    plan.writes.retain(|w| {
+        if !matches!(w.decision, Decision::Create | Decision::Adopt) {
+            return true;
+        }
+        new += 1;
+        if new <= room {
+            return true;
+        }
+        beyond.push(
+            DestinationStatus::new(
+                &w.at,
+                DestinationState::Error,
+                format!(
+                    "not created: this declaration has {} copies, the most kubesync records for one declaration; split it",
+                    super::record::MAX_RECORDED
+                ),
+                "",
+            )
+            .of_source(&w.source),
+        );
+        false
+    });
+    plan.statuses.extend(beyond);
+}
+
 /// The deletes that retire a kind a declaration no longer copies: each of its copies of that
 /// kind (found by their marks), conditional on its uid, deleted (never released: the
 /// declaration still wants copies, of the kind it names now).
@@ -1525,6 +1556,30 @@ mod tests {
             ]
         );
         assert_eq!(plan.statuses[0].source_resource_version, "42");
+    }
+
+    #[test]
+    fn no_more_copies_are_created_than_the_record_holds() {
+        let stores = Fake::default().with_namespaces(
+            "local",
+            &[("a", json!({})), ("b", json!({})), ("c", json!({}))],
+        );
+        let mut plan = Run::new(declaration(vec![destination(None, "*")]), stores).plan();
+        assert_eq!(plan.writes.len(), 3);
+        within_record(&mut plan, 1);
+        assert_eq!(written(&plan), [(at("local", "a"), Decision::Create)]);
+        let refused: Vec<&str> = plan
+            .statuses
+            .iter()
+            .filter(|s| s.state == DestinationState::Error)
+            .map(|s| s.namespace.as_str())
+            .collect();
+        assert_eq!(refused, ["b", "c"]);
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("the most kubesync records")
+        );
     }
 
     #[test]

@@ -175,11 +175,24 @@ impl Vouch {
         Self(Some(Arc::new(record)))
     }
 
+    /// `record`, shared, vouches.
+    pub fn shared(record: Arc<Record>) -> Self {
+        Self(Some(record))
+    }
+
     /// Whether the marked object of `uid`, created at `created`, is the declaration's.
     pub fn vouches(&self, uid: Option<&str>, created: Option<Timestamp>) -> bool {
         match &self.0 {
             None => true,
             Some(record) => record.vouches(uid, created),
+        }
+    }
+
+    /// How many more copies the record can hold ([`MAX_RECORDED`]; the marks alone: no bound).
+    pub fn room(&self) -> usize {
+        match &self.0 {
+            None => usize::MAX,
+            Some(record) => MAX_RECORDED.saturating_sub(record.len()),
         }
     }
 

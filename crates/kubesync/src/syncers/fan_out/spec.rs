@@ -545,7 +545,7 @@ pub struct Outcome {
     /// The declaration's [record](super::record) of the copies kubesync made for it, to keep
     /// (and to bring back in [`Declaration::record`]); `None`: nothing was decided, keep the
     /// one kept.
-    pub record: Option<super::record::Record>,
+    pub record: Option<std::sync::Arc<super::record::Record>>,
     /// Its record was opened where it is kept during this reconcile (it is closed now): keep
     /// it again even if nothing else changed.
     pub record_opened: bool,

@@ -60,7 +60,7 @@ pub struct FanOut {
     executor: Executor,
     /// Each declaration's record of the copies it made, as this process holds it (see
     /// [`record`](super::record)).
-    records: parking_lot::Mutex<HashMap<ObjectKey, Held>>,
+    records: parking_lot::Mutex<HashMap<(ObjectKey, String), Held>>,
     /// Where the records are kept ([`FanOut::keep_records`]).
     ledger: Option<Arc<dyn Ledger>>,
 }
@@ -69,8 +69,14 @@ pub struct FanOut {
 /// [`FRESH`]: kept though the stores do not show them yet.
 #[derive(Default)]
 struct Held {
-    record: Record,
+    record: Arc<Record>,
     fresh: HashMap<String, Instant>,
+}
+
+/// Where a declaration's record is held: its key and its copies' owner uid (the compat tools'
+/// declarations of one object differ by the uid alone).
+fn slot(decl: &Declaration) -> (ObjectKey, String) {
+    (decl.key.clone(), decl.owner.uid.clone())
 }
 
 /// How long a copy just recorded stays recorded though the stores do not show it.
@@ -207,7 +213,7 @@ impl FanOut {
     /// Drops a declaration that is gone: its index entries, and the watches no other
     /// declaration uses.
     pub fn forget(&self, ctx: &Context, key: &ObjectKey) {
-        self.records.lock().remove(key);
+        self.records.lock().retain(|(k, _), _| k != key);
         self.watches.forget(ctx, key);
     }
 
@@ -215,19 +221,20 @@ impl FanOut {
     /// one the declaration brings, else (kept before records existed) its marks.
     fn vouch(&self, decl: &Declaration) -> Vouch {
         let mut records = self.records.lock();
-        if let Some(held) = records.get(&decl.key) {
-            return Vouch::record(held.record.clone());
+        if let Some(held) = records.get(&slot(decl)) {
+            return Vouch::shared(Arc::clone(&held.record));
         }
         match &decl.record {
             Some(record) => {
+                let record = Arc::new(record.clone());
                 records.insert(
-                    decl.key.clone(),
+                    slot(decl),
                     Held {
-                        record: record.clone(),
+                        record: Arc::clone(&record),
                         fresh: HashMap::new(),
                     },
                 );
-                Vouch::record(record.clone())
+                Vouch::shared(record)
             }
             None => Vouch::marks(),
         }
@@ -236,7 +243,8 @@ impl FanOut {
     /// The record of `decl` once its copies are observed: every copy vouched for is held
     /// (the marks of a declaration seen first, copies created while the record was open);
     /// with every cluster seen, those no longer there are forgotten (but the fresh ones).
-    /// The opening of the record for the creates to come, where it is kept and not open.
+    /// With it, the opening of the record for the creates to come, where it is kept and not
+    /// open already.
     fn observed(
         &self,
         decl: &Declaration,
@@ -244,22 +252,25 @@ impl FanOut {
         complete: bool,
     ) -> (Vouch, Option<Arc<Opening>>) {
         let mut records = self.records.lock();
-        let held = records.entry(decl.key.clone()).or_default();
+        // A declaration kept before records existed is recorded from a full view only: a
+        // refused or going one sees only what it may still remove.
+        if decl.record.is_none() && decl.reads_no_source() && !records.contains_key(&slot(decl)) {
+            return (Vouch::marks(), None);
+        }
+        let held = records.entry(slot(decl)).or_default();
         let now = Instant::now();
         held.fresh.retain(|_, at| now.duration_since(*at) < FRESH);
-        let present: Vec<String> = facts
-            .owned
-            .values()
-            .filter_map(|c| c.uid().map(std::borrow::Cow::into_owned))
-            .collect();
+        let present: Vec<std::borrow::Cow<'_, str>> =
+            facts.owned.values().filter_map(|c| c.uid()).collect();
+        let record = Arc::make_mut(&mut held.record);
         if complete {
-            held.record
-                .retain(present.iter().chain(held.fresh.keys()).map(String::as_str));
+            let fresh = held.fresh.keys().map(String::as_str);
+            record.retain(present.iter().map(|u| &**u).chain(fresh));
         }
         for uid in &present {
-            held.record.insert(uid);
+            record.insert(uid);
         }
-        let opening = match (&self.ledger, held.record.open_since()) {
+        let opening = match (&self.ledger, record.open_since()) {
             (Some(ledger), None) => Some(Arc::new(Opening::new(
                 Arc::clone(ledger),
                 decl.key.clone(),
@@ -267,25 +278,27 @@ impl FanOut {
             ))),
             _ => None,
         };
-        (Vouch::record(held.record.clone()), opening)
+        (Vouch::shared(Arc::clone(&held.record)), opening)
     }
 
     /// The record of `decl` after its plan was carried out: the copies written held, those
-    /// removed forgotten, and closed (every copy created is held).
-    fn carried_out(&self, decl: &Declaration, executed: &Executed) -> Record {
+    /// removed forgotten, and closed (every copy created is held). `None` while its marks
+    /// vouch (a declaration kept before records existed, refused or going).
+    fn carried_out(&self, decl: &Declaration, executed: &Executed) -> Option<Arc<Record>> {
         let mut records = self.records.lock();
-        let held = records.entry(decl.key.clone()).or_default();
+        let held = records.get_mut(&slot(decl))?;
         let now = Instant::now();
+        let record = Arc::make_mut(&mut held.record);
         for uid in &executed.unmade {
-            held.record.remove(uid);
+            record.remove(uid);
             held.fresh.remove(uid);
         }
         for uid in &executed.made {
-            held.record.insert(uid);
+            record.insert(uid);
             held.fresh.insert(uid.clone(), now);
         }
-        held.record.close();
-        held.record.clone()
+        record.close();
+        Some(Arc::clone(&held.record))
     }
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
@@ -330,15 +343,17 @@ impl FanOut {
             deletes = plan.deletes.len(),
             "fan-out planned"
         );
-        let statuses = plan.statuses.clone();
-        // The copies as read for the plan go before its writes are carried out (a write keeps
-        // the copy it was decided on): a declaration's copies are not held, parsed, for as
-        // long as its writes take.
         // Every copy is in view: the record forgets those no longer there. Not for a refused
         // or going declaration, whose view is narrowed to what it may still remove.
         let complete =
             facts.unreachable.is_empty() && watched.errors.is_empty() && !decl.reads_no_source();
         let (vouch, opening) = self.observed(&decl, &facts, complete);
+        let mut plan = plan;
+        plan::within_record(&mut plan, vouch.room());
+        let statuses = plan.statuses.clone();
+        // The copies as read for the plan go before its writes are carried out (a write keeps
+        // the copy it was decided on): a declaration's copies are not held, parsed, for as
+        // long as its writes take.
         let copies = std::mem::take(&mut facts.owned).len();
         let job = Job {
             opening: opening.clone(),
@@ -348,7 +363,7 @@ impl FanOut {
         drop(wave);
         let record = self.carried_out(&decl, &executed);
         let mut outcome = assemble(&decl, &watched, Some((&facts, copies, statuses, executed)));
-        outcome.record = Some(record);
+        outcome.record = record;
         outcome.record_opened = opening.is_some_and(|o| o.opened().is_some());
         self.watches.follow_up(ctx, &decl, &watched, &outcome);
         Ok(outcome)
@@ -412,9 +427,10 @@ impl FanOut {
         let deletes: Vec<Delete> = plan::retire(copies);
         let uids: Vec<String> = deletes.iter().filter_map(|d| d.uid.clone()).collect();
         self.executor.retire(ctx, &retire.old, deletes).await?;
-        if let Some(held) = self.records.lock().get_mut(&decl.key) {
+        if let Some(held) = self.records.lock().get_mut(&slot(decl)) {
+            let record = Arc::make_mut(&mut held.record);
             for uid in &uids {
-                held.record.remove(uid);
+                record.remove(uid);
             }
         }
         self.watches.retired(ctx, decl, &retire);

@@ -87,30 +87,7 @@ pub(super) async fn observe(
         .into_iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none() && !decl.reads_no_source())
         .collect();
-    let mut owned: BTreeMap<DestinationRef, HeldCopy> = BTreeMap::new();
-    for c in &watched.clusters {
-        for held in ctx.list_labelled_held(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
-            let (namespace, name, copy) = match (&held, held.summary::<CopyPrint>()) {
-                (_, Some(print)) if print.owned_by(&decl.owner) => (
-                    print.namespace().unwrap_or_default().to_string(),
-                    print.name().to_string(),
-                    HeldCopy::Print(print),
-                ),
-                (Holding::Object(obj), _) if rules::owned_by(obj, &decl.owner) => (
-                    obj.namespace().unwrap_or_default(),
-                    obj.name_any(),
-                    HeldCopy::Full(Arc::clone(obj)),
-                ),
-                _ => continue,
-            };
-            // Marked, but not made by kubesync for it (its record does not vouch for it):
-            // someone else's object, left to the plan as such.
-            if !copy.vouched(vouch) {
-                continue;
-            }
-            owned.insert(DestinationRef::new(c.clone(), namespace, name), copy);
-        }
-    }
+    let owned = held_copies(ctx, (decl, vouch), watched);
     let confirmed = match &spec.source.select {
         _ if unknown => true,
         None => {
@@ -132,6 +109,40 @@ pub(super) async fn observe(
         unreachable: watched.errors.iter().map(|w| w.cluster.clone()).collect(),
         source_unreachable: watched.source_unreachable.clone(),
     }))
+}
+
+/// The copies of `decl` its copies' watches hold: the objects that carry its marks and that
+/// `vouch` takes as its own (a marked object it does not is someone else's, left to the plan
+/// as such), by destination.
+fn held_copies(
+    ctx: &Context,
+    (decl, vouch): (&Declaration, &Vouch),
+    watched: &Watched,
+) -> BTreeMap<DestinationRef, HeldCopy> {
+    let ar = &decl.spec.source.resource;
+    let mut owned: BTreeMap<DestinationRef, HeldCopy> = BTreeMap::new();
+    for c in &watched.clusters {
+        for held in ctx.list_labelled_held(c, ar, rules::MANAGED_BY, &decl.owner.uid) {
+            let (namespace, name, copy) = match (&held, held.summary::<CopyPrint>()) {
+                (_, Some(print)) if print.owned_by(&decl.owner) => (
+                    print.namespace().unwrap_or_default().to_string(),
+                    print.name().to_string(),
+                    HeldCopy::Print(print),
+                ),
+                (Holding::Object(obj), _) if rules::owned_by(obj, &decl.owner) => (
+                    obj.namespace().unwrap_or_default(),
+                    obj.name_any(),
+                    HeldCopy::Full(Arc::clone(obj)),
+                ),
+                _ => continue,
+            };
+            if !copy.vouched(vouch) {
+                continue;
+            }
+            owned.insert(DestinationRef::new(c.clone(), namespace, name), copy);
+        }
+    }
+    owned
 }
 
 /// A selection's copies whose source the store does not show selected are removed by the
