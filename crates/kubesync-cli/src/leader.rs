@@ -58,6 +58,7 @@ pub fn step(lease: Option<&LeaseSpec>, me: &str, expired: bool) -> Step {
 /// One replica's side of the election.
 pub struct Elector {
     api: Api<Lease>,
+    namespace: String,
     name: String,
     identity: String,
     timing: Timing,
@@ -80,6 +81,7 @@ impl Elector {
     ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
             timing,
@@ -87,6 +89,13 @@ impl Elector {
             holder: None,
             permit: None,
         }
+    }
+
+    /// The same elector, talking to the Lease through `client` from now on (one whose
+    /// connections the runtime it is held on drives).
+    pub fn with_client(mut self, client: kube::Client) -> Self {
+        self.api = Api::namespaced(client, &self.namespace);
+        self
     }
 
     /// Feeds `permit` with every renewal the apiserver accepts, and ends it when the Lease is

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod compat;
 pub mod crd;
 pub mod events;
+pub mod faults;
 pub mod fence;
 pub mod lag;
 pub mod leader;

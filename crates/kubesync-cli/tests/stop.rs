@@ -25,9 +25,15 @@ struct Leader {
 
 impl Leader {
     async fn start(kubeconfig: &Path, log: PathBuf) -> Self {
+        Self::start_with(kubeconfig, log, &[]).await
+    }
+
+    /// As [`Leader::start`], with `env` set too.
+    async fn start_with(kubeconfig: &Path, log: PathBuf, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let err = std::fs::File::create(&log).expect("log");
         let child = operator_command(kubeconfig, port, &["--leader-elect"])
+            .envs(env.iter().copied())
             .env("POD_NAMESPACE", "kubesync-system")
             .env("RUST_LOG", "info")
             .stderr(err)
@@ -123,4 +129,65 @@ async fn a_stop_asked_for_while_the_apiserver_is_gone_ends_the_process() {
     leader.exited_within_grace(sent).await;
     leader.never_started_afresh();
     proxy.unblock();
+}
+
+/// Every worker of the leader's runtime blocked for 16 s (a named fault, as CPU-bound work a
+/// tenant's input sizes would block them), past its renew deadline (10 s): the Lease is held
+/// on a thread and runtime of its own, so it is renewed meanwhile (its `renewTime`, read by
+/// the test, moves on during the stall), and once the workers are free again the replica still
+/// leads and never started afresh. Before, the renewals ran on those workers: the Lease was not
+/// renewed, the permit was lost, and the process started afresh on waking.
+#[tokio::test]
+async fn the_lease_is_renewed_while_every_worker_is_blocked() {
+    let env = ground("stall").await;
+    let log = env.dir().join("stalled-leader.log");
+    let kubeconfig = env.kubeconfig_path().expect("kubeconfig");
+    let leader = Leader::start_with(
+        &kubeconfig,
+        log.clone(),
+        &[(kubesync_cli::faults::STALL_WORKERS, "4:16")],
+    )
+    .await;
+    let stall = "blocking all";
+    eventually("the stall begins", T, || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains(stall).then_some(())
+    })
+    .await;
+    let began = Instant::now();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(env.client().expect("client"), "kubesync-system");
+    let renewed = || async {
+        let all = leases.list(&Default::default()).await.expect("leases");
+        all.items
+            .iter()
+            .filter_map(|l| l.spec.as_ref()?.renew_time.clone())
+            .map(|t| t.0)
+            .max()
+            .expect("the leader's Lease")
+    };
+    let first = renewed().await;
+    let mut renewals = 0;
+    let mut last = first;
+    while began.elapsed() < Duration::from_secs(14) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = renewed().await;
+        if now > last {
+            renewals += 1;
+            last = now;
+        }
+    }
+    assert!(
+        renewals >= 3,
+        "the Lease was renewed {renewals} times in 14 s of the stall; its log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // The stall over: it still leads, and never started afresh.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    eventually("it still leads", T, || async {
+        let (_, metrics) = request(leader.port, "GET", "/metrics").await?;
+        (sample(&metrics, "kubesync_leader")? == 1.0).then_some(())
+    })
+    .await;
+    leader.never_started_afresh();
 }

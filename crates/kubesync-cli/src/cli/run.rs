@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use kubesync::Cluster;
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 
 use super::{RunArgs, load};
 use crate::fence::WritePermit;
@@ -44,8 +43,8 @@ fn identity() -> String {
 enum Held {
     /// Leadership was lost (the operator must stop and the process exit non-zero).
     Lost(String),
-    /// The operator stopped normally; the Lease may be released.
-    Stopped(Box<crate::leader::Elector>),
+    /// The operator stopped normally; the Lease was released.
+    Released,
 }
 
 /// `kubesync run`: the operator's policy ($POD_NAMESPACE trusted too), endpoints and
@@ -128,10 +127,13 @@ async fn run(
     list_strategy: kubesync::cluster::ListStrategy,
     (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
 ) -> ExitCode {
-    let Some(local) = connect_local(kubeconfig, context, list_strategy).await else {
+    let connect = (kubeconfig, context);
+    let Some(local) = connect_local(connect.0.clone(), connect.1.clone(), list_strategy).await
+    else {
         return ExitCode::FAILURE;
     };
     tracing::info!("kubesync operator starting");
+    crate::faults::arm();
     let (election, membership) = match replicas {
         Replicas::One => (None, None),
         Replicas::Elected(election) => (Some(election), None),
@@ -160,7 +162,8 @@ async fn run(
     let mut holding = None;
     let mut lost_rx = None;
     if let (Some(election), Some(permit)) = (election, &permit) {
-        let Some((held, lost)) = lead(&operator, &base, &election, permit, &stop_rx).await else {
+        let leading = lead(&operator, (&base, connect), &election, permit, &stop_rx).await;
+        let Some((held, lost)) = leading else {
             let _ = stop_telemetry.send(());
             return ExitCode::SUCCESS;
         };
@@ -237,15 +240,19 @@ fn stopped(rx: &watch::Receiver<bool>) -> impl Future<Output = ()> + use<> {
     }
 }
 
-/// Waits until this replica leads (`None`: stopped first), then holds the Lease in a task
-/// that ends when the leadership is lost (telling the receiver returned) or on stop.
+/// Waits until this replica leads (`None`: stopped first), then holds the Lease on a thread
+/// and runtime of its own, with connections of its own (`connect` names the cluster again):
+/// no work on the operator's workers — a tenant's pattern, a large list — ever delays a
+/// renewal, so the Lease and the write permit it feeds are never lost behind it. The holding
+/// ends when the leadership is lost (telling the receiver returned) or on stop (releasing the
+/// Lease), and says which.
 async fn lead(
     operator: &Operator,
-    base: &kube::Client,
+    (base, connect): (&kube::Client, (Option<PathBuf>, Option<String>)),
     election: &Election,
     permit: &Arc<WritePermit>,
     stop_rx: &watch::Receiver<bool>,
-) -> Option<(JoinHandle<Held>, oneshot::Receiver<()>)> {
+) -> Option<(oneshot::Receiver<Held>, oneshot::Receiver<()>)> {
     let mut elector = crate::leader::Elector::new(
         base.clone(),
         &election.namespace,
@@ -263,36 +270,72 @@ async fn lead(
     operator.set_leader(Some(true));
     tracing::info!(identity = elector.identity(), "became the leader");
     let (lost_tx, lost_rx) = oneshot::channel::<()>();
+    let (held_tx, held_rx) = oneshot::channel::<Held>();
     let until_stopped = stopped(stop_rx);
-    let holding = tokio::spawn(async move {
-        tokio::select! {
-            reason = elector.hold() => {
-                let _ = lost_tx.send(());
-                Held::Lost(reason)
-            }
-            () = until_stopped => Held::Stopped(Box::new(elector)),
+    let spawned = std::thread::Builder::new()
+        .name("kubesync-lease".into())
+        .spawn(move || {
+            let held = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => {
+                    runtime.block_on(hold_apart(elector, connect, lost_tx, until_stopped))
+                }
+                Err(e) => Held::Lost(format!("the Lease's runtime could not start: {e}")),
+            };
+            let _ = held_tx.send(held);
+        });
+    if let Err(e) = spawned {
+        eprintln!("kubesync: the Lease's thread could not start: {e}");
+        return None;
+    }
+    Some((held_rx, lost_rx))
+}
+
+/// The holding of the Lease, on its own runtime: a client of its own for `elector` (made
+/// here, so that its connections are driven by this runtime), renewals until the leadership
+/// is lost or the stop, then the Lease released.
+async fn hold_apart(
+    elector: crate::leader::Elector,
+    (kubeconfig, context): (Option<PathBuf>, Option<String>),
+    lost_tx: oneshot::Sender<()>,
+    until_stopped: impl Future<Output = ()>,
+) -> Held {
+    let Some(own) = connect_local(kubeconfig, context, Default::default()).await else {
+        let _ = lost_tx.send(());
+        return Held::Lost("the Lease's own connection could not be made".into());
+    };
+    let mut elector = elector.with_client(own.client().clone());
+    tokio::select! {
+        reason = elector.hold() => {
+            let _ = lost_tx.send(());
+            Held::Lost(reason)
         }
-    });
-    Some((holding, lost_rx))
+        () = until_stopped => {
+            elector.release().await;
+            Held::Released
+        }
+    }
 }
 
 /// The exit code after the operator ran (`result`): the Lease released if it was held to
 /// the end, a failure if the leadership was lost or the election failed.
 async fn finish(
     operator: &Operator,
-    holding: Option<JoinHandle<Held>>,
+    holding: Option<oneshot::Receiver<Held>>,
     result: kubesync::Result<()>,
 ) -> ExitCode {
     if let Some(holding) = holding {
         match holding.await {
-            Ok(Held::Stopped(mut elector)) => elector.release().await,
+            Ok(Held::Released) => {}
             Ok(Held::Lost(reason)) => {
                 operator.set_leader(Some(false));
                 eprintln!("kubesync: lost the leadership ({reason}); stopping");
                 return ExitCode::FAILURE;
             }
-            Err(e) => {
-                eprintln!("kubesync: leader election failed: {e}");
+            Err(_) => {
+                eprintln!("kubesync: leader election failed: the Lease's thread ended");
                 return ExitCode::FAILURE;
             }
         }
