@@ -343,10 +343,13 @@ impl FanOut {
             deletes = plan.deletes.len(),
             "fan-out planned"
         );
-        // Every copy is in view: the record forgets those no longer there. Not for a refused
-        // or going declaration, whose view is narrowed to what it may still remove.
-        let complete =
-            facts.unreachable.is_empty() && watched.errors.is_empty() && !decl.reads_no_source();
+        // Every copy is in view (every cluster known, watched and reachable): the record
+        // forgets those no longer there. Not for a refused or going declaration, whose view is
+        // narrowed to what it may still remove.
+        let complete = facts.unreachable.is_empty()
+            && watched.errors.is_empty()
+            && watched.unknown.is_empty()
+            && !decl.reads_no_source();
         let (vouch, opening) = self.observed(&decl, &facts, complete);
         let mut plan = plan;
         plan::within_record(&mut plan, vouch.room());
