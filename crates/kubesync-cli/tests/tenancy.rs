@@ -1523,17 +1523,11 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
     running.stop().await;
 }
 
-/// Attack 4 of the third round: a tenant who may patch (not delete) her namespace's
-/// Deployments labels the admins' Deployment `web` with the uid of her own ObjectSync — one
-/// mark, a label anyone who may patch it can add. kubesync's copies carry both marks (that
-/// uid and the declaration's reference); an object with one is someone else's, so kubesync
-/// never deletes it with its own rights. The witness that the plan saw the forgery: two repairs
-/// of her real copy, each a reconcile after the forged label reached the same watch (the copies'
-/// of the kind), the second one begun after the first was carried out. Without the second
-/// mark being required, `web` was deleted by the first.
-#[tokio::test]
-async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
-    let (env, _) = tenant_cluster("one-mark").await;
+/// The ground of the forged-mark attacks: Tina may patch (not delete) the Deployments of t1,
+/// among them the admins' `web`; her copier may write them; t1 admits Deployments; her
+/// ObjectSync `mine` (not started yet) copies `src` to `src-copy`.
+async fn her_deployments(name: &str) -> TestEnv {
+    let (env, _) = tenant_cluster(name).await;
     let deployments = &["apps"];
     env.grant(
         "tina",
@@ -1554,7 +1548,9 @@ async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
         vec![rule(
             deployments,
             &["deployments"],
-            &["get", "list", "watch", "create", "update", "patch"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
         )],
     )
     .await
@@ -1577,6 +1573,20 @@ async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
     apply(&env, &deployment("web")).await;
     apply(&env, &deployment("src")).await;
     as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1}\nspec:\n  source: {group: apps, kind: Deployment, name: src}\n  destinations: [{namespace: t1, name: src-copy}]\n").await;
+    env
+}
+
+/// Attack 4 of the third round: a tenant who may patch (not delete) her namespace's
+/// Deployments labels the admins' Deployment `web` with the uid of her own ObjectSync — one
+/// mark, a label anyone who may patch it can add. kubesync's copies carry both marks (that
+/// uid and the declaration's reference); an object with one is someone else's, so kubesync
+/// never deletes it with its own rights. The witness that the plan saw the forgery: two repairs
+/// of her real copy, each a reconcile after the forged label reached the same watch (the copies'
+/// of the kind), the second one begun after the first was carried out. Without the second
+/// mark being required, `web` was deleted by the first.
+#[tokio::test]
+async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
+    let env = her_deployments("one-mark").await;
     let running = start(&env);
     let apps: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.client().expect("client"), "t1");
@@ -1643,52 +1653,7 @@ async fn one_forged_mark_never_makes_kubesync_delete_what_she_may_only_patch() {
 /// marks was the declaration's copy, deleted with kubesync's rights.
 #[tokio::test]
 async fn both_forged_marks_never_make_kubesync_delete_what_she_may_only_patch() {
-    let (env, _) = tenant_cluster("both-marks").await;
-    let deployments = &["apps"];
-    env.grant(
-        "tina",
-        Some("t1"),
-        "deployments",
-        vec![rule(
-            deployments,
-            &["deployments"],
-            &["get", "list", "watch", "patch"],
-        )],
-    )
-    .await
-    .expect("grant");
-    env.grant(
-        &copier("t1"),
-        Some("t1"),
-        "deployments",
-        vec![rule(
-            deployments,
-            &["deployments"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
-        )],
-    )
-    .await
-    .expect("grant");
-    apply(
-        &env,
-        &grant_yaml(
-            "deployments",
-            "t1",
-            "{namespace: t1}",
-            "  kinds: [{group: apps, kind: Deployment}]\n",
-        ),
-    )
-    .await;
-    let deployment = |name: &str| {
-        format!(
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: app, image: example.invalid/app}}]}}\n"
-        )
-    };
-    apply(&env, &deployment("web")).await;
-    apply(&env, &deployment("src")).await;
-    as_tina(&env, "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: mine, namespace: t1}\nspec:\n  source: {group: apps, kind: Deployment, name: src}\n  destinations: [{namespace: t1, name: src-copy}]\n").await;
+    let env = her_deployments("both-marks").await;
     let running = start(&env);
     let apps: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.client().expect("client"), "t1");
