@@ -66,7 +66,11 @@
 //! copies `/data` into itself 12 times (each operation doubles the copy). RSS is read after
 //! [`SETTLE`] before and after each (goal: each adds less than 16 MiB), and the peak of (b),
 //! (c) and (d) from just before each (the process's `VmHWM`, reset then; goals: +32, +64 and
-//! +32 MiB). `KUBESYNC_BENCH_TENANT=0` leaves it out.
+//! +32 MiB); then, over 20 ConfigMaps of 750 KiB in `t1` (15 MiB), (e) one ObjectSync
+//! selecting one of them by name, (f) ten selecting all of them, each with a selector of its
+//! own, and (g) fifty more such at once (goals: each peak +32 MiB: the sources are held once,
+//! whatever the number of selectors, and a selection holds only what it selects).
+//! `KUBESYNC_BENCH_TENANT=0` leaves it out.
 //!
 //! `KUBESYNC_BENCH_QUICK=1` runs a smaller version: 0 and 400 unrelated Secrets, one round,
 //! 10 ObjectSyncs × 100 namespaces. The processes' logs are kept in a temporary directory
@@ -1223,6 +1227,7 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
     // Its retries (a destination in error is looked at again every 5 s) within the window.
     tokio::time::sleep(SETTLE.max(Duration::from_secs(6))).await;
     let (doubled, peak_doubling) = process.memory()?;
+    let selections = selection_attacks(&env, &process).await?;
     process.stop().await;
     println!("\nscenario 3, a tenant's attacks on memory (goal: each adds < 16 MiB)");
     println!(
@@ -1255,5 +1260,135 @@ async fn tenant_attacks(logs: &Path) -> anyhow::Result<()> {
         peak_doubling / MIB,
         (peak_doubling - five_at_once) / MIB
     );
+    selections.print(doubled);
     Ok(())
+}
+
+/// What scenario 3's attacks by selections measured: RSS after each, and its peak.
+struct Selections {
+    /// Sources made (20 ConfigMaps of 750 KiB), settled.
+    sources: f64,
+    /// (e) `names: [one]`: RSS, peak.
+    one_name: (f64, f64),
+    /// (f) ten selectors over every source: RSS, peak.
+    ten: (f64, f64),
+    /// (g) fifty more, at once: RSS, peak.
+    fifty: (f64, f64),
+}
+
+impl Selections {
+    fn print(&self, before: f64) {
+        let line = |what: &str, (rss, peak): (f64, f64), from: f64| {
+            println!(
+                "  + {what:<42}{:>7.1} MiB ({:+.1} MiB; peak {:.1} MiB, {:+.1} MiB, goal < +32)",
+                rss / MIB,
+                (rss - from) / MIB,
+                peak / MIB,
+                (peak - from) / MIB
+            );
+        };
+        println!(
+            "  + 20 ConfigMaps of 750 KiB in t1 (15 MiB)   {:>7.1} MiB ({:+.1} MiB)",
+            self.sources / MIB,
+            (self.sources - before) / MIB
+        );
+        line(
+            "a selection of one of them by name",
+            self.one_name,
+            self.sources,
+        );
+        line(
+            "ten selections, ten selectors, all of them",
+            self.ten,
+            self.one_name.0,
+        );
+        line("fifty more such selections at once", self.fifty, self.ten.0);
+    }
+}
+
+/// Scenario 3's attacks by selections (kubesync `process` running in `env`, with t1 as in
+/// [`tenant_attacks`]): 15 MiB of ConfigMaps in t1, then (e) one ObjectSync selecting one of
+/// them by name, (f) ten selecting all of them with ten different selectors, (g) fifty more
+/// at once. Their destinations are a namespace that does not exist (nothing is written: what
+/// is measured is what reading the selections holds). Each peak is the process's `VmHWM`,
+/// reset just before.
+async fn selection_attacks(env: &TestEnv, process: &Running) -> anyhow::Result<Selections> {
+    let blob = "s".repeat(750 * 1024);
+    for i in 0..20 {
+        env.apply_yaml(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: sel-{i}, namespace: t1, labels: {{attack: sel, i: \"{i}\"}}}}\ndata: {{blob: {blob}}}\n"
+        ))
+        .await?;
+    }
+    tokio::time::sleep(SETTLE).await;
+    let (sources, _) = process.memory()?;
+    let selecting = |name: &str, select: &str| {
+        format!(
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, select: {select}}}\n  destinations: [{{namespace: t1-none, namePrefix: {name}-}}]\n"
+        )
+    };
+    let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(env.client()?, "t1");
+    // Every declaration named reconciled (its status observes its generation).
+    let reconciled = |names: Vec<String>| {
+        let syncs = syncs.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            for name in names {
+                loop {
+                    let done = (syncs.get_opt(&name).await?)
+                        .and_then(|os| Some((os.metadata.generation, os.status?)))
+                        .is_some_and(|(g, st)| st.observed_generation == g);
+                    if done {
+                        break;
+                    }
+                    anyhow::ensure!(
+                        Instant::now() < deadline,
+                        "{name}: not reconciled after 300 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            anyhow::Ok(())
+        }
+    };
+    // (e) One of them, by name.
+    process.reset_peak()?;
+    env.apply_yaml(&selecting("by-name", "{names: [sel-0]}"))
+        .await?;
+    reconciled(vec!["by-name".into()]).await?;
+    tokio::time::sleep(SETTLE).await;
+    let one_name = process.memory()?;
+    // (f) Ten selectors, each selecting all 20 (`i` not in a value no source has).
+    process.reset_peak()?;
+    let names: Vec<String> = (0..10).map(|k| format!("ten-{k}")).collect();
+    for (k, name) in names.iter().enumerate() {
+        let select = format!(
+            "{{selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"x{k}\"]}}]}}}}"
+        );
+        env.apply_yaml(&selecting(name, &select)).await?;
+    }
+    reconciled(names).await?;
+    tokio::time::sleep(SETTLE).await;
+    let ten = process.memory()?;
+    // (g) Fifty more, at once.
+    process.reset_peak()?;
+    let names: Vec<String> = (0..50).map(|k| format!("fifty-{k}")).collect();
+    let yaml: Vec<String> = (names.iter().enumerate())
+        .map(|(k, name)| {
+            let select = format!(
+                "{{selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"y{k}\"]}}]}}}}"
+            );
+            selecting(name, &select)
+        })
+        .collect();
+    futures::future::try_join_all(yaml.iter().map(|y| env.apply_yaml(y))).await?;
+    reconciled(names).await?;
+    tokio::time::sleep(SETTLE).await;
+    let fifty = process.memory()?;
+    Ok(Selections {
+        sources,
+        one_name,
+        ten,
+        fifty,
+    })
 }

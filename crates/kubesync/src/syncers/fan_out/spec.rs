@@ -179,6 +179,35 @@ impl Selection {
             && (self.names.is_empty() || self.names.iter().any(|n| n == name))
     }
 
+    /// Why the apiserver would refuse its label selector (a key or value it does not take;
+    /// `In` or `NotIn` without values), if it would: the selection is matched here, not by
+    /// the apiserver, so a selector is checked as the apiserver checks one before it is
+    /// used. A spec from a CRD is checked at admission already; this holds for a selection
+    /// a library user builds.
+    pub fn invalid(&self) -> Option<String> {
+        use kube::core::Expression;
+        let exprs = self.selector.clone().into_iter().flatten();
+        exprs
+            .map(|e| {
+                let (key, values): (&String, Vec<&String>) = match &e {
+                    Expression::In(k, vs) | Expression::NotIn(k, vs) if vs.is_empty() => {
+                        return Err(format!(
+                            "the label selector's {k:?} has an empty set of values"
+                        ));
+                    }
+                    Expression::In(k, vs) | Expression::NotIn(k, vs) => (k, vs.iter().collect()),
+                    Expression::Equal(k, v) | Expression::NotEqual(k, v) => (k, vec![v]),
+                    Expression::Exists(k) | Expression::DoesNotExist(k) => (k, vec![]),
+                };
+                crate::validate::label_key(key)?;
+                values
+                    .into_iter()
+                    .try_for_each(|v| crate::validate::label_value(v))
+            })
+            .find_map(|r| r.err())
+            .map(|why| format!("the label selector is not valid: {why}"))
+    }
+
     /// The label selector the source watch asks the apiserver for: the selector, and never
     /// kubesync's copies.
     pub fn label_selector(&self) -> String {
@@ -622,5 +651,37 @@ impl DestinationStatus {
     pub fn of_source(mut self, name: &str) -> Self {
         self.source = name.to_string();
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Selection;
+    use kube::core::{Expression, Selector};
+
+    fn with(e: Expression) -> Selection {
+        Selection {
+            selector: Some(Selector::from(e)),
+            names: vec![],
+        }
+    }
+
+    #[test]
+    fn a_selector_the_apiserver_would_refuse_is_told_apart() {
+        assert_eq!(Selection::default().invalid(), None, "none selects all");
+        let fine = with(Expression::In("app".into(), ["tls".into()].into()));
+        assert_eq!(fine.invalid(), None);
+        let bad_value = with(Expression::Equal("app".into(), "a(b".into()));
+        let why = bad_value.invalid().expect("refused");
+        assert!(why.contains("\"a(b\" is not a label value"), "{why}");
+        let bad_key = with(Expression::Exists("-app".into()));
+        assert!(
+            bad_key
+                .invalid()
+                .expect("refused")
+                .contains("not a label key")
+        );
+        let empty = with(Expression::NotIn("app".into(), Default::default()));
+        assert!(empty.invalid().expect("refused").contains("empty set"));
     }
 }

@@ -13,6 +13,7 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
 use super::rules::{MANAGED_BY, SHARD};
+use super::spec::Selection;
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::WatchId;
@@ -32,27 +33,31 @@ pub enum Scope {
     /// held, other replicas' copies and copies not labelled yet among them), metadata only:
     /// what a destination name is taken by, for conflict, adopt and protect decisions.
     Others,
-    /// The objects of one namespace (`None`: of a cluster-scoped kind): those some
-    /// declaration copies (single sources, by name) in full, the others metadata only. One
-    /// watch serves every single-source declaration copying from that namespace.
+    /// The objects of one namespace (`None`: of a cluster-scoped kind), metadata only; those
+    /// some declaration copies (single sources, by name, and the members of selections) are
+    /// read live and held in full. One watch serves every declaration copying from that
+    /// namespace, however many selectors they use: memory follows what is copied.
     Sources {
         /// The namespace.
         namespace: Option<String>,
-    },
-    /// The objects of one namespace that a label selector selects (many sources), in full.
-    Selected {
-        /// The namespace.
-        namespace: String,
-        /// The label selector, as the apiserver takes it.
-        labels: String,
     },
 }
 
 impl Scope {
     /// Whether the watch holds sources.
     pub(crate) fn of_sources(&self) -> bool {
-        matches!(self, Self::Sources { .. } | Self::Selected { .. })
+        matches!(self, Self::Sources { .. })
     }
+}
+
+/// Which sources a declaration copies, as it registers ([`Index::register`]).
+#[derive(Clone, Debug)]
+pub enum Copying {
+    /// One object.
+    One(ObjectKey),
+    /// The objects of its source namespace that a selection selects: its members, once the
+    /// watch set knows them ([`Index::select_members`]).
+    Selection(Selection),
 }
 
 /// One shared watch: a resource type in a cluster, and which of its objects it holds.
@@ -95,10 +100,8 @@ pub enum EventOf {
     /// An object whose change concerns every declaration with destinations in its cluster (a
     /// Namespace, a consent object).
     Cluster,
-    /// A source: the declarations copying it.
+    /// A source: the declarations copying it, and those whose selection selects it now.
     Source,
-    /// An object of a watch of selected sources: every declaration using the watch.
-    Users,
     /// A copy: its owner, by the `managed-by` label.
     Copy,
     /// Another object of a copied type: kept for decisions at destinations; it concerns only
@@ -110,8 +113,11 @@ pub enum EventOf {
 /// Declarations, their sources, and the watches they use.
 #[derive(Debug, Default)]
 pub struct Index {
-    /// Source object → the declarations copying it.
+    /// Source object → the declarations copying it (single sources, and selections'
+    /// members).
     by_source: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    /// Declaration → the selection it copies by (a declaration copying one object has none).
+    selections: HashMap<ObjectKey, Selection>,
     /// Declaration uid (the copies' `managed-by` label) → declaration.
     by_uid: HashMap<String, ObjectKey>,
     /// Cluster → the declarations with destinations (or copies) there.
@@ -144,23 +150,28 @@ pub struct Retire {
 }
 
 impl Index {
-    /// Records that `decl` (with `uid`) copies `source` (one object; `None` for a selection,
-    /// whose events map through [`EventOf::Users`]) to `clusters`, and returns every
-    /// cluster it must look at: those, plus clusters it had copies in before (their copies
-    /// stay until they are gone; a cluster it only read sources from is not one), sorted
-    /// and without repeats.
+    /// Records that `decl` (with `uid`) copies `source` (one object, or by a selection) to
+    /// `clusters`, and returns every cluster it must look at: those, plus clusters it had
+    /// copies in before (their copies stay until they are gone; a cluster it only read
+    /// sources from is not one), sorted and without repeats.
     pub fn register(
         &mut self,
         decl: &ObjectKey,
         uid: &str,
-        source: Option<ObjectKey>,
+        source: Copying,
         clusters: impl IntoIterator<Item = String>,
     ) -> Vec<String> {
-        if let Some(source) = source {
-            self.by_source
-                .entry(source)
-                .or_default()
-                .insert(decl.clone());
+        match source {
+            Copying::One(source) => {
+                self.selections.remove(decl);
+                self.by_source
+                    .entry(source)
+                    .or_default()
+                    .insert(decl.clone());
+            }
+            Copying::Selection(selection) => {
+                self.selections.insert(decl.clone(), selection);
+            }
         }
         self.by_uid.insert(uid.to_string(), decl.clone());
         let mut all: Vec<String> = clusters.into_iter().collect();
@@ -215,15 +226,6 @@ impl Index {
         let watch_cluster = watch.cluster.as_str();
         let mut out: Vec<ObjectKey> = Vec::new();
         match event {
-            EventOf::Users => {
-                out.extend(
-                    self.watches
-                        .get(watch)
-                        .into_iter()
-                        .flat_map(|(_, users)| users)
-                        .cloned(),
-                );
-            }
             EventOf::Cluster => {
                 out.extend(
                     self.by_cluster
@@ -234,9 +236,18 @@ impl Index {
                 );
             }
             // The source's key names its cluster: an object of the same name elsewhere is
-            // not it.
+            // not it. A selection's members are among the sources (an object leaving it, or
+            // deleted, wakes it so); an object it selects now that it did not wakes it too.
             EventOf::Source => {
-                out.extend(self.by_source.get(key).into_iter().flatten().cloned());
+                let copying = self.by_source.get(key);
+                out.extend(copying.into_iter().flatten().cloned());
+                let selecting = (self.watches.get(watch).into_iter())
+                    .flat_map(|(_, users)| users)
+                    .filter(|user| copying.is_none_or(|c| !c.contains(*user)))
+                    .filter(|user| {
+                        (self.selections.get(*user)).is_some_and(|s| s.selects_meta(&obj.metadata))
+                    });
+                out.extend(selecting.cloned());
             }
             EventOf::Copy => {
                 if let Some(uid) = obj.labels().get(MANAGED_BY)
@@ -267,9 +278,23 @@ impl Index {
         }
     }
 
-    /// Whether some declaration copies the object `key` (a single source).
+    /// Whether some declaration copies the object `key` (a single source, or a member of a
+    /// selection).
     pub fn is_source(&self, key: &ObjectKey) -> bool {
         self.by_source.contains_key(key)
+    }
+
+    /// The members of `decl`'s selection are `members` now (objects of its source namespace
+    /// it selects): it copies them, and no longer those it selected before (kept for
+    /// [`Index::unnamed_sources`] if no declaration copies them).
+    pub fn select_members(&mut self, decl: &ObjectKey, members: &HashSet<ObjectKey>) {
+        self.drop_sources(decl, |s| !members.contains(s));
+        for m in members {
+            self.by_source
+                .entry(m.clone())
+                .or_default()
+                .insert(decl.clone());
+        }
     }
 
     /// `decl` no longer copies the sources `drop` picks: removed from their users; those no
@@ -311,17 +336,18 @@ impl Index {
     }
 
     /// `decl` reads its sources from the watches of scope `sources` in `cluster` only, and
-    /// copies the one object `source` (`None`: a selection, or no source read): forgets the
-    /// other sources it copied before (a changed source name, selection or cluster) and
-    /// returns their watches that no declaration uses any more (to be stopped).
+    /// copies only those of the sources it copied before that `keep` keeps (its one object,
+    /// or a selection's members where they still can be): forgets the others (a changed
+    /// source name, namespace or cluster, or no source read) and returns their watches that
+    /// no declaration uses any more (to be stopped).
     pub fn retain_source(
         &mut self,
         decl: &ObjectKey,
         cluster: &str,
         sources: &Scope,
-        source: Option<&ObjectKey>,
+        keep: impl Fn(&ObjectKey) -> bool,
     ) -> Vec<WatchId> {
-        self.drop_sources(decl, |s| source != Some(s));
+        self.drop_sources(decl, |s| !keep(s));
         let stale: HashSet<WatchKey> = self
             .used
             .get(decl)
@@ -367,6 +393,7 @@ impl Index {
             !users.is_empty()
         });
         self.by_uid.retain(|_, k| k != decl);
+        self.selections.remove(decl);
         self.set_blocked(decl, []);
         self.types.remove(decl);
         let used = self.used.remove(decl).unwrap_or_default();

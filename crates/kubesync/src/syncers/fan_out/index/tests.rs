@@ -34,7 +34,7 @@ fn d_copies_s_to_east() -> (Index, ApiResource) {
     idx.register(
         &decl("d"),
         "uid-d",
-        Some(source(&secret, "s")),
+        Copying::One(source(&secret, "s")),
         ["east".into()],
     );
     (idx, secret)
@@ -58,13 +58,13 @@ fn register_returns_new_and_previous_clusters() {
     let clusters = idx.register(
         &d,
         "u",
-        Some(source(&secret, "a")),
+        Copying::One(source(&secret, "a")),
         ["b".into(), "a".into()],
     );
     assert_eq!(clusters, ["a", "b"]);
     idx.watch_for(WatchKey::of("old", &secret), &d, || s.start())
         .expect("watch");
-    let clusters = idx.register(&d, "u", Some(source(&secret, "a")), ["a".into()]);
+    let clusters = idx.register(&d, "u", Copying::One(source(&secret, "a")), ["a".into()]);
     assert_eq!(clusters, ["a", "old"], "a cluster used before stays");
 }
 
@@ -219,8 +219,8 @@ fn single_sources_of_one_namespace_share_a_watch_and_a_changed_source_releases_t
             .map(|k| k.name.clone())
             .collect::<Vec<_>>()
     };
-    idx.register(&d, "uid-d", Some(old.clone()), ["local".into()]);
-    idx.register(&e, "uid-e", Some(old.clone()), ["local".into()]);
+    idx.register(&d, "uid-d", Copying::One(old.clone()), ["local".into()]);
+    idx.register(&e, "uid-e", Copying::One(old.clone()), ["local".into()]);
     let w_src = idx
         .watch_for(watch_of(&old), &d, || s.start())
         .expect("old");
@@ -229,18 +229,18 @@ fn single_sources_of_one_namespace_share_a_watch_and_a_changed_source_releases_t
     let copies = WatchKey::scoped("local", &secret, Scope::Copies);
     let w_copies = idx.watch_for(copies, &d, || s.start()).expect("copies");
     assert!(
-        idx.retain_source(&d, "local", &watch_of(&old).scope, Some(&old))
+        idx.retain_source(&d, "local", &watch_of(&old).scope, |s| *s == old)
             .is_empty(),
         "nothing changed"
     );
     // d now copies `new` of the same namespace: the same watch, which now keeps both.
-    idx.register(&d, "uid-d", Some(new.clone()), ["local".into()]);
+    idx.register(&d, "uid-d", Copying::One(new.clone()), ["local".into()]);
     let again = idx
         .watch_for(watch_of(&new), &d, || s.start())
         .expect("new");
     assert_eq!(again, w_src, "one watch per namespace, not per source");
     assert!(
-        idx.retain_source(&d, "local", &watch_of(&new).scope, Some(&new))
+        idx.retain_source(&d, "local", &watch_of(&new).scope, |s| *s == new)
             .is_empty()
     );
     assert_eq!(keeps(&idx, &watch_of(&old)), ["old", "new"]);
@@ -254,13 +254,19 @@ fn single_sources_of_one_namespace_share_a_watch_and_a_changed_source_releases_t
     );
     // e moves to another namespace: its own watch; `old` is copied by no one, so the
     // namespace's watch may drop its content; the watch stays for d.
-    idx.register(&e, "uid-e", Some(elsewhere.clone()), ["local".into()]);
+    idx.register(
+        &e,
+        "uid-e",
+        Copying::One(elsewhere.clone()),
+        ["local".into()],
+    );
     let w_other = idx
         .watch_for(watch_of(&elsewhere), &e, || s.start())
         .expect("other");
     assert_ne!(w_other, w_src);
     assert!(
-        idx.retain_source(&e, "local", &watch_of(&elsewhere).scope, Some(&elsewhere))
+        idx.retain_source(&e, "local", &watch_of(&elsewhere).scope, |s| *s
+            == elsewhere)
             .is_empty()
     );
     assert_eq!(keeps(&idx, &watch_of(&old)), ["new"]);
@@ -274,58 +280,89 @@ fn single_sources_of_one_namespace_share_a_watch_and_a_changed_source_releases_t
     assert_eq!(idx.watch_count(), 1, "e's namespace watch");
 }
 
+fn selecting(labels: &[(&str, &str)], names: &[&str]) -> Selection {
+    let map: std::collections::BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Selection {
+        selector: (!map.is_empty()).then(|| kube::core::Selector::from_iter(map)),
+        names: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+fn labelled(name: &str, labels: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": "src", "labels": labels}}))
+    .expect("object")
+}
+
 #[test]
-fn a_selection_wakes_every_user_of_its_watch_and_a_new_selection_releases_the_old() {
+fn selections_share_their_namespace_watch_and_wake_only_for_what_they_select_or_selected() {
     let mut idx = Index::default();
     let mut s = Starter(0);
     let secret = ar::<Secret>();
-    let (d, e, f) = (decl("d"), decl("e"), decl("f"));
-    let selected = |labels: &str| {
-        WatchKey::scoped(
-            "local",
-            &secret,
-            Scope::Selected {
-                namespace: "src".into(),
-                labels: labels.into(),
-            },
-        )
-    };
-    let (tls, ca) = (selected("app=tls"), selected("app=ca"));
-    for (decl, uid, watch) in [(&d, "uid-d", &tls), (&e, "uid-e", &tls), (&f, "uid-f", &ca)] {
-        idx.register(decl, uid, None, ["local".into()]);
+    let (d, e, f, g) = (decl("d"), decl("e"), decl("f"), decl("g"));
+    let namespace = Some("src".to_string());
+    let watch = WatchKey::scoped("local", &secret, Scope::Sources { namespace });
+    let tls = selecting(&[("app", "tls")], &[]);
+    let ca = selecting(&[("app", "ca")], &[]);
+    let one = selecting(&[], &["cert"]);
+    for (decl, uid, selection) in [(&d, "uid-d", &tls), (&e, "uid-e", &tls), (&f, "uid-f", &ca)] {
+        idx.register(
+            decl,
+            uid,
+            Copying::Selection(selection.clone()),
+            ["local".into()],
+        );
         idx.watch_for(watch.clone(), decl, || s.start())
             .expect("watch");
     }
+    idx.register(&g, "uid-g", Copying::Selection(one), ["local".into()]);
+    idx.watch_for(watch.clone(), &g, || s.start())
+        .expect("watch");
+    assert_eq!(s.0, 1, "one watch for every selector of the namespace");
     let k = source(&secret, "cert");
-    let none = object(serde_json::json!({}));
-    let mut found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
+    let tls_cert = labelled("cert", serde_json::json!({"app": "tls"}));
+    let mut found = idx.declarations_for(EventOf::Source, &watch, &k, &tls_cert);
     found.sort();
     assert_eq!(
         found,
-        [d.clone(), e.clone()],
-        "the users of that watch, not f"
+        [d.clone(), e.clone(), g.clone()],
+        "those that select it (by labels, by name), not f"
+    );
+    let copy = labelled(
+        "cert",
+        serde_json::json!({"app": "tls", MANAGED_BY: "uid-x"}),
     );
     assert!(
-        idx.declarations_for(EventOf::Source, &tls, &k, &none)
+        idx.declarations_for(EventOf::Source, &watch, &k, &copy)
             .is_empty(),
-        "a selection registers no single source"
+        "a copy is nobody's source"
     );
-    // d selects something else now; e still uses the old watch.
-    idx.watch_for(ca.clone(), &d, || s.start()).expect("shared");
+    // d's members are known: the object leaving d's selection (relabelled) still wakes d.
+    idx.select_members(&d, &HashSet::from([k.clone()]));
+    assert!(idx.is_source(&k));
+    let ca_cert = labelled("cert", serde_json::json!({"app": "ca"}));
+    let mut found = idx.declarations_for(EventOf::Source, &watch, &k, &ca_cert);
+    found.sort();
+    assert_eq!(found, [d.clone(), f.clone(), g.clone()]);
+    // No longer a member: its content may be dropped; it wakes d no more.
+    idx.select_members(&d, &HashSet::new());
+    assert!(!idx.is_source(&k));
+    assert_eq!(idx.unnamed_sources(), [(WatchId::from_raw(0), k.clone())]);
+    let found = idx.declarations_for(EventOf::Source, &watch, &k, &ca_cert);
+    assert!(!found.contains(&d));
+    // e goes back to a single source: it wakes for that one only; forgotten, for none.
+    idx.register(&e, "uid-e", Copying::One(k.clone()), ["local".into()]);
+    let other = labelled("other", serde_json::json!({"app": "tls"}));
+    let other_key = source(&secret, "other");
+    let found = idx.declarations_for(EventOf::Source, &watch, &other_key, &other);
+    assert_eq!(found, std::slice::from_ref(&d));
+    idx.forget(&d);
     assert!(
-        idx.retain_source(&d, "local", &ca.scope, None).is_empty(),
-        "e still uses it"
-    );
-    let found = idx.declarations_for(EventOf::Users, &tls, &k, &none);
-    assert_eq!(found, std::slice::from_ref(&e));
-    // e goes back to a single source: the selection's watch stops.
-    let namespace = k.namespace.clone();
-    let one = WatchKey::scoped("local", &secret, Scope::Sources { namespace });
-    idx.register(&e, "uid-e", Some(k.clone()), ["local".into()]);
-    idx.watch_for(one.clone(), &e, || s.start()).expect("one");
-    assert_eq!(
-        idx.retain_source(&e, "local", &one.scope, Some(&k)),
-        [WatchId::from_raw(0)]
+        idx.declarations_for(EventOf::Source, &watch, &other_key, &other)
+            .is_empty()
     );
 }
 
@@ -335,28 +372,35 @@ fn a_source_read_from_another_cluster_adds_no_cluster_to_look_at_and_moves_clean
     let mut s = Starter(0);
     let secret = ar::<Secret>();
     let d = decl("d");
-    let selected = Scope::Selected {
-        namespace: "src".into(),
-        labels: "app=tls".into(),
+    let selected = Scope::Sources {
+        namespace: Some("src".into()),
     };
+    let tls = || Copying::Selection(selecting(&[("app", "tls")], &[]));
     let on = |cluster: &str| WatchKey::scoped(cluster, &secret, selected.clone());
-    idx.register(&d, "uid-d", None, ["local".into()]);
+    idx.register(&d, "uid-d", tls(), ["local".into()]);
     let hub = idx.watch_for(on("hub"), &d, || s.start()).expect("hub");
     // The sources' cluster is only read: no copies are looked for there.
-    assert_eq!(idx.register(&d, "uid-d", None, ["local".into()]), ["local"]);
-    assert!(idx.retain_source(&d, "hub", &selected, None).is_empty());
+    assert_eq!(
+        idx.register(&d, "uid-d", tls(), ["local".into()]),
+        ["local"]
+    );
+    assert!(idx.retain_source(&d, "hub", &selected, |_| true).is_empty());
     // The same selection from another cluster: the first cluster's watch stops.
     idx.watch_for(on("hub-2"), &d, || s.start()).expect("hub-2");
-    assert_eq!(idx.retain_source(&d, "hub-2", &selected, None), [hub]);
+    assert_eq!(
+        idx.retain_source(&d, "hub-2", &selected, |s| s.cluster == "hub-2"),
+        [hub]
+    );
     // Its events reach the declaration; a source key names its cluster.
     let none = object(serde_json::json!({}));
     let k = ObjectKey::new("hub-2", &secret, Some("src".into()), "cert");
+    let cert = labelled("cert", serde_json::json!({"app": "tls"}));
     assert_eq!(
-        idx.declarations_for(EventOf::Users, &on("hub-2"), &k, &none),
+        idx.declarations_for(EventOf::Source, &on("hub-2"), &k, &cert),
         std::slice::from_ref(&d)
     );
     let one = ObjectKey::new("hub", &secret, Some("src".into()), "ca");
-    idx.register(&d, "uid-d", Some(one.clone()), ["local".into()]);
+    idx.register(&d, "uid-d", Copying::One(one.clone()), ["local".into()]);
     let in_src = Scope::Sources {
         namespace: Some("src".into()),
     };
@@ -408,7 +452,12 @@ fn a_type_change_is_retired_only_when_finished() {
     let (secret, cm, ns) = (ar::<Secret>(), ar::<ConfigMap>(), ar::<Namespace>());
     let d = decl("d");
     assert_eq!(idx.begin_type(&d, &secret), None, "first type");
-    idx.register(&d, "u", Some(source(&secret, "s")), ["local".into()]);
+    idx.register(
+        &d,
+        "u",
+        Copying::One(source(&secret, "s")),
+        ["local".into()],
+    );
     let old = idx
         .watch_for(WatchKey::of("local", &secret), &d, || s.start())
         .expect("secrets");
@@ -444,8 +493,18 @@ fn the_watch_of_unlabelled_copies_settles_for_all_and_a_copy_without_a_shard_uns
     let mut s = Starter(0);
     let secret = ar::<Secret>();
     let (d, e) = (decl("d"), decl("e"));
-    idx.register(&d, "uid-d", None, ["local".into()]);
-    idx.register(&e, "uid-e", None, ["local".into()]);
+    idx.register(
+        &d,
+        "uid-d",
+        Copying::Selection(Selection::default()),
+        ["local".into()],
+    );
+    idx.register(
+        &e,
+        "uid-e",
+        Copying::Selection(Selection::default()),
+        ["local".into()],
+    );
     let unlabelled = WatchKey::scoped("local", &secret, Scope::Unlabelled);
     let others = WatchKey::scoped("local", &secret, Scope::Others);
     let id = idx
@@ -488,13 +547,27 @@ fn the_declarations_in_a_cluster_are_those_writing_or_reading_there() {
     let mut s = Starter(0);
     let secret = ar::<Secret>();
     let (d, e, f) = (decl("d"), decl("e"), decl("f"));
-    idx.register(&d, "uid-d", None, ["east".into()]);
-    idx.register(&e, "uid-e", None, ["local".into()]);
-    idx.register(&f, "uid-f", None, ["local".into()]);
+    idx.register(
+        &d,
+        "uid-d",
+        Copying::Selection(Selection::default()),
+        ["east".into()],
+    );
+    idx.register(
+        &e,
+        "uid-e",
+        Copying::Selection(Selection::default()),
+        ["local".into()],
+    );
+    idx.register(
+        &f,
+        "uid-f",
+        Copying::Selection(Selection::default()),
+        ["local".into()],
+    );
     // e reads its sources from east (a pull): it uses east too; f does not.
-    let selected = Scope::Selected {
-        namespace: "src".into(),
-        labels: "app=tls".into(),
+    let selected = Scope::Sources {
+        namespace: Some("src".into()),
     };
     idx.watch_for(WatchKey::scoped("east", &secret, selected), &e, || {
         s.start()
@@ -516,7 +589,12 @@ fn a_watch_knows_its_type_from_its_users() {
     let d = decl("d");
     let copies = WatchKey::scoped("local", &secret, Scope::Copies);
     assert_eq!(idx.resource_of(&copies), None, "not running");
-    idx.register(&d, "uid-d", None, ["local".into()]);
+    idx.register(
+        &d,
+        "uid-d",
+        Copying::Selection(Selection::default()),
+        ["local".into()],
+    );
     assert_eq!(idx.begin_type(&d, &secret), None);
     idx.watch_for(copies.clone(), &d, || s.start())
         .expect("watch");

@@ -5,8 +5,8 @@
 use kube::core::ApiResource;
 
 use crate::key::ObjectKey;
-use crate::syncers::fan_out::index::Scope;
-use crate::syncers::fan_out::spec::Declaration;
+use crate::syncers::fan_out::index::{Copying, Scope};
+use crate::syncers::fan_out::spec::{Declaration, Selection};
 
 /// What a declaration needs watched, read off it once ([`Needs::of`]): the steps of
 /// [`WatchSet::watch`] take this, not the declaration.
@@ -19,8 +19,8 @@ pub(super) struct Needs {
     pub(super) resource: ApiResource,
     /// Its single source's key (a selection: the source namespace, no name).
     pub(super) source: ObjectKey,
-    /// Whether it copies one object (not a selection).
-    pub(super) single: bool,
+    /// Its selection (none: it copies one object).
+    pub(super) selection: Option<Selection>,
     /// The source's cluster.
     pub(super) source_cluster: String,
     /// The source namespace (none for a cluster-scoped kind).
@@ -50,17 +50,11 @@ impl Needs {
                 source.namespace().map(String::from),
                 &source.name,
             ),
-            single: source.select.is_none(),
+            selection: source.select.clone(),
             source_cluster: source.cluster_or(local).to_string(),
             source_namespace: source.namespace().map(String::from),
-            source_scope: match &source.select {
-                None => Scope::Sources {
-                    namespace: source.namespace().map(String::from),
-                },
-                Some(selection) => Scope::Selected {
-                    namespace: source.namespace.clone(),
-                    labels: selection.label_selector(),
-                },
+            source_scope: Scope::Sources {
+                namespace: source.namespace().map(String::from),
             },
             wanted: (decl.spec.destinations.iter())
                 .map(|d| d.cluster.clone().unwrap_or_else(|| local.to_string()))
@@ -70,6 +64,31 @@ impl Needs {
                 .filter(|_| !decl.deleting)
                 .map(|c| c.resource.clone()),
             reads_no_source: decl.reads_no_source(),
+        }
+    }
+
+    /// What it copies, as the index registers it.
+    pub(super) fn copying(&self) -> Copying {
+        match &self.selection {
+            None => Copying::One(self.source.clone()),
+            Some(selection) => Copying::Selection(selection.clone()),
+        }
+    }
+
+    /// Whether `source`, a source it copied before, may still be one of its sources now: its
+    /// one object, or an object of the namespace its selection selects from (whether it is
+    /// still selected is the selection's to say, once its watch has listed).
+    pub(super) fn may_copy(&self, source: &ObjectKey) -> bool {
+        match &self.selection {
+            _ if self.reads_no_source => false,
+            None => *source == self.source,
+            Some(_) => {
+                let place = &self.source;
+                (source.cluster == place.cluster)
+                    && (source.group == place.group)
+                    && (source.kind == place.kind)
+                    && (source.namespace == place.namespace)
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::ApiResource;
 
-use super::watches::{SourceRead, WatchSet, Watched};
+use super::watches::{SelectionRead, SourceRead, WatchSet, Watched};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::Context;
@@ -75,11 +75,14 @@ pub(super) async fn observe(
             }
         },
         (None, None) => ctx.get(source_key).into_iter().collect(),
-        (Some(_), Some(id)) => ctx
-            .list_watch(id)
-            .into_iter()
-            .filter(|s| spec.source.selects(s))
-            .collect(),
+        (Some(_), Some(_)) => match &watched.selected {
+            Some(SelectionRead::Held(members)) => members.clone(),
+            None => Vec::new(),
+            Some(SelectionRead::Coming) => {
+                tracing::debug!(declaration = %decl.key, "a member's newer version is on its way; waiting for its event");
+                return Ok(Observed::NotReady);
+            }
+        },
         (Some(_), None) => Vec::new(),
     };
     let source_in_store = !stored.is_empty();

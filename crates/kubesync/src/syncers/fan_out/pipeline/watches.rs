@@ -44,6 +44,8 @@ pub(super) struct WatchSet {
     seen: Arc<Seen>,
     /// Set when the copies are sharded ([`WatchSet::shard_copies`]).
     sharding: std::sync::OnceLock<Shards>,
+    /// Per source watch, the turn of the reads of its objects in full (one at a time).
+    reading: parking_lot::Mutex<std::collections::HashMap<WatchId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The watches one declaration uses in one cluster.
@@ -71,8 +73,19 @@ pub(super) struct Watched {
     pub source_key: ObjectKey,
     /// A single source, as its watch holds it (once every watch has listed).
     pub held: Option<SourceRead>,
+    /// A selection's members, as its watch holds them (once every watch has listed).
+    pub selected: Option<SelectionRead>,
     /// The source lives in another cluster that cannot be read now.
     pub source_unreachable: Option<SourceUnreachable>,
+}
+
+/// A selection's members as their watch holds them.
+pub(super) enum SelectionRead {
+    /// Each in full.
+    Held(Vec<Arc<DynamicObject>>),
+    /// A newer version of one of them is on its way in an event (which wakes the
+    /// declaration).
+    Coming,
 }
 
 /// A single source as its watch holds it.
@@ -93,6 +106,7 @@ impl WatchSet {
             index: SharedIndex::default(),
             seen: Arc::default(),
             sharding: std::sync::OnceLock::new(),
+            reading: parking_lot::Mutex::default(),
             namespace_type: ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
                 "",
                 "v1",
@@ -448,9 +462,9 @@ impl WatchSet {
     /// live before it writes.
     ///
     /// The sources are watched apart, where they live ([`Self::ensure_source_watch`]): the
-    /// source namespace's objects as metadata, each version of a source read live once (one
-    /// watch for every declaration copying one object from there), or the objects a label
-    /// selector selects there, in full; their events wake the declarations copying them.
+    /// source namespace's objects as metadata, each version of a source (one object, or a
+    /// selection's member) read live once (one watch for every declaration copying from
+    /// there); their events wake the declarations copying them.
     ///
     /// Returns the watches a plan waits for, and apart the watch of the others: a plan does
     /// not wait for it. It only spares requests: an object it does not show yet is found by
@@ -601,20 +615,24 @@ impl WatchSet {
     /// source is held in full once every watch has listed ([`WatchSet::source_in_full`]).
     pub(super) async fn watch(&self, ctx: &Context, decl: &Declaration) -> Result<Watched> {
         let needs = Needs::of(&self.local, decl);
-        let single = needs.single.then(|| needs.source.clone());
-        let clusters = self
-            .index
-            .with(|idx| idx.register(&needs.key, &needs.uid, single.clone(), needs.wanted.clone()));
+        let clusters = self.index.with(|idx| {
+            idx.register(
+                &needs.key,
+                &needs.uid,
+                needs.copying(),
+                needs.wanted.clone(),
+            )
+        });
         // Going (or refused): the source watch is released (it may be the one that fails).
-        let (keep_source, keep_key) = if needs.reads_no_source {
-            (Scope::Copies, None)
+        let keep_source = if needs.reads_no_source {
+            Scope::Copies
         } else {
-            (needs.source_scope.clone(), single.as_ref())
+            needs.source_scope.clone()
         };
         let (key, cluster) = (&needs.key, needs.source_cluster.as_str());
         for id in self
             .index
-            .with(|idx| idx.retain_source(key, cluster, &keep_source, keep_key))
+            .with(|idx| idx.retain_source(key, cluster, &keep_source, |s| needs.may_copy(s)))
         {
             ctx.stop_watch(id);
         }
@@ -627,25 +645,30 @@ impl WatchSet {
             source: None,
             source_key: needs.source.clone(),
             held: None,
+            selected: None,
             source_unreachable: None,
         };
         for c in watched.clusters.clone() {
             self.watch_cluster(ctx, &c, &needs, &mut watched)?;
         }
         // A declaration that goes needs no source: its copies are found by their marks, so a
-        // source watch that cannot start (a selector the apiserver refuses, a kind no longer
-        // served, a source cluster gone) never holds its deletion up.
+        // source watch that cannot start (a kind no longer served, a source cluster gone)
+        // never holds its deletion up.
         if !needs.reads_no_source {
             self.watch_source(ctx, &needs, &mut watched)?;
         }
-        if let (true, true, None, Some(id)) = (
-            watched.ready,
-            needs.single,
-            &watched.source_unreachable,
-            watched.source,
-        ) {
-            let held = self.source_in_full(ctx, id, &needs.source, &needs.resource);
-            watched.held = Some(held.await?);
+        if let (true, None, Some(id)) = (watched.ready, &watched.source_unreachable, watched.source)
+        {
+            match &needs.selection {
+                None => {
+                    let held = self.source_in_full(ctx, id, &needs.source, &needs.resource);
+                    watched.held = Some(held.await?);
+                }
+                Some(selection) => {
+                    let selected = self.selected_in_full(ctx, id, &needs, selection);
+                    watched.selected = Some(selected.await?);
+                }
+            }
         }
         Ok(watched)
     }

@@ -149,7 +149,7 @@ fn placeholder(i: usize) -> Value {
 }
 
 /// About the length of `value` as JSON (escapes not counted), without serializing it.
-fn approximate_len(value: &Value) -> usize {
+pub(crate) fn approximate_len(value: &Value) -> usize {
     match value {
         Value::Null | Value::Bool(_) => 5,
         Value::Number(_) => 8,

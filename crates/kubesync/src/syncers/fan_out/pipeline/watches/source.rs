@@ -1,54 +1,68 @@
 //! The watch set's sources: the watch of a declaration's sources where they live, its
-//! health (in another cluster, a source that cannot be read is unknown, not gone), and a
-//! single source held in full (read live once per version).
+//! health (in another cluster, a source that cannot be read is unknown, not gone), and the
+//! sources held in full — a single source, or a selection's members — each read live once
+//! per version.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use kube::api::{DynamicObject, ListParams};
 use kube::core::ApiResource;
 
-use super::{SourceRead, WatchSet, Watched};
+use super::{SelectionRead, SourceRead, WatchSet, Watched};
 use crate::error::Result;
 use crate::key::ObjectKey;
 use crate::runtime::{Context, Watch, WatchId};
-use crate::syncers::fan_out::index::{EventOf, Scope, WatchKey};
+use crate::syncers::fan_out::index::{EventOf, WatchKey};
 use crate::syncers::fan_out::pipeline::needs::Needs;
-use crate::syncers::fan_out::spec::{SourceUnreachable, WatchError};
+use crate::syncers::fan_out::rules;
+use crate::syncers::fan_out::spec::{Selection, SourceUnreachable, WatchError};
+
+/// A selection's members missing in full are read one by one up to this many; more are
+/// listed (by the selection's label selector), page by page.
+const READ_ONE_BY_ONE: usize = 16;
+
+/// The first page of such a list asks for this many objects; the next ones for about
+/// [`READ_PAGE_BYTES`] by the sizes the pages before showed (a selection of large objects
+/// is read a few at a time).
+const FIRST_PAGE: usize = 4;
+
+/// About how many bytes of sources one page of such a list may hold.
+const READ_PAGE_BYTES: usize = 2 << 20;
+
+/// The most objects one page of such a list asks for.
+const READ_PAGE_MAX: usize = 250;
 
 impl WatchSet {
-    /// The watch of a declaration's sources, in their cluster (where they live):
-    /// - one object: the watch of the source namespace's objects of its kind, shared by
-    ///   every declaration copying one object from there ([`Scope::Sources`]). It receives
-    ///   metadata only (no selector can name a set of names, so a watch of full objects
-    ///   would receive every other object there in full: a namespace of Helm releases is
-    ///   hundreds of MiB to send and parse before the first copy); a version of an object
-    ///   some declaration copies is read live once and held in full
-    ///   ([`WatchSet::source_in_full`]), the others stay metadata;
-    /// - a selection: the source namespace's objects its label selector selects, in full.
-    ///
-    /// A source is copied as it is, so it is held in full.
+    /// The watch of a declaration's sources, in their cluster (where they live): the source
+    /// namespace's objects of its kind, shared by every declaration copying from there
+    /// ([`Scope::Sources`](crate::syncers::fan_out::index::Scope::Sources)), however many
+    /// selectors they use. It receives metadata only: no selector can name a set of names,
+    /// and a watch of full objects per selector would hold the same objects once per
+    /// selector (ten selectors over the same Secrets, ten times their bytes) — a namespace of
+    /// Helm releases is hundreds of MiB to send and parse before the first copy. A version
+    /// of an object some declaration copies (its one object, or a member of its selection)
+    /// is read live once and held in full ([`WatchSet::source_in_full`],
+    /// [`WatchSet::selected_in_full`]), the others stay metadata: memory follows what is
+    /// copied.
     fn ensure_source_watch(&self, ctx: &Context, needs: &Needs) -> Result<WatchId> {
         let (ar, sources, cluster) = (&needs.resource, &needs.source_scope, &needs.source_cluster);
-        // The source namespace (a cluster-scoped kind has none).
-        let in_source_namespace = |w: Watch| match needs.source_namespace.as_deref() {
-            Some(ns) => w.namespace(ns),
-            None => w,
-        };
-        let event = match sources {
-            Scope::Selected { .. } => EventOf::Users,
-            _ => EventOf::Source,
-        };
         let index = self.index.clone();
         self.ensure_watch(
             ctx,
             WatchKey::scoped(cluster, ar, sources.clone()),
-            event,
+            EventOf::Source,
             &needs.key,
             || {
-                let watch = in_source_namespace(Watch::dynamic(ar.clone()));
-                match sources {
-                    Scope::Selected { labels, .. } => watch.labels(labels),
-                    _ => watch
-                        .metadata_only()
-                        .full_only_for(move |k| index.with(|idx| idx.is_source(k))),
-                }
+                let watch = Watch::dynamic(ar.clone());
+                // The source namespace (a cluster-scoped kind has none).
+                let watch = match needs.source_namespace.as_deref() {
+                    Some(ns) => watch.namespace(ns),
+                    None => watch,
+                };
+                watch
+                    .metadata_only()
+                    .full_only_for(move |k| index.with(|idx| idx.is_source(k)))
             },
         )
     }
@@ -66,6 +80,16 @@ impl WatchSet {
     ) -> Result<()> {
         let cluster = needs.source_cluster.as_str();
         let remote = cluster != self.local;
+        // A selector the apiserver would refuse selects nothing it can be trusted with: the
+        // sources are not read (nothing is decided on them), as when their watch fails.
+        if let Some(why) = needs.selection.as_ref().and_then(|s| s.invalid()) {
+            watched.errors.push(WatchError {
+                cluster: cluster.to_string(),
+                message: format!("reading the source: {why}"),
+            });
+            watched.ready = false;
+            return Ok(());
+        }
         if remote && ctx.cluster(cluster).is_none() {
             watched.source_unreachable = Some(SourceUnreachable {
                 cluster: cluster.to_string(),
@@ -145,5 +169,131 @@ impl WatchSet {
         // Not held: the watch holds another version, whose event (held in full, the object
         // being a source now) has come or is on its way.
         Ok(ctx.get(key).map_or(SourceRead::Coming, SourceRead::Held))
+    }
+
+    /// A selection's members in full, from the watch `id` of its namespace (metadata only,
+    /// as for a single source): the objects there it selects, registered as the
+    /// declaration's sources (so their events wake it, and those it no longer selects lose
+    /// their content), each version read live once and handed to the watch, which holds it
+    /// in full until its next event. A few are read one by one; more by a list of the
+    /// selection's label selector in pages of about [`READ_PAGE_BYTES`], so what is read at
+    /// once is bounded, not the selection's size. Reads of one watch's objects take turns:
+    /// ten selections reconciled at once over the same objects read them once, not ten
+    /// times.
+    pub(super) async fn selected_in_full(
+        &self,
+        ctx: &Context,
+        id: WatchId,
+        needs: &Needs,
+        selection: &Selection,
+    ) -> Result<SelectionRead> {
+        let (cluster, ar) = (needs.source_cluster.as_str(), &needs.resource);
+        let members: HashSet<ObjectKey> = ctx
+            .list_watch(id)
+            .iter()
+            .filter(|o| {
+                o.metadata.deletion_timestamp.is_none() && selection.selects_meta(&o.metadata)
+            })
+            .map(|o| ObjectKey::for_object(cluster, ar, o))
+            .collect();
+        self.index
+            .with(|idx| idx.select_members(&needs.key, &members));
+        self.drop_unnamed_sources(ctx);
+        let turn = self.reading_turn(id);
+        let _turn = turn.lock().await;
+        let missing: Vec<&ObjectKey> = members
+            .iter()
+            .filter(|k| ctx.get(k).is_none() && ctx.held_as_metadata(id, k))
+            .collect();
+        if missing.len() <= READ_ONE_BY_ONE {
+            for key in missing {
+                self.source_in_full(ctx, id, key, ar).await?;
+            }
+        } else {
+            let wanted: HashSet<&ObjectKey> = missing.into_iter().collect();
+            self.list_in_full(ctx, id, needs, selection, &wanted)
+                .await?;
+        }
+        let mut held = Vec::with_capacity(members.len());
+        for key in &members {
+            match ctx.get(key) {
+                Some(obj) => held.push(obj),
+                // A newer version's event has come (held as metadata) or is on its way.
+                None if ctx.held_as_metadata(id, key) => return Ok(SelectionRead::Coming),
+                // Deleted since: no longer a member.
+                None => {}
+            }
+        }
+        held.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(SelectionRead::Held(held))
+    }
+
+    /// Reads the objects `wanted` of the watch `id` live, by a list of `selection`'s label
+    /// selector in the source namespace, page by page (each about [`READ_PAGE_BYTES`] by the
+    /// sizes seen so far), and hands each to the watch; the others a page brings are dropped
+    /// as they come.
+    async fn list_in_full(
+        &self,
+        ctx: &Context,
+        id: WatchId,
+        needs: &Needs,
+        selection: &Selection,
+        wanted: &HashSet<&ObjectKey>,
+    ) -> Result<()> {
+        let (cluster, ar) = (needs.source_cluster.as_str(), &needs.resource);
+        let api = ctx.api(cluster, ar, needs.source_namespace.as_deref())?;
+        let selector = selection.label_selector();
+        let (mut limit, mut token) = (FIRST_PAGE, None::<String>);
+        let (mut read, mut bytes) = (0usize, 0usize);
+        loop {
+            let mut params = ListParams::default().labels(&selector).limit(limit as u32);
+            if let Some(t) = &token {
+                params = params.continue_token(t);
+            }
+            let page = api.list(&params).await?;
+            for obj in page.items {
+                read += 1;
+                bytes += rules::bulk::approximate_len(&obj.data);
+                self.hand_over(ctx, id, cluster, ar, wanted, obj);
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                return Ok(());
+            }
+            let each = (bytes / read.max(1)).max(1);
+            limit = (READ_PAGE_BYTES / each).clamp(1, READ_PAGE_MAX);
+        }
+    }
+
+    /// Hands `obj`, read live, to the watch `id` if it is one of `wanted` (held in full if
+    /// the watch holds the same version), noting its version as seen.
+    fn hand_over(
+        &self,
+        ctx: &Context,
+        id: WatchId,
+        cluster: &str,
+        ar: &ApiResource,
+        wanted: &HashSet<&ObjectKey>,
+        obj: DynamicObject,
+    ) {
+        let key = ObjectKey::for_object(cluster, ar, &obj);
+        if !wanted.contains(&key) {
+            return;
+        }
+        let version = obj.metadata.resource_version.clone();
+        if ctx.hold_in_full(id, obj)
+            && let Some(rv) = &version
+        {
+            self.seen.saw(&key, rv);
+        }
+    }
+
+    /// The turn of the reads in full of the watch `id`'s objects: one reconcile reads at a
+    /// time, and the next finds what it read held.
+    fn reading_turn(&self, id: WatchId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.reading.lock();
+        // Turns nobody waits for are dropped (a watch stopped leaves none behind).
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        Arc::clone(turns.entry(id).or_default())
     }
 }
