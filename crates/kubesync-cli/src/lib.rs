@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod apart;
 pub mod cli;
 pub mod compat;
 pub mod crd;

@@ -31,12 +31,13 @@ pub fn fence(
 }
 
 /// `kubesync run --sharded`: the operator runs while this replica is a member; once its
-/// stores have listed it joins, and on a stop it drains its share and leaves before the
-/// operator stops. A replica that loses its member Lease starts afresh at once ([`crate::fence`]).
+/// stores have listed it joins (its member Lease renewed apart, with a client `own` makes:
+/// [`crate::apart`]), and on a stop it drains its share and leaves before the operator stops. A replica that loses its member Lease starts afresh at once ([`crate::fence`]).
 pub async fn run_sharded(
     operator: Arc<crate::operator::Operator>,
-    (client, membership, permit): (
+    (client, own, membership, permit): (
         kube::Client,
+        crate::apart::Connect,
         crate::shard::members::Membership,
         Arc<crate::fence::WritePermit>,
     ),
@@ -68,7 +69,7 @@ pub async fn run_sharded(
             let ended = tokio::select! {
                 () = listed => {
                     let work = Arc::new(crate::operator::SharedWork(operator.clone()));
-                    serve(client, (membership, permit), shards, work, stop).await
+                    serve((client, own), (membership, permit), shards, work, stop).await
                 }
                 () = &mut stop => Ended::Stopped,
             };

@@ -30,26 +30,31 @@ impl Leader {
 
     /// As [`Leader::start`], with `env` set too.
     async fn start_with(kubeconfig: &Path, log: PathBuf, env: &[(&str, &str)]) -> Self {
-        let port = free_port();
-        let err = std::fs::File::create(&log).expect("log");
-        let child = operator_command(kubeconfig, port, &["--leader-elect"])
-            .envs(env.iter().copied())
-            .env("POD_NAMESPACE", "kubesync-system")
-            .env("RUST_LOG", "info")
-            .stderr(err)
-            .spawn()
-            .expect("run kubesync");
-        let leader = Self {
-            process: RunningBinary(child),
-            port,
-            log,
-        };
+        let leader = Self::spawn(kubeconfig, log, env, &["--leader-elect"]);
         eventually("it leads", T, || async {
             let (_, metrics) = request(leader.port, "GET", "/metrics").await?;
             (sample(&metrics, "kubesync_leader")? == 1.0).then_some(())
         })
         .await;
         leader
+    }
+
+    /// `kubesync run` with `args` and `env`, its stderr in `log`.
+    fn spawn(kubeconfig: &Path, log: PathBuf, env: &[(&str, &str)], args: &[&str]) -> Self {
+        let port = free_port();
+        let err = std::fs::File::create(&log).expect("log");
+        let child = operator_command(kubeconfig, port, args)
+            .envs(env.iter().copied())
+            .env("POD_NAMESPACE", "kubesync-system")
+            .env("RUST_LOG", "info")
+            .stderr(err)
+            .spawn()
+            .expect("run kubesync");
+        Self {
+            process: RunningBinary(child),
+            port,
+            log,
+        }
     }
 
     fn signal(&self, signal: &str) {
@@ -154,29 +159,7 @@ async fn the_lease_is_renewed_while_every_worker_is_blocked() {
         text.contains(stall).then_some(())
     })
     .await;
-    let began = Instant::now();
-    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(env.client().expect("client"), "kubesync-system");
-    let renewed = || async {
-        let all = leases.list(&Default::default()).await.expect("leases");
-        all.items
-            .iter()
-            .filter_map(|l| l.spec.as_ref()?.renew_time.clone())
-            .map(|t| t.0)
-            .max()
-            .expect("the leader's Lease")
-    };
-    let first = renewed().await;
-    let mut renewals = 0;
-    let mut last = first;
-    while began.elapsed() < Duration::from_secs(14) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = renewed().await;
-        if now > last {
-            renewals += 1;
-            last = now;
-        }
-    }
+    let renewals = renewals_during(&env, 14, None).await;
     assert!(
         renewals >= 3,
         "the Lease was renewed {renewals} times in 14 s of the stall; its log:\n{}",
@@ -190,4 +173,82 @@ async fn the_lease_is_renewed_while_every_worker_is_blocked() {
     })
     .await;
     leader.never_started_afresh();
+}
+
+/// How many times the newest `renewTime` of the Leases in `kubesync-system` (those labelled
+/// `labels`, if given) moved on in the next `seconds` seconds, read every half second.
+async fn renewals_during(env: &TestEnv, seconds: u64, labels: Option<&str>) -> usize {
+    let began = Instant::now();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(env.client().expect("client"), "kubesync-system");
+    let params = labels.map_or_else(Default::default, |l| {
+        kube::api::ListParams::default().labels(l)
+    });
+    let renewed = || async {
+        let all = leases.list(&params).await.expect("leases");
+        all.items
+            .iter()
+            .filter_map(|l| l.spec.as_ref()?.renew_time.clone())
+            .map(|t| t.0)
+            .max()
+            .expect("the replica's Lease")
+    };
+    let mut last = renewed().await;
+    let mut renewals = 0;
+    while began.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = renewed().await;
+        if now > last {
+            renewals += 1;
+            last = now;
+        }
+    }
+    renewals
+}
+
+/// The same for a sharded replica's member Lease: every worker blocked for 16 s once it has
+/// joined, past the renew deadline (10 s); its member Lease is renewed on a thread and
+/// runtime of its own, so it moves on during the stall, and afterwards the replica is still
+/// a member with a settled view and never started afresh. Before, the renewals ran on those
+/// workers: the permit was lost and the replica started afresh on waking.
+#[tokio::test]
+async fn the_member_lease_is_renewed_while_every_worker_is_blocked() {
+    let env = ground("stall-member").await;
+    let log = env.dir().join("stalled-member.log");
+    let kubeconfig = env.kubeconfig_path().expect("kubeconfig");
+    let fault = [(kubesync_cli::faults::STALL_WORKERS, "6:16")];
+    let member = Leader::spawn(
+        &kubeconfig,
+        log.clone(),
+        &fault,
+        &["--sharded", "--identity", "m1"],
+    );
+    let group = format!("{}=kubesync", kubesync_cli::shard::members::GROUP_LABEL);
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(env.client().expect("client"), "kubesync-system");
+    let params = kube::api::ListParams::default().labels(&group);
+    let stalled = || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("blocking all"));
+    eventually("it joins", T, || async {
+        let joined = !leases.list(&params).await.ok()?.items.is_empty();
+        joined.then_some(())
+    })
+    .await;
+    assert!(
+        !stalled(),
+        "the stall began before it joined: nothing would be shown"
+    );
+    eventually("the stall begins", T, || async { stalled().then_some(()) }).await;
+    let renewals = renewals_during(&env, 14, Some(&group)).await;
+    assert!(
+        renewals >= 3,
+        "the member Lease was renewed {renewals} times in 14 s of the stall; its log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    eventually("still a member, its view settled", T, || async {
+        let (_, metrics) = request(member.port, "GET", "/metrics").await?;
+        (sample(&metrics, "kubesync_shard_view_settled")? == 1.0).then_some(())
+    })
+    .await;
+    member.never_started_afresh();
 }

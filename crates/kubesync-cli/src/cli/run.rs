@@ -162,7 +162,8 @@ async fn run(
     let mut holding = None;
     let mut lost_rx = None;
     if let (Some(election), Some(permit)) = (election, &permit) {
-        let leading = lead(&operator, (&base, connect), &election, permit, &stop_rx).await;
+        let own = own_connection(connect.clone());
+        let leading = lead(&operator, (&base, own), &election, permit, &stop_rx).await;
         let Some((held, lost)) = leading else {
             let _ = stop_telemetry.send(());
             return ExitCode::SUCCESS;
@@ -173,7 +174,7 @@ async fn run(
     if let (Some(membership), Some(permit)) = (membership, permit) {
         return crate::replicas::run_sharded(
             operator,
-            (base, membership, permit),
+            (base, own_connection(connect), membership, permit),
             stopped(&stop_rx),
             stop_telemetry,
         )
@@ -241,14 +242,14 @@ fn stopped(rx: &watch::Receiver<bool>) -> impl Future<Output = ()> + use<> {
 }
 
 /// Waits until this replica leads (`None`: stopped first), then holds the Lease on a thread
-/// and runtime of its own, with connections of its own (`connect` names the cluster again):
+/// and runtime of its own, with connections of its own (`own` makes them there):
 /// no work on the operator's workers — a tenant's pattern, a large list — ever delays a
 /// renewal, so the Lease and the write permit it feeds are never lost behind it. The holding
 /// ends when the leadership is lost (telling the receiver returned) or on stop (releasing the
 /// Lease), and says which.
 async fn lead(
     operator: &Operator,
-    (base, connect): (&kube::Client, (Option<PathBuf>, Option<String>)),
+    (base, own): (&kube::Client, crate::apart::Connect),
     election: &Election,
     permit: &Arc<WritePermit>,
     stop_rx: &watch::Receiver<bool>,
@@ -272,46 +273,46 @@ async fn lead(
     let (lost_tx, lost_rx) = oneshot::channel::<()>();
     let (held_tx, held_rx) = oneshot::channel::<Held>();
     let until_stopped = stopped(stop_rx);
-    let spawned = std::thread::Builder::new()
-        .name("kubesync-lease".into())
-        .spawn(move || {
-            let held = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => {
-                    runtime.block_on(hold_apart(elector, connect, lost_tx, until_stopped))
-                }
-                Err(e) => Held::Lost(format!("the Lease's runtime could not start: {e}")),
-            };
-            let _ = held_tx.send(held);
-        });
-    if let Err(e) = spawned {
-        eprintln!("kubesync: the Lease's thread could not start: {e}");
-        return None;
-    }
+    let holding = crate::apart::spawn("kubesync-lease", own, move |client| {
+        hold_apart(elector.with_client(client), until_stopped)
+    });
+    // Whatever ends the holding (lost, released, or never started) is said to both sides.
+    tokio::spawn(async move {
+        let held = match holding.await {
+            Ok(Ok(held)) => held,
+            Ok(Err(why)) => Held::Lost(why),
+            Err(_) => Held::Lost("the Lease's thread ended".into()),
+        };
+        if matches!(held, Held::Lost(_)) {
+            let _ = lost_tx.send(());
+        }
+        let _ = held_tx.send(held);
+    });
     Some((held_rx, lost_rx))
 }
 
-/// The holding of the Lease, on its own runtime: a client of its own for `elector` (made
-/// here, so that its connections are driven by this runtime), renewals until the leadership
-/// is lost or the stop, then the Lease released.
-async fn hold_apart(
-    elector: crate::leader::Elector,
+/// A client for work held apart from the operator's runtime ([`crate::apart`]): the local
+/// cluster connected again, where that work runs.
+fn own_connection(
     (kubeconfig, context): (Option<PathBuf>, Option<String>),
-    lost_tx: oneshot::Sender<()>,
+) -> crate::apart::Connect {
+    Arc::new(move || {
+        let (kubeconfig, context) = (kubeconfig.clone(), context.clone());
+        Box::pin(async move {
+            let own = connect_local(kubeconfig, context, Default::default()).await?;
+            Some(own.client().clone())
+        })
+    })
+}
+
+/// The holding of the Lease, on its own runtime with its own client ([`crate::apart`]):
+/// renewals until the leadership is lost or the stop, then the Lease released.
+async fn hold_apart(
+    mut elector: crate::leader::Elector,
     until_stopped: impl Future<Output = ()>,
 ) -> Held {
-    let Some(own) = connect_local(kubeconfig, context, Default::default()).await else {
-        let _ = lost_tx.send(());
-        return Held::Lost("the Lease's own connection could not be made".into());
-    };
-    let mut elector = elector.with_client(own.client().clone());
     tokio::select! {
-        reason = elector.hold() => {
-            let _ = lost_tx.send(());
-            Held::Lost(reason)
-        }
+        reason = elector.hold() => Held::Lost(reason),
         () = until_stopped => {
             elector.release().await;
             Held::Released

@@ -206,7 +206,7 @@ pub enum Ended {
 /// each change of the live members, drains and releases the units it no longer works on,
 /// acknowledges, settles, and queues the units it starts working on.
 pub async fn serve<W: Work>(
-    client: kube::Client,
+    (client, own): (kube::Client, crate::apart::Connect),
     (membership, permit): (Membership, Arc<WritePermit>),
     shards: Arc<Shards>,
     work: Arc<W>,
@@ -218,14 +218,24 @@ pub async fn serve<W: Work>(
     let (written_tx, written_rx) = watch::channel(None::<String>);
     let (lost_tx, mut lost_rx) = watch::channel(None::<String>);
     let (joined_tx, mut joined_rx) = watch::channel(false);
-    let renewer = tokio::spawn(renew(
-        api.clone(),
-        name.clone(),
-        (membership.clone(), permit.clone()),
-        ack_rx,
-        (written_tx, joined_tx),
-        lost_tx,
-    ));
+    let (halt_tx, halt_rx) = tokio::sync::oneshot::channel::<()>();
+    // Renewed on a thread and runtime of its own, with its own client: no work on the
+    // operator's workers delays a renewal ([`crate::apart`]).
+    let renewing = {
+        let (namespace, name, held) = (
+            membership.namespace.clone(),
+            name.clone(),
+            (membership.clone(), permit.clone()),
+        );
+        crate::apart::spawn("kubesync-member-lease", own, move |client| async move {
+            let api: Api<Lease> = Api::namespaced(client, &namespace);
+            tokio::select! {
+                () = renew(api, name, held, ack_rx, (written_tx, joined_tx), lost_tx) => {}
+                _ = halt_rx => {}
+            }
+        })
+    };
+    let mut renewing = std::pin::pin!(renewing);
     tracing::info!(identity = %membership.identity, lease = %format!("{}/{name}", membership.namespace), "joining the members");
     // Reads start once this replica's Lease is written: a member that read the others before
     // it was visible to them could settle a view they never see, alone.
@@ -241,15 +251,27 @@ pub async fn serve<W: Work>(
         )
         .await
     };
+    let mut renewals_ended = false;
     let ended = tokio::select! {
         () = follow => unreachable!("following never ends"),
         () = stop => None,
         lost = lost_rx.wait_for(|l| l.is_some()) => lost.ok().and_then(|l| l.clone()),
         // A write found the permit gone (its deadline passed unnoticed, as after a freeze).
         why = permit.until_lost() => Some(why),
+        // The renewals ended without saying they lost the Lease: they could not start.
+        done = &mut renewing => {
+            renewals_ended = true;
+            Some(match done {
+                Ok(Ok(())) => "the member Lease's renewals ended".to_string(),
+                Ok(Err(why)) => why,
+                Err(_) => "the member Lease's thread ended".to_string(),
+            })
+        }
     };
-    renewer.abort();
-    let _ = renewer.await;
+    let _ = halt_tx.send(());
+    if !renewals_ended {
+        let _ = renewing.await;
+    }
     let before = shards.tenure();
     shards.change(Tenure::resign);
     if let Some(reason) = ended {
