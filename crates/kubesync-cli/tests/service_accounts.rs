@@ -282,3 +282,112 @@ async fn a_named_service_account_needs_the_policy_and_one_that_does_not_exist_is
     running.assert_no_panic();
     running.stop().await;
 }
+
+/// Under `--compat`, a copier's annotations outside the trusted namespaces act as the
+/// operator's default ServiceAccount, so writing one that declares copies is using it. The
+/// admission policy of `config/compat` refuses `tina` (who may manage ConfigMaps in `t1`, not
+/// use `copier`) a ConfigMap declaring a push with replicator's annotation, and an update that
+/// adds one, in words that say which right she lacks; her other writes pass — an object
+/// without such an annotation, the data of one an admin annotated. Granted `impersonate` on
+/// `copier`, her declaration is admitted and kubesync pushes it as `copier` (consent in `t2`).
+#[tokio::test]
+async fn under_compat_only_a_declarer_who_may_use_the_default_declares_by_annotation() {
+    let env = operator_cluster_from(
+        TestEnv::builder().name("compat-use").user("tina", &[]),
+        &["kubesync-system", "t1", "t2"],
+    )
+    .await;
+    install_compat_policy(&env, COPIER).await;
+    env.grant(
+        "tina",
+        Some("t1"),
+        "tenant",
+        vec![rule(&[""], &["configmaps"], &["*"], &[])],
+    )
+    .await
+    .expect("grant");
+    let_copier_write(&env, "t1", &["t1", "t2"]).await;
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-t1, namespace: t2}\nspec:\n  from: [{namespace: t1}]\n").await.expect("consent");
+    let cm = |name: &str, annotations: &str, data: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: t1\n  annotations: {{{annotations}}}\ndata: {{v: \"{data}\"}}\n"
+        )
+    };
+    let push = "replicator.v1.mittwald.de/replicate-to: t2";
+    let shared = cm("shared", push, "1");
+    let refused = eventually("the policy refuses her declaring annotation", T, || async {
+        match apply_as(&env, "tina", &shared).await {
+            Err(message) => Some(message),
+            Ok(()) => {
+                let cms: Api<ConfigMap> = Api::namespaced(env.client().ok()?, "t1");
+                let _ = cms.delete("shared", &DeleteParams::default()).await;
+                None
+            }
+        }
+    })
+    .await;
+    assert!(
+        refused.contains("tina may not use ServiceAccount t1/copier")
+            && refused.contains("impersonate")
+            && refused.contains("remove the reflector.v1.k8s.emberstack.com/"),
+        "in words she can act on: {refused}"
+    );
+    // Her other writes pass: no declaring annotation (bookkeeping-like ones included), then
+    // adding one is refused; an admin's declaration's data she may change.
+    let plain = cm(
+        "plain",
+        "note: mine, replicator.v1.mittwald.de/strip-labels: \"true\"",
+        "1",
+    );
+    apply_as(&env, "tina", &plain)
+        .await
+        .expect("no declaring annotation");
+    let adding = cm("plain", &format!("note: mine, {push}"), "1");
+    let refused = apply_as(&env, "tina", &adding)
+        .await
+        .expect_err("adding a declaring annotation is using the default");
+    assert!(refused.contains("t1/copier"), "{refused}");
+    env.apply_yaml(&cm("admins", push, "1"))
+        .await
+        .expect("the admin's declaration");
+    apply_as(&env, "tina", &cm("admins", push, "2"))
+        .await
+        .expect("the data beside an unchanged declaration");
+    // The positive control: the right Kubernetes already asks for using a ServiceAccount.
+    env.grant(
+        "tina",
+        Some("t1"),
+        "use-copier",
+        vec![rule(
+            &[""],
+            &["serviceaccounts"],
+            &["impersonate"],
+            &[COPIER],
+        )],
+    )
+    .await
+    .expect("grant");
+    eventually("her declaration admitted", T, || async {
+        apply_as(&env, "tina", &shared).await.ok()
+    })
+    .await;
+    let running = start_operator(
+        Cluster::new("local", env.client().expect("client")),
+        OperatorOptions {
+            policy: ObjectSyncPolicy {
+                trusted_namespaces: vec!["kubesync-system".into()],
+                default_service_account: Some(COPIER.into()),
+                ..Default::default()
+            },
+            compat: vec![kubesync_cli::compat::Tool::Replicator],
+            ..Default::default()
+        },
+    );
+    let t2: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t2");
+    eventually("her push copied into t2", T, || async {
+        t2.get_opt("shared").await.ok()?
+    })
+    .await;
+    running.assert_no_panic();
+    running.stop().await;
+}

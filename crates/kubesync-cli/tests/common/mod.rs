@@ -382,6 +382,27 @@ pub async fn install_service_account_policy(
     env.apply_yaml(&yaml).await.expect("the admission policy");
 }
 
+/// The admission policy of `config/compat`, as installed.
+pub const COMPAT_SERVICE_ACCOUNT_POLICY: &str =
+    include_str!("../../../../config/compat/compat_service_account_use.yaml");
+
+/// Installs the admission policy of `config/compat` on `env`, with `default_service_account`
+/// as the operator's default, as an admin does with `--compat`: whoever writes a copier's
+/// declaring annotation outside the trusted namespaces must be allowed to use that default.
+pub async fn install_compat_policy(env: &kubesync_testenv::TestEnv, default_service_account: &str) {
+    let yaml = COMPAT_SERVICE_ACCOUNT_POLICY.replace(
+        "- name: defaultServiceAccount\n    expression: \"''\"",
+        &format!("- name: defaultServiceAccount\n    expression: \"'{default_service_account}'\""),
+    );
+    assert!(
+        yaml != COMPAT_SERVICE_ACCOUNT_POLICY,
+        "the policy's defaultServiceAccount variable moved"
+    );
+    env.apply_yaml(&yaml)
+        .await
+        .expect("the compat admission policy");
+}
+
 /// Makes `remote` reachable from `local` as the RemoteCluster `name`: its kubeconfig in the
 /// Secret `<name>-kubeconfig` of `namespace` (which must exist), and the RemoteCluster.
 pub async fn add_remote_cluster(
