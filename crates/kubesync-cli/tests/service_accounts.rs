@@ -52,6 +52,29 @@ async fn apply_as(env: &TestEnv, user: &str, yaml: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// The apiserver's first refusal of `user` applying `yaml` (the `K` named `name` in `t1`): an
+/// admission policy takes effect once the apiserver has read it, so each write admitted before
+/// that is undone and tried again.
+async fn first_refusal<K>(env: &TestEnv, user: &str, yaml: &str, name: &str) -> String
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    eventually(&format!("the policy refuses {user} {name}"), T, || async {
+        match apply_as(env, user, yaml).await {
+            Err(message) => Some(message),
+            Ok(()) => {
+                let api: Api<K> = Api::namespaced(env.client().ok()?, "t1");
+                let _ = api.delete(name, &DeleteParams::default()).await;
+                None
+            }
+        }
+    })
+    .await
+}
+
 /// The tenant `tina` may manage ConfigMaps and ObjectSyncs in `t1`, not read its Secrets.
 /// `t1` holds the Secret `db`, the ConfigMap `settings`, the ServiceAccount `ci` (which may
 /// read and write Secrets and ConfigMaps there) and `copier` (ConfigMaps and Secrets, the
@@ -93,21 +116,7 @@ async fn only_a_declarer_who_may_use_a_service_account_makes_an_objectsync_act_a
 
     // The policy takes effect once the apiserver has read it: until her first refusal.
     let steal = object_sync("steal", Some("ci"), "Secret", "db", "db-copy");
-    let refused = eventually(
-        "the policy refuses her ObjectSync acting as ci",
-        T,
-        || async {
-            match apply_as(&env, "tina", &steal).await {
-                Err(message) => Some(message),
-                Ok(()) => {
-                    let syncs: Api<ObjectSync> = Api::namespaced(env.client().ok()?, "t1");
-                    let _ = syncs.delete("steal", &DeleteParams::default()).await;
-                    None
-                }
-            }
-        },
-    )
-    .await;
+    let refused = first_refusal::<ObjectSync>(&env, "tina", &steal, "steal").await;
     assert!(
         refused.contains("tina may not use ServiceAccount t1/ci")
             && refused.contains("impersonate")
@@ -315,17 +324,7 @@ async fn under_compat_only_a_declarer_who_may_use_the_default_declares_by_annota
     };
     let push = "replicator.v1.mittwald.de/replicate-to: t2";
     let shared = cm("shared", push, "1");
-    let refused = eventually("the policy refuses her declaring annotation", T, || async {
-        match apply_as(&env, "tina", &shared).await {
-            Err(message) => Some(message),
-            Ok(()) => {
-                let cms: Api<ConfigMap> = Api::namespaced(env.client().ok()?, "t1");
-                let _ = cms.delete("shared", &DeleteParams::default()).await;
-                None
-            }
-        }
-    })
-    .await;
+    let refused = first_refusal::<ConfigMap>(&env, "tina", &shared, "shared").await;
     assert!(
         refused.contains("tina may not use ServiceAccount t1/copier")
             && refused.contains("impersonate")
