@@ -15,7 +15,17 @@
 //!    includes kube-controller-manager deleting the namespaces); the RSS after it, and
 //!    whether the process is still running.
 //!
-//! `KUBESYNC_BENCH_QUICK=1`: 200 namespaces and 20 sources (400 copies).
+//! 3. a tenant's patterns, on a control plane of their own: kubesync trusting `apps` (where an
+//!    ObjectSync copies the Secret `apps/s` to `dst`), with `--default-service-account
+//!    copier`, and 20 namespaces named `aaa…a-NN` (55 `a`s); the tenant's two Secrets in `t1`
+//!    are annotated for reflector with 100 patterns each that backtrack exponentially on those
+//!    names (a lookahead inside a repetition), and touched once a second. The latency of the
+//!    unrelated copy — `apps/s` changed, until `dst/s` shows it (through a watch) — is measured
+//!    20 times before and 20 times during the attack (goal: below 1 s during it), with the
+//!    operator's CPU seconds in the attack's window and whether it started afresh.
+//!
+//! `KUBESYNC_BENCH_QUICK=1`: 200 namespaces and 20 sources (400 copies), 5 latencies each side.
+//! `KUBESYNC_BENCH_PATTERNS=0` leaves out 3; `KUBESYNC_BENCH_PATTERNS=only` runs only 3.
 
 #[path = "common/namespaces.rs"]
 mod namespaces;
@@ -42,6 +52,10 @@ const COPY_LABEL: &str = "kubesync.io/declared-by=annotations";
 async fn main() -> anyhow::Result<()> {
     let quick = std::env::var("KUBESYNC_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
     let (namespaces, sources) = if quick { (200, 20) } else { (1000, 100) };
+    let patterns = std::env::var("KUBESYNC_BENCH_PATTERNS").unwrap_or_default();
+    if patterns == "only" {
+        return tenant_patterns(if quick { 5 } else { 20 }).await;
+    }
     println!(
         "compat benchmark{}: {namespaces} namespaces, {sources} annotated sources (half reflector Secrets, half replicator ConfigMaps), each into a tenth of the namespaces",
         if quick { ", quick mode" } else { "" }
@@ -136,7 +150,191 @@ async fn main() -> anyhow::Result<()> {
         if child.alive() { "yes" } else { "NO" }
     );
     println!("  (logs in {})", logs.display());
+    drop(child);
+    if patterns != "0" {
+        tenant_patterns(if quick { 5 } else { 20 }).await?;
+    }
     Ok(())
+}
+
+/// Scenario 3: the latency of an unrelated copy while a tenant's backtracking patterns are
+/// touched once a second (`rounds` latencies before and during).
+async fn tenant_patterns(rounds: usize) -> anyhow::Result<()> {
+    let err = |e: kubesync_testenv::Error| anyhow::anyhow!("{e}");
+    let env = TestEnv::builder()
+        .name("bench-patterns")
+        .start()
+        .await
+        .map_err(err)?;
+    let client = env.client().map_err(err)?;
+    env.install_crds(&kubesync_cli::crd::crds_yaml()?)
+        .await
+        .map_err(err)?;
+    let long: Vec<String> = (0..20)
+        .map(|i| format!("{}-{i:02}", "a".repeat(55)))
+        .collect();
+    let mut names: Vec<String> = ["kubesync-system", "apps", "dst", "t1"]
+        .map(String::from)
+        .to_vec();
+    names.extend(long);
+    create_namespaces(&client, &names, None).await?;
+    // Every long-named namespace consents to t1's copies: its pushes are decided there.
+    for ns in &names[4..] {
+        env.apply_yaml(&format!("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {{name: from-t1, namespace: {ns}}}\nspec:\n  from: [{{namespace: t1}}]\n")).await.map_err(err)?;
+    }
+    env.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: copier, namespace: t1}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: copier, namespace: t1}\nrules: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list, watch]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: copier, namespace: t1}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: copier}\nsubjects: [{kind: ServiceAccount, name: copier, namespace: t1}]\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: apps}\nstringData: {v: \"0\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: s, namespace: apps}\nspec:\n  source: {kind: Secret, name: s}\n  destinations: [{namespace: dst}]\n").await.map_err(err)?;
+    let logs = std::env::temp_dir().join(format!("kubesync-patterns-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&logs)?;
+    let log_path = logs.join("kubesync.log");
+    let child = Running(
+        Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().map_err(err)?)
+            .args(["--telemetry-address", "none", "--metrics-address", "none"])
+            .args(["--compat", "reflector", "--trusted-namespace", "apps"])
+            .args(["--default-service-account", "copier"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path)?)
+            .spawn()?,
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "apps");
+    let copies: Api<Secret> = Api::namespaced(client.clone(), "dst");
+    // Versions `from + 1 ..= from + rounds` of `apps/s`, each until its copy shows it.
+    let latencies = |label: &'static str, from: usize| {
+        let (secrets, copies) = (secrets.clone(), copies.clone());
+        async move {
+            let mut all = Vec::new();
+            for version in from + 1..=from + rounds {
+                all.push(copy_latency(&secrets, &copies, version).await?);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            all.sort();
+            println!(
+                "  the unrelated copy {label}: median {:.0} ms, max {:.0} ms over {rounds} changes",
+                all[all.len() / 2].as_secs_f64() * 1000.0,
+                all[all.len() - 1].as_secs_f64() * 1000.0
+            );
+            anyhow::Ok(())
+        }
+    };
+    println!(
+        "\nscenario 3, a tenant's patterns (goal during the attack: < 1000 ms, no fresh start)"
+    );
+    copy_latency(&secrets, &copies, 0).await?;
+    latencies("before the attack", 0).await?;
+    let evil: Vec<String> = (0..100).map(|i| format!("((?=a)a|a)+\\1b{i}")).collect();
+    let attack = |i: usize, touch: usize| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: evil-{i}\n  namespace: t1\n  annotations:\n    reflector.v1.k8s.emberstack.com/reflection-allowed: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-enabled: \"true\"\n    reflector.v1.k8s.emberstack.com/reflection-auto-namespaces: '{}'\nstringData: {{touch: \"{touch}\"}}\n",
+            evil.join(",")
+        )
+    };
+    let cpu_before = cpu_seconds(&child)?;
+    let began = Instant::now();
+    let toucher = {
+        let env = &env;
+        async move {
+            for touch in 0.. {
+                for i in 0..2 {
+                    env.apply_yaml(&attack(i, touch)).await.map_err(err)?;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            anyhow::Ok(())
+        }
+    };
+    tokio::select! {
+        r = toucher => r?,
+        r = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            latencies("during the attack", rounds).await
+        } => r?,
+    }
+    let cpu = cpu_seconds(&child)? - cpu_before;
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    println!(
+        "  the operator's CPU during the attack: {cpu:.1} s in {:.0} s; started afresh: {}",
+        began.elapsed().as_secs_f64(),
+        if log.contains("starting afresh") {
+            "YES"
+        } else {
+            "no"
+        }
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "t1");
+    let about: Vec<String> = (events.list(&ListParams::default()).await?.items.into_iter())
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("evil-0"))
+        .filter_map(|e| e.note)
+        .collect();
+    println!("  what kubesync said of the attack: {about:?}");
+    println!("  (logs in {})", logs.display());
+    Ok(())
+}
+
+/// Sets `apps/s` to `version` and waits (at most 60 s) until its copy `dst/s` shows it;
+/// returns how long that took.
+async fn copy_latency(
+    secrets: &Api<Secret>,
+    copies: &Api<Secret>,
+    version: usize,
+) -> anyhow::Result<Duration> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let want = version.to_string();
+    let shows = move |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("v"))
+            .map(|v| v.0.as_slice())
+            == Some(want.as_bytes())
+    };
+    let config = watcher::Config::default().fields("metadata.name=s");
+    let mut events = Box::pin(watcher(copies.clone(), config).applied_objects());
+    // The watch is open (its first list answered) before the change.
+    let first = events.try_next().await?;
+    let started = Instant::now();
+    let patch = serde_json::json!({"stringData": {"v": version.to_string()}});
+    secrets
+        .patch(
+            "s",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    if first.as_ref().is_some_and(&shows) && version == 0 {
+        return Ok(started.elapsed());
+    }
+    let deadline = tokio::time::sleep(Duration::from_secs(60));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            e = events.try_next() => match e? {
+                Some(copy) if shows(&copy) => return Ok(started.elapsed()),
+                Some(_) => {}
+                None => anyhow::bail!("the copies' watch ended"),
+            },
+            () = &mut deadline => anyhow::bail!("the copy did not show version {version} within 60 s"),
+        }
+    }
+}
+
+/// The process's user and system CPU seconds so far (`/proc/<pid>/stat`).
+fn cpu_seconds(child: &Running) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.0.id()))?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow::anyhow!("short stat"))?
+            .parse::<f64>()?)
+    };
+    // After the command: state is field 3, utime 14, stime 15 (here 0-based from state).
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// Waits until exactly `want` copies exist (Secrets and ConfigMaps with the annotation

@@ -1324,7 +1324,7 @@ async fn selection_attacks(env: &TestEnv, process: &Running) -> anyhow::Result<S
     let (sources, _) = process.memory()?;
     let selecting = |name: &str, select: &str| {
         format!(
-            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, select: {select}}}\n  destinations: [{{namespace: t1-none, namePrefix: {name}-}}]\n"
+            "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: {name}, namespace: t1}}\nspec:\n  source: {{kind: ConfigMap, {select}}}\n  destinations: [{{namespace: t1-none, namePrefix: {name}-}}]\n"
         )
     };
     let syncs: Api<kubesync_cli::crd::ObjectSync> = Api::namespaced(env.client()?, "t1");
@@ -1353,7 +1353,7 @@ async fn selection_attacks(env: &TestEnv, process: &Running) -> anyhow::Result<S
     };
     // (e) One of them, by name.
     process.reset_peak()?;
-    env.apply_yaml(&selecting("by-name", "{names: [sel-0]}"))
+    env.apply_yaml(&selecting("by-name", "names: [sel-0]"))
         .await?;
     reconciled(vec!["by-name".into()]).await?;
     tokio::time::sleep(SETTLE).await;
@@ -1363,7 +1363,7 @@ async fn selection_attacks(env: &TestEnv, process: &Running) -> anyhow::Result<S
     let names: Vec<String> = (0..10).map(|k| format!("ten-{k}")).collect();
     for (k, name) in names.iter().enumerate() {
         let select = format!(
-            "{{selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"x{k}\"]}}]}}}}"
+            "selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"x{k}\"]}}]}}"
         );
         env.apply_yaml(&selecting(name, &select)).await?;
     }
@@ -1376,7 +1376,7 @@ async fn selection_attacks(env: &TestEnv, process: &Running) -> anyhow::Result<S
     let yaml: Vec<String> = (names.iter().enumerate())
         .map(|(k, name)| {
             let select = format!(
-                "{{selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"y{k}\"]}}]}}}}"
+                "selector: {{matchLabels: {{attack: sel}}, matchExpressions: [{{key: i, operator: NotIn, values: [\"y{k}\"]}}]}}"
             );
             selecting(name, &select)
         })
