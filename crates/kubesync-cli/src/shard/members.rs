@@ -219,22 +219,12 @@ pub async fn serve<W: Work>(
     let (lost_tx, mut lost_rx) = watch::channel(None::<String>);
     let (joined_tx, mut joined_rx) = watch::channel(false);
     let (halt_tx, halt_rx) = tokio::sync::oneshot::channel::<()>();
-    // Renewed on a thread and runtime of its own, with its own client: no work on the
-    // operator's workers delays a renewal ([`crate::apart`]).
-    let renewing = {
-        let (namespace, name, held) = (
-            membership.namespace.clone(),
-            name.clone(),
-            (membership.clone(), permit.clone()),
-        );
-        crate::apart::spawn("kubesync-member-lease", own, move |client| async move {
-            let api: Api<Lease> = Api::namespaced(client, &namespace);
-            tokio::select! {
-                () = renew(api, name, held, ack_rx, (written_tx, joined_tx), lost_tx) => {}
-                _ = halt_rx => {}
-            }
-        })
-    };
+    let renewing = renew_apart(
+        own,
+        (name.clone(), (membership.clone(), permit.clone())),
+        (ack_rx, (written_tx, joined_tx), lost_tx),
+        halt_rx,
+    );
     let mut renewing = std::pin::pin!(renewing);
     tracing::info!(identity = %membership.identity, lease = %format!("{}/{name}", membership.namespace), "joining the members");
     // Reads start once this replica's Lease is written: a member that read the others before
@@ -291,6 +281,34 @@ pub async fn serve<W: Work>(
     }
     Ended::Stopped
 }
+
+/// The renewals of the member Lease `name` ([`renew`]) on a thread and runtime of their own,
+/// with a client `own` makes there: no work on the operator's workers delays one
+/// ([`crate::apart`]). They end when they lose the Lease (said on `lost`) or on `halt`; the
+/// receiver says when they ended, or why they could not start.
+fn renew_apart(
+    own: crate::apart::Connect,
+    (name, held): (String, (Membership, Arc<WritePermit>)),
+    (ack, said, lost): Channels,
+    halt: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::sync::oneshot::Receiver<Result<(), String>> {
+    let namespace = held.0.namespace.clone();
+    crate::apart::spawn("kubesync-member-lease", own, move |client| async move {
+        let api: Api<Lease> = Api::namespaced(client, &namespace);
+        tokio::select! {
+            () = renew(api, name, held, ack, said, lost) => {}
+            _ = halt => {}
+        }
+    })
+}
+
+/// What the renewals read (the acknowledged view) and say (the view written, that the Lease
+/// was written once, and its loss).
+type Channels = (
+    watch::Receiver<Option<String>>,
+    (watch::Sender<Option<String>>, watch::Sender<bool>),
+    watch::Sender<Option<String>>,
+);
 
 /// Renews the member Lease every retry period, and at once when the acknowledged view
 /// changes; reports on `written` what the Lease says now, and on `lost` when no renewal
