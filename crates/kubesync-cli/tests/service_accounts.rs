@@ -20,6 +20,11 @@ use kubesync_testenv::TestEnv;
 /// The operator as installed with `--default-service-account copier`, trusting only its own
 /// namespace.
 fn start(env: &TestEnv) -> RunningOperator {
+    start_with(env, vec![])
+}
+
+/// The same, honouring the annotations of `compat`.
+fn start_with(env: &TestEnv, compat: Vec<kubesync_cli::compat::Tool>) -> RunningOperator {
     start_operator(
         Cluster::new("local", env.client().expect("client")),
         OperatorOptions {
@@ -28,6 +33,7 @@ fn start(env: &TestEnv) -> RunningOperator {
                 default_service_account: Some(COPIER.into()),
                 ..Default::default()
             },
+            compat,
             ..Default::default()
         },
     )
@@ -50,6 +56,15 @@ async fn apply_as(env: &TestEnv, user: &str, yaml: &str) -> Result<(), String> {
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// Lets `tina` use the ServiceAccount `copier` of `t1` as Kubernetes asks for it: `impersonate`
+/// on that name.
+async fn let_tina_use_copier(env: &TestEnv) {
+    let use_it = rule(&[""], &["serviceaccounts"], &["impersonate"], &[COPIER]);
+    env.grant("tina", Some("t1"), "use-copier", vec![use_it])
+        .await
+        .expect("grant");
 }
 
 /// The apiserver's first refusal of `user` applying `yaml` (the `K` named `name` in `t1`): an
@@ -136,19 +151,7 @@ async fn only_a_declarer_who_may_use_a_service_account_makes_an_objectsync_act_a
     let running = start(&env);
 
     // The positive controls: the rights Kubernetes already asks for using a ServiceAccount.
-    env.grant(
-        "tina",
-        Some("t1"),
-        "use-copier",
-        vec![rule(
-            &[""],
-            &["serviceaccounts"],
-            &["impersonate"],
-            &[COPIER],
-        )],
-    )
-    .await
-    .expect("grant");
+    let_tina_use_copier(&env).await;
     env.grant(
         "tina",
         Some("t1"),
@@ -353,35 +356,12 @@ async fn under_compat_only_a_declarer_who_may_use_the_default_declares_by_annota
         .await
         .expect("the data beside an unchanged declaration");
     // The positive control: the right Kubernetes already asks for using a ServiceAccount.
-    env.grant(
-        "tina",
-        Some("t1"),
-        "use-copier",
-        vec![rule(
-            &[""],
-            &["serviceaccounts"],
-            &["impersonate"],
-            &[COPIER],
-        )],
-    )
-    .await
-    .expect("grant");
+    let_tina_use_copier(&env).await;
     eventually("her declaration admitted", T, || async {
         apply_as(&env, "tina", &shared).await.ok()
     })
     .await;
-    let running = start_operator(
-        Cluster::new("local", env.client().expect("client")),
-        OperatorOptions {
-            policy: ObjectSyncPolicy {
-                trusted_namespaces: vec!["kubesync-system".into()],
-                default_service_account: Some(COPIER.into()),
-                ..Default::default()
-            },
-            compat: vec![kubesync_cli::compat::Tool::Replicator],
-            ..Default::default()
-        },
-    );
+    let running = start_with(&env, vec![kubesync_cli::compat::Tool::Replicator]);
     let t2: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "t2");
     eventually("her push copied into t2", T, || async {
         t2.get_opt("shared").await.ok()?

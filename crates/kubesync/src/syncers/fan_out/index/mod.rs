@@ -241,13 +241,11 @@ impl Index {
             EventOf::Source => {
                 let copying = self.by_source.get(key);
                 out.extend(copying.into_iter().flatten().cloned());
-                let selecting = (self.watches.get(watch).into_iter())
-                    .flat_map(|(_, users)| users)
-                    .filter(|user| copying.is_none_or(|c| !c.contains(*user)))
-                    .filter(|user| {
-                        (self.selections.get(*user)).is_some_and(|s| s.selects_meta(&obj.metadata))
-                    });
-                out.extend(selecting.cloned());
+                out.extend(
+                    self.selecting(watch, obj)
+                        .filter(|d| copying.is_none_or(|c| !c.contains(*d)))
+                        .cloned(),
+                );
             }
             EventOf::Copy => {
                 if let Some(uid) = obj.labels().get(MANAGED_BY)
@@ -275,6 +273,31 @@ impl Index {
         });
         for k in at {
             self.blocked.entry(k).or_default().insert(decl.clone());
+        }
+    }
+
+    /// The users of the source watch `watch` whose selection selects `obj`. Every event of a
+    /// source namespace asks, under the lock: the smaller of the watch's users and the
+    /// selections is walked (a namespace of many single sources and few selections, or the
+    /// reverse, costs the few).
+    fn selecting<'a>(
+        &'a self,
+        watch: &WatchKey,
+        obj: &'a DynamicObject,
+    ) -> Box<dyn Iterator<Item = &'a ObjectKey> + 'a> {
+        let Some((_, users)) = self.watches.get(watch) else {
+            return Box::new(std::iter::empty());
+        };
+        let selects = move |s: &Selection| s.selects_meta(&obj.metadata);
+        if self.selections.len() < users.len() {
+            let all = self.selections.iter();
+            Box::new(
+                all.filter(move |(d, s)| users.contains(*d) && selects(s))
+                    .map(|(d, _)| d),
+            )
+        } else {
+            let users = users.iter();
+            Box::new(users.filter(move |d| self.selections.get(*d).is_some_and(selects)))
         }
     }
 

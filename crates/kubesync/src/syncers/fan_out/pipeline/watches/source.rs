@@ -160,12 +160,7 @@ impl WatchSet {
             // Deleted since: the deletion's event is on its way.
             return Ok(SourceRead::Coming);
         };
-        let version = live.metadata.resource_version.clone();
-        if ctx.hold_in_full(id, live)
-            && let Some(rv) = &version
-        {
-            self.seen.saw(key, rv);
-        }
+        self.hold_read(ctx, id, key, live);
         // Not held: the watch holds another version, whose event (held in full, the object
         // being a source now) has come or is on its way.
         Ok(ctx.get(key).map_or(SourceRead::Coming, SourceRead::Held))
@@ -188,34 +183,43 @@ impl WatchSet {
         selection: &Selection,
     ) -> Result<SelectionRead> {
         let (cluster, ar) = (needs.source_cluster.as_str(), &needs.resource);
-        let members: HashSet<ObjectKey> = ctx
-            .list_watch(id)
-            .iter()
-            .filter(|o| {
-                o.metadata.deletion_timestamp.is_none() && selection.selects_meta(&o.metadata)
-            })
-            .map(|o| ObjectKey::for_object(cluster, ar, o))
-            .collect();
+        // What the watch holds of them: in full already, or metadata to read.
+        let (mut members, mut held, mut missing) = (HashSet::new(), Vec::new(), Vec::new());
+        for obj in ctx.list_watch(id) {
+            let meta = &obj.metadata;
+            if meta.deletion_timestamp.is_some() || !selection.selects_meta(meta) {
+                continue;
+            }
+            let key = ObjectKey::for_object(cluster, ar, &obj);
+            match ctx.held_as_metadata(id, &key) {
+                true => missing.push(key.clone()),
+                false => held.push(obj),
+            }
+            members.insert(key);
+        }
         self.index
             .with(|idx| idx.select_members(&needs.key, &members));
         self.drop_unnamed_sources(ctx);
+        if missing.is_empty() {
+            held.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            return Ok(SelectionRead::Held(held));
+        }
         let turn = self.reading_turn(id);
         let _turn = turn.lock().await;
-        let missing: Vec<&ObjectKey> = members
-            .iter()
-            .filter(|k| ctx.get(k).is_none() && ctx.held_as_metadata(id, k))
+        // Another reconcile may have read some while this one waited its turn.
+        let unread: Vec<&ObjectKey> = (missing.iter())
+            .filter(|k| ctx.held_as_metadata(id, k))
             .collect();
-        if missing.len() <= READ_ONE_BY_ONE {
-            for key in missing {
+        if unread.len() <= READ_ONE_BY_ONE {
+            for key in unread {
                 self.source_in_full(ctx, id, key, ar).await?;
             }
         } else {
-            let wanted: HashSet<&ObjectKey> = missing.into_iter().collect();
+            let wanted: HashSet<&ObjectKey> = unread.into_iter().collect();
             self.list_in_full(ctx, id, needs, selection, &wanted)
                 .await?;
         }
-        let mut held = Vec::with_capacity(members.len());
-        for key in &members {
+        for key in &missing {
             match ctx.get(key) {
                 Some(obj) => held.push(obj),
                 // A newer version's event has come (held as metadata) or is on its way.
@@ -265,8 +269,7 @@ impl WatchSet {
         }
     }
 
-    /// Hands `obj`, read live, to the watch `id` if it is one of `wanted` (held in full if
-    /// the watch holds the same version), noting its version as seen.
+    /// Hands `obj`, read live, to the watch `id` if it is one of `wanted` ([`Self::hold_read`]).
     fn hand_over(
         &self,
         ctx: &Context,
@@ -277,14 +280,19 @@ impl WatchSet {
         obj: DynamicObject,
     ) {
         let key = ObjectKey::for_object(cluster, ar, &obj);
-        if !wanted.contains(&key) {
-            return;
+        if wanted.contains(&key) {
+            self.hold_read(ctx, id, &key, obj);
         }
+    }
+
+    /// Hands `obj` (the object `key`), read live, to the watch `id`, which holds it in full if
+    /// it holds the metadata of the same version; that version is then noted as seen.
+    fn hold_read(&self, ctx: &Context, id: WatchId, key: &ObjectKey, obj: DynamicObject) {
         let version = obj.metadata.resource_version.clone();
         if ctx.hold_in_full(id, obj)
             && let Some(rv) = &version
         {
-            self.seen.saw(&key, rv);
+            self.seen.saw(key, rv);
         }
     }
 
