@@ -60,6 +60,11 @@ pub enum Error {
         "the record of the copies kubesync made could not be opened, so no copy is created yet: {0}"
     )]
     RecordNotOpened(String),
+    /// A copy kubesync has no record of making is not removed: nobody may remove it for
+    /// kubesync ([`Unrecorded::Leave`](crate::syncers::fan_out::record::Unrecorded::Leave));
+    /// the message says where and why.
+    #[error("{0}")]
+    LeftInPlace(String),
 }
 
 impl From<serde_json::Error> for Error {
@@ -89,6 +94,7 @@ impl Error {
             Error::NotRunning => "NotRunning",
             Error::Fenced(_) => "Fenced",
             Error::RecordNotOpened(_) => "RecordNotOpened",
+            Error::LeftInPlace(_) => "LeftInPlace",
         }
     }
 
@@ -107,7 +113,7 @@ impl Error {
 /// `Error` (a plain message, see [`ErrorCategory`](crate::runtime::ErrorCategory)) and
 /// `Panic`. Exporters list each from the start (at zero), so that a rate over them exists
 /// before the first failure.
-pub const CATEGORIES: [&str; 17] = [
+pub const CATEGORIES: [&str; 18] = [
     "UnknownCluster",
     "Kubeconfig",
     "InClusterConfig",
@@ -123,6 +129,7 @@ pub const CATEGORIES: [&str; 17] = [
     "NotRunning",
     "Fenced",
     "RecordNotOpened",
+    "LeftInPlace",
     "Error",
     "Panic",
 ];
@@ -292,6 +299,7 @@ mod tests {
             Error::NotRunning,
             Error::Fenced(crate::fence::Fenced("stale".into())),
             Error::RecordNotOpened("r".into()),
+            Error::LeftInPlace("l".into()),
             Error::Kube(kube::Error::Service(Box::new(crate::fence::Fenced(
                 "refused by the client".into(),
             )))),
@@ -310,7 +318,8 @@ mod tests {
                 | Error::NamespaceTerminating(_)
                 | Error::NotRunning
                 | Error::Fenced(_)
-                | Error::RecordNotOpened(_) => {}
+                | Error::RecordNotOpened(_)
+                | Error::LeftInPlace(_) => {}
             }
         }
         let used: std::collections::BTreeSet<&str> = every.iter().map(Error::category).collect();

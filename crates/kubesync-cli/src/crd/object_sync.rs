@@ -585,6 +585,12 @@ pub struct CopyRecord {
     /// Their uids' digests: 8 bytes of each uid's SHA-256, sorted, base64.
     #[serde(default)]
     pub made: String,
+    /// Those of `made` taken as this declaration's on their marks alone (it was reconciled
+    /// before records were kept): updated as the declaration's identity, but never removed
+    /// with kubesync's own rights. Digests as in `made`; written even when empty (the status
+    /// is written as a merge patch).
+    #[serde(default)]
+    pub seeded: String,
     /// While copies are being created: since when (RFC 3339). A copy created since then that
     /// carries the declaration's marks is taken as its own even if the record does not hold
     /// it yet (the operator stopped before it could record it). Written as `null` when closed

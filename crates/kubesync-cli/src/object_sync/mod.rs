@@ -190,7 +190,9 @@ pub struct ObjectSyncController {
 }
 
 impl ObjectSyncController {
-    /// A controller copying with at most `concurrency` writes in flight per ObjectSync.
+    /// A controller copying with at most `concurrency` writes in flight per ObjectSync; the
+    /// records of the other declarations its fan-out serves (the compat tools') are kept in
+    /// `others`, if any.
     pub fn new(
         local: kubesync::Cluster,
         writes: OwnWrites,
@@ -198,21 +200,27 @@ impl ObjectSyncController {
         policy: ObjectSyncPolicy,
         concurrency: usize,
         lags: Lags,
+        others: Option<Arc<dyn kubesync::syncers::fan_out::record::Ledger>>,
     ) -> Self {
         let reporter = events::reporter();
         let recorder =
             kube::runtime::events::Recorder::new(local.client().clone(), reporter.clone());
         let admission = crate::policy::admission::AdmissionCheck::new(local.client().clone());
-        let ledger = Arc::new(writes.clone());
+        let ledger = Arc::new(crate::own_writes::Ledgers {
+            objects: writes.clone(),
+            others,
+        });
+        let policy = Arc::new(policy);
         Self {
             admission,
             local,
             writes,
             remotes,
-            policy: Arc::new(policy),
             fan_out: FanOut::new(LOCAL)
                 .concurrency(concurrency)
-                .keep_records(ledger),
+                .keep_records(ledger)
+                .remove_unrecorded_as(crate::policy::unrecorded_removal(Arc::clone(&policy))),
+            policy,
             records: Mutex::new(BTreeMap::new()),
             recorder,
             reporter,

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubesync::runtime::Action;
+use kubesync::syncers::fan_out::record::{RemoveUnrecorded, Unrecorded};
 use kubesync::syncers::fan_out::spec::{Admits, Consent, Exempts};
 use kubesync::syncers::fan_out::{DestinationRef, DestinationState, Outcome};
 
@@ -219,6 +220,31 @@ impl ObjectSyncPolicy {
                 "declarations outside the operator's trusted namespaces act as a ServiceAccount of their own namespace, and annotations can name none: the operator's admin sets --default-service-account (then RBAC decides what namespace {namespace}'s declarations may copy)"
             )),
         }
+    }
+
+    /// Who removes a copy at `at` that kubesync has no record of making (taken on its marks
+    /// alone, which anyone who may patch the object can write), for a declaration that acts
+    /// as `acting` there: that identity (RBAC decides whether it may); a declaration that
+    /// acts with this process's rights removes it only from a trusted namespace of this
+    /// cluster, where tenants write nothing — elsewhere it is left in place, with the reason.
+    pub fn unrecorded(&self, at: &DestinationRef, acting: Option<&kubesync::ActAs>) -> Unrecorded {
+        if let Some(who) = acting {
+            return Unrecorded::As(who.clone());
+        }
+        let place = if at.cluster != LOCAL {
+            format!("cluster {}", at.cluster)
+        } else if at.namespace.is_empty() {
+            return Unrecorded::Leave(
+                "it is cluster-scoped: delete it by hand if it should go".into(),
+            );
+        } else if self.is_trusted(&at.namespace) {
+            return Unrecorded::Own;
+        } else {
+            format!("namespace {}, which is not trusted", at.namespace)
+        };
+        Unrecorded::Leave(format!(
+            "it is in {place}, where tenants may write marks: delete it by hand if it should go"
+        ))
     }
 
     /// Whether ObjectSyncs in `namespace` are trusted.
@@ -573,3 +599,8 @@ pub fn requeue_after(outcome: &Outcome) -> Action {
 
 #[cfg(test)]
 mod tests;
+
+/// [`ObjectSyncPolicy::unrecorded`] as the fan-out asks it.
+pub fn unrecorded_removal(policy: Arc<ObjectSyncPolicy>) -> RemoveUnrecorded {
+    Arc::new(move |at, acting| policy.unrecorded(at, acting))
+}

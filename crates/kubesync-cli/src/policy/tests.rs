@@ -337,3 +337,36 @@ fn a_source_the_service_account_may_not_read_is_refused_with_what_to_grant() {
         unreachable.message
     );
 }
+
+#[test]
+fn a_copy_kubesync_has_no_record_of_making_is_removed_as_its_declaration_or_left() {
+    let p = ObjectSyncPolicy {
+        trusted_namespaces: vec!["kubesync-system".into()],
+        default_service_account: Some("copier".into()),
+        ..Default::default()
+    };
+    let at = |cluster: &str, ns: &str| DestinationRef::new(cluster, ns, "copy");
+    let copier = kubesync::ActAs::service_account("t1", "copier").expect("a name");
+    for (cluster, ns) in [(LOCAL, "t2"), (LOCAL, "kubesync-system"), ("east", "t1")] {
+        assert_eq!(
+            p.unrecorded(&at(cluster, ns), Some(&copier)),
+            Unrecorded::As(copier.clone()),
+            "as the identity the declaration acts as, wherever"
+        );
+    }
+    assert_eq!(
+        p.unrecorded(&at(LOCAL, "kubesync-system"), None),
+        Unrecorded::Own,
+        "no tenant writes a trusted namespace"
+    );
+    for (cluster, ns, words) in [
+        (LOCAL, "t1", "namespace t1, which is not trusted"),
+        ("east", "kubesync-system", "cluster east"),
+        (LOCAL, "", "cluster-scoped"),
+    ] {
+        match p.unrecorded(&at(cluster, ns), None) {
+            Unrecorded::Leave(why) => assert!(why.contains(words), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -129,6 +129,7 @@ fn kept_record(old: &ObjectSyncStatus, observed: &Observation<'_>) -> Option<Cop
         } => Some(CopyRecord {
             copies: u32::try_from(record.len()).unwrap_or(u32::MAX),
             made: record.encode(),
+            seeded: record.encode_seeded(),
             open_since: record.open_since().map(|t| t.to_string()),
         }),
         _ if old.record.is_none() && old.observed_generation.is_none() => {
@@ -156,7 +157,7 @@ pub fn record_of(
         .open_since
         .as_deref()
         .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-    match Record::decode(&kept.made, open_since) {
+    match Record::decode(&kept.made, open_since).and_then(|r| r.with_seeded(&kept.seeded)) {
         Ok(record) => Some(record),
         Err(e) => {
             tracing::warn!(error = %e, "an ObjectSync's record of copies made cannot be read; its marked objects are taken as someone else's");

@@ -14,6 +14,14 @@
 //! The record is kept where the embedder says ([`Ledger`]; kubesync's operator: the
 //! declaration's status, which tenants' roles do not grant) and held in memory by the fan-out
 //! meanwhile. Its text is compact: 8 bytes of each uid's SHA-256, base64, sorted.
+//!
+//! A declaration that brings no record (one kept before records existed, or one whose embedder
+//! keeps none, as the compat tools' annotations) has its marked objects taken as its copies
+//! the first time this process sees it: they are recorded as **seeded**, found by their marks
+//! alone. kubesync updates them as the declaration's identity, but never deletes or releases
+//! them with its own rights unless the embedder says so ([`Unrecorded`],
+//! [`FanOut::remove_unrecorded_as`](super::FanOut::remove_unrecorded_as)): as the identity
+//! the declaration acts as, so the apiserver decides, or nobody.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -39,6 +47,8 @@ pub const MAX_RECORDED: usize = 50_000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     made: BTreeSet<u64>,
+    /// Those of `made` taken on their marks alone ([`Record::seed`]).
+    seeded: BTreeSet<u64>,
     open_since: Option<Timestamp>,
 }
 
@@ -58,26 +68,32 @@ impl Record {
         made: &str,
         open_since: Option<Timestamp>,
     ) -> std::result::Result<Self, RecordError> {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(made.trim())
-            .map_err(|e| RecordError(e.to_string()))?;
-        if bytes.len() % 8 != 0 {
-            return Err(RecordError(format!(
-                "{} bytes, not a whole number of 8-byte digests",
-                bytes.len()
-            )));
-        }
-        let made = bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_be_bytes(c.try_into().unwrap_or_default()))
-            .collect();
-        Ok(Self { made, open_since })
+        Ok(Self {
+            made: digests(made)?,
+            seeded: BTreeSet::new(),
+            open_since,
+        })
     }
 
     /// The record's text: its digests, sorted, base64.
     pub fn encode(&self) -> String {
-        let bytes: Vec<u8> = self.made.iter().flat_map(|d| d.to_be_bytes()).collect();
-        base64::engine::general_purpose::STANDARD.encode(bytes)
+        text(&self.made)
+    }
+
+    /// The text of the copies it holds that were taken on their marks alone
+    /// ([`Record::seed`]), as [`Record::encode`] writes digests.
+    pub fn encode_seeded(&self) -> String {
+        text(&self.seeded)
+    }
+
+    /// The record with the copies of `seeded` (an [`encode_seeded`](Record::encode_seeded)
+    /// text) known as taken on their marks alone; those it does not hold are ignored.
+    pub fn with_seeded(mut self, seeded: &str) -> std::result::Result<Self, RecordError> {
+        self.seeded = digests(seeded)?
+            .into_iter()
+            .filter(|d| self.made.contains(d))
+            .collect();
+        Ok(self)
     }
 
     /// How many copies it holds.
@@ -106,15 +122,45 @@ impl Record {
         true
     }
 
+    /// Records the object of `uid` as taken on its marks alone: held (as
+    /// [`insert`](Record::insert) holds it), but not made by kubesync
+    /// ([`made_by_kubesync`](Record::made_by_kubesync)) — unless it is held already.
+    pub fn seed(&mut self, uid: &str) -> bool {
+        let d = digest(uid);
+        if self.made.contains(&d) {
+            return true;
+        }
+        if !self.insert(uid) {
+            return false;
+        }
+        self.seeded.insert(d);
+        true
+    }
+
+    /// Whether it holds the object of `uid` as one kubesync created or adopted, not one taken
+    /// on its marks alone ([`Record::seed`]): what kubesync may delete with its own rights.
+    pub fn made_by_kubesync(&self, uid: &str) -> bool {
+        let d = digest(uid);
+        self.made.contains(&d) && !self.seeded.contains(&d)
+    }
+
+    /// How many of the copies it holds were taken on their marks alone.
+    pub fn seeded(&self) -> usize {
+        self.seeded.len()
+    }
+
     /// Forgets the object of `uid` (deleted, or released).
     pub fn remove(&mut self, uid: &str) {
-        self.made.remove(&digest(uid));
+        let d = digest(uid);
+        self.made.remove(&d);
+        self.seeded.remove(&d);
     }
 
     /// Forgets every object but those of `uids` (the copies there are).
     pub fn retain<'a>(&mut self, uids: impl IntoIterator<Item = &'a str>) {
         let keep: BTreeSet<u64> = uids.into_iter().map(digest).collect();
         self.made.retain(|d| keep.contains(d));
+        self.seeded.retain(|d| keep.contains(d));
     }
 
     /// Since when copies may have been created that it does not hold yet (`None`: closed).
@@ -157,6 +203,49 @@ fn digest(uid: &str) -> u64 {
     u64::from_be_bytes(hash[..8].try_into().unwrap_or_default())
 }
 
+/// Digests as text: big-endian, sorted, base64.
+fn text(digests: &BTreeSet<u64>) -> String {
+    let bytes: Vec<u8> = digests.iter().flat_map(|d| d.to_be_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The digests a [`text`] holds.
+fn digests(text: &str) -> std::result::Result<BTreeSet<u64>, RecordError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| RecordError(e.to_string()))?;
+    if bytes.len() % 8 != 0 {
+        return Err(RecordError(format!(
+            "{} bytes, not a whole number of 8-byte digests",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_be_bytes(c.try_into().unwrap_or_default()))
+        .collect())
+}
+
+/// Who removes (deletes or releases) a copy kubesync has no record of making: one its record
+/// holds as taken on its marks alone ([`Record::seed`]), or one whose declaration brings no
+/// record at all. Marks are written by anyone who may patch an object, so such a copy is never
+/// removed with kubesync's own rights unless the embedder says so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unrecorded {
+    /// With the destination cluster's own credentials: where no tenant can write the marks.
+    Own,
+    /// As this identity: the apiserver's RBAC decides.
+    As(crate::ActAs),
+    /// By nobody: it is left in place, for the reason given (for people).
+    Leave(String),
+}
+
+/// Who removes the unrecorded copy at a destination ([`Unrecorded`]), given the identity the
+/// declaration acts as in that cluster (`None`: the cluster's own credentials).
+pub type RemoveUnrecorded = Arc<
+    dyn Fn(&super::DestinationRef, Option<&crate::ActAs>) -> Unrecorded + Send + Sync + 'static,
+>;
+
 /// What one reconcile takes as a declaration's own: the marked objects its record vouches
 /// for, or — for a declaration kept before records existed (and an embedder that keeps
 /// none), the first time this process sees it — every object carrying both marks, which are
@@ -185,6 +274,15 @@ impl Vouch {
         match &self.0 {
             None => true,
             Some(record) => record.vouches(uid, created),
+        }
+    }
+
+    /// Whether the object of `uid` is one kubesync created or adopted, by its record (the
+    /// marks alone: never; see [`Unrecorded`]).
+    pub fn made_by_kubesync(&self, uid: Option<&str>) -> bool {
+        match (&self.0, uid) {
+            (Some(record), Some(uid)) => record.made_by_kubesync(uid),
+            _ => false,
         }
     }
 
@@ -295,6 +393,41 @@ mod tests {
         r.insert(A);
         r.retain([A, "not held"]);
         assert!(r.contains(A) && !r.contains(B) && r.len() == 1);
+    }
+
+    #[test]
+    fn a_copy_taken_on_its_marks_is_held_but_not_made_by_kubesync() {
+        let mut r = Record::new();
+        assert!(r.seed(A) && r.insert(B));
+        assert!(r.contains(A) && r.contains(B));
+        assert!(!r.made_by_kubesync(A) && r.made_by_kubesync(B));
+        // An update of a seeded copy (written again) does not make it kubesync's.
+        r.insert(A);
+        assert!(!r.made_by_kubesync(A));
+        // Seeding what kubesync made changes nothing.
+        r.seed(B);
+        assert!(r.made_by_kubesync(B) && r.seeded() == 1);
+        let back = Record::decode(&r.encode(), None)
+            .and_then(|b| b.with_seeded(&r.encode_seeded()))
+            .expect("its own texts");
+        assert_eq!(back, r);
+        assert!(
+            Record::decode(&r.encode(), None)
+                .expect("made")
+                .made_by_kubesync(A),
+            "without its seeded text, a record takes every copy as made"
+        );
+        r.remove(A);
+        assert_eq!(r.seeded(), 0);
+        r.seed(A);
+        r.retain([B]);
+        assert_eq!((r.len(), r.seeded()), (1, 0));
+        let vouch = Vouch::record(back);
+        assert!(vouch.made_by_kubesync(Some(B)) && !vouch.made_by_kubesync(Some(A)));
+        assert!(
+            !Vouch::marks().made_by_kubesync(Some(B)),
+            "marks make nothing kubesync's"
+        );
     }
 
     #[test]

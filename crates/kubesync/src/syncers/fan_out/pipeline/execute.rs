@@ -15,12 +15,15 @@ use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::runtime::Context;
 use crate::syncers::fan_out::plan::{self, Delete, Job, Plan, Write};
+use crate::syncers::fan_out::record::RemoveUnrecorded;
 use crate::syncers::fan_out::rules::settle::{Failure, Settling, Step, WriteOutcome};
 use crate::syncers::fan_out::rules::{self, Decision, FIELD_MANAGER, Strategy};
 use crate::syncers::fan_out::spec::{
     DestinationRef, DestinationState, DestinationStatus, Propagated,
 };
 use crate::writer::{Deleted, Writer};
+
+mod remove;
 
 /// The default budget of bytes in flight ([`Executor::budget`]), in KiB.
 const DEFAULT_BUDGET_KIB: u32 = 16 * 1024;
@@ -55,6 +58,9 @@ pub(super) struct Executor {
     /// Declarations whose writes are confirmed by a live read first, until when (see
     /// [`Executor::confirm_writes`]).
     confirm: parking_lot::Mutex<HashMap<ObjectKey, Instant>>,
+    /// Who removes a copy kubesync has no record of making (`None`: the cluster's own
+    /// credentials; see [`Executor::unrecorded`]).
+    unrecorded: Option<RemoveUnrecorded>,
 }
 
 /// What carrying out a plan did.
@@ -85,7 +91,14 @@ impl Executor {
             slot_count: DEFAULT_SLOTS,
             waves: Arc::new(tokio::sync::Semaphore::new(waves(DEFAULT_SLOTS, 16))),
             confirm: parking_lot::Mutex::default(),
+            unrecorded: None,
         }
+    }
+
+    /// Removes the copies kubesync has no record of making as `remove` says (see
+    /// [`FanOut::remove_unrecorded_as`](super::FanOut::remove_unrecorded_as)).
+    pub(super) fn unrecorded(&mut self, remove: RemoveUnrecorded) {
+        self.unrecorded = Some(remove);
     }
 
     /// At most `n` copy writes in flight per reconcile.
@@ -170,22 +183,6 @@ impl Executor {
             .await
     }
 
-    /// Deletes the copies `deletes` of the kind `ar` a declaration no longer copies (as this
-    /// process's own identity); the first failure is the error (the kind is retired once all
-    /// are gone).
-    pub(super) async fn retire(
-        &self,
-        ctx: &Context,
-        ar: &ApiResource,
-        deletes: Vec<Delete>,
-    ) -> Result<()> {
-        for Delete { at, uid, .. } in deletes {
-            self.delete_copy(ctx, ar, &at, uid.as_deref()).await?;
-            tracing::info!(destination = %at, kind = %ar.kind, "the source kind changed; deleted the old copy");
-        }
-        Ok(())
-    }
-
     /// Carries out a plan's writes (their copies' large values held in `bulk`) and deletes,
     /// at most `concurrency` at once and within the budget of bytes in flight; returns the
     /// written destinations' states, how many copies were deleted, and the propagation lags
@@ -232,30 +229,6 @@ impl Executor {
             }
         }
         executed
-    }
-
-    /// Deletes (or releases) one copy of the plan, unless it is gone already.
-    async fn remove(&self, ctx: &Context, job: &Job, d: Delete, confirm: bool) -> Done {
-        let ar = &job.resource;
-        let Delete { at, uid, orphan } = d;
-        if !orphan
-            && self
-                .deleted_already(ctx, ar, &at, uid.as_deref(), confirm)
-                .await
-        {
-            return Done::deleted(true, uid);
-        }
-        let gone = if orphan {
-            self.release_copy(ctx, ar, &at, uid.as_deref()).await
-        } else {
-            self.delete_copy(ctx, ar, &at, uid.as_deref())
-                .await
-                .map(|_| ())
-        };
-        if let Err(e) = &gone {
-            tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
-        }
-        Done::deleted(gone.is_ok(), uid.filter(|_| gone.is_ok()))
     }
 
     /// Writes one copy of the plan (its large values held in `bulk`), within the budget of
@@ -528,79 +501,6 @@ impl Executor {
             .create(&cluster, ar, desired, FIELD_MANAGER)
             .await
             .map(|o| o.metadata.uid)
-    }
-
-    /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
-    /// copy already gone, or replaced by another object (its uid no longer matches), is left.
-    async fn release_copy(
-        &self,
-        ctx: &Context,
-        ar: &ApiResource,
-        at: &DestinationRef,
-        uid: Option<&str>,
-    ) -> Result<()> {
-        let cluster = ctx.require_cluster(&at.cluster)?;
-        let released = self
-            .writer
-            .merge_patch(
-                &cluster,
-                ar,
-                at.namespace(),
-                &at.name,
-                &rules::release_patch(uid),
-                FIELD_MANAGER,
-            )
-            .await;
-        match released {
-            Ok(_) => {
-                tracing::info!(destination = %at, "released the copy (kept, kubesync's marks removed)");
-                Ok(())
-            }
-            Err(Error::Kube(kube::Error::Api(s))) if s.is_not_found() || s.is_conflict() => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether the copy at `at` (of `uid`) is gone already or going: this writer asked to
-    /// delete it moments ago (the store does not show it yet), or, with `confirm`, a live read
-    /// finds no such object. Then no delete is sent.
-    async fn deleted_already(
-        &self,
-        ctx: &Context,
-        ar: &ApiResource,
-        at: &DestinationRef,
-        uid: Option<&str>,
-        confirm: bool,
-    ) -> bool {
-        let Some(cluster) = ctx.cluster(&at.cluster) else {
-            return false;
-        };
-        if let Some(uid) = uid
-            && self
-                .writer
-                .deleted_recently(&cluster, ar, (at.namespace(), &at.name), uid)
-        {
-            return true;
-        }
-        if !confirm {
-            return false;
-        }
-        match self.read(ctx, ar, at).await {
-            Ok(None) => true,
-            Ok(Some(live)) => uid.is_some_and(|u| live.metadata.uid.as_deref() != Some(u)),
-            Err(_) => false,
-        }
-    }
-
-    async fn delete_copy(
-        &self,
-        ctx: &Context,
-        ar: &ApiResource,
-        at: &DestinationRef,
-        uid: Option<&str>,
-    ) -> Result<Deleted> {
-        let cluster = ctx.require_cluster(&at.cluster)?;
-        self.delete_in(&cluster, ar, at, uid).await
     }
 
     /// Deletes the copy at `at` (of `uid`) through `cluster` (its own identity, or the one it

@@ -94,6 +94,19 @@ impl FanOut {
         }
     }
 
+    /// Says who removes (deletes or releases) a copy kubesync has no record of making — one
+    /// taken on its marks alone (see [`record`](super::record)): `remove` answers for each
+    /// destination, given the identity the declaration acts as there. Without it such copies
+    /// are removed with the destination cluster's own credentials, which suits an embedder
+    /// whose every writer is trusted; one that serves tenants who may write marks answers
+    /// with the declaration's identity ([`Unrecorded::As`](super::record::Unrecorded::As)),
+    /// or leaves the copy where no tenant could have forged it only.
+    #[must_use]
+    pub fn remove_unrecorded_as(mut self, remove: super::record::RemoveUnrecorded) -> Self {
+        self.executor.unrecorded(remove);
+        self
+    }
+
     /// Keeps each declaration's record of the copies it made in `ledger` (see
     /// [`record`](super::record)): the fan-out opens it there before it creates copies, and
     /// hands it over in each [`Outcome::record`] to be kept; the declaration brings it back in
@@ -257,6 +270,9 @@ impl FanOut {
         if decl.record.is_none() && decl.reads_no_source() && !records.contains_key(&slot(decl)) {
             return (Vouch::marks(), None);
         }
+        // Seen first with no record: what its marks vouch for is taken as seeded, never as
+        // made by kubesync (see `record::Unrecorded`).
+        let seeding = !records.contains_key(&slot(decl));
         let held = records.entry(slot(decl)).or_default();
         let now = Instant::now();
         held.fresh.retain(|_, at| now.duration_since(*at) < FRESH);
@@ -268,7 +284,10 @@ impl FanOut {
             record.retain(present.iter().map(|u| &**u).chain(fresh));
         }
         for uid in &present {
-            record.insert(uid);
+            match seeding {
+                true => record.seed(uid),
+                false => record.insert(uid),
+            };
         }
         let opening = match (&self.ledger, record.open_since()) {
             (Some(ledger), None) => Some(Arc::new(Opening::new(
@@ -429,7 +448,10 @@ impl FanOut {
         let copies = self.watches.retired_copies(ctx, (decl, vouch), &retire)?;
         let deletes: Vec<Delete> = plan::retire(copies);
         let uids: Vec<String> = deletes.iter().filter_map(|d| d.uid.clone()).collect();
-        self.executor.retire(ctx, &retire.old, deletes).await?;
+        let job = Job::of(decl, vouch.clone());
+        self.executor
+            .retire(ctx, (&retire.old, &job), deletes)
+            .await?;
         if let Some(held) = self.records.lock().get_mut(&slot(decl)) {
             let record = Arc::make_mut(&mut held.record);
             for uid in &uids {
