@@ -135,6 +135,11 @@ pub struct OperatorOptions {
     /// Their copies and pulls are written only when the source changed (the tools' version
     /// gate; off by default: they are repaired).
     pub compat_version_gate: bool,
+    /// The namespace (the operator's own, which tenants do not write) where the records of
+    /// the copies the annotations made are kept, one ConfigMap per annotated object
+    /// ([`crate::compat::records`]); `None`: held in memory only, so after a restart the
+    /// copies found by their marks are removed only as their namespace's identity (or left).
+    pub compat_records: Option<String>,
     /// With `--sharded`: this replica works only on the units its share holds (none given:
     /// on everything).
     pub shards: Option<Arc<Shards>>,
@@ -152,6 +157,7 @@ impl Default for OperatorOptions {
             stuck_after: STUCK_AFTER,
             compat: Vec::new(),
             compat_version_gate: false,
+            compat_records: None,
             shards: None,
             resync: RESYNC,
         }
@@ -171,9 +177,15 @@ impl Operator {
         let remotes = Arc::new(RemoteClusters::new(local.clone()));
         let lags = Lags::default();
         let policy = Arc::new(options.policy.clone());
+        let records = options
+            .compat_records
+            .as_deref()
+            .filter(|_| !options.compat.is_empty())
+            .map(|ns| crate::compat::records::CompatRecords::new(writes.clone(), ns));
         let compat = (!options.compat.is_empty()).then(|| {
             CompatController::new(local.clone(), options.compat, policy, lags.clone())
                 .with_version_gate(options.compat_version_gate)
+                .with_records(records.clone())
         });
         let object_syncs = ObjectSyncController::new(
             local.clone(),
@@ -182,6 +194,7 @@ impl Operator {
             options.policy,
             options.fan_out_concurrency,
             lags.clone(),
+            records.map(|r| r as Arc<dyn kubesync::syncers::fan_out::record::Ledger>),
         );
         if options.shards.is_some() {
             // Each replica holds only the copies of the units it works on.

@@ -146,3 +146,29 @@ impl Ledger for OwnWrites {
         })
     }
 }
+
+/// Where every declaration's record is kept: an ObjectSync's or ClusterObjectSync's in its
+/// status ([`OwnWrites`]), any other's (the compat tools' annotations) in `others`, if any.
+#[derive(Clone)]
+pub struct Ledgers {
+    /// The ledger of kubesync's own declarations.
+    pub objects: OwnWrites,
+    /// The ledger of the others (`None`: they keep none).
+    pub others: Option<std::sync::Arc<dyn Ledger>>,
+}
+
+impl Ledger for Ledgers {
+    fn open<'a>(
+        &'a self,
+        decl: &'a ObjectKey,
+        since: jiff::Timestamp,
+    ) -> BoxFuture<'a, kubesync::Result<()>> {
+        let own = decl.group == crate::crd::GROUP
+            && matches!(decl.kind.as_str(), "ObjectSync" | "ClusterObjectSync");
+        match (own, &self.others) {
+            (true, _) => self.objects.open(decl, since),
+            (false, Some(others)) => others.open(decl, since),
+            (false, None) => Box::pin(async { Ok(()) }),
+        }
+    }
+}

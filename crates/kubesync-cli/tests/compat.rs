@@ -29,12 +29,14 @@ const OPERATOR: &str = "kubesync-operator";
 /// namespaces) may read and write ConfigMaps and Secrets in every one of them: RBAC is open,
 /// so what these tests see refused is kubesync's own consent rules (the second wall).
 async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
+    let mut all = namespaces.to_vec();
+    all.push(RECORDS);
     let env = operator_cluster_from(
         TestEnv::builder()
             .name(name)
             .user(OPERATOR, &["system:masters"])
             .audit(true),
-        namespaces,
+        &all,
     )
     .await;
     for ns in namespaces {
@@ -53,10 +55,14 @@ fn start(env: &TestEnv, tools: &[Tool], trusted: &[&str]) -> RunningOperator {
                 ..Default::default()
             },
             compat: tools.to_vec(),
+            compat_records: Some(RECORDS.into()),
             ..Default::default()
         },
     )
 }
+
+/// The operator's own namespace, where the records of the copies annotations made are kept.
+const RECORDS: &str = "kubesync-system";
 
 /// The operator's write requests to `resource` named `name` in `namespace`, from the audit
 /// log.
@@ -843,6 +849,119 @@ async fn forged_compat_marks_never_remove_another_declarations_copies() {
     running.stop().await;
 }
 
+/// Attack 4 of the third round, in its compat form, across a restart: a tenant who may patch
+/// two of the admins' Secrets in t2, but not delete them, writes compat marks on them while
+/// the operator is down — on one the marks of her real push's copy (its source's uid), on the
+/// other those of a declaration that never was — and then deletes her source. The operator,
+/// started again, removes the copy its kept record holds (a ConfigMap in its own namespace)
+/// and nothing else: never the admins' Secrets, never with a delete sent for them. Before,
+/// the records of annotations were held in memory only, and a restart took every object with
+/// both marks as a copy to delete with kubesync's rights.
+#[tokio::test]
+async fn forged_compat_marks_never_make_kubesync_delete_what_she_may_only_patch() {
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("compat-forged-delete")
+            .user(OPERATOR, &["system:masters"])
+            .user("tina", &[])
+            .audit(true),
+        &["t1", "t2", RECORDS],
+    )
+    .await;
+    let_copier_write(&env, "t1", &["t1", "t2"]).await;
+    env.grant(
+        "tina",
+        Some("t2"),
+        "tina",
+        vec![k8s_openapi::api::rbac::v1::PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["secrets".into()]),
+            verbs: ["get", "list", "watch", "patch"].map(String::from).to_vec(),
+            ..Default::default()
+        }],
+    )
+    .await
+    .expect("she may patch in t2, not delete");
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-t1, namespace: t2}\nspec:\n  from: [{namespace: t1}]\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: admin-tls, namespace: t2}\nstringData: {key: theirs}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: admin-key, namespace: t2}\nstringData: {key: theirs}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: t1\n  annotations: {replicator.v1.mittwald.de/replicate-to: t2}\nstringData: {k: v}\n").await.expect("apply");
+    let client = env.client().expect("client");
+    let t2: Api<Secret> = Api::namespaced(client.clone(), "t2");
+    let t1: Api<Secret> = Api::namespaced(client.clone(), "t1");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), RECORDS);
+    let source = t1.get("app").await.expect("her source");
+    let uid = source.metadata.uid.clone().expect("uid");
+    let running = start(&env, &[Tool::Replicator], &[]);
+    let copy = eventually("her copy in t2, recorded", T, || async {
+        let copy = t2.get_opt("app").await.ok()??;
+        let records = maps
+            .list(&kube::api::ListParams::default().labels("kubesync.io/record=annotations"))
+            .await
+            .ok()?;
+        let kept = records.items.iter().any(|cm| {
+            cm.data.as_ref().is_some_and(|d| {
+                d.get(&format!("made.{uid}")).is_some_and(|m| m.len() == 12)
+                    && !d.contains_key("openSince")
+            })
+        });
+        kept.then_some(copy)
+    })
+    .await;
+    running.assert_no_panic();
+    running.stop().await;
+    let before: Vec<Secret> = futures::future::join_all(
+        ["admin-key", "admin-tls"].map(|n| async { t2.get(n).await.expect("theirs") }),
+    )
+    .await;
+    // The forged uid sorts before any the apiserver gives, so its clean-up runs first.
+    let forgeries = [
+        ("admin-tls", uid.as_str()),
+        ("admin-key", "00000000-0000-4000-8000-000000000000"),
+    ];
+    let hers = Api::<Secret>::namespaced(env.client_as("tina").expect("tina"), "t2");
+    for (name, maker) in forgeries {
+        let marks = serde_json::json!({"metadata": {
+            "labels": {"kubesync.io/declared-by": "annotations", "kubesync.io/managed-by": maker},
+            "annotations": {"kubesync.io/source": "core/Secret/t1/app", "kubesync.io/owner": "local/t1/app (Secret annotations)"},
+        }});
+        hers.patch(name, &PatchParams::default(), &Patch::Merge(&marks))
+            .await
+            .expect("she may patch it");
+    }
+    t1.delete("app", &DeleteParams::default())
+        .await
+        .expect("her source deleted");
+    let running = start(&env, &[Tool::Replicator], &[]);
+    eventually("her copy removed, and its record with it", T, || async {
+        let gone = t2
+            .get_opt("app")
+            .await
+            .ok()?
+            .is_none_or(|c| c.metadata.uid != copy.metadata.uid);
+        let records = maps
+            .list(&kube::api::ListParams::default().labels("kubesync.io/record=annotations"))
+            .await
+            .ok()?;
+        (gone && records.items.is_empty()).then_some(())
+    })
+    .await;
+    for theirs in &before {
+        let name = theirs.metadata.name.clone().unwrap_or_default();
+        let now = t2.get(&name).await.expect("the admins' Secret stays");
+        assert_eq!(
+            now.metadata.uid, theirs.metadata.uid,
+            "{name} never deleted"
+        );
+        assert!(now.metadata.deletion_timestamp.is_none(), "{name}");
+        assert!(
+            !operator_writes(&env, "secrets", "t2", &name)
+                .iter()
+                .any(|v| v == "delete"),
+            "no delete was ever sent for {name}"
+        );
+    }
+    running.assert_no_panic();
+    running.stop().await;
+}
+
 /// Annotations outside the trusted namespaces act as their namespace's ServiceAccount (the
 /// operator's `--default-service-account`), as an ObjectSync does: a replicator push from
 /// `tenant` with consent (SyncGrants) in team-a and team-b is written where RBAC lets
@@ -855,7 +974,7 @@ async fn annotations_outside_the_trusted_namespaces_act_as_their_service_account
             .name("compat-identity")
             .user(OPERATOR, &["system:masters"])
             .audit(true),
-        &["tenant", "team-a", "team-b"],
+        &["tenant", "team-a", "team-b", RECORDS],
     )
     .await;
     let_copier_write(&env, "tenant", &["tenant", "team-a"]).await;

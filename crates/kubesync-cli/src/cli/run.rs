@@ -118,6 +118,36 @@ pub(super) async fn command(args: RunArgs) -> ExitCode {
     .await
 }
 
+/// The operator's options: `policy`, the compat tools (and their version gate), the shards.
+fn options(
+    policy: crate::policy::ObjectSyncPolicy,
+    (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
+    shards: Option<std::sync::Arc<crate::shard::Shards>>,
+) -> crate::operator::OperatorOptions {
+    crate::operator::OperatorOptions {
+        policy,
+        compat_records: compat_records(&compat),
+        compat,
+        compat_version_gate,
+        shards,
+        ..Default::default()
+    }
+}
+
+/// Where the records of the copies annotations made are kept: the operator's own namespace
+/// ($POD_NAMESPACE), which tenants do not write; without one they are held in memory only.
+fn compat_records(compat: &[crate::compat::Tool]) -> Option<String> {
+    let namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty());
+    if !compat.is_empty() && namespace.is_none() {
+        tracing::warn!(
+            "--compat without $POD_NAMESPACE: the records of the copies annotations make are held in memory only, so after a restart the copies of a source deleted meanwhile are left in place outside the trusted namespaces"
+        );
+    }
+    namespace
+}
+
 async fn run(
     kubeconfig: Option<PathBuf>,
     context: Option<String>,
@@ -125,7 +155,7 @@ async fn run(
     endpoints: crate::telemetry::Endpoints,
     replicas: Replicas,
     list_strategy: kubesync::cluster::ListStrategy,
-    (compat, compat_version_gate): (Vec<crate::compat::Tool>, bool),
+    compat: (Vec<crate::compat::Tool>, bool),
 ) -> ExitCode {
     let connect = (kubeconfig, context);
     let Some(local) = connect_local(connect.0.clone(), connect.1.clone(), list_strategy).await
@@ -145,14 +175,7 @@ async fn run(
     let base = local.client().clone();
     let leased = election.is_some() || membership.is_some();
     let (local, permit) = crate::replicas::fence(local, leased, shards.clone());
-    let options = crate::operator::OperatorOptions {
-        policy,
-        compat,
-        compat_version_gate,
-        shards,
-        ..Default::default()
-    };
-    let operator = Operator::with_options(local, options);
+    let operator = Operator::with_options(local, options(policy, compat, shards));
     let (stop_telemetry, telemetry_stopped) = watch::channel(());
     if let Err(e) = crate::telemetry::start(&endpoints, operator.clone(), telemetry_stopped).await {
         eprintln!("kubesync: {e}");

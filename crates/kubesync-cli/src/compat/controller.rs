@@ -54,6 +54,8 @@ pub struct CompatController {
     summaries: Mutex<HashMap<ObjectKey, Summary>>,
     /// The propagation lags of the copies written.
     lags: crate::lag::Lags,
+    /// Where the records of the copies made are kept (`None`: in memory only).
+    pub(super) records: Option<Arc<super::records::CompatRecords>>,
 }
 
 /// Which object pulls from which source.
@@ -150,6 +152,7 @@ impl CompatController {
             announced: Mutex::new(HashMap::new()),
             summaries: Mutex::default(),
             lags,
+            records: None,
         }
     }
 
@@ -158,6 +161,13 @@ impl CompatController {
     #[must_use]
     pub fn with_version_gate(mut self, on: bool) -> Self {
         self.version_gate = on;
+        self
+    }
+
+    /// Keeps the records of the copies made in `records` (`None`: in memory only).
+    #[must_use]
+    pub fn with_records(mut self, records: Option<Arc<super::records::CompatRecords>>) -> Self {
+        self.records = records;
         self
     }
 

@@ -11,6 +11,8 @@
 //!   `reflects`, replicator's `replicate-from`; the book calls it a pull), whether its source
 //!   consents, and what it writes, pure;
 //! - [`list`]: `kubesync compat list`, every declared sync with its state, or as ObjectSyncs;
+//! - [`records`]: the records of the copies annotations made, kept in ConfigMaps of the
+//!   operator's own namespace;
 //! - [`controller`]: gathers the annotated objects and their copies, lets the fan-out
 //!   reconcile them, and says what it could not do in Events on the source.
 
@@ -19,6 +21,7 @@ pub mod declared;
 pub mod list;
 pub mod mirror;
 pub mod parse;
+pub mod records;
 
 pub use controller::CompatController;
 

@@ -62,12 +62,14 @@ impl CompatController {
                 spec: removal_of(ar, key),
                 deleting: true,
                 refused: false,
-                record: None,
+                record: self.kept_record(key, maker, false).await?,
             };
             let outcome = fan_out.reconcile(ctx, &decl).await?;
-            if !outcome.ready || outcome.remaining_copies > 0 {
+            let done = outcome.ready && outcome.remaining_copies == 0;
+            if !done {
                 cleaning = true;
             }
+            self.keep_record(key, maker, &outcome, done).await?;
         }
         let Some(declared) = declared else {
             if cleaning {
@@ -87,15 +89,55 @@ impl CompatController {
             spec,
             deleting: false,
             refused: false,
-            // Kept in memory only: seeded from the marks the first time this process sees it.
-            record: None,
+            record: self.kept_record(key, &uid, true).await?,
         };
         let outcome = fan_out.reconcile(ctx, &decl).await?;
+        self.keep_record(key, &uid, &outcome, false).await?;
         self.record_push(&outcome, summary, notes);
         Ok(match cleaning {
             true => Action::requeue(Duration::from_millis(500)),
             false => crate::policy::requeue_after(&outcome),
         })
+    }
+
+    /// The record kept of the copies `key`'s declaration of `uid` made (see
+    /// [`records`](crate::compat::records)). None kept: for a `live` declaration, `None` —
+    /// its marks are taken once, as seeded copies (those an earlier kubesync made), updated
+    /// and removed only as its identity; for a clean-up, an empty record (nothing found by
+    /// marks alone is removed), unless no place to keep records is configured.
+    async fn kept_record(
+        &self,
+        key: &ObjectKey,
+        uid: &str,
+        live: bool,
+    ) -> kubesync::Result<Option<kubesync::syncers::fan_out::record::Record>> {
+        let Some(records) = &self.records else {
+            return Ok(None);
+        };
+        Ok(match records.record_of(key, uid).await? {
+            Some(record) => Some(record),
+            None if live => None,
+            None => Some(kubesync::syncers::fan_out::record::Record::new()),
+        })
+    }
+
+    /// Keeps the record `outcome` hands over for `key`'s declaration of `uid`, or, once a
+    /// clean-up is `done`, forgets it.
+    async fn keep_record(
+        &self,
+        key: &ObjectKey,
+        uid: &str,
+        outcome: &Outcome,
+        done: bool,
+    ) -> kubesync::Result<()> {
+        let Some(records) = &self.records else {
+            return Ok(());
+        };
+        match (&outcome.record, done) {
+            (_, true) => records.forget(key, uid).await,
+            (Some(record), false) => records.keep(key, uid, record).await,
+            (None, false) => Ok(()),
+        }
     }
 
     /// What `object`'s annotations (of the tools turned on) declare.
