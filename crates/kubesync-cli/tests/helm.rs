@@ -647,6 +647,34 @@ fn the_service_account_policy_follows_the_values() {
     );
 }
 
+/// The record policy names the ServiceAccount the chart runs the operator as (in the release's
+/// namespace), as the only one that may change `status.record`; it goes with its value.
+#[test]
+fn the_record_policy_names_the_operators_service_account() {
+    let defaults = render(&[]);
+    let policy = find(
+        &defaults,
+        "ValidatingAdmissionPolicy",
+        "kubesync-record-writers",
+    );
+    assert_eq!(
+        policy["spec"]["variables"][0],
+        json!({"name": "operator", "expression": format!("'system:serviceaccount:{NS}:kubesync'")})
+    );
+    let deployment = find(&defaults, "Deployment", "kubesync");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "kubesync"
+    );
+    let off = render(&["--set", "recordPolicy.enabled=false"]);
+    assert!(
+        !keys(&off)
+            .iter()
+            .any(|k| k.contains("kubesync-record-writers")),
+        "no policy when disabled"
+    );
+}
+
 /// Values that would make a broken install are refused by `helm template` (and so by install
 /// and upgrade), naming the value.
 #[test]

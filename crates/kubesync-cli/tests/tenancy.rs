@@ -1728,6 +1728,103 @@ async fn both_forged_marks_never_make_kubesync_delete_what_she_may_only_patch() 
     running.stop().await;
 }
 
+/// The record of the copies kubesync made is written by the operator alone: under the
+/// admission policy of `config/admission` (`kubesync-record-writers`, here naming the user the
+/// operator runs as), a tenant whose role grants `objectsyncs/status` — and a cluster admin —
+/// is refused any change of `status.record`, while the operator records its copies as before
+/// and other status fields stay as RBAC says. Without it, RBAC alone decides: a role that
+/// grants the status subresource would let her write a record that makes kubesync delete
+/// what she may not.
+#[tokio::test]
+async fn only_the_operator_changes_the_record_of_the_copies_it_made() {
+    const OPERATOR: &str = "kubesync-operator";
+    let ns = "kubesync-system";
+    let env = operator_cluster_from(
+        TestEnv::builder()
+            .name("record-writers")
+            .user("tina", &[])
+            .user(OPERATOR, &["system:masters"]),
+        &[ns],
+    )
+    .await;
+    env.grant(
+        "tina",
+        Some(ns),
+        "status-writer",
+        vec![
+            rule(&["kubesync.io"], &["objectsyncs"], &["get", "list"]),
+            rule(
+                &["kubesync.io"],
+                &["objectsyncs/status"],
+                &["get", "patch", "update"],
+            ),
+        ],
+    )
+    .await
+    .expect("grant");
+    install_record_policy(&env, OPERATOR).await;
+    apply(&env, &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src, namespace: {ns}}}\ndata: {{a: \"1\"}}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: mine, namespace: {ns}}}\nspec:\n  source: {{kind: ConfigMap, name: src}}\n  destinations: [{{namespace: {ns}, name: copy}}]\n")).await;
+    let running = start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("operator")),
+        OperatorOptions {
+            policy: tenant_policy(),
+            ..Default::default()
+        },
+    );
+    let syncs: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), ns);
+    eventually("the operator's record of its copy", T, || async {
+        let record = syncs.get("mine").await.ok()?.status?.record?;
+        (record.copies == 1 && record.open_since.is_none()).then_some(())
+    })
+    .await;
+    let forged = serde_json::json!({"status": {"record": {"copies": 2, "made": "AAAAAAAAAAA="}}});
+    let patch = |api: Api<ObjectSync>| {
+        let forged = forged.clone();
+        async move {
+            api.patch_status(
+                "mine",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&forged),
+            )
+            .await
+        }
+    };
+    let hers: Api<ObjectSync> = Api::namespaced(env.client_as("tina").expect("tina"), ns);
+    for (who, api) in [("tina", hers.clone()), ("a cluster admin", syncs.clone())] {
+        match patch(api).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => assert!(
+                s.message.contains("may not change status.record of mine")
+                    && s.message.contains(OPERATOR),
+                "{who}: {}",
+                s.message
+            ),
+            other => panic!("{who} changed the record: {other:?}"),
+        }
+    }
+    let record = syncs
+        .get("mine")
+        .await
+        .expect("mine")
+        .status
+        .expect("status")
+        .record;
+    assert_eq!(
+        record.expect("record").copies,
+        1,
+        "the operator's record stands"
+    );
+    // What is not the record stays RBAC's to decide.
+    hers.patch_status(
+        "mine",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&serde_json::json!({"status": {"total": 7}})),
+    )
+    .await
+    .expect("her role grants the status, and the policy leaves other fields alone");
+    running.assert_no_panic();
+    running.stop().await;
+}
+
 /// The record's three ways of taking a marked object as a declaration's own, on objects that
 /// carry both marks but that no reconcile of this process wrote: `open` (its record was
 /// opened before the copy was created, as by an operator stopped before it could record it)

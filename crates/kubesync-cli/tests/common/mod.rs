@@ -382,6 +382,23 @@ pub async fn install_service_account_policy(
     env.apply_yaml(&yaml).await.expect("the admission policy");
 }
 
+/// The record policy of `config/admission`, as installed.
+pub const RECORD_POLICY: &str = include_str!("../../../../config/admission/record_writers.yaml");
+
+/// Installs the record policy of `config/admission` on `env`, naming `operator` as the user
+/// the operator runs as (the only one that may change `status.record`).
+pub async fn install_record_policy(env: &kubesync_testenv::TestEnv, operator: &str) {
+    let yaml = RECORD_POLICY.replace(
+        "'system:serviceaccount:kubesync-system:kubesync'",
+        &format!("'{operator}'"),
+    );
+    assert!(
+        yaml != RECORD_POLICY,
+        "the policy's operator variable moved"
+    );
+    env.apply_yaml(&yaml).await.expect("the record policy");
+}
+
 /// The admission policy of `config/compat`, as installed.
 pub const COMPAT_SERVICE_ACCOUNT_POLICY: &str =
     include_str!("../../../../config/compat/compat_service_account_use.yaml");
