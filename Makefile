@@ -43,7 +43,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: upgrade-test publish-check helm helm-lint all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-peer bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: upgrade-test publish-check helm helm-lint node all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-peer bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -145,6 +145,11 @@ reference:
 
 helm:
 	@bash scripts/helm.sh >/dev/null
+
+# A real node's programs (kubelet, kube-scheduler, containerd, runc, a pause image) of
+# $(K8S_VERSION), built from the Go modules in hack/node and cached under ~/.cache/kubesync/node.
+node:
+	@bash scripts/node.sh >/dev/null
 
 helm-lint:
 	HELM=$$(bash scripts/helm.sh) && $$HELM lint --strict charts/kubesync && \
