@@ -90,14 +90,20 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&logs)?;
     let log = std::fs::File::create(logs.join("kubesync.log"))?;
     let started = Instant::now();
+    // As in a Pod, the operator's namespace is known: the records of the copies annotations
+    // made are kept there. `KUBESYNC_BENCH_BINARY` runs another build.
+    let binary = std::env::var_os("KUBESYNC_BENCH_BINARY")
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_kubesync").into());
     let mut child = Running(
-        Command::new(env!("CARGO_BIN_EXE_kubesync"))
+        Command::new(binary)
             .arg("run")
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path().map_err(|e| anyhow::anyhow!("{e}"))?)
             .args(["--telemetry-address", "none", "--metrics-address", "none"])
             .args(["--compat", "reflector", "--compat", "replicator"])
             .args(["--trusted-namespace", SOURCE_NS])
+            .env("POD_NAMESPACE", SOURCE_NS)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)

@@ -647,8 +647,9 @@ fn the_service_account_policy_follows_the_values() {
     );
 }
 
-/// The record policy names the ServiceAccount the chart runs the operator as (in the release's
-/// namespace), as the only one that may change `status.record`; it goes with its value.
+/// The record policy names the ServiceAccounts of the release's namespace (the chart runs the
+/// operator as one of them) as the only users that may change `status.record`; it goes with
+/// its value.
 #[test]
 fn the_record_policy_names_the_operators_service_account() {
     let defaults = render(&[]);
@@ -659,7 +660,7 @@ fn the_record_policy_names_the_operators_service_account() {
     );
     assert_eq!(
         policy["spec"]["variables"][0],
-        json!({"name": "operator", "expression": format!("'system:serviceaccount:{NS}:kubesync'")})
+        json!({"name": "operators", "expression": format!("'system:serviceaccount:{NS}:'")})
     );
     let deployment = find(&defaults, "Deployment", "kubesync");
     assert_eq!(

@@ -189,7 +189,7 @@ impl CompatController {
     }
 
     /// The watches the controller needs, per kind: the annotated objects (metadata only,
-    /// holding only the tools' annotations and never kubesync's copies), whose keys are its
+    /// holding only the tools' annotations and never kubesync's copies or records), whose keys are its
     /// declarations; and the copies annotations declared (metadata only), each mapped to
     /// the key of the source its marks name.
     pub fn watches(&self) -> Vec<(Watch, Watch)> {
@@ -198,7 +198,7 @@ impl CompatController {
             .map(|ar| {
                 let annotated = Watch::dynamic(ar.clone())
                     .metadata_only()
-                    .labels(&format!("!{MANAGED_BY}"))
+                    .labels(&format!("!{MANAGED_BY},!{}", super::records::RECORD_LABEL))
                     .transform(keep_tool_annotations);
                 let copies = Watch::dynamic(ar.clone())
                     .metadata_only()

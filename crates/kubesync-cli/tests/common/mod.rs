@@ -386,10 +386,11 @@ pub async fn install_service_account_policy(
 pub const RECORD_POLICY: &str = include_str!("../../../../config/admission/record_writers.yaml");
 
 /// Installs the record policy of `config/admission` on `env`, naming `operator` as the user
-/// the operator runs as (the only one that may change `status.record`).
+/// the operator runs as (the only one that may change `status.record`; installed, the policy
+/// admits every ServiceAccount of the operator's namespace).
 pub async fn install_record_policy(env: &kubesync_testenv::TestEnv, operator: &str) {
     let yaml = RECORD_POLICY.replace(
-        "'system:serviceaccount:kubesync-system:kubesync'",
+        "'system:serviceaccount:kubesync-system:'",
         &format!("'{operator}'"),
     );
     assert!(
