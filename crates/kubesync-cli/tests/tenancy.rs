@@ -1474,9 +1474,12 @@ async fn a_copy_never_carries_another_copiers_declaration_even_once_released() {
 
 /// Marks bound to their writer: a copy mark forged by a tenant, naming the uid of a declaration
 /// this operator cannot see (one in another cluster, a fleet manager that writes into this
-/// one), starts a clean-up of that uid here — which removes the forged object only, never the
-/// copies that declaration made (they carry its reference too). Without it, the local operator
-/// deleted the fleet's copies in every namespace, again each time they were made.
+/// one), starts a clean-up of that uid here — which never removes the copies that declaration
+/// made (they carry its reference too), nor, kubesync having no record of making it, the
+/// forged object itself: outside the trusted namespaces it is left in place, and the operator
+/// says so. The operator runs as a binary whose log is the witness, with no namespace of its
+/// own to keep records in (the clean-up then reads the marks, and must still delete nothing).
+/// Without the first rule, the local operator deleted the fleet's copies in every namespace.
 #[tokio::test]
 async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_copies() {
     let (env, _) = tenant_cluster("forged-mark").await;
@@ -1493,22 +1496,33 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
     // Her forgery: an annotation-declared copy of a source that is gone, with the fleet's uid
     // (and, as both marks are needed to be any declaration's copy, the gone source's reference).
     as_tina(&env, &format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: forged\n  namespace: t1\n  labels: {{kubesync.io/managed-by: {fleet_uid}, kubesync.io/declared-by: annotations}}\n  annotations: {{kubesync.io/source: core/Secret/t1/gone, kubesync.io/owner: \"local/t1/gone (Secret annotations)\"}}\nstringData: {{v: x}}\n")).await;
-    let running = start_operator(
-        Cluster::new("local", env.client().expect("client")),
-        OperatorOptions {
-            policy: tenant_policy(),
-            compat: vec![kubesync_cli::compat::Tool::Replicator],
-            ..Default::default()
-        },
+    let forged = secrets("t1").get("forged").await.expect("hers");
+    let log = std::env::temp_dir().join(format!("kubesync-forged-mark-{}.log", std::process::id()));
+    let _operator = RunningBinary(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path().expect("kubeconfig"))
+            .args(["--telemetry-address", "none", "--metrics-address", "none"])
+            .args(["--trusted-namespace", "kubesync-system"])
+            .args([
+                "--default-service-account",
+                COPIER,
+                "--compat",
+                "replicator",
+            ])
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .env_remove("POD_NAMESPACE")
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("run kubesync"),
     );
-    // The witness that the clean-up of that uid ran: the forged object, which carries that
-    // clean-up's own reference, is removed.
+    // The witness that the clean-up of that uid ran: it says it left the forged object.
     eventually("the clean-up of the forged uid ran", T, || async {
-        secrets("t1")
-            .get_opt("forged")
-            .await
-            .ok()
-            .filter(|s| s.is_none())
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains("left local/t1/forged in place: kubesync has no record of making it")
+            .then_some(())
     })
     .await;
     for (old, ns) in before.iter().zip(["victim", "quiet"]) {
@@ -1520,7 +1534,11 @@ async fn a_forged_mark_naming_another_clusters_declaration_deletes_none_of_its_c
             "the fleet's copy in {ns} untouched"
         );
     }
-    running.stop().await;
+    let still = secrets("t1")
+        .get("forged")
+        .await
+        .expect("hers, left in place");
+    assert_eq!(still.metadata.uid, forged.metadata.uid);
 }
 
 /// The ground of the forged-mark attacks: Tina may patch (not delete) the Deployments of t1,

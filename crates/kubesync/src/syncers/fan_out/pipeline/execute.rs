@@ -61,6 +61,8 @@ pub(super) struct Executor {
     /// Who removes a copy kubesync has no record of making (`None`: the cluster's own
     /// credentials; see [`Executor::unrecorded`]).
     unrecorded: Option<RemoveUnrecorded>,
+    /// The copies left in place already said so of (see `remove::first_left`).
+    left: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What carrying out a plan did.
@@ -92,6 +94,7 @@ impl Executor {
             waves: Arc::new(tokio::sync::Semaphore::new(waves(DEFAULT_SLOTS, 16))),
             confirm: parking_lot::Mutex::default(),
             unrecorded: None,
+            left: parking_lot::Mutex::default(),
         }
     }
 

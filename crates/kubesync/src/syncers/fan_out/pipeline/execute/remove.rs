@@ -12,6 +12,9 @@ use crate::syncers::fan_out::record::Unrecorded;
 use crate::syncers::fan_out::rules::{self, FIELD_MANAGER};
 use crate::syncers::fan_out::spec::DestinationRef;
 
+/// How many copies left in place the executor remembers having said so of.
+const LEFT_REMEMBERED: usize = 10_000;
+
 impl Executor {
     /// The cluster of `at` as the copy there (of `uid`) is removed: with its own credentials
     /// if `job`'s record says kubesync made it, else as the embedder says for copies it has
@@ -68,7 +71,11 @@ impl Executor {
         let cluster = match self.removing_as(ctx, &at, (uid.as_deref(), job)) {
             Ok(Ok(cluster)) => cluster,
             Ok(Err(why)) => {
-                tracing::warn!(destination = %at, orphan, "{}", left_in_place(&at, &why));
+                let message = left_in_place(&at, &why);
+                match self.first_left(&at, uid.as_deref()) {
+                    true => tracing::warn!(destination = %at, orphan, "{message}"),
+                    false => tracing::debug!(destination = %at, orphan, "{message}"),
+                }
                 return Done::deleted(false, None);
             }
             Err(e) => {
@@ -87,6 +94,17 @@ impl Executor {
             tracing::warn!(destination = %at, orphan, error = %e, "removing a copy failed");
         }
         Done::deleted(gone.is_ok(), uid.filter(|_| gone.is_ok()))
+    }
+
+    /// Whether the copy at `at` (of `uid`) is left in place for the first time (said once at
+    /// `warn`, then at `debug`: its clean-up is retried). At most [`LEFT_REMEMBERED`] are
+    /// remembered; beyond, the memory starts again.
+    fn first_left(&self, at: &DestinationRef, uid: Option<&str>) -> bool {
+        let mut left = self.left.lock();
+        if left.len() >= LEFT_REMEMBERED {
+            left.clear();
+        }
+        left.insert(format!("{at}/{}", uid.unwrap_or_default()))
     }
 
     /// Keeps a copy and removes kubesync's marks from it: it becomes an ordinary object. A
