@@ -214,12 +214,18 @@ impl CompatController {
     pub fn release(&self, keep: impl Fn(&ObjectKey) -> bool) {
         self.announced.lock().retain(|k, _| keep(k));
         self.summaries.lock().retain(|k, _| keep(k));
+        if let Some(records) = &self.records {
+            records.release(&keep);
+        }
     }
 
     /// Forgets (in memory only) one object: a replica of `--sharded` that does not work on it.
     pub fn forget(&self, key: &ObjectKey) {
         self.announced.lock().remove(key);
         self.summaries.lock().remove(key);
+        if let Some(records) = &self.records {
+            records.release(|k| k != key);
+        }
     }
 
     /// Which copies each source made (fed by the copies' watch: see [`CopyIndex::note`]).

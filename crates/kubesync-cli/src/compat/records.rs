@@ -148,6 +148,13 @@ impl CompatRecords {
         &self.namespace
     }
 
+    /// Forgets (in memory only) the records of the objects for which `keep` is false: a
+    /// replica of `--sharded` that no longer works on them reads them again if it does once
+    /// more (another replica may have written them meanwhile).
+    pub fn release(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        self.held.lock().retain(|k, _| keep(k));
+    }
+
     /// What the ConfigMap of `key` holds (read once, then as held).
     async fn load(&self, key: &ObjectKey) -> kubesync::Result<Option<Kept>> {
         if let Some(held) = self.held.lock().get(key) {
