@@ -105,6 +105,15 @@ Checks of values that would give a broken install.
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the Service kubesync-metrics" -}}
 {{- end -}}
+{{- range .Values.extraEnv -}}
+{{- $name := .name | default "" | toString -}}
+{{- if not $name -}}
+{{- fail "extraEnv: every entry needs a name (a container's env entry: name and value or valueFrom)" -}}
+{{- end -}}
+{{- if or (has $name (list "POD_NAMESPACE" "POD_NAME")) (hasPrefix "KUBESYNC_" $name) -}}
+{{- fail (printf "extraEnv: %s is set by the chart (POD_NAMESPACE, POD_NAME and KUBESYNC_* follow its values: telemetryAddress, metrics.*, logFormat)" $name) -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/*

@@ -582,6 +582,63 @@ fn values_reach_the_deployment() {
     );
 }
 
+/// What a node without a Pod network needs: `hostNetwork` (with the DNS policy that goes with
+/// it) and extra environment after the chart's own (the in-cluster address a Pod must dial
+/// there); by default neither is rendered. An entry that would shadow the chart's own
+/// variables, or has no name, is refused, naming it.
+#[test]
+fn host_network_and_extra_environment_reach_the_pod() {
+    let defaults = render(&[]);
+    let pod = &find(&defaults, "Deployment", "kubesync")["spec"]["template"]["spec"];
+    assert!(pod.get("hostNetwork").is_none() && pod.get("dnsPolicy").is_none());
+    let chart = render(&[
+        "--set",
+        "hostNetwork=true",
+        "--set-json",
+        r#"extraEnv=[{"name":"KUBERNETES_SERVICE_HOST","value":"127.0.0.1"},{"name":"KUBERNETES_SERVICE_PORT","value":"6443"}]"#,
+    ]);
+    let pod = &find(&chart, "Deployment", "kubesync")["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    let c = container(&chart);
+    assert_eq!(
+        env_value(c, "KUBERNETES_SERVICE_HOST"),
+        Some(json!("127.0.0.1"))
+    );
+    assert_eq!(env_value(c, "KUBERNETES_SERVICE_PORT"), Some(json!("6443")));
+    assert_eq!(
+        c["env"].as_array().expect("env").last().expect("one")["name"],
+        "KUBERNETES_SERVICE_PORT",
+        "after the chart's own"
+    );
+    let helm = Helm::offline();
+    let chart = self::chart();
+    for (env, words) in [
+        (
+            r#"[{"name":"KUBESYNC_LOG_FORMAT","value":"text"}]"#,
+            "extraEnv: KUBESYNC_LOG_FORMAT is set by the chart",
+        ),
+        (
+            r#"[{"name":"POD_NAME","value":"x"}]"#,
+            "extraEnv: POD_NAME is set by the chart",
+        ),
+        (r#"[{"value":"x"}]"#, "extraEnv: every entry needs a name"),
+    ] {
+        let out = helm.run(&[
+            "template",
+            RELEASE,
+            chart.as_str(),
+            "--set-json",
+            &format!("extraEnv={env}"),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(words),
+            "{env}: {stderr}"
+        );
+    }
+}
+
 /// The admission policy that checks who may use a ServiceAccount follows the values that
 /// render the operator's flags: the default ServiceAccount, the trusted namespaces (the
 /// release's, and each of `trustedNamespaces`, globs as anchored regular expressions, which
