@@ -1781,6 +1781,18 @@ async fn only_the_operator_changes_the_record_of_the_copies_it_made() {
     .await
     .expect("grant");
     install_record_policy(&env, OPERATOR).await;
+    // A policy is in force a moment after it is made (seconds, on older releases): until an
+    // admin's change of a probe's record is refused.
+    apply(&env, &format!("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: probe, namespace: {ns}}}\nspec:\n  source: {{kind: ConfigMap, name: none}}\n  destinations: [{{namespace: {ns}, name: none}}]\n")).await;
+    let admins: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), ns);
+    eventually("the record policy in force", T, || async {
+        let probe = serde_json::json!({"status": {"record": {"copies": 0, "made": "", "seeded": format!("{:?}", std::time::Instant::now())}}});
+        let answer = admins
+            .patch_status("probe", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&probe))
+            .await;
+        matches!(answer, Err(kube::Error::Api(s)) if s.code == 403).then_some(())
+    })
+    .await;
     apply(&env, &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src, namespace: {ns}}}\ndata: {{a: \"1\"}}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: mine, namespace: {ns}}}\nspec:\n  source: {{kind: ConfigMap, name: src}}\n  destinations: [{{namespace: {ns}, name: copy}}]\n")).await;
     let running = start_operator(
         Cluster::new("local", env.client_as(OPERATOR).expect("operator")),
