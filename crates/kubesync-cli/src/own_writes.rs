@@ -115,8 +115,8 @@ impl OwnWrites {
 
 /// The records of the copies kubesync made are kept in the status of the ObjectSync or
 /// ClusterObjectSync that declares them ([`ObjectSyncStatus::record`](crate::crd::ObjectSyncStatus::record)).
-/// Other declarations (the compat tools' annotations) keep none: their records are held in
-/// memory only.
+/// Other declarations' records (the compat tools' annotations) are kept elsewhere
+/// ([`crate::compat::records`]; [`Ledgers`] opens each kind's where it is kept).
 impl Ledger for OwnWrites {
     /// Merges `openSince` into the declaration's `status.record`, unconditionally (opening
     /// only widens what a restart takes as made; this writer's next status write of the
