@@ -563,23 +563,29 @@ async fn large_copies_are_held_as_prints_and_judged_as_before() {
     }
     // Each apply of a copy (the revert, both follows) asks the apiserver not to decode its
     // 20 KB body a second time for field validation (`fieldValidation=Ignore`).
-    let applies: Vec<String> = env
-        .audit()
-        .expect("audit")
-        .into_iter()
-        .filter(|e| {
-            e.verb == "patch"
-                && e.request_uri.contains("force=true")
-                && e.object_ref
-                    .as_ref()
-                    .is_some_and(|o| o.resource == "configmaps" && o.name == "big")
-        })
-        .map(|e| e.request_uri)
-        .collect();
-    assert!(
-        applies.len() >= 3,
-        "the revert and both follows: {applies:?}"
-    );
+    // A write another client has seen the effect of may not be in the log yet (the
+    // apiserver writes its line when the handler returns): wait for all three.
+    let applies = eventually(
+        "the revert and both follows in the audit log",
+        T,
+        || async {
+            let applies: Vec<String> = env
+                .audit()
+                .ok()?
+                .into_iter()
+                .filter(|e| {
+                    e.verb == "patch"
+                        && e.request_uri.contains("force=true")
+                        && e.object_ref
+                            .as_ref()
+                            .is_some_and(|o| o.resource == "configmaps" && o.name == "big")
+                })
+                .map(|e| e.request_uri)
+                .collect();
+            (applies.len() >= 3).then_some(applies)
+        },
+    )
+    .await;
     assert!(
         applies
             .iter()

@@ -103,6 +103,21 @@ pub struct AuditUser {
     /// The user name.
     #[serde(default)]
     pub username: String,
+    /// What the authenticator added: for a Pod's ServiceAccount token,
+    /// `authentication.kubernetes.io/pod-name` (and `pod-uid`, `node-name`) tell which Pod
+    /// sent the request.
+    #[serde(default)]
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl AuditUser {
+    /// The name of the Pod whose ServiceAccount token authenticated the request, if any.
+    pub fn pod_name(&self) -> Option<&str> {
+        self.extra
+            .get("authentication.kubernetes.io/pod-name")
+            .and_then(|v| v.first())
+            .map(String::as_str)
+    }
 }
 
 /// The object an [`AuditEvent`] addressed.
@@ -208,8 +223,11 @@ impl AuditEvent {
 
 impl TestEnv {
     /// Every request recorded so far, oldest first (the environment must have been built with
-    /// [`TestEnvBuilder::audit`](crate::TestEnvBuilder::audit)). The apiserver writes a line
-    /// before it answers, so a request whose answer the caller has seen is in the log.
+    /// [`TestEnvBuilder::audit`](crate::TestEnvBuilder::audit)). The apiserver writes a
+    /// request's line when its handler returns: a large answer may reach the caller first, and
+    /// another client may see a write's effect (a watch event, a read) before its line is
+    /// written. To count writes someone else made, wait for the count
+    /// ([`eventually`](crate::eventually)) rather than read the log once.
     pub fn audit(&self) -> Result<Vec<AuditEvent>, Error> {
         let path = self.dir.join(LOG);
         let text = std::fs::read_to_string(&path)
