@@ -118,14 +118,20 @@ pub fn kubectl() -> Result<PathBuf, Error> {
 
 /// The directory where the project script caches the binaries of [`kubernetes_version`].
 pub fn cache_dir() -> PathBuf {
-    let root = std::env::var_os("KUBESYNC_CACHE_DIR")
+    cache_root()
+        .join("control-plane")
+        .join(kubernetes_version())
+}
+
+/// `$KUBESYNC_CACHE_DIR`, else `~/.cache/kubesync`: where every built program is kept.
+pub(crate) fn cache_root() -> PathBuf {
+    std::env::var_os("KUBESYNC_CACHE_DIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
             PathBuf::from(home).join(".cache").join("kubesync")
-        });
-    root.join("control-plane").join(kubernetes_version())
+        })
 }
 
 fn script_path() -> PathBuf {

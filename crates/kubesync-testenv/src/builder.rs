@@ -21,6 +21,8 @@ pub struct TestEnvBuilder {
     /// Run every controller of kube-controller-manager's default set, not only those of
     /// [`TestEnvBuilder::with_controller_manager`].
     pub(crate) all_controllers: bool,
+    /// The nodes [`TestEnv::start_node`] may start ([`TestEnvBuilder::node`]).
+    pub(crate) nodes: Vec<String>,
 }
 
 impl TestEnvBuilder {
@@ -36,6 +38,7 @@ impl TestEnvBuilder {
             audit: false,
             audit_also: crate::audit::AuditAlso::default(),
             all_controllers: false,
+            nodes: Vec::new(),
         }
     }
 
@@ -121,6 +124,20 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Declares a node the test starts with [`TestEnv::start_node`]: the control plane then
+    /// runs as a cluster with nodes does — kube-scheduler, every controller
+    /// ([`TestEnvBuilder::with_all_controllers`]), the Node authorizer and the NodeRestriction
+    /// and ServiceAccount admission plugins (Pods get their ServiceAccount's token) — and the
+    /// node's credentials (user `system:node:<name>`, group `system:nodes`) are known. The
+    /// node programs are located, or built, by [`NodeBinaries::locate`](crate::NodeBinaries).
+    pub fn node(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self = self.with_all_controllers();
+        self = self.user(format!("system:node:{name}"), &["system:nodes"]);
+        self.nodes.push(name);
+        self
+    }
+
     /// Starts the environment and waits until the apiserver is ready.
     pub async fn start(self) -> Result<TestEnv, Error> {
         let binaries = match self.binaries.clone() {
@@ -136,7 +153,15 @@ impl TestEnvBuilder {
                     .into(),
             ));
         }
-        TestEnv::launch(self, binaries).await
+        let nodes = match self.nodes.is_empty() {
+            true => None,
+            false => Some(
+                tokio::task::spawn_blocking(crate::NodeBinaries::locate)
+                    .await
+                    .map_err(|e| Error::Process(format!("node lookup panicked: {e}")))??,
+            ),
+        };
+        TestEnv::launch(self, binaries, nodes).await
     }
 
     /// Starts the environment from synchronous code, on a private runtime thread.

@@ -21,12 +21,15 @@ pub struct TestEnv {
     pub(crate) ca_pem: String,
     pub(crate) admin_token: String,
     pub(crate) users: Vec<User>,
-    // Field order matters: the controller manager and apiserver stop before etcd.
+    // Field order matters: the scheduler, controller manager and apiserver stop before etcd.
+    pub(crate) scheduler: Option<Process>,
     pub(crate) controller_manager: Option<Process>,
     pub(crate) apiserver: Option<Process>,
     pub(crate) etcd: Option<Process>,
     pub(crate) apiserver_args: Vec<String>,
     pub(crate) binaries: Binaries,
+    /// The programs of the nodes declared with [`TestEnvBuilder::node`].
+    pub(crate) node_binaries: Option<crate::NodeBinaries>,
     pub(crate) keep_dir: bool,
 }
 
@@ -99,11 +102,16 @@ impl TestEnv {
 
     /// The process ids of the running control-plane processes.
     pub fn pids(&self) -> Vec<u32> {
-        [&self.etcd, &self.apiserver, &self.controller_manager]
-            .into_iter()
-            .flatten()
-            .map(Process::pid)
-            .collect()
+        [
+            &self.etcd,
+            &self.apiserver,
+            &self.controller_manager,
+            &self.scheduler,
+        ]
+        .into_iter()
+        .flatten()
+        .map(Process::pid)
+        .collect()
     }
 
     /// Stops the apiserver (etcd keeps running), to simulate an unreachable cluster.
@@ -195,6 +203,7 @@ impl TestEnv {
     /// Stops every process now and removes the directory (also done on drop).
     pub fn stop(&mut self) {
         for p in [
+            self.scheduler.take(),
             self.controller_manager.take(),
             self.apiserver.take(),
             self.etcd.take(),

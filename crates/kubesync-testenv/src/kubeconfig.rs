@@ -12,7 +12,7 @@ use crate::{Error, TestEnv};
 
 impl TestEnv {
     /// This environment's context for `user`, authenticated by `token`.
-    fn entry<'a>(&'a self, user: &'a str, token: &'a str) -> KubeconfigEntry<'a> {
+    pub(crate) fn entry<'a>(&'a self, user: &'a str, token: &'a str) -> KubeconfigEntry<'a> {
         KubeconfigEntry {
             context: &self.name,
             server: &self.server,

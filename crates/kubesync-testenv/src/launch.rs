@@ -16,6 +16,7 @@ impl TestEnv {
     pub(crate) async fn launch(
         builder: TestEnvBuilder,
         binaries: Binaries,
+        node_binaries: Option<crate::NodeBinaries>,
     ) -> Result<TestEnv, Error> {
         let started = Instant::now();
         let dir = make_dir(&builder.name)?;
@@ -30,6 +31,9 @@ impl TestEnv {
         let etcd = Process::spawn("etcd", &binaries.etcd, &etcd_args, &dir.join("etcd.log"))?;
 
         let mut apiserver_args = apiserver_args(&dir, &etcd_url, api_port, &files);
+        if node_binaries.is_some() {
+            with_nodes(&mut apiserver_args);
+        }
         if builder.audit {
             let policy = crate::audit::policy(builder.audit_also);
             let policy = write(&dir, "audit-policy.yaml", &policy)?;
@@ -53,6 +57,8 @@ impl TestEnv {
             etcd: Some(etcd),
             apiserver_args,
             binaries,
+            node_binaries,
+            scheduler: None,
             keep_dir: std::env::var_os("KUBESYNC_TESTENV_KEEP").is_some(),
         };
         env.start_apiserver(builder.startup_timeout).await?;
@@ -60,6 +66,9 @@ impl TestEnv {
         if builder.controller_manager {
             env.start_controller_manager(builder.all_controllers, &files)
                 .await?;
+        }
+        if env.node_binaries.is_some() {
+            env.start_scheduler().await?;
         }
         tracing::info!(
             cluster = %env.name,
@@ -98,6 +107,8 @@ impl TestEnv {
             format!("--root-ca-file={}", files.ca.display()),
             "--use-service-account-credentials=false".into(),
             "--concurrent-namespace-syncs=5".into(),
+            // Else it creates /usr/libexec/kubernetes/kubelet-plugins/volume/exec.
+            format!("--flex-volume-plugin-dir={}", self.dir.join("flex").display()),
             "--namespace-sync-period=10s".into(),
             "--v=1".into(),
         ];
@@ -120,6 +131,43 @@ impl TestEnv {
             )));
         }
         self.controller_manager = Some(cm);
+        Ok(())
+    }
+
+    /// Spawns kube-scheduler (of the node programs' release) as the admin, serving its health
+    /// on a free loopback port, and checks that it has not exited at once.
+    async fn start_scheduler(&mut self) -> Result<(), Error> {
+        let kubeconfig = write(&self.dir, "scheduler.kubeconfig", &self.kubeconfig_yaml())?;
+        let program = self
+            .node_binaries
+            .as_ref()
+            .map(|b| b.program("kube-scheduler"))
+            .ok_or_else(|| Error::Binaries("kube-scheduler missing".into()))?;
+        let k = kubeconfig.display();
+        let args = vec![
+            format!("--kubeconfig={k}"),
+            format!("--authentication-kubeconfig={k}"),
+            format!("--authorization-kubeconfig={k}"),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()?),
+            format!("--cert-dir={}", self.dir.join("scheduler-certs").display()),
+            "--v=1".into(),
+        ];
+        let mut s = Process::spawn(
+            "kube-scheduler",
+            &program,
+            &args,
+            &self.dir.join("kube-scheduler.log"),
+        )?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some(status) = s.exited() {
+            return Err(Error::Process(format!(
+                "kube-scheduler exited ({status}):\n{}",
+                s.log_tail(30)
+            )));
+        }
+        self.scheduler = Some(s);
         Ok(())
     }
 
@@ -280,6 +328,18 @@ fn apiserver_args(dir: &Path, etcd_url: &str, api_port: u16, files: &Files) -> V
     ]
 }
 
+/// kube-apiserver's arguments changed for a cluster with nodes: kubelets authorized as nodes
+/// (the Node authorizer, NodeRestriction), Pods given their ServiceAccount's token.
+fn with_nodes(args: &mut [String]) {
+    for a in args.iter_mut() {
+        if a == "--authorization-mode=RBAC" {
+            *a = "--authorization-mode=Node,RBAC".into();
+        } else if a == "--disable-admission-plugins=ServiceAccount" {
+            *a = "--enable-admission-plugins=NodeRestriction".into();
+        }
+    }
+}
+
 fn http_get(path: &str) -> http::Request<Vec<u8>> {
     let mut req = http::Request::new(Vec::new());
     *req.uri_mut() = path.parse().unwrap_or_default();
@@ -287,7 +347,7 @@ fn http_get(path: &str) -> http::Request<Vec<u8>> {
 }
 
 /// A free loopback port, never handed out twice in this process.
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     static USED: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     let mut used = USED.lock();
     let used = used.get_or_insert_with(HashSet::new);

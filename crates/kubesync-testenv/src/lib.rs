@@ -47,6 +47,10 @@
 //!   [`TestEnv::compact_etcd`], [`TestEnv::delete_from_etcd`], and the audit log of every
 //!   write ([`TestEnvBuilder::audit`], [`TestEnv::audit`]); a [`Proxy`] a test blocks and
 //!   unblocks between a client and an apiserver (a partition).
+//! - Nodes: [`TestEnvBuilder::node`] declares one, [`TestEnv::start_node`] starts a kubelet and
+//!   containerd of the same release ([`Node`]), with kube-scheduler and every controller;
+//!   images come from archives ([`Node::import_image`]), Pods run with `hostNetwork`, and a
+//!   [`ConnectionWitness`] tells every address their containers dialled.
 //! - Waiting in tests: [`eventually`].
 #![deny(unsafe_code)]
 
@@ -59,8 +63,10 @@ mod env;
 mod error;
 pub mod fixtures;
 mod helm;
+mod host;
 mod kubeconfig;
 mod launch;
+mod node;
 mod process;
 mod proxy;
 mod users;
@@ -74,6 +80,8 @@ pub use builder::TestEnvBuilder;
 pub use env::TestEnv;
 pub use error::Error;
 pub use helm::helm;
+pub use host::ConnectionWitness;
 pub use kubeconfig::{KubeconfigEntry, kubeconfig_yaml, merged_kubeconfig};
+pub use node::{Node, NodeBinaries};
 pub use proxy::Proxy;
 pub use wait::{POLL_INTERVAL, eventually};
