@@ -105,14 +105,34 @@ Checks of values that would give a broken install.
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor scrapes the Service kubesync-metrics" -}}
 {{- end -}}
+{{- if .Values.podDisruptionBudget.enabled -}}
+{{- $max := .Values.podDisruptionBudget.maxUnavailable | toString -}}
+{{- if not (regexMatch "^([1-9][0-9]*|[1-9][0-9]?%|100%)$" $max) -}}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %q: give a number of Pods (1 or more) or a percentage (1%%-100%%); 0 would refuse every eviction, so no node drain would ever finish" $max) -}}
+{{- end -}}
+{{- end -}}
 {{- range .Values.extraEnv -}}
 {{- $name := .name | default "" | toString -}}
 {{- if not $name -}}
 {{- fail "extraEnv: every entry needs a name (a container's env entry: name and value or valueFrom)" -}}
 {{- end -}}
-{{- if or (has $name (list "POD_NAMESPACE" "POD_NAME")) (hasPrefix "KUBESYNC_" $name) -}}
-{{- fail (printf "extraEnv: %s is set by the chart (POD_NAMESPACE, POD_NAME and KUBESYNC_* follow its values: telemetryAddress, metrics.*, logFormat)" $name) -}}
+{{- if or (has $name (list "POD_NAMESPACE" "POD_NAME" "POD_IP")) (hasPrefix "KUBESYNC_" $name) -}}
+{{- fail (printf "extraEnv: %s is set by the chart (POD_NAMESPACE, POD_NAME, POD_IP and KUBESYNC_* follow its values: telemetryAddress, metrics.*, logFormat)" $name) -}}
 {{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The Deployment's update strategy: .Values.strategy when given; with hostNetwork, one Pod
+replaced at a time and none added (a new Pod needs a node whose ports are free, and the old
+Pods hold them); else Kubernetes' default (one Pod added, then an old one removed).
+*/}}
+{{- define "kubesync.strategy" -}}
+{{- if .Values.strategy -}}
+{{- toYaml .Values.strategy -}}
+{{- else if .Values.hostNetwork -}}
+type: RollingUpdate
+rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
 {{- end -}}
 {{- end }}
 

@@ -55,6 +55,9 @@ pub fn step(lease: Option<&LeaseSpec>, me: &str, expired: bool) -> Step {
     }
 }
 
+/// When a replica last read the Lease (its own clock), as its elector notes it.
+pub type LastRead = Arc<parking_lot::Mutex<Option<Instant>>>;
+
 /// One replica's side of the election.
 pub struct Elector {
     api: Api<Lease>,
@@ -68,6 +71,8 @@ pub struct Elector {
     holder: Option<String>,
     /// The write permit its renewals feed (see [`crate::fence`]).
     permit: Option<Arc<WritePermit>>,
+    /// Noted at every read of the Lease ([`Elector::with_last_read`]).
+    last_read: Option<LastRead>,
 }
 
 impl Elector {
@@ -88,6 +93,7 @@ impl Elector {
             observed: None,
             holder: None,
             permit: None,
+            last_read: None,
         }
     }
 
@@ -95,6 +101,12 @@ impl Elector {
     /// connections the runtime it is held on drives).
     pub fn with_client(mut self, client: kube::Client) -> Self {
         self.api = Api::namespaced(client, &self.namespace);
+        self
+    }
+
+    /// Notes in `last_read` when each read of the Lease succeeded (a standby's readiness).
+    pub fn with_last_read(mut self, last_read: LastRead) -> Self {
+        self.last_read = Some(last_read);
         self
     }
 
@@ -128,6 +140,9 @@ impl Elector {
     /// One attempt to acquire or renew: whether this replica holds the Lease afterwards.
     pub async fn try_once(&mut self) -> kube::Result<bool> {
         let lease = self.api.get_opt(&self.name).await?;
+        if let Some(last) = &self.last_read {
+            *last.lock() = Some(Instant::now());
+        }
         let rv = lease
             .as_ref()
             .and_then(|l| l.metadata.resource_version.clone())

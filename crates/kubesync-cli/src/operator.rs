@@ -107,6 +107,9 @@ pub struct Operator {
     ctx: OnceLock<Context>,
     /// With leader election: whether this replica leads.
     leader: Mutex<Option<bool>>,
+    /// With leader election: when this replica last read the leader Lease (a standby that
+    /// reads it can take over: it is ready).
+    lease_read: crate::leader::LastRead,
     /// Liveness fails when the loop has not turned for this long.
     stuck_after: Duration,
     /// With `--compat`: the annotation-declared syncs.
@@ -218,6 +221,7 @@ impl Operator {
             lags,
             ctx: OnceLock::new(),
             leader: Mutex::new(None),
+            lease_read: crate::leader::LastRead::default(),
             stuck_after: options.stuck_after,
             shards: options.shards,
             resync: options.resync,
@@ -248,6 +252,16 @@ impl Operator {
     /// Records whether this replica leads (`None`: no leader election).
     pub fn set_leader(&self, leading: Option<bool>) {
         *self.leader.lock() = leading;
+    }
+
+    /// Where the elector notes each read of the leader Lease.
+    pub fn lease_read(&self) -> crate::leader::LastRead {
+        self.lease_read.clone()
+    }
+
+    /// How long ago this replica last read the leader Lease; `None` if it never did.
+    pub fn lease_read_ago(&self) -> Option<Duration> {
+        self.lease_read.lock().map(|at| at.elapsed())
     }
 
     /// Whether this replica leads; `None` without leader election.

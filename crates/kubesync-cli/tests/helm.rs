@@ -600,6 +600,20 @@ fn host_network_and_extra_environment_reach_the_pod() {
     let pod = &find(&chart, "Deployment", "kubesync")["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
     assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    // A surge Pod would find no node with its ports free: one replaced at a time instead.
+    assert_eq!(
+        find(&chart, "Deployment", "kubesync")["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}})
+    );
+    assert!(
+        find(&defaults, "Deployment", "kubesync")["spec"]
+            .get("strategy")
+            .is_none()
+    );
+    assert_eq!(
+        find(&defaults, "PodDisruptionBudget", "kubesync")["spec"]["maxUnavailable"],
+        1
+    );
     let c = container(&chart);
     assert_eq!(
         env_value(c, "KUBERNETES_SERVICE_HOST"),
@@ -785,6 +799,15 @@ fn values_that_would_break_the_install_are_refused() {
             vec!["--set-json", r#"trustedNamespaces=["x'] || true || ['"]"#],
             "trustedNamespaces",
         ),
+        // A budget that refuses every eviction: no drain would ever finish.
+        (
+            vec!["--set", "podDisruptionBudget.maxUnavailable=0"],
+            "no node drain would ever finish",
+        ),
+        (
+            vec!["--set", "podDisruptionBudget.maxUnavailable=0%"],
+            "podDisruptionBudget.maxUnavailable",
+        ),
     ] {
         let mut all = vec!["template", RELEASE, chart.as_str(), "--namespace", NS];
         all.extend(&args);
@@ -845,6 +868,7 @@ async fn run_as_deployed(env: &TestEnv, kubeconfig: &Path, log: &Path) -> (Runni
             }
             (_, Some("metadata.namespace")) => NS.to_string(),
             (_, Some("metadata.name")) => "kubesync-helm-0".to_string(),
+            (_, Some("status.podIP")) => "127.0.0.1".to_string(),
             (name, Some(other)) => panic!("{name}: unexpected fieldRef {other}"),
             (_, None) => var.value.clone().unwrap_or_default(),
         };

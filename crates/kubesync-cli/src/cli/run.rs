@@ -284,6 +284,7 @@ async fn lead(
         &election.identity,
         crate::leader::Timing::default(),
     )
+    .with_last_read(operator.lease_read())
     .with_permit(permit.clone());
     operator.set_leader(Some(false));
     tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", election.namespace, election.name), "waiting to become the leader");

@@ -345,9 +345,9 @@ pub fn liveness(operator: &Operator) -> (bool, String) {
 /// shards) do not make a working replica unready while they list.
 pub fn readiness(operator: &Operator) -> (bool, String) {
     if operator.leader() == Some(false) {
-        return (
-            false,
-            "standby: another replica holds the leader Lease".into(),
+        return standby(
+            operator.lease_read_ago(),
+            crate::leader::Timing::default().lease_duration,
         );
     }
     if let Some(shards) = operator.shards()
@@ -373,10 +373,48 @@ pub fn readiness(operator: &Operator) -> (bool, String) {
     }
 }
 
+/// A standby's readiness: ready while it reads the leader Lease (it can take over when the
+/// leader stops), so a rolling update and a node drain go on with it; not ready once it has
+/// not read the Lease for a Lease duration (`read_ago`: since its last read).
+pub fn standby(
+    read_ago: Option<std::time::Duration>,
+    lease: std::time::Duration,
+) -> (bool, String) {
+    match read_ago {
+        Some(ago) if ago < lease => (
+            true,
+            "standby: ready to take over; another replica holds the leader Lease".into(),
+        ),
+        Some(ago) => (
+            false,
+            format!(
+                "standby: cannot read the leader Lease (last read {} s ago), so it could not take over",
+                ago.as_secs()
+            ),
+        ),
+        None => (false, "standby: has not read the leader Lease yet".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_standby_is_ready_while_it_reads_the_lease() {
+        let lease = Duration::from_secs(15);
+        let (ready, why) = standby(Some(Duration::from_secs(2)), lease);
+        assert!(ready, "{why}");
+        assert!(why.contains("ready to take over"), "{why}");
+        let (ready, why) = standby(Some(Duration::from_secs(15)), lease);
+        assert!(!ready);
+        assert!(
+            why.contains("cannot read the leader Lease (last read 15 s ago)"),
+            "{why}"
+        );
+        assert!(!standby(None, lease).0);
+    }
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
