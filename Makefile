@@ -36,6 +36,11 @@
 #   make helm-lint      helm lint --strict of charts/kubesync, with its defaults and every option
 #   make image          build the container image as an OCI archive (buildah; no daemon, no registry)
 #   make image-test     unpack that image and run kubesync inside it with chroot
+#   make node           kubelet, kube-scheduler, containerd, runc and a pause image of $(K8S_VERSION)
+#                       from Go modules, cached under ~/.cache/kubesync/node (10-20 minutes cold)
+#   make node-test      the chart's Pods on real nodes (make node, make image, helm), one test at a
+#                       time: install, evictions and a deleted leader, a rolling restart, a frozen
+#                       leader, an apiserver outage, three sharded Pods, 10 000 copies' memory
 #   make docs           the book (docs/src, docs/book.toml) into target/book, with its link check
 #                       (mdBook from crates.io, installed once under ~/.cache/kubesync)
 #   make clean          remove build outputs (keeps the cached control-plane binaries)
@@ -43,7 +48,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= auto
 
-.PHONY: upgrade-test publish-check helm helm-lint node all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-peer bench-pull control-plane crds reference image image-test docs clean clean-cache
+.PHONY: upgrade-test publish-check helm helm-lint node node-test all test test-k8s test-oldest fmt-check clippy unit demo dashboard chaos bench bench-check bench-memory bench-compat bench-sharded bench-peer bench-pull control-plane crds reference image image-test docs clean clean-cache
 
 # The Kubernetes release of the test ground: unset means the newest the project pins.
 ifdef K8S_VERSION
@@ -150,6 +155,13 @@ helm:
 # $(K8S_VERSION), built from the Go modules in hack/node and cached under ~/.cache/kubesync/node.
 node:
 	@bash scripts/node.sh >/dev/null
+
+# The chart's Pods on real nodes (kubelet + containerd of $(K8S_VERSION), built from Go modules
+# by `make node`, cached), from the image `make image` builds: tests/node of kubesync-cli and the
+# test environment's own node test, one test at a time (a machine runs one test's nodes at once).
+node-test: control-plane node helm image
+	$(CARGO) test -p kubesync-testenv --test node -- --ignored --test-threads=1
+	$(CARGO) test -p kubesync-cli --test node -- --ignored --test-threads=1 --nocapture
 
 helm-lint:
 	HELM=$$(bash scripts/helm.sh) && $$HELM lint --strict charts/kubesync && \

@@ -156,9 +156,17 @@ pub fn free_port() -> u16 {
 
 /// Sends one request and returns (status code, body); `None` if nothing listens yet.
 pub async fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
+    request_at(std::net::Ipv4Addr::LOCALHOST.into(), port, method, path).await
+}
+
+/// [`request`] to `host` (a loopback address: a node's Pod).
+pub async fn request_at(
+    host: std::net::IpAddr,
+    port: u16,
+    method: &str,
+    path: &str,
+) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
     let head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
     stream.write_all(head.as_bytes()).await.ok()?;
     let mut response = String::new();
@@ -721,6 +729,24 @@ pub async fn request_tls(
     token: Option<&str>,
     ca_pem: Option<(&str, &str)>,
 ) -> Option<(u16, String)> {
+    request_tls_to(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        port,
+        path,
+        token,
+        ca_pem,
+    )
+    .await
+}
+
+/// [`request_tls`] to `host` (a loopback address: a node's Pod).
+pub async fn request_tls_to(
+    host: std::net::IpAddr,
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+    ca_pem: Option<(&str, &str)>,
+) -> Option<(u16, String)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -746,9 +772,7 @@ pub async fn request_tls(
         ),
     };
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
+    let tcp = tokio::net::TcpStream::connect((host, port)).await.ok()?;
     let name = rustls_pki_types::ServerName::try_from(name).ok()?;
     let mut stream = connector.connect(name, tcp).await.ok()?;
     let auth = token
