@@ -342,9 +342,8 @@ impl Node {
             &self.layout.dir.join("containerd.log"),
         )?;
         host::adopt(&self.layout.cgroup, p.pid())?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            // Serving is not enough: kubelet needs the CRI plugin, which may fail to load.
+        // Serving is not enough: kubelet needs the CRI plugin, which may fail to load.
+        wait_started(&mut p, "containerd", Duration::from_secs(30), |p| {
             let plugins = self.ctr(&["plugins", "ls"]).unwrap_or_default();
             let cri = plugins.lines().find(|l| {
                 l.split_whitespace()
@@ -352,34 +351,22 @@ impl Node {
                     .eq(["io.containerd.grpc.v1", "cri"])
             });
             match cri.and_then(|l| l.split_whitespace().last()) {
-                Some("ok") => break,
+                Some("ok") => Ok(true),
                 Some(_) => {
                     let log = std::fs::read_to_string(&p.log).unwrap_or_default();
                     let failed: Vec<&str> = log
                         .lines()
                         .filter(|l| l.contains("failed to load plugin"))
                         .collect();
-                    return Err(Error::Process(format!(
+                    Err(Error::Process(format!(
                         "containerd's CRI plugin did not load:\n{}",
                         failed.join("\n")
-                    )));
+                    )))
                 }
-                None => {}
+                None => Ok(false),
             }
-            if let Some(status) = p.exited() {
-                return Err(Error::Process(format!(
-                    "containerd exited ({status}):\n{}",
-                    p.log_tail(30)
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout(format!(
-                    "containerd not serving after 30 s:\n{}",
-                    p.log_tail(30)
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await?;
         self.containerd = Some(p);
         Ok(())
     }
@@ -410,22 +397,11 @@ impl Node {
             &d.join("kubelet.log"),
         )?;
         host::adopt(&self.layout.cgroup, p.pid())?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !healthz(self.layout.address, self.layout.healthz_port) {
-            if let Some(status) = p.exited() {
-                return Err(Error::Process(format!(
-                    "kubelet exited ({status}):\n{}",
-                    p.log_tail(30)
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout(format!(
-                    "kubelet not healthy after 60 s:\n{}",
-                    p.log_tail(30)
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let (address, port) = (self.layout.address, self.layout.healthz_port);
+        wait_started(&mut p, "kubelet", Duration::from_secs(60), |_| {
+            Ok(healthz(address, port))
+        })
+        .await?;
         self.kubelet = Some(p);
         Ok(())
     }
@@ -593,6 +569,33 @@ pub(crate) fn full_reference(name: &str) -> String {
         }
         Some(_) => format!("docker.io/{name}"),
     }
+}
+
+/// Waits until `ready` says the started process `p` serves (`Err`: it never will), failing
+/// with the tail of its log when it exits or `timeout` passes first.
+async fn wait_started(
+    p: &mut Process,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut(&Process) -> Result<bool, Error>,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    while !ready(p)? {
+        if let Some(status) = p.exited() {
+            return Err(Error::Process(format!(
+                "{what} exited ({status}):\n{}",
+                p.log_tail(30)
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(format!(
+                "{what} not serving after {timeout:?}:\n{}",
+                p.log_tail(30)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 /// Whether kubelet's `/healthz` on `address`:`port` answers `ok`.
