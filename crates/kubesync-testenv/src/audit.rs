@@ -232,18 +232,41 @@ impl TestEnv {
         let path = self.dir.join(LOG);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Error::Io(format!("read {}", path.display()), e))?;
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|line| {
-                serde_json::from_str(line)
-                    .map_err(|e| Error::Process(format!("audit log line {line:.200}: {e}")))
-            })
-            .collect()
+        parse(&text)
     }
+}
+
+/// The events of a log's complete lines. The apiserver may be writing a line while it is
+/// read: a last line without its newline is not written yet, so it is left for the next read.
+fn parse(text: &str) -> Result<Vec<AuditEvent>, Error> {
+    let complete = match text.rfind('\n') {
+        Some(end) => &text[..end],
+        None => "",
+    };
+    complete
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line)
+                .map_err(|e| Error::Process(format!("audit log line {line:.200}: {e}")))
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_line_still_being_written_is_left_for_the_next_read() {
+        let line = r#"{"kind":"Event","verb":"create","user":{"username":"u"},"responseStatus":{"code":201}}"#;
+        let whole = format!("{line}\n{line}\n");
+        assert_eq!(super::parse(&whole).expect("whole").len(), 2);
+        let cut = format!("{line}\n{}", &line[..40]);
+        assert_eq!(super::parse(&cut).expect("cut").len(), 1);
+        assert_eq!(super::parse(&line[..40]).expect("first").len(), 0);
+        let broken = format!("{}\n", &line[..40]);
+        assert!(super::parse(&broken).is_err(), "a complete broken line is an error");
+    }
+
     #[test]
     fn the_policy_drops_leases_and_events_unless_asked_for() {
         let default = policy(AuditAlso::default());
