@@ -111,6 +111,16 @@ Checks of values that would give a broken install.
 {{- fail (printf "podDisruptionBudget.maxUnavailable %q: give a number of Pods (1 or more) or a percentage (1%%-100%%); 0 would refuse every eviction, so no node drain would ever finish" $max) -}}
 {{- end -}}
 {{- end -}}
+{{- $memory := dig "limits" "memory" "" (.Values.resources | default dict) | toString -}}
+{{- if $memory -}}
+{{- $bytes := include "kubesync.bytes" $memory -}}
+{{- if not $bytes -}}
+{{- fail (printf "resources.limits.memory %q is not a quantity such as 512Mi or 1Gi" $memory) -}}
+{{- end -}}
+{{- if lt (float64 $bytes) 33554432.0 -}}
+{{- fail (printf "resources.limits.memory %s is under 32Mi: on a real node kubesync's Pod measured 5.6 MiB idle and 20.6 MiB while making 10 000 copies, so under 32Mi the kernel would kill it (OOMKilled) as its work grows; give 32Mi or more (the chart's default is 512Mi)" $memory) -}}
+{{- end -}}
+{{- end -}}
 {{- range .Values.extraEnv -}}
 {{- $name := .name | default "" | toString -}}
 {{- if not $name -}}
@@ -146,4 +156,18 @@ and quote escaped).
 {{- $out = append $out (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) -}}
 {{- end -}}
 {{- join ", " $out -}}
+{{- end }}
+
+{{/*
+The bytes a Kubernetes memory quantity (512Mi, 1Gi, 1.5G, 64000k, 67108864) stands for, as a
+number; empty when it is not such a quantity.
+*/}}
+{{- define "kubesync.bytes" -}}
+{{- $q := toString . -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$" $q -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $unit := trimPrefix $number $q -}}
+{{- $factors := dict "" 1.0 "k" 1e3 "K" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 -}}
+{{- mulf (float64 $number) (get $factors $unit) -}}
+{{- end -}}
 {{- end }}

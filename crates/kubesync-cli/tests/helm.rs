@@ -818,6 +818,34 @@ fn values_that_would_break_the_install_are_refused() {
     }
 }
 
+/// A memory limit under what the Pod was measured to need on a real node (it would be
+/// OOMKilled as its work grows) is refused, in words; any quantity form at or above is taken.
+#[test]
+fn memory_limits_under_the_measured_need_are_refused() {
+    let helm = Helm::offline();
+    let chart = chart();
+    let template = |memory: &str| {
+        let set = format!("resources.limits.memory={memory}");
+        helm.run(&["template", RELEASE, &chart, "--namespace", NS, "--set", &set])
+    };
+    for (memory, says) in [
+        ("16Mi", "under 32Mi"),
+        ("30M", "OOMKilled"),
+        ("1000", "under 32Mi"),
+        ("lots", "is not a quantity"),
+    ] {
+        let out = template(memory);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{memory} was accepted");
+        assert!(stderr.contains(says), "{memory}: {stderr}");
+    }
+    for memory in ["32Mi", "0.5Gi", "40M", "67108864"] {
+        let out = template(memory);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{memory} was refused: {stderr}");
+    }
+}
+
 // ---- on a real control plane ----------------------------------------------------------
 
 /// The real binary, run as the pod of the installed Deployment would run: its container's
