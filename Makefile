@@ -40,7 +40,9 @@
 #                       from Go modules, cached under ~/.cache/kubesync/node (10-20 minutes cold)
 #   make node-test      the chart's Pods on real nodes (make node, make image, helm), one test at a
 #                       time: install, evictions and a deleted leader, a rolling restart, a frozen
-#                       leader, an apiserver outage, three sharded Pods, 10 000 copies' memory
+#                       leader, an apiserver outage, three sharded Pods, 10 000 copies' memory,
+#                       a rolling helm upgrade from the previous release (its chart and image,
+#                       built from history by scripts/previous-image.sh, cached)
 #   make docs           the book (docs/src, docs/book.toml) into target/book, with its link check
 #                       (mdBook from crates.io, installed once under ~/.cache/kubesync)
 #   make clean          remove build outputs (keeps the cached control-plane binaries)
@@ -161,7 +163,7 @@ node:
 # test environment's own node test, one test at a time (a machine runs one test's nodes at once).
 node-test: control-plane node helm image
 	$(CARGO) test -p kubesync-testenv --test node -- --ignored --test-threads=1
-	$(CARGO) test -p kubesync-cli --test node -- --ignored --test-threads=1 --nocapture
+	KUBESYNC_PREVIOUS_RELEASE="$$(bash scripts/previous-image.sh)" $(CARGO) test -p kubesync-cli --test node -- --ignored --test-threads=1 --nocapture
 
 helm-lint:
 	HELM=$$(bash scripts/helm.sh) && $$HELM lint --strict charts/kubesync && \

@@ -11,7 +11,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 read -r version commit < <(grep -v '^#' "$root/releases/previous" | grep -v '^$' | head -n 1)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubesync/releases/$version-${commit:0:12}"
+cache="${KUBESYNC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kubesync}/releases/$version-${commit:0:12}"
 if [ -x "$cache/kubesync" ]; then
     echo "$cache/kubesync"
     exit 0

@@ -9,6 +9,7 @@
 //! - [`failover`]: the PodDisruptionBudget's evictions, the leader's Pod deleted, a rolling
 //!   restart, a frozen leader.
 //! - [`outage`]: an apiserver outage, three sharded Pods, the memory of 10 000 copies.
+//! - [`upgrade`]: a rolling `helm upgrade` from the previous release's chart and image.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -17,3 +18,4 @@ mod failover;
 mod ground;
 mod install;
 mod outage;
+mod upgrade;
