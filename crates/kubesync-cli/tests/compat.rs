@@ -684,7 +684,12 @@ async fn the_version_gate_keeps_a_change_to_a_copy_until_the_source_changes() {
         (secret_data(&secrets("team-a"), "db").await? == "one").then_some(())
     })
     .await;
-    let writes_before = operator_writes(&env, "secrets", "team-a", "db").len();
+    // (The copy's write may be logged after the copy is read.)
+    let writes_before = eventually("the copy's write in the audit log", T, || async {
+        let n = operator_writes(&env, "secrets", "team-a", "db").len();
+        (n >= 1).then_some(n)
+    })
+    .await;
     let edited = secrets("team-a")
         .patch(
             "db",
@@ -985,17 +990,16 @@ async fn annotations_outside_the_trusted_namespaces_act_as_their_service_account
         team_a.get_opt("settings").await.ok()?
     })
     .await;
-    let created = env
-        .audit()
-        .expect("audit")
-        .into_iter()
-        .find(|e| {
+    // (Its line may be written after the copy is read.)
+    let created = eventually("the copy's create in the audit log", T, || async {
+        env.audit().expect("audit").into_iter().find(|e| {
             e.verb == "create"
                 && e.resource() == "configmaps"
                 && e.namespace() == "team-a"
                 && e.name() == "settings"
         })
-        .expect("the copy's create");
+    })
+    .await;
     assert_eq!(created.user.username, OPERATOR);
     assert_eq!(created.acting_user(), copier("tenant"));
     let note = note_on(&env, "tenant", "settings", "RBAC refuses").await;

@@ -95,12 +95,13 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     })
     .await;
 
-    // Report mode, team-b dropped and team-c added: nothing is written.
-    let written_before_report = kubesync_writes();
-    assert!(
-        written_before_report >= 2,
-        "the audit log shows kubesync's creates"
-    );
+    // Report mode, team-b dropped and team-c added: nothing is written. (The creates' lines
+    // may be written after the status shows the copies.)
+    let written_before_report = eventually("kubesync's creates in the audit log", T, || async {
+        let n = kubesync_writes();
+        (n >= 2).then_some(n)
+    })
+    .await;
     env.apply_yaml(&sync(
         "Report",
         "[{namespace: team-a}, {namespace: team-c}]",
@@ -387,6 +388,23 @@ async fn report_mode_lists_what_would_change_and_drift_names_the_field_managers(
     running.stop().await;
 }
 
+/// The audit log once at least `n` of its requests after the first `from` match `of`: a
+/// write whose effect the status shows may not be logged yet (the apiserver writes its line
+/// when its handler returns).
+async fn logged(
+    env: &kubesync_testenv::TestEnv,
+    what: &str,
+    from: usize,
+    n: usize,
+    of: impl Fn(&kubesync_testenv::AuditEvent) -> bool,
+) -> Vec<kubesync_testenv::AuditEvent> {
+    eventually(&format!("{what} in the audit log"), T, || async {
+        let audit = env.audit().expect("audit");
+        (audit[from..].iter().filter(|e| of(e)).count() >= n).then_some(audit)
+    })
+    .await
+}
+
 /// Writes (create, update, patch) to ConfigMaps in `namespace` by anyone but the test's
 /// admin, from the audit log.
 fn copy_writes(env: &kubesync_testenv::TestEnv, namespace: &str, by: &str) -> usize {
@@ -490,17 +508,20 @@ async fn large_copies_are_held_as_prints_and_judged_as_before() {
     // A current copy is not written again: another destination is added, and only its copy
     // is written. (The operator runs in-process, as the test's own user; nobody else writes
     // into team-a here.)
-    let before = env.audit().expect("audit");
-    let writer = before
-        .iter()
-        .find(|e| {
-            matches!(e.verb.as_str(), "create" | "patch")
-                && e.object_ref
-                    .as_ref()
-                    .is_some_and(|o| o.resource == "configmaps" && o.namespace == "team-a")
-        })
-        .map(|e| e.user.username.clone())
-        .expect("kubesync's write of the copy");
+    // (Its line may be written after the copy is read.)
+    let writer = eventually("kubesync's write of the copy", T, || async {
+        env.audit()
+            .expect("audit")
+            .iter()
+            .find(|e| {
+                matches!(e.verb.as_str(), "create" | "patch")
+                    && e.object_ref
+                        .as_ref()
+                        .is_some_and(|o| o.resource == "configmaps" && o.namespace == "team-a")
+            })
+            .map(|e| e.user.username.clone())
+    })
+    .await;
     let written = copy_writes(&env, "team-a", &writer);
     env.apply_yaml(&sync(
         "Enforce",
@@ -678,7 +699,12 @@ async fn a_source_change_is_written_over_prints_without_reading_the_copies() {
         .metadata
         .uid
         .expect("uid");
-    let seen = env.audit().expect("audit").len();
+    // The copies' writes may be logged after the status shows them: the mark follows them.
+    let seen = logged(&env, "the copies' writes", 0, 20, |e| {
+        e.is_write() && e.resource() == "configmaps" && e.namespace().starts_with("wave-")
+    })
+    .await
+    .len();
 
     let changed = maps
         .patch(
@@ -690,7 +716,10 @@ async fn a_source_change_is_written_over_prints_without_reading_the_copies() {
         .expect("source");
     let rv = changed.metadata.resource_version.unwrap_or_default();
     eventually("20 copies updated", T, || all_at(rv.clone())).await;
-    let audit = env.audit().expect("audit");
+    let audit = logged(&env, "the 20 applies", seen, 20, |e| {
+        e.verb == "patch" && e.resource() == "configmaps" && e.namespace().starts_with("wave-")
+    })
+    .await;
     let of_copies: Vec<_> = audit[seen..]
         .iter()
         .filter(|e| {

@@ -318,6 +318,20 @@ fn written_once_each(events: &[AuditEvent]) {
     assert!(writes.iter().all(|e| e.succeeded()), "{codes:?}");
 }
 
+/// The audit log once it holds, after its first `mark` entries, as many writes of copies (not
+/// throttled) as there are copies: a write's line may be written after its copy is read.
+async fn log_with_copy_writes(env: &TestEnv, mark: usize) -> Vec<AuditEvent> {
+    eventually("a write of every copy in the audit log", T, || async {
+        let log = env.audit().expect("audit");
+        let written = log[mark..]
+            .iter()
+            .filter(|e| is_copy_write(e) && e.code() != 429)
+            .count();
+        (written >= SYNCS * NAMESPACES).then_some(log)
+    })
+    .await
+}
+
 /// Asserts that every version of every copy was written by one replica only.
 fn each_copy_written_by_one_replica(events: &[AuditEvent]) {
     let shared: Vec<_> = copy_writers(events)
@@ -410,7 +424,7 @@ async fn a_frozen_member_writes_nothing_when_it_wakes() {
     let mark = log.len();
     set_sources(&env, 4).await;
     copies_at(&env, 4, T).await;
-    let log = env.audit().expect("audit");
+    let log = log_with_copy_writes(&env, mark).await;
     written_once_each(&log[mark..]);
     each_copy_written_by_one_replica(&log);
     assert!(regressions(&seen).is_empty());

@@ -826,7 +826,15 @@ fn memory_limits_under_the_measured_need_are_refused() {
     let chart = chart();
     let template = |memory: &str| {
         let set = format!("resources.limits.memory={memory}");
-        helm.run(&["template", RELEASE, &chart, "--namespace", NS, "--set", &set])
+        helm.run(&[
+            "template",
+            RELEASE,
+            &chart,
+            "--namespace",
+            NS,
+            "--set",
+            &set,
+        ])
     };
     for (memory, says) in [
         ("16Mi", "under 32Mi"),

@@ -245,14 +245,28 @@ async fn allocated_and_controller_owned_fields_are_not_copied_and_copies_settle(
 
     // Settled: two forced reconciles of every ObjectSync (a spec change that changes no
     // copy), each witnessed by its status at the new generation, write nothing.
-    let writer = env
-        .audit()
-        .expect("audit")
-        .iter()
-        .find(|e| e.verb == "create" && e.namespace() == "team-a" && e.resource() == "services")
-        .map(|e| e.user.username.clone())
-        .expect("kubesync's create of a Service copy");
-    let before = copy_writes(&env, &writer);
+    // (A write's line may be written after its copy is read: wait for one of each copy.)
+    let writer = eventually("kubesync's create of a Service copy", T, || async {
+        env.audit()
+            .expect("audit")
+            .iter()
+            .filter(|e| e.verb == "create" && e.resource() == "services")
+            .find(|e| e.namespace() == "team-a")
+            .map(|e| e.user.username.clone())
+    })
+    .await;
+    let before = eventually("a write of every copy in the audit log", T, || async {
+        let before = copy_writes(&env, &writer);
+        SYNCED
+            .iter()
+            .all(|s| {
+                before
+                    .iter()
+                    .any(|w| w.ends_with(&format!(" {}/{}", s.4, s.0)))
+            })
+            .then_some(before)
+    })
+    .await;
     for round in ["unused-1", "unused-2"] {
         for (name, group, _, kind, _) in SYNCED {
             env.apply_yaml(&declaration(name, group, kind, round))
@@ -545,7 +559,13 @@ async fn create_only_creates_once_recreates_when_deleted_and_cleans_up_by_the_de
             .map(|e| e.verb.clone())
             .collect::<Vec<_>>()
     };
-    assert_eq!(creates("team-b"), ["create"], "the copy was only created");
+    // (The create's line may be written after the copy is read.)
+    let created = eventually("the copy's create in the audit log", T, || async {
+        let created = creates("team-b");
+        (!created.is_empty()).then_some(created)
+    })
+    .await;
+    assert_eq!(created, ["create"], "the copy was only created");
 
     // Deleted, it is created again, from the source as it is now.
     maps("team-b")
@@ -933,18 +953,19 @@ async fn every_everyday_kind_copies_follows_its_source_and_settles() {
 
     // Then settles: two reconciles of every declaration forced afterwards (a spec change that
     // changes no copy, each witnessed by its status at the new generation) write nothing.
-    let writer = env
-        .audit()
-        .expect("audit")
-        .iter()
-        .find(|e| {
-            e.verb == "create"
-                && e.namespace() == "team-a"
-                && e.resource() == "configmaps"
-                && e.name() == "m-config"
-        })
-        .map(|e| e.user.username.clone())
-        .expect("kubesync's create of the ConfigMap copy");
+    let writer = eventually("kubesync's create of the ConfigMap copy", T, || async {
+        env.audit()
+            .expect("audit")
+            .iter()
+            .find(|e| {
+                e.verb == "create"
+                    && e.namespace() == "team-a"
+                    && e.resource() == "configmaps"
+                    && e.name() == "m-config"
+            })
+            .map(|e| e.user.username.clone())
+    })
+    .await;
     let writes = || -> Vec<String> {
         env.audit()
             .expect("audit")
@@ -958,7 +979,19 @@ async fn every_everyday_kind_copies_follows_its_source_and_settles() {
             .map(|e| format!("{} {}/{}", e.verb, e.resource(), e.name()))
             .collect()
     };
-    let before = writes();
+    // Every copy's create and follow in the log before the count starts (a write's line may
+    // be written after its effect is read).
+    let mut copies: Vec<&str> = MATRIX.iter().map(|m| m.0).collect();
+    copies.push("m-priority-copy");
+    let before = eventually("every copy's two writes in the audit log", T, || async {
+        let before = writes();
+        let twice = |name: &&str| {
+            let of = format!("/{name}");
+            before.iter().filter(|w| w.ends_with(&of)).count() >= 2
+        };
+        copies.iter().all(twice).then_some(before)
+    })
+    .await;
     for round in ["unused-1", "unused-2"] {
         declare_all(round).await;
         all_ready().await;

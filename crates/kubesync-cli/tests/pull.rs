@@ -281,6 +281,23 @@ fn copy_writes(env: &TestEnv, from: usize) -> Vec<String> {
         .collect()
 }
 
+/// The length of `env`'s audit log once it holds the operator's writes of the changes made
+/// before the outage (each changed copy's create and change, tls-3's create): a mark that no
+/// late line of them follows (a write's line may be written after its copy is read).
+async fn mark_after_the_changes(env: &TestEnv) -> usize {
+    let what = format!("{}: the changes' writes in the audit log", env.name());
+    eventually(&what, T, || async {
+        let writes = copy_writes(env, 0);
+        let of = |object: &str| writes.iter().filter(|w| w.ends_with(object)).count();
+        (of(" configmaps apps-1/settings") >= 2
+            && of(" configmaps apps-2/settings") >= 2
+            && of(" secrets apps-1/tls-3") >= 1
+            && of(" priorityclasses /fleet-high") >= 2)
+            .then(|| env.audit().expect("audit").len())
+    })
+    .await
+}
+
 /// `kubesync check --remote-clusters` on `env`: (success, output).
 fn check_remote_clusters(env: &TestEnv) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubesync"))
@@ -430,8 +447,8 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
     // The outage: the hub's apiserver stops. Each spoke says so; a spoke's operator restarts
     // in the middle; sources are deleted on the hub meanwhile, behind the apiserver's back.
     let marks = (
-        east.audit().expect("audit").len(),
-        west.audit().expect("audit").len(),
+        mark_after_the_changes(&east).await,
+        mark_after_the_changes(&west).await,
     );
     hub.stop_apiserver();
     let down = Instant::now();
@@ -568,8 +585,14 @@ async fn spokes_pull_from_a_hub_with_read_rights_only_and_an_outage_changes_noth
         .await;
     }
     for (spoke, mark) in [(&east, marks.0), (&west, marks.1)] {
-        let mut writes = copy_writes(spoke, mark);
-        writes.sort();
+        // (A write's line may be written after its effect is read: wait for all four.)
+        let what = format!("{}: the writes after the outage", spoke.name());
+        let writes = eventually(&what, T, || async {
+            let mut writes = copy_writes(spoke, mark);
+            writes.sort();
+            (writes.len() >= 4).then_some(writes)
+        })
+        .await;
         assert_eq!(
             writes,
             [

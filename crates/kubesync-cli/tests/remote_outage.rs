@@ -45,6 +45,18 @@ async fn copies(env: &TestEnv) -> Vec<(String, String, String, String)> {
     found
 }
 
+/// The writes of ConfigMaps in the team namespaces among `events`, as `verb namespace/name`,
+/// sorted.
+fn team_writes(events: &[kubesync_testenv::AuditEvent]) -> Vec<String> {
+    let mut writes: Vec<String> = events
+        .iter()
+        .filter(|e| e.is_write() && e.resource() == "configmaps" && TEAMS.contains(&e.namespace()))
+        .map(|e| format!("{} {}/{}", e.verb, e.namespace(), e.name()))
+        .collect();
+    writes.sort();
+    writes
+}
+
 fn names(copies: &[(String, String, String, String)]) -> Vec<String> {
     copies
         .iter()
@@ -89,7 +101,12 @@ async fn a_destination_outage_deletes_nothing_then_exactly_the_unwanted_copies()
         .filter(|(n, ns, ..)| n == "staying" && ns != "team-c")
         .cloned()
         .collect();
-    let mark = east.audit().expect("audit").len();
+    // (The creates' lines may be written after the copies are read: the mark follows them.)
+    let mark = eventually("the copies' creates in the audit log", T, || async {
+        let log = east.audit().expect("audit");
+        (team_writes(&log).len() >= 6).then_some(log.len())
+    })
+    .await;
 
     // The outage (the apiserver process has exited when this returns).
     east.stop_apiserver();
@@ -134,15 +151,11 @@ async fn a_destination_outage_deletes_nothing_then_exactly_the_unwanted_copies()
         left, wanted,
         "the wanted copies keep their uid and resourceVersion"
     );
-    let mut writes: Vec<String> = east
-        .audit()
-        .expect("audit")
-        .iter()
-        .skip(mark)
-        .filter(|e| e.is_write() && e.resource() == "configmaps" && TEAMS.contains(&e.namespace()))
-        .map(|e| format!("{} {}/{}", e.verb, e.namespace(), e.name()))
-        .collect();
-    writes.sort();
+    let writes = eventually("the deletes in the audit log", T, || async {
+        let writes = team_writes(&east.audit().expect("audit")[mark..]);
+        (writes.len() >= 4).then_some(writes)
+    })
+    .await;
     assert_eq!(
         writes,
         [

@@ -167,6 +167,23 @@ async fn copies_at(env: &TestEnv, versions: &[String], within: Duration) {
     .await;
 }
 
+/// The audit log once it holds the replicas' successful writes every copy needed (its create,
+/// and one per later version of its source, `changed_to` by source): a write's line may be
+/// written after its copy is read.
+async fn log_with_copy_writes(env: &TestEnv, changed_to: &[Vec<String>]) -> Vec<AuditEvent> {
+    let needed = NAMESPACES * changed_to.iter().map(|c| 1 + c.len()).sum::<usize>();
+    eventually("every copy's writes in the audit log", T, || async {
+        let log = env.audit().expect("audit");
+        let written = log
+            .iter()
+            .filter(|e| e.is_write() && e.succeeded() && replica_of(e).is_some())
+            .filter(|e| e.resource() == "configmaps" && e.namespace().starts_with("dest-"))
+            .count();
+        (written >= needed).then_some(log)
+    })
+    .await
+}
+
 /// Sets the sources `which` (indexes) to `version`, and records it in `versions`.
 async fn set_sources(env: &TestEnv, versions: &mut [String], which: &[usize], version: &str) {
     let api: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), "team");
@@ -534,7 +551,7 @@ async fn replicas_share_the_units_and_hand_them_over_without_double_writes() {
     // The audit log: each copy written once per version of its source (a create, and an
     // update per change), never twice; and every write of a replica addressed a unit it owned under the
     // view it had acknowledged last.
-    let log = env.audit().expect("audit");
+    let log = log_with_copy_writes(&env, &changed_to).await;
     let views = views();
     let acks = acks.lock().clone();
     let mut per_copy: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();

@@ -1201,12 +1201,13 @@ async fn a_tenants_objectsync_acts_as_her_service_account_and_rbac_decides() {
         cms.get_opt("settings-copy").await.ok()?
     })
     .await;
-    let created = env
-        .audit()
-        .expect("audit log")
-        .into_iter()
-        .find(|e| e.verb == "create" && e.resource() == "configmaps" && e.name() == "settings-copy")
-        .expect("the copy's create in the audit log");
+    // (Its line may be written after the copy is read.)
+    let created = eventually("the copy's create in the audit log", T, || async {
+        env.audit().expect("audit log").into_iter().find(|e| {
+            e.verb == "create" && e.resource() == "configmaps" && e.name() == "settings-copy"
+        })
+    })
+    .await;
     assert_eq!(
         created.acting_user(),
         copier("t1"),

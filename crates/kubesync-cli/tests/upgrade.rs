@@ -514,7 +514,12 @@ async fn a_rolling_upgrade_of_sharded_replicas_writes_each_copy_once_per_change(
             let changed = env.audit().expect("audit").len();
             set(2).await;
             eventually("every copy at v2", T, || at(2)).await;
-            let written = copy_writes(changed);
+            // (A write's line may be written after its copy is read: wait for them all.)
+            let written = eventually("a write of every copy at v2", T, || async {
+                let written = copy_writes(changed);
+                (written.len() >= SYNCS * NAMESPACES).then_some(written)
+            })
+            .await;
             assert!(written.iter().all(|e| e.succeeded()), "writes refused");
             let copies: std::collections::BTreeSet<(&str, &str)> =
                 written.iter().map(|e| (e.namespace(), e.name())).collect();
@@ -537,7 +542,11 @@ async fn a_rolling_upgrade_of_sharded_replicas_writes_each_copy_once_per_change(
     let changed = log.len();
     set(3).await;
     eventually("every copy at v3", T, || at(3)).await;
-    let written = copy_writes(changed);
+    let written = eventually("a write of every copy at v3", T, || async {
+        let written = copy_writes(changed);
+        (written.len() >= SYNCS * NAMESPACES).then_some(written)
+    })
+    .await;
     assert_eq!(written.len(), SYNCS * NAMESPACES, "each copy written once");
 }
 

@@ -264,7 +264,10 @@ mod tests {
         assert_eq!(super::parse(&cut).expect("cut").len(), 1);
         assert_eq!(super::parse(&line[..40]).expect("first").len(), 0);
         let broken = format!("{}\n", &line[..40]);
-        assert!(super::parse(&broken).is_err(), "a complete broken line is an error");
+        assert!(
+            super::parse(&broken).is_err(),
+            "a complete broken line is an error"
+        );
     }
 
     #[test]

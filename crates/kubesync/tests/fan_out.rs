@@ -1321,23 +1321,27 @@ async fn the_other_objects_are_listed_after_the_first_copies_are_written() {
             .map(|e| e.request_received_timestamp.clone())
             .collect()
     };
-    let log = eventually("the others listed", T, || async {
-        let log = env.audit().expect("audit");
-        (!others_lists(&log).is_empty()).then_some(log)
-    })
-    .await;
-    let first_list = others_lists(&log).into_iter().min().expect("a list");
     // The first plan's creates: one per destination, the one in the way refused (409). A
     // plan made again before the others' watch has listed sends that create again.
-    let first_create = |ns: &str| {
+    let first_create = |log: &[kubesync_testenv::AuditEvent], ns: &str| {
         log.iter()
             .filter(|e| e.verb == "create" && e.resource() == "secrets")
             .filter(|e| e.namespace() == ns && e.name() == "s")
             .min_by(|x, y| x.stage_timestamp.cmp(&y.stage_timestamp))
-            .unwrap_or_else(|| panic!("no create in {ns}"))
+            .cloned()
     };
+    // (A line is written when its request's handler returns: wait for all of them.)
+    let log = eventually("the others listed, the creates", T, || async {
+        let log = env.audit().expect("audit");
+        let created = [&a, &b, &blocked]
+            .into_iter()
+            .all(|ns| first_create(&log, ns).is_some());
+        (created && !others_lists(&log).is_empty()).then_some(log)
+    })
+    .await;
+    let first_list = others_lists(&log).into_iter().min().expect("a list");
     for (ns, code) in [(&a, 201), (&b, 201), (&blocked, 409)] {
-        let create = first_create(ns);
+        let create = first_create(&log, ns).expect("a create");
         assert_eq!(create.code(), code, "{}", create.describe());
         assert!(
             create.stage_timestamp < first_list,

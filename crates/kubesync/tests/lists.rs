@@ -169,7 +169,7 @@ async fn watches_list_where_the_apiserver_refuses_streaming() {
     // Paged, so that no more than a page of objects is decoded at once: every LIST of the
     // namespace's ConfigMaps in the audit log asks for a page, read from etcd (the watch
     // cache would serve a list at resourceVersion=0 whole, whatever the limit).
-    let list_uris = list_uris(&env, &ns);
+    let list_uris = list_uris(&env, &ns, 1).await;
     assert!(!list_uris.is_empty(), "the audit log shows the LIST");
     assert_pages_from_etcd(&list_uris, 100);
     assert!(
@@ -201,14 +201,25 @@ async fn audited(name: &str) -> TestEnv {
         .expect("start")
 }
 
-/// The request URIs of the LISTs of `ns`'s ConfigMaps in the audit log.
-fn list_uris(env: &TestEnv, ns: &str) -> Vec<String> {
-    env.audit()
-        .expect("audit")
-        .into_iter()
-        .filter(|e| e.verb == "list" && e.resource() == "configmaps" && e.namespace() == ns)
-        .map(|e| e.request_uri)
-        .collect()
+/// The request URIs of the LISTs of `ns`'s ConfigMaps in the audit log, once there are at
+/// least `at_least` (a LIST's line is written when its handler returns: a page of objects
+/// may reach the client first).
+async fn list_uris(env: &TestEnv, ns: &str, at_least: usize) -> Vec<String> {
+    eventually(
+        "the LISTs in the audit log",
+        Duration::from_secs(30),
+        || async {
+            let uris: Vec<String> = env
+                .audit()
+                .expect("audit")
+                .into_iter()
+                .filter(|e| e.verb == "list" && e.resource() == "configmaps" && e.namespace() == ns)
+                .map(|e| e.request_uri)
+                .collect();
+            (uris.len() >= at_least).then_some(uris)
+        },
+    )
+    .await
 }
 
 /// A plain list of more objects than a page holds is read page by page (each request
@@ -225,7 +236,7 @@ async fn a_plain_list_is_read_page_by_page_and_misses_nothing() {
     let lists = lists_to_reconcile_all(&env, listing, &ns, MANY).await;
     let pages = MANY.div_ceil(100);
     assert_eq!(lists, pages as f64, "one LIST per page of 100");
-    let uris = list_uris(&env, &ns);
+    let uris = list_uris(&env, &ns, pages).await;
     assert_eq!(uris.len(), pages, "one LIST per page of 100: {uris:?}");
     assert_eq!(
         uris.iter().filter(|u| u.contains("continue=")).count(),
@@ -248,7 +259,7 @@ async fn a_watch_of_metadata_only_lists_in_pages_unless_told_to_stream() {
     let auto = cluster(&env);
     let lists = lists_to_reconcile_all_of(&env, auto, metadata(), OBJECTS).await;
     assert_eq!(lists, 1.0, "one LIST, of one page");
-    let uris = list_uris(&env, &ns);
+    let uris = list_uris(&env, &ns, 1).await;
     assert_eq!(uris.len(), 1, "{uris:?}");
     assert_pages_from_etcd(&uris, 100);
 

@@ -652,7 +652,14 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     // Unchanged: re-read every second (three re-reads seen in the remote's audit log, no
     // event could have caused them), never rewritten.
     let before = writes.writes_of("poll-remote", "secrets");
-    let mark = remote.audit().expect("audit").len();
+    // The upload's line may be written after the uploaded Secret is read: the mark follows it.
+    let mark = eventually("the upload in the remote's audit log", T, || async {
+        let log = remote.audit().expect("audit");
+        log.iter()
+            .any(|e| e.user.username == "uploader" && e.name() == "creds-r" && e.is_write())
+            .then_some(log.len())
+    })
+    .await;
     let since_mark = |verb: fn(&kubesync_testenv::AuditEvent) -> bool| {
         remote
             .audit()
@@ -691,23 +698,7 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
     // What the guide promises, read in order from the remote's audit log: the edit, then at
     // most two re-reads (one may have been in flight when the edit landed) before the repair
     // — the next re-read repairs it, whatever time a loaded machine takes.
-    let trail: Vec<kubesync_testenv::AuditEvent> = remote
-        .audit()
-        .expect("audit")
-        .into_iter()
-        .skip(mark)
-        .filter(|e| e.resource() == "secrets" && e.name() == "creds-r")
-        .collect();
-    let edit = trail
-        .iter()
-        .position(|e| e.user.username != "uploader" && e.is_write())
-        .expect("the edit is in the audit log (positive control)");
-    let repair = edit
-        + 1
-        + trail[edit + 1..]
-            .iter()
-            .position(|e| e.user.username == "uploader" && e.is_write())
-            .expect("the repair follows the edit");
+    let (trail, edit, repair) = edit_and_repair(&remote, mark).await;
     let reads_between = trail[edit + 1..repair]
         .iter()
         .filter(|e| e.user.username == "uploader" && e.verb == "get")
@@ -721,6 +712,34 @@ async fn remote_secrets_are_re_read_on_an_interval_without_watch_rights() {
         "repaired by the next re-read: {reads_between} re-reads between the edit and the repair"
     );
     running.stop().await;
+}
+
+/// The remote's audit log of `creds-r` after `mark`, once it shows someone else's edit and
+/// the uploader's repair after it (positive control: the repair's line may be written after
+/// the repaired Secret is read): the trail, the edit's index in it, the repair's.
+async fn edit_and_repair(
+    remote: &TestEnv,
+    mark: usize,
+) -> (Vec<kubesync_testenv::AuditEvent>, usize, usize) {
+    eventually("the edit and its repair in the audit log", T, || async {
+        let trail: Vec<kubesync_testenv::AuditEvent> = remote
+            .audit()
+            .expect("audit")
+            .into_iter()
+            .skip(mark)
+            .filter(|e| e.resource() == "secrets" && e.name() == "creds-r")
+            .collect();
+        let edit = trail
+            .iter()
+            .position(|e| e.user.username != "uploader" && e.is_write())?;
+        let repair = edit
+            + 1
+            + trail[edit + 1..]
+                .iter()
+                .position(|e| e.user.username == "uploader" && e.is_write())?;
+        Some((trail, edit, repair))
+    })
+    .await
 }
 
 /// The empty remote Secret `creds-r` of namespace `ns`, as an admin pre-creates it (uploads

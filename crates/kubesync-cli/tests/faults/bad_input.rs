@@ -448,18 +448,23 @@ async fn bad_input_gets_a_condition_and_no_noisy_neighbour() {
     // No noisy neighbour, counted: while the bad declarations are there, each of the 11
     // changes of the healthy source is written once into each of its 5 copies — no retry,
     // no conflict, no write starved or repeated.
-    let healthy_writes = env
-        .audit()
-        .expect("audit")
-        .iter()
-        .skip(mark)
-        .filter(|e| {
-            e.is_write()
-                && e.resource() == "configmaps"
-                && e.name() == "healthy"
-                && teams.iter().any(|t| t == e.namespace())
-        })
-        .count();
+    // (A write's line may be written after its copy is read: wait for them all.)
+    let healthy_writes = eventually("the healthy writes in the audit log", T, || async {
+        let n = env
+            .audit()
+            .expect("audit")
+            .iter()
+            .skip(mark)
+            .filter(|e| {
+                e.is_write()
+                    && e.resource() == "configmaps"
+                    && e.name() == "healthy"
+                    && teams.iter().any(|t| t == e.namespace())
+            })
+            .count();
+        (n >= 11 * teams.len()).then_some(n)
+    })
+    .await;
     assert_eq!(
         healthy_writes,
         11 * teams.len(),
