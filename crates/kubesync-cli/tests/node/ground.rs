@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use kubesync_testenv::{AuditEvent, Node, TestEnv, eventually};
+use kubesync_testenv::{AuditEvent, Node, TestEnv};
 
 /// The release and namespace the chart is installed as.
 pub const RELEASE: &str = "kubesync";
@@ -182,18 +182,27 @@ impl Ground {
             .unwrap_or_default()
     }
 
-    /// Waits until `n` of the chart's Pods run (none terminating); returns them.
+    /// Waits until `n` of the chart's Pods run (none terminating); returns them. On timeout
+    /// the panic says each Pod's phase and why its container waits or ended.
     pub async fn running(&self, n: usize) -> Vec<Pod> {
-        eventually(&format!("{n} kubesync Pods running"), T, || async {
+        let deadline = std::time::Instant::now() + T;
+        loop {
             let pods = self.pods().await;
             let running: Vec<Pod> = pods
-                .into_iter()
+                .iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter(|p| phase(p) == "Running")
+                .cloned()
                 .collect();
-            (running.len() == n).then_some(running)
-        })
-        .await
+            if running.len() == n {
+                return running;
+            }
+            if std::time::Instant::now() >= deadline {
+                let states: Vec<String> = pods.iter().map(state).collect();
+                panic!("timed out after {T:?} waiting for {n} kubesync Pods running: {states:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The leader Lease's holder identity (`<Pod name>-<pid>`), `None` when none holds it;
@@ -237,6 +246,33 @@ pub fn is_write(e: &AuditEvent) -> bool {
         e.verb.as_str(),
         "create" | "update" | "patch" | "delete" | "deletecollection"
     )
+}
+
+/// A Pod's name, phase and its containers' waiting or terminated reason and message.
+pub fn state(p: &Pod) -> String {
+    let containers = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default();
+    let why: Vec<String> = containers
+        .iter()
+        .filter_map(|c| {
+            let state = c.state.as_ref()?;
+            if let Some(w) = &state.waiting {
+                return Some(format!("waiting {:?} {:?}", w.reason, w.message));
+            }
+            let t = state
+                .terminated
+                .as_ref()
+                .or(c.last_state.as_ref().and_then(|l| l.terminated.as_ref()))?;
+            Some(format!(
+                "ended {:?} {:?} exit {}",
+                t.reason, t.message, t.exit_code
+            ))
+        })
+        .collect();
+    format!("{} {} {}", name(p), phase(p), why.join("; "))
 }
 
 pub fn phase(p: &Pod) -> String {

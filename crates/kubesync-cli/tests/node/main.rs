@@ -6,6 +6,7 @@
 //! - [`install`]: `helm install` with defaults on two nodes — Pods, probes, the
 //!   ServiceAccount's copies, `/metrics` over HTTPS, the securityContext as the runtime
 //!   applies it, loopback only.
+//! - [`kustomize`]: `kubectl apply -k` of `config/default` (with the hostNetwork patch).
 //! - [`failover`]: the PodDisruptionBudget's evictions, the leader's Pod deleted, a rolling
 //!   restart, a frozen leader.
 //! - [`outage`]: an apiserver outage, three sharded Pods, the memory of 10 000 copies.
@@ -17,5 +18,6 @@ mod common;
 mod failover;
 mod ground;
 mod install;
+mod kustomize;
 mod outage;
 mod upgrade;

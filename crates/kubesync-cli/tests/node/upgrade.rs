@@ -264,7 +264,7 @@ async fn a_rolling_helm_upgrade_from_the_previous_release() {
 
 /// A second ObjectSync made once rolled (the new leader has seen events since): every write
 /// after it concerns it alone.
-async fn in_sync_nothing_is_written(ground: &Ground) {
+pub async fn in_sync_nothing_is_written(ground: &Ground) {
     let before: BTreeMap<String, usize> = ground
         .writes_by_pod()
         .into_iter()
