@@ -9,10 +9,10 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use common::{
-    RunningBinary, T, free_port, kubectl, kustomize, metrics_tokens, request_tls, sample,
+    Helm, RunningBinary, T, free_port, kubectl, kustomize, metrics_tokens, request_tls, sample,
     service_account_kubeconfig,
 };
 use k8s_openapi::api::apps::v1::Deployment;
@@ -40,63 +40,6 @@ fn chart() -> String {
         .to_str()
         .expect("utf-8 path")
         .to_string()
-}
-
-/// The pinned helm, with its configuration, cache and data directories under `home` (never
-/// the user's), talking to the cluster of `kubeconfig` when there is one.
-struct Helm {
-    bin: PathBuf,
-    home: PathBuf,
-    kubeconfig: Option<PathBuf>,
-}
-
-impl Helm {
-    /// For commands that need no cluster (lint, template).
-    fn offline() -> Self {
-        Self {
-            bin: kubesync_testenv::helm().expect("helm (scripts/helm.sh)"),
-            home: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("helm-home"),
-            kubeconfig: None,
-        }
-    }
-
-    /// For commands on `env`'s cluster, as its admin.
-    fn on(env: &TestEnv) -> Self {
-        Self {
-            bin: kubesync_testenv::helm().expect("helm (scripts/helm.sh)"),
-            home: env.dir().join("helm-home"),
-            kubeconfig: Some(env.kubeconfig_path().expect("admin kubeconfig")),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let mut command = Command::new(&self.bin);
-        command
-            .args(args)
-            .env("HELM_CONFIG_HOME", self.home.join("config"))
-            .env("HELM_CACHE_HOME", self.home.join("cache"))
-            .env("HELM_DATA_HOME", self.home.join("data"))
-            .stdin(Stdio::null());
-        match &self.kubeconfig {
-            Some(path) => command.env("KUBECONFIG", path),
-            None => command.env_remove("KUBECONFIG"),
-        };
-        command.output().expect("run helm")
-    }
-
-    /// Runs helm; panics with its output unless it succeeds; returns its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "helm {} failed ({}):\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
-    }
 }
 
 /// `helm template` of the chart (CRDs included) in namespace kubesync-system with these extra

@@ -9,6 +9,10 @@ use kubesync_cli::crd::Condition;
 use kubesync_cli::operator::{Operator, OperatorOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod helm;
+#[allow(unused_imports)]
+pub use helm::Helm;
+
 /// How long a test waits for a state (with `kubesync_testenv::eventually`).
 pub const T: Duration = Duration::from_secs(40);
 
