@@ -299,6 +299,26 @@ pub struct KeyFilterSpec {
     pub exclude: Vec<String>,
 }
 
+/// Other tools' ownership metadata in the source (Helm's release, Argo CD's Application,
+/// Flux's Kustomization or HelmRelease): by default never copied, so that no copy claims to
+/// be part of a release or an Application where it is not.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OtherOwnersSpec {
+    /// `true`: copy them as any other label or annotation (the `labels` and `annotations`
+    /// filters still apply). Default `false`: the keys kubesync knows (`meta.helm.sh/`,
+    /// `app.kubernetes.io/managed-by`, `argocd.argoproj.io/`, `app.kubernetes.io/instance`,
+    /// `kustomize.toolkit.fluxcd.io/`, `helm.toolkit.fluxcd.io/`) and `keys` never reach a
+    /// copy; a destination's patch may still set one.
+    #[serde(default)]
+    pub copy: bool,
+    /// More keys of that kind (exact keys, or prefixes ending in `/` or `*`), e.g. a
+    /// tool of your own. At most 50.
+    #[serde(default)]
+    #[schemars(length(max = 50), inner(length(max = 317)))]
+    pub keys: Vec<String>,
+}
+
 /// Key-level control of Secret and ConfigMap data.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub struct DataFilterSpec {
@@ -354,6 +374,9 @@ pub struct ObjectSyncSpec {
     /// Which source annotations reach the copies.
     #[serde(default)]
     pub annotations: KeyFilterSpec,
+    /// Other tools' ownership metadata (Helm's, Argo CD's, Flux's): by default never copied.
+    #[serde(default)]
+    pub other_owners: OtherOwnersSpec,
     /// Key-level control of data (Secret and ConfigMap only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<DataFilterSpec>,

@@ -273,6 +273,10 @@ fn check_filters(spec: &ObjectSyncSpec) -> Result<(), Refusal> {
             }
         }
     }
+    for (j, e) in spec.other_owners.keys.iter().enumerate() {
+        validate::key_filter_entry(e)
+            .map_err(|m| invalid_field(format!("spec.otherOwners.keys[{j}]"), m))?;
+    }
     if let Some(data) = &spec.data {
         for (j, k) in data.include.iter().enumerate() {
             validate::data_key(k)
@@ -654,6 +658,11 @@ mod tests {
         says(
             filters(serde_json::json!({"labels": {"exclude": ["ok", "not ok"]}})),
             "spec.labels.exclude[1]: ",
+            "is not a label key",
+        );
+        says(
+            filters(serde_json::json!({"otherOwners": {"keys": ["example.com/", "Bad Key"]}})),
+            "spec.otherOwners.keys[1]: ",
             "is not a label key",
         );
         says(

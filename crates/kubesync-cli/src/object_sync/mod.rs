@@ -34,7 +34,7 @@ use kubesync::syncers::fan_out::plan::MAX_NAME;
 use kubesync::syncers::fan_out::record::Record as CopiesMade;
 use kubesync::syncers::fan_out::rules::{
     CopyPatch, CopyRules, DataFilter, DeletionPolicy, FIELD_MANAGER, Ignore, KeyFilter, MANAGED_BY,
-    NamespaceRule, OnConflict, Owner, Pointer, Strategy, selector,
+    NamespaceRule, OTHER_OWNERS, OnConflict, Owner, Pointer, Strategy, selector,
 };
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,

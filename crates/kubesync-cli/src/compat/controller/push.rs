@@ -275,6 +275,8 @@ impl CompatController {
                 annotate: Some(Annotator::new(move |source, copy| {
                     declared::bookkeeping(&tools, source, copy)
                 })),
+                // No label of Helm's, Argo CD's or Flux's ownership.
+                ..CopyRules::default()
             },
             consent: untrusted.then(|| crate::policy::consent(&self.policy, namespace, ar)),
             update_policy: match self.version_gate {

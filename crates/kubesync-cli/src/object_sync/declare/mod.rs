@@ -415,6 +415,12 @@ fn copy_rules(spec: &ObjectSyncSpec, untrusted: bool) -> CopyRules {
             true => policy::DECLARING_PREFIXES.map(String::from).to_vec(),
             false => Vec::new(),
         },
+        other_owners: match spec.other_owners.copy {
+            true => Vec::new(),
+            false => (OTHER_OWNERS.iter().map(|k| k.to_string()))
+                .chain(spec.other_owners.keys.iter().cloned())
+                .collect(),
+        },
         ..Default::default()
     }
 }

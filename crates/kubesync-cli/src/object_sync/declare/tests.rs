@@ -460,3 +460,25 @@ fn who_a_declaration_acts_as() {
             .contains("--default-service-account")
     );
 }
+
+#[test]
+fn other_tools_ownership_is_dropped_by_default_extended_by_keys_and_copied_on_request() {
+    let source =
+        json!({"source": {"kind": "ConfigMap", "name": "c"}, "destinations": [{"namespace": "a"}]});
+    let rules = |other: Option<serde_json::Value>| {
+        let mut s = source.clone();
+        if let Some(o) = other {
+            s["otherOwners"] = o;
+        }
+        copy_rules(&spec(s), false).other_owners
+    };
+    let known: Vec<String> = OTHER_OWNERS.iter().map(|k| k.to_string()).collect();
+    assert_eq!(rules(None), known);
+    let mut extended = known.clone();
+    extended.push("team.example.com/".into());
+    assert_eq!(
+        rules(Some(json!({"keys": ["team.example.com/"]}))),
+        extended
+    );
+    assert!(rules(Some(json!({"copy": true, "keys": ["x"]}))).is_empty());
+}

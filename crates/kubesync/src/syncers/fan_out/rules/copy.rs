@@ -112,8 +112,27 @@ impl Annotator {
     }
 }
 
+/// Label and annotation keys (an entry ending in `/` or `*` is a prefix) by which other tools
+/// claim an object as theirs — Helm's release, Argo CD's Application, Flux's Kustomization or
+/// HelmRelease. A copy carrying them would claim to be part of a release or an Application in
+/// a namespace where it is not (Argo CD prunes it or reports it orphaned, Helm names another
+/// release's owner when installing an object of its name), so by default
+/// ([`CopyRules::other_owners`]) they never reach a copy; a patch may still set one.
+pub const OTHER_OWNERS: &[&str] = &[
+    // Helm: the release's name and namespace, and the managing tool.
+    "meta.helm.sh/",
+    "app.kubernetes.io/managed-by",
+    // Argo CD: its tracking annotation, instance label and options; its default tracking
+    // label before 3.0 (also Helm's release name).
+    "argocd.argoproj.io/",
+    "app.kubernetes.io/instance",
+    // Flux: the Kustomization's and the HelmRelease's name and namespace, and their options.
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+];
+
 /// What the copy must carry besides the source's content.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CopyRules {
     /// Labels that reach the copy.
     pub labels: KeyFilter,
@@ -132,6 +151,26 @@ pub struct CopyRules {
     /// (one that needs their consent) is given them, so nothing it writes into a copy — nor
     /// what the copy keeps once released — ever declares or consents in their name.
     pub reserved: Vec<String>,
+    /// Label and annotation keys (exact, or prefixes ending in `/` or `*`) of other tools'
+    /// ownership, never copied from the source (a patch may set them): by default
+    /// [`OTHER_OWNERS`]; empty copies them as any other key.
+    pub other_owners: Vec<String>,
+}
+
+impl Default for CopyRules {
+    /// Every label and annotation copied but kubesync's own, kubectl's last-applied one and
+    /// [`OTHER_OWNERS`]; all data; nothing added, nothing reserved.
+    fn default() -> Self {
+        Self {
+            labels: KeyFilter::default(),
+            annotations: KeyFilter::default(),
+            data: None,
+            extra_labels: BTreeMap::new(),
+            annotate: None,
+            reserved: Vec::new(),
+            other_owners: OTHER_OWNERS.iter().map(|k| k.to_string()).collect(),
+        }
+    }
 }
 
 /// Whether `key` starts with one of the `reserved` prefixes.
@@ -189,8 +228,11 @@ pub fn desired_copy(
         SOURCE_VERSION.into(),
         source.metadata.resource_version.clone().unwrap_or_default(),
     );
-    labels.retain(|k, _| !is_reserved(&rules.reserved, k));
-    annotations.retain(|k, _| !is_reserved(&rules.reserved, k));
+    let kept = |k: &String| {
+        !is_reserved(&rules.reserved, k) && !rules.other_owners.iter().any(|p| key_matches(p, k))
+    };
+    labels.retain(|k, _| kept(k));
+    annotations.retain(|k, _| kept(k));
     copy.metadata.labels = Some(labels);
     copy.metadata.annotations = Some(annotations);
     if let Some(m) = copy.data.as_object_mut() {
@@ -319,6 +361,7 @@ mod tests {
                 .into()
             })),
             reserved: vec![],
+            other_owners: vec![],
         };
         let c = ca_into_team_a(&rules, &owner());
         let v = serde_json::to_value(&c).expect("json");
@@ -343,6 +386,69 @@ mod tests {
         assert_eq!(v["metadata"]["annotations"][SOURCE_VERSION], "42");
         assert_eq!(v["data"], json!({"bundle.pem": "Q0E="}));
         assert_eq!(v["type"], "kubernetes.io/tls");
+    }
+
+    #[test]
+    fn other_tools_ownership_never_reaches_a_copy_unless_turned_off() {
+        let mut source = tls_secret();
+        let owned = [
+            ("meta.helm.sh/release-name", "certs"),
+            ("meta.helm.sh/release-namespace", "certs"),
+            ("argocd.argoproj.io/tracking-id", "ca:/Secret:certs/ca"),
+            ("kustomize.toolkit.fluxcd.io/name", "infra"),
+            ("helm.toolkit.fluxcd.io/namespace", "flux-system"),
+            ("team.example.com/owner", "platform"),
+        ];
+        for (k, v) in owned {
+            let annotations = source.metadata.annotations.get_or_insert_default();
+            annotations.insert(k.into(), v.into());
+        }
+        for (k, v) in [
+            ("app.kubernetes.io/managed-by", "Helm"),
+            ("app.kubernetes.io/instance", "certs"),
+            ("app.kubernetes.io/name", "ca"),
+        ] {
+            let labels = source.metadata.labels.get_or_insert_default();
+            labels.insert(k.into(), v.into());
+        }
+        let keys = |rules: &CopyRules| {
+            let c = desired_copy(
+                &secret_type(),
+                &source,
+                "team-a",
+                "ca",
+                rules,
+                &owner(),
+                "core/Secret/certs/ca",
+            );
+            let mut all: Vec<String> = c.metadata.labels.unwrap_or_default().into_keys().collect();
+            all.extend(c.metadata.annotations.unwrap_or_default().into_keys());
+            all.retain(|k| !k.starts_with("kubesync.io/"));
+            all.sort();
+            all
+        };
+        // By default none of Helm's, Argo CD's or Flux's keys (nor the fixture's label
+        // `argocd.argoproj.io/instance`).
+        assert_eq!(
+            keys(&CopyRules::default()),
+            [
+                "app",
+                "app.kubernetes.io/name",
+                "note",
+                "team.example.com/owner"
+            ]
+        );
+        // Extended by a key of one's own tool.
+        let mut extended = CopyRules::default();
+        extended.other_owners.push("team.example.com/owner".into());
+        assert_eq!(keys(&extended), ["app", "app.kubernetes.io/name", "note"]);
+        // Turned off: copied as any other key.
+        let off = CopyRules {
+            other_owners: vec![],
+            ..CopyRules::default()
+        };
+        // The fixture's two labels and one annotation (besides kubectl's), and the ones added.
+        assert_eq!(keys(&off).len(), 2 + 1 + 3 + owned.len());
     }
 
     #[test]

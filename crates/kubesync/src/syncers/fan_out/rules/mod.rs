@@ -23,7 +23,8 @@ pub mod settle;
 
 pub use bulk::Bulk;
 pub use copy::{
-    Annotator, CopyRules, DataFilter, KeyFilter, Owner, desired_copy, owned_by, source_mark,
+    Annotator, CopyRules, DataFilter, KeyFilter, OTHER_OWNERS, Owner, desired_copy, owned_by,
+    source_mark,
 };
 pub use decide::{
     Decision, DeletionPolicy, OnConflict, Strategy, apply_precondition, decide, in_sync, orphans,
