@@ -78,11 +78,17 @@ impl Ground {
             .expect("the Pod's node")
     }
 
+    /// The apiserver's port on loopback (what `KUBERNETES_SERVICE_PORT` must say in the Pods).
+    pub fn apiserver_port(&self) -> String {
+        let server = self.env.server();
+        server.rsplit(':').next().expect("port").to_string()
+    }
+
     /// The values a cluster like this one needs (no Pod network: hostNetwork, the apiserver
     /// on loopback, nodes not ready), written to a file; and `more` (YAML) in a second one,
     /// which helm merges over the first.
     pub fn values(&self, more: &str) -> [PathBuf; 2] {
-        let port = self.env.server().rsplit(':').next().expect("port");
+        let port = self.apiserver_port();
         let text = format!(
             "image: {{pullPolicy: Never}}\n\
              hostNetwork: true\n\

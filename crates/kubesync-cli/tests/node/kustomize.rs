@@ -13,13 +13,7 @@ use crate::upgrade::in_sync_nothing_is_written;
 /// An overlay of `config/default` with what a cluster without a Pod network needs — the
 /// patch the install page gives for hostNetwork clusters — written beside the environment.
 fn overlay(ground: &Ground) -> std::path::PathBuf {
-    let port = ground
-        .env
-        .server()
-        .rsplit(':')
-        .next()
-        .expect("port")
-        .to_string();
+    let port = ground.apiserver_port();
     // Kustomize takes no absolute base: the overlay sits beside a copy of `config/`.
     copy_tree(&repo().join("config"), &ground.env.dir().join("config"));
     let dir = ground.env.dir().join("overlay");

@@ -48,13 +48,7 @@ fn image(p: &Pod) -> String {
 /// node without a Pod network (hostNetwork, the apiserver's address, the Pod's IP), so a
 /// post-renderer adds them to its Deployment, as a user of such a cluster would have.
 fn install_previous(ground: &Ground, version: &str, dir: &std::path::Path) {
-    let port = ground
-        .env
-        .server()
-        .rsplit(':')
-        .next()
-        .expect("port")
-        .to_string();
+    let port = ground.apiserver_port();
     let script = ground.env.dir().join("previous-post-renderer.sh");
     std::fs::write(
         &script,
