@@ -140,11 +140,13 @@ pub enum Reason {
     NoStatusSubresource,
     /// A going ResourceSync's copies could not be released.
     FinalizersNotReleased,
+    /// `spec.takeOver` names a declaration this one may not take copies from.
+    TakeOverNotAllowed,
 }
 
 impl Reason {
     /// Every refusal reason.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::InvalidSpec,
         Reason::InvalidPatch,
         Reason::CopyNotADeclaration,
@@ -164,6 +166,7 @@ impl Reason {
         Reason::ServiceAccountUseUnchecked,
         Reason::NoStatusSubresource,
         Reason::FinalizersNotReleased,
+        Reason::TakeOverNotAllowed,
     ];
 
     /// The PascalCase reason as conditions carry it.
@@ -188,6 +191,7 @@ impl Reason {
             Reason::ServiceAccountUseUnchecked => "ServiceAccountUseUnchecked",
             Reason::NoStatusSubresource => "NoStatusSubresource",
             Reason::FinalizersNotReleased => "FinalizersNotReleased",
+            Reason::TakeOverNotAllowed => "TakeOverNotAllowed",
         }
     }
 }

@@ -364,6 +364,7 @@ fn fan_out_spec(source: SourceRef, prefix: &str, name_prefix: &str) -> FanOutSpe
         adoptable: None,
         acting_as: None,
         acting_as_in: Default::default(),
+        take_over: Vec::new(),
     }
 }
 

@@ -413,6 +413,7 @@ fn spec(source_cluster: Option<&str>, clusters: Vec<Option<String>>) -> FanOutSp
         adoptable: None,
         acting_as: None,
         acting_as_in: Default::default(),
+        take_over: Vec::new(),
     }
 }
 

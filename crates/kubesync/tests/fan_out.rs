@@ -181,6 +181,7 @@ fn spec(source_ns: &str, name: &str, destinations: Vec<Destination>) -> FanOutSp
         adoptable: None,
         acting_as: None,
         acting_as_in: Default::default(),
+        take_over: Vec::new(),
     }
 }
 

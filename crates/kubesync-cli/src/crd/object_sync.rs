@@ -332,6 +332,34 @@ pub struct DataFilterSpec {
     pub rename: std::collections::BTreeMap<String, String>,
 }
 
+/// The kind of declaration `spec.takeOver` names.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum TakeOverKind {
+    /// An ObjectSync (of this one's namespace unless `namespace` says otherwise).
+    #[default]
+    ObjectSync,
+    /// A ClusterObjectSync (no namespace).
+    ClusterObjectSync,
+}
+
+/// A declaration whose copies this one takes over: a declared hand-over, with no moment in
+/// which a copy has no owner and no write to the data of a copy both agree on.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TakeOverRef {
+    /// `ObjectSync` (default) or `ClusterObjectSync`.
+    #[serde(default)]
+    pub kind: TakeOverKind,
+    /// An ObjectSync's namespace (default: this declaration's own). Not for a
+    /// ClusterObjectSync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(pattern::NAMESPACE_PART))]
+    pub namespace: Option<String>,
+    /// Its name.
+    #[schemars(length(min = 1, max = 253), pattern(pattern::SUBDOMAIN))]
+    pub name: String,
+}
+
 /// One object kept in sync across many namespaces and clusters.
 #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
@@ -406,6 +434,17 @@ pub struct ObjectSyncSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20), inner(length(min = 1, max = 128)))]
     pub ignore_managers: Vec<String>,
+    /// Declarations whose copies this one takes over (a rename, a split, a move between
+    /// kinds): at its destinations, a copy kubesync made for one of them (its marks, and its
+    /// record of the copies it made) becomes this declaration's in one write that moves its
+    /// marks — its data is written only where the two disagree on it — and the old
+    /// declaration leaves it (deleting it then deletes only the copies not taken). Held to the
+    /// destination's consent as an adoption is (a SyncGrant with `adopt: true` outside the
+    /// trusted namespaces), whatever `onConflict` says; a tenant's ObjectSync takes over only
+    /// from ObjectSyncs of its own namespace. At most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub take_over: Vec<TakeOverRef>,
 }
 
 /// Cluster-scoped objects (ClusterRole, StorageClass, PriorityClass, cluster-scoped custom

@@ -38,7 +38,7 @@ use kubesync::syncers::fan_out::rules::{
 };
 use kubesync::syncers::fan_out::{
     Declaration, Destination, DestinationRef, DestinationState, DestinationStatus, FanOut,
-    FanOutSpec, Mode, Outcome, Selection, SourceRef, UpdatePolicy,
+    FanOutSpec, Mode, Outcome, Predecessor, Selection, SourceRef, UpdatePolicy,
 };
 use kubesync::validate;
 
@@ -48,7 +48,7 @@ use self::status::{Observation, object_sync_status};
 use crate::crd::{
     ClusterObjectSync, ConflictPolicy, CopyState, CopyStrategy, DestinationPatch, ObjectSync,
     ObjectSyncDeletionPolicy, ObjectSyncDestination, ObjectSyncSource, ObjectSyncSpec,
-    ObjectSyncStatus, RemoteCluster, SyncMode,
+    ObjectSyncStatus, RemoteCluster, SyncMode, TakeOverKind, TakeOverRef,
 };
 use crate::events;
 use crate::lag::{Lags, behind};
@@ -368,7 +368,10 @@ impl ObjectSyncController {
         let next = loop {
             known = match lifecycle::next(known) {
                 Next::Judge(mut k) => {
-                    k.judged = Some(self.fan_out_spec(own.as_deref(), spec, ctx).await);
+                    k.judged = Some(
+                        self.fan_out_spec((own.as_deref(), &os.name_any()), spec, ctx)
+                            .await,
+                    );
                     k
                 }
                 Next::FindCopies(mut k) => {
@@ -445,6 +448,7 @@ impl ObjectSyncController {
     ) -> kubesync::Result<Action> {
         let decl = declaration((key, record), os, spec, false);
         let outcome = self.fan_out.reconcile(ctx, &decl).await?;
+        wake_predecessors(ctx, &decl, &outcome);
         for p in &outcome.propagated {
             self.lags.observe("ObjectSync", &p.cluster, p.lag);
         }
@@ -750,6 +754,43 @@ fn declaration<K: SyncObject>(
     }
 }
 
+/// Enqueues each declaration `decl` takes over from whose record still holds a copy `decl`
+/// took (its copies' events now wake `decl`, not it): it finds them another's, forgets them,
+/// and says so in its status.
+fn wake_predecessors(ctx: &Context, decl: &Declaration, outcome: &Outcome) {
+    let Some(record) = &outcome.record else {
+        return;
+    };
+    for p in &decl.spec.take_over {
+        if p.record.shares_any(record)
+            && let Some(key) = predecessor_key(&p.owner.reference)
+        {
+            ctx.enqueue(key);
+        }
+    }
+}
+
+/// The key of the ObjectSync (`<cluster>/<namespace>/<name>`) or ClusterObjectSync
+/// (`<cluster>/<name>`) of an owner reference, as [`declaration`] writes it.
+fn predecessor_key(reference: &str) -> Option<ObjectKey> {
+    let parts: Vec<&str> = reference.split('/').collect();
+    match parts.as_slice() {
+        [LOCAL, ns, name] => Some(ObjectKey::new(
+            LOCAL,
+            &ApiResource::erase::<ObjectSync>(&()),
+            Some(ns.to_string()),
+            *name,
+        )),
+        [LOCAL, name] => Some(ObjectKey::new(
+            LOCAL,
+            &ApiResource::erase::<ClusterObjectSync>(&()),
+            None,
+            *name,
+        )),
+        _ => None,
+    }
+}
+
 /// The key of an ObjectSync's (or ClusterObjectSync's) Event budget.
 fn event_key<K: SyncObject>(os: &K) -> String {
     format!(
@@ -773,5 +814,26 @@ fn mode(spec: &ObjectSyncSpec) -> Mode {
     match spec.mode {
         SyncMode::Enforce => Mode::Enforce,
         SyncMode::Report => Mode::Report,
+    }
+}
+
+#[cfg(test)]
+mod predecessor_tests {
+    use super::*;
+
+    #[test]
+    fn a_predecessors_key_is_read_back_from_its_owner_reference() {
+        let os = predecessor_key("local/ops/old").expect("an ObjectSync");
+        assert_eq!(
+            (os.kind.as_str(), os.namespace.as_deref(), os.name.as_str()),
+            ("ObjectSync", Some("ops"), "old")
+        );
+        let cos = predecessor_key("local/fleet").expect("a ClusterObjectSync");
+        assert_eq!(
+            (cos.kind.as_str(), cos.namespace, cos.name.as_str()),
+            ("ClusterObjectSync", None, "fleet")
+        );
+        assert_eq!(predecessor_key("eu-1/ops/old"), None, "another cluster's");
+        assert_eq!(predecessor_key("local/a/b/c"), None);
     }
 }

@@ -94,6 +94,7 @@ impl ObjectSyncController {
             namespaced,
             remotes,
             namespace_labels,
+            predecessors: predecessors(ctx, own, &spec.take_over),
         })
     }
 
@@ -117,11 +118,12 @@ impl ObjectSyncController {
     /// found valid has its RemoteClusters connected and registered.
     pub(super) async fn fan_out_spec(
         &self,
-        own: Option<&str>,
+        (own, name): (Option<&str>, &str),
         spec: &ObjectSyncSpec,
         ctx: &Context,
     ) -> Result<FanOutSpec, Refusal> {
         let checked = check_spec(spec)?;
+        refuse_take_over_cycle(ctx, (own, name), &spec.take_over)?;
         let gathered = self.gather(own, spec, ctx).await?;
         let declared = declare(own, spec, checked, &gathered, &self.policy)?;
         for rc in gathered.remotes.values().flatten() {
@@ -220,6 +222,173 @@ pub(super) struct Gathered {
     /// The declaring namespace's labels, or why they could not be read: read only for an
     /// untrusted ObjectSync that names a RemoteCluster.
     pub(super) namespace_labels: Option<Result<BTreeMap<String, String>, String>>,
+    /// The declarations `spec.takeOver` names that exist and keep a record of the copies
+    /// kubesync made for them, from the operator's store (one that does not exist, or keeps
+    /// no record, has nothing to take over).
+    pub(super) predecessors: Vec<Predecessor>,
+}
+
+/// The declarations `take_over` names (of an ObjectSync in namespace `own`, or a
+/// ClusterObjectSync: `None`) as the operator's store holds them: their marks and their
+/// records. Those not found, or without a record, are left out.
+pub(super) fn predecessors(
+    ctx: &Context,
+    own: Option<&str>,
+    take_over: &[TakeOverRef],
+) -> Vec<Predecessor> {
+    let found = |r: &TakeOverRef| -> Option<(String, Option<String>, Option<CopiesMade>)> {
+        match r.kind {
+            TakeOverKind::ObjectSync => {
+                let ns = r.namespace.as_deref().or(own)?;
+                let ar = ApiResource::erase::<ObjectSync>(&());
+                let key = ObjectKey::new(LOCAL, &ar, Some(ns.to_string()), &r.name);
+                let os = ctx.get_as::<ObjectSync>(&key).ok().flatten()?;
+                let record = status::record_of(os.sync_status());
+                Some((format!("{LOCAL}/{ns}/{}", r.name), os.uid(), record))
+            }
+            TakeOverKind::ClusterObjectSync => {
+                let ar = ApiResource::erase::<ClusterObjectSync>(&());
+                let key = ObjectKey::new(LOCAL, &ar, None, &r.name);
+                let cos = ctx.get_as::<ClusterObjectSync>(&key).ok().flatten()?;
+                let record = status::record_of(cos.sync_status());
+                Some((format!("{LOCAL}/{}", r.name), cos.uid(), record))
+            }
+        }
+    };
+    take_over
+        .iter()
+        .filter_map(|r| {
+            let (reference, uid, record) = found(r)?;
+            Some(Predecessor {
+                owner: Owner {
+                    reference,
+                    uid: uid?,
+                    shard: None,
+                },
+                record: Arc::new(record?),
+            })
+        })
+        .collect()
+}
+
+/// Where a `takeOver` entry of a declaration in namespace `base` (`None`: a ClusterObjectSync)
+/// points: an ObjectSync's namespace and name, or a ClusterObjectSync's name (no namespace).
+/// `None`: a ClusterObjectSync's entry that names no namespace for an ObjectSync.
+fn take_over_target(r: &TakeOverRef, base: Option<&str>) -> Option<(Option<String>, String)> {
+    match r.kind {
+        TakeOverKind::ObjectSync => Some((
+            Some(r.namespace.as_deref().or(base)?.to_string()),
+            r.name.clone(),
+        )),
+        TakeOverKind::ClusterObjectSync => Some((None, r.name.clone())),
+    }
+}
+
+/// The most declarations a hand-over's chain is followed through ([`refuse_take_over_cycle`]).
+const MAX_CHAIN: usize = 64;
+
+/// Refuses a hand-over that comes back to the declaration `me` (its namespace, `None` for a
+/// ClusterObjectSync, and name): one it takes over from that, through its own `takeOver` (or
+/// theirs), takes over from `me` — each would take the copies back from the other, without
+/// end. Follows the chain through the operator's store, at most [`MAX_CHAIN`] declarations.
+fn refuse_take_over_cycle(
+    ctx: &Context,
+    me: (Option<&str>, &str),
+    take_over: &[TakeOverRef],
+) -> Result<(), Refusal> {
+    let target = (me.0.map(String::from), me.1.to_string());
+    let mut stack: Vec<(usize, (Option<String>, String))> = take_over
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((i, take_over_target(r, me.0)?)))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some((i, at)) = stack.pop() {
+        if at == target {
+            let named = match &take_over_target(&take_over[i], me.0) {
+                Some((Some(ns), name)) => format!("ObjectSync {ns}/{name}"),
+                Some((None, name)) => format!("ClusterObjectSync {name}"),
+                None => "it".to_string(),
+            };
+            return Err(Refusal::new(
+                Reason::TakeOverNotAllowed,
+                format!(
+                    "spec.takeOver[{i}]: {named} takes over, through its own takeOver, from this declaration: two declarations cannot take over from each other (each would take the copies back)"
+                ),
+            ));
+        }
+        if seen.len() >= MAX_CHAIN || !seen.insert(at.clone()) {
+            continue;
+        }
+        let (ns, name) = at;
+        let next: Vec<TakeOverRef> = match &ns {
+            Some(ns) => {
+                let ar = ApiResource::erase::<ObjectSync>(&());
+                let key = ObjectKey::new(LOCAL, &ar, Some(ns.clone()), &name);
+                ctx.get_as::<ObjectSync>(&key)
+                    .ok()
+                    .flatten()
+                    .map(|o| o.spec.take_over)
+            }
+            None => {
+                let ar = ApiResource::erase::<ClusterObjectSync>(&());
+                let key = ObjectKey::new(LOCAL, &ar, None, &name);
+                ctx.get_as::<ClusterObjectSync>(&key)
+                    .ok()
+                    .flatten()
+                    .map(|o| o.spec.sync.take_over)
+            }
+        }
+        .unwrap_or_default();
+        stack.extend(
+            next.iter()
+                .filter_map(|r| Some((i, take_over_target(r, ns.as_deref())?))),
+        );
+    }
+    Ok(())
+}
+
+/// Whether an ObjectSync in namespace `own` (`None`: a ClusterObjectSync), `untrusted` or not,
+/// may take over from each declaration `spec.takeOver` names (pure): a ClusterObjectSync has
+/// no namespace; a ClusterObjectSync names the namespace of an ObjectSync; a tenant's
+/// ObjectSync takes over only from ObjectSyncs of its own namespace.
+fn check_take_over(
+    own: Option<&str>,
+    spec: &ObjectSyncSpec,
+    untrusted: Option<&str>,
+) -> Result<(), Refusal> {
+    for (i, r) in spec.take_over.iter().enumerate() {
+        let invalid =
+            |m: &str| Refusal::new(Reason::InvalidSpec, format!("spec.takeOver[{i}]: {m}"));
+        let namespace = match (r.kind, r.namespace.as_deref(), own) {
+            (TakeOverKind::ClusterObjectSync, Some(_), _) => {
+                return Err(invalid("a ClusterObjectSync has no namespace"));
+            }
+            (TakeOverKind::ClusterObjectSync, None, _) => None,
+            (TakeOverKind::ObjectSync, Some(ns), _) => Some(ns),
+            (TakeOverKind::ObjectSync, None, Some(own)) => Some(own),
+            (TakeOverKind::ObjectSync, None, None) => {
+                return Err(invalid(
+                    "name the namespace of the ObjectSync to take over from",
+                ));
+            }
+        };
+        if let Some(tenant) = untrusted
+            && namespace != Some(tenant)
+        {
+            let named = match namespace {
+                Some(ns) => format!("ObjectSync {ns}/{}", r.name),
+                None => format!("ClusterObjectSync {}", r.name),
+            };
+            return Err(Refusal::new(
+                Reason::TakeOverNotAllowed,
+                format!(
+                    "spec.takeOver[{i}]: an ObjectSync outside the trusted namespaces takes over only from ObjectSyncs of its own namespace ({tenant}), not from {named}"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The RemoteClusters `spec` names (its source's, its destinations'), from the operator's
@@ -272,6 +441,7 @@ pub(super) fn declare(
         &named,
     )?;
     let untrusted = own.filter(|ns| !policy.is_trusted(ns));
+    check_take_over(own, spec, untrusted)?;
     admit_remote_clusters(spec, gathered, untrusted)?;
     let acting_as = acting_as(own, spec, policy)?;
     let acting_as_in = match &acting_as {
@@ -303,6 +473,7 @@ pub(super) fn declare(
             crate::crd::UpdatePolicy::Sync => UpdatePolicy::Sync,
             crate::crd::UpdatePolicy::CreateOnly => UpdatePolicy::CreateOnly,
         },
+        take_over: gathered.predecessors.clone(),
         ..FanOutSpec::new(source)
     })
 }

@@ -32,6 +32,7 @@ fn facts(
             .map(|rc| (rc.name_any(), Ok(rc)))
             .collect(),
         namespace_labels: labels,
+        predecessors: Vec::new(),
     }
 }
 
@@ -380,6 +381,7 @@ fn the_kind_as_discovered_decides_namespaces() {
         namespaced: false,
         remotes: BTreeMap::new(),
         namespace_labels: None,
+        predecessors: Vec::new(),
     };
     let d = judged(None, &s, &cluster_scoped, ObjectSyncPolicy::default())
         .expect("a ClusterObjectSync of a cluster-scoped kind");
@@ -481,4 +483,79 @@ fn other_tools_ownership_is_dropped_by_default_extended_by_keys_and_copied_on_re
         extended
     );
     assert!(rules(Some(json!({"copy": true, "keys": ["x"]}))).is_empty());
+}
+
+#[test]
+fn a_tenant_takes_over_only_from_objectsyncs_of_her_namespace() {
+    let with = |take_over: serde_json::Value| {
+        spec(json!({"source": {"kind": "ConfigMap", "name": "cfg"},
+            "destinations": [{"namespace": "t2"}], "takeOver": take_over}))
+    };
+    let policy = || ObjectSyncPolicy {
+        default_service_account: Some("copier".into()),
+        ..trusting_ops()
+    };
+    let reason = |own: Option<&str>, s: &ObjectSyncSpec| {
+        judged(own, s, &facts(vec![], None), policy()).map_err(|r| (r.reason, r.message))
+    };
+    // Her own namespace's ObjectSync, named with or without the namespace: allowed, and the
+    // predecessors gathered reach the declaration.
+    for ok in [
+        json!([{"name": "old"}]),
+        json!([{"name": "old", "namespace": "t1"}]),
+    ] {
+        let s = with(ok);
+        assert!(reason(Some("t1"), &s).is_ok());
+        let mut gathered = facts(vec![], None);
+        let record = kubesync::syncers::fan_out::record::Record::new();
+        gathered.predecessors = vec![Predecessor {
+            owner: kubesync::syncers::fan_out::rules::Owner {
+                reference: "local/t1/old".into(),
+                uid: "u-old".into(),
+                shard: None,
+            },
+            record: Arc::new(record),
+        }];
+        let d = judged(Some("t1"), &s, &gathered, policy()).expect("allowed");
+        assert_eq!(d.take_over, gathered.predecessors);
+    }
+    // Another namespace's, or a ClusterObjectSync: refused, naming what and why.
+    for (refused, named) in [
+        (
+            json!([{"name": "old", "namespace": "t2"}]),
+            "ObjectSync t2/old",
+        ),
+        (
+            json!([{"kind": "ClusterObjectSync", "name": "fleet"}]),
+            "ClusterObjectSync fleet",
+        ),
+    ] {
+        let (r, m) = reason(Some("t1"), &with(refused)).expect_err("refused");
+        assert_eq!(r, Reason::TakeOverNotAllowed);
+        assert!(m.contains(named) && m.contains("own namespace (t1)"), "{m}");
+    }
+    // A trusted namespace's ObjectSync, or a ClusterObjectSync, takes over from anywhere.
+    let anywhere = with(json!([{"name": "old", "namespace": "t2"},
+        {"kind": "ClusterObjectSync", "name": "fleet"}]));
+    assert_eq!(reason(Some("ops"), &anywhere).err(), None);
+    let mut cluster_wide = anywhere.clone();
+    cluster_wide.source.namespace = Some("t1".into());
+    assert_eq!(reason(None, &cluster_wide).err(), None);
+    // Fields that cannot name one: said where.
+    let (r, m) = reason(
+        Some("ops"),
+        &with(
+            json!([{"name": "old"}, {"kind": "ClusterObjectSync", "name": "f", "namespace": "x"}]),
+        ),
+    )
+    .expect_err("invalid");
+    assert_eq!(r, Reason::InvalidSpec);
+    assert_eq!(m, "spec.takeOver[1]: a ClusterObjectSync has no namespace");
+    let mut unnamed = with(json!([{"name": "old"}]));
+    unnamed.source.namespace = Some("t1".into());
+    let (_, m) = reason(None, &unnamed).expect_err("invalid");
+    assert_eq!(
+        m,
+        "spec.takeOver[0]: name the namespace of the ObjectSync to take over from"
+    );
 }

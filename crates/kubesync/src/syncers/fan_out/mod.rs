@@ -27,6 +27,6 @@ pub mod spec;
 pub use pipeline::{FIELD_MANAGER, FanOut, is_uid_precondition_failure};
 pub use spec::{
     Adoptable, Declaration, Destination, DestinationRef, DestinationState, DestinationStatus,
-    FanOutSpec, Mode, Outcome, Planned, Propagated, Selection, SourceRef, SourceUnreachable,
-    SourceVersion, UpdatePolicy, WatchError,
+    FanOutSpec, Mode, Outcome, Planned, Predecessor, Propagated, Selection, SourceRef,
+    SourceUnreachable, SourceVersion, UpdatePolicy, WatchError,
 };

@@ -412,6 +412,7 @@ fn plan_destination<S: Stores>(
         update_policy: spec.update_policy,
         source_version: &source_rv,
         vouch: snapshot.vouch,
+        take_over: &spec.take_over,
     };
     let Some((existing, printed, verdict)) =
         verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
@@ -593,13 +594,18 @@ fn adoption_refused<S: Stores>(
 ) -> Option<String> {
     let spec = &snapshot.declaration.spec;
     let consent = spec.consent.as_ref()?;
-    (spec.on_conflict == OnConflict::Adopt
+    let adopts = spec.on_conflict == OnConflict::Adopt;
+    ((adopts || !spec.take_over.is_empty())
         && !adoption_consented(consent, snapshot.stores, source, at))
-    .then(|| {
-        format!(
+    .then(|| match adopts {
+        true => format!(
             "{} exists and kubesync did not create it; adopting it (onConflict: adopt) needs a SyncGrant in {} with adopt: true that admits this declaration",
             at.name, at.namespace
-        )
+        ),
+        false => format!(
+            "{} is another declaration's copy; taking it over (takeOver) needs a SyncGrant in {} with adopt: true that admits this declaration",
+            at.name, at.namespace
+        ),
     })
 }
 
@@ -1149,6 +1155,7 @@ mod tests {
                 adoptable: None,
                 acting_as: None,
                 acting_as_in: Default::default(),
+                take_over: Vec::new(),
             },
             deleting: false,
             refused: false,
@@ -2227,6 +2234,90 @@ mod tests {
             .consents
             .insert(("local".into(), "src".into()), vec![adopt]);
         assert_eq!(written(&run.plan()), [(at_own, Decision::Adopt)]);
+    }
+
+    #[test]
+    fn a_predecessors_copy_its_record_vouches_for_is_taken_over_as_consent_allows_adoption() {
+        use crate::syncers::fan_out::record::Record;
+        use crate::syncers::fan_out::spec::Predecessor;
+        let old = Owner {
+            reference: "local/ctl/old".into(),
+            uid: "uid-old".into(),
+            shard: None,
+        };
+        let theirs = |uid: &str| {
+            Arc::new(obj(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "ca", "namespace": "a", "uid": uid,
+                    "labels": {MANAGED_BY: "uid-old"},
+                    "annotations": {rules::SOURCE: "core/Secret/src/ca", rules::OWNER: "local/ctl/old"}},
+                "data": {"k": "dg=="}})))
+        };
+        let mut record = Record::new();
+        record.insert("made-for-old");
+        let predecessor = Predecessor {
+            owner: old,
+            record: Arc::new(record),
+        };
+        let mut stores = Fake::default().with_namespaces("local", &[("a", json!({}))]);
+        stores
+            .objects
+            .insert(at("local", "a"), theirs("made-for-old"));
+        let mut decl = declaration(vec![destination(None, "a")]);
+        let mut run = Run::new(decl.clone(), stores);
+        let plan = run.plan();
+        assert!(plan.writes.is_empty(), "without takeOver: another's copy");
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("managed by local/ctl/old")
+        );
+        decl.spec.take_over = vec![predecessor.clone()];
+        run.decl = decl.clone();
+        assert_eq!(
+            written(&run.plan()),
+            [(at("local", "a"), Decision::Adopt)],
+            "its record vouches for it: taken over, whatever onConflict says"
+        );
+        // The predecessor's marks on an object its record does not hold (forged): not taken.
+        run.stores
+            .objects
+            .insert(at("local", "a"), theirs("forged"));
+        let plan = run.plan();
+        assert!(plan.writes.is_empty());
+        assert_eq!(plan.statuses[0].state, DestinationState::Conflict);
+        // Where copies need consent, taking over needs the consent an adoption needs.
+        run.stores
+            .objects
+            .insert(at("local", "a"), theirs("made-for-old"));
+        decl.spec.consent = Some(grant_consent());
+        run.decl = decl;
+        let granted = Arc::new(obj(
+            json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "a", "labels": {"admits": "ca"}}}),
+        ));
+        run.stores
+            .consents
+            .insert(("local".into(), "a".into()), vec![granted]);
+        let plan = run.plan();
+        assert!(
+            plan.writes.is_empty(),
+            "a grant without adopt: not taken over"
+        );
+        assert!(
+            plan.statuses[0]
+                .message
+                .contains("taking it over (takeOver)"),
+            "{}",
+            plan.statuses[0].message
+        );
+        let adopt = Arc::new(obj(
+            json!({"apiVersion": "kubesync.io/v1alpha1", "kind": "SyncGrant",
+            "metadata": {"name": "g", "namespace": "a", "labels": {"admits": "ca", "adopt": "true"}}}),
+        ));
+        run.stores
+            .consents
+            .insert(("local".into(), "a".into()), vec![adopt]);
+        assert_eq!(written(&run.plan()), [(at("local", "a"), Decision::Adopt)]);
     }
 
     #[test]

@@ -111,6 +111,17 @@ impl Record {
         self.made.contains(&digest(uid))
     }
 
+    /// Whether it holds an object `other` holds too: after a hand-over
+    /// ([`FanOutSpec::take_over`](super::FanOutSpec::take_over)), the predecessor's record
+    /// still holds copies its successor took, until the predecessor is reconciled again.
+    pub fn shares_any(&self, other: &Record) -> bool {
+        let (small, large) = match self.made.len() <= other.made.len() {
+            true => (&self.made, &other.made),
+            false => (&other.made, &self.made),
+        };
+        small.iter().any(|d| large.contains(d))
+    }
+
     /// Records the object of `uid` as made (or adopted); `false` if it is full
     /// ([`MAX_RECORDED`]) and `uid` is not in it already.
     pub fn insert(&mut self, uid: &str) -> bool {
@@ -376,6 +387,23 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().expect("a time")
+    }
+
+    #[test]
+    fn records_that_hold_one_object_share_it() {
+        let (mut old, mut new) = (Record::new(), Record::new());
+        old.insert(A);
+        old.insert(B);
+        assert!(!old.shares_any(&new) && !new.shares_any(&old));
+        new.insert("c");
+        assert!(!old.shares_any(&new));
+        new.insert(B);
+        assert!(old.shares_any(&new) && new.shares_any(&old));
+        old.retain([A]);
+        assert!(
+            !old.shares_any(&new),
+            "the predecessor forgot what was taken"
+        );
     }
 
     #[test]

@@ -244,6 +244,30 @@ pub struct Destination {
     pub ignore: Ignore,
 }
 
+/// A declaration whose copies another takes over ([`FanOutSpec::take_over`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Predecessor {
+    /// Whose marks its copies carry.
+    pub owner: Owner,
+    /// Its record of the copies kubesync made for it: only the marked objects it vouches for
+    /// are taken over (marks alone, which anyone who may patch an object can write, never).
+    pub record: Arc<super::record::Record>,
+}
+
+impl Predecessor {
+    /// Whether `there` is this predecessor's copy: its marks, and its record says kubesync
+    /// created or adopted it (not one taken on its marks alone, nor one created while the
+    /// record was open and not recorded since).
+    pub fn holds(&self, there: &DynamicObject) -> bool {
+        super::rules::owned_by(there, &self.owner)
+            && there
+                .metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| self.record.made_by_kubesync(uid))
+    }
+}
+
 /// A resolved fan-out declaration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FanOutSpec {
@@ -281,6 +305,16 @@ pub struct FanOutSpec {
     /// that acts as one writes through a RemoteCluster as the identity that cluster's admin
     /// mapped it to. A cluster without an entry is written as `acting_as`.
     pub acting_as_in: BTreeMap<String, crate::ActAs>,
+    /// Declarations whose copies this one takes over (a declared hand-over: a rename, a split,
+    /// a move between kinds). At one of this declaration's destinations, an object that
+    /// carries a predecessor's marks and that the predecessor's record vouches for is adopted
+    /// as this declaration's copy: one write moves the marks (and the content, where the two
+    /// disagree on it), so the copy is never without an owner, and its data is not written
+    /// where they agree. It is held to the destination's consent as an adoption is
+    /// ([`OnConflict::Adopt`]), whatever `on_conflict` says, and written as
+    /// [`acting_as`](Self::acting_as). The predecessor then finds the copy another's and
+    /// leaves it: what was taken is never deleted with it.
+    pub take_over: Vec<Predecessor>,
 }
 
 impl FanOutSpec {
@@ -302,6 +336,7 @@ impl FanOutSpec {
             adoptable: None,
             acting_as: None,
             acting_as_in: BTreeMap::new(),
+            take_over: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::key::ObjectKey;
 use crate::syncers::fan_out::rules::{
     self, Decision, Drift, FieldPath, OnConflict, Owner, Strategy,
 };
-use crate::syncers::fan_out::spec::{Adoptable, Declaration, UpdatePolicy};
+use crate::syncers::fan_out::spec::{Adoptable, Declaration, Predecessor, UpdatePolicy};
 
 /// What decides at one destination besides the object there and the desired copy: the
 /// declaration's rules, its destination entry's, and what the destination's namespace says
@@ -39,6 +39,8 @@ pub struct Judge<'a> {
     pub source_version: &'a str,
     /// What takes an object carrying the declaration's marks as its own.
     pub vouch: &'a crate::syncers::fan_out::record::Vouch,
+    /// The declarations whose copies it takes over.
+    pub take_over: &'a [Predecessor],
 }
 
 impl<'a> Judge<'a> {
@@ -54,6 +56,7 @@ impl<'a> Judge<'a> {
             update_policy: job.update_policy,
             vouch: &job.vouch,
             source_version: &w.source_resource_version,
+            take_over: &job.take_over,
         }
     }
 }
@@ -83,6 +86,8 @@ pub struct Job {
     pub vouch: crate::syncers::fan_out::record::Vouch,
     /// Opens its record where it is kept before a copy is created.
     pub opening: Option<std::sync::Arc<crate::syncers::fan_out::record::Opening>>,
+    /// The declarations whose copies it takes over.
+    pub take_over: Vec<Predecessor>,
 }
 
 impl Job {
@@ -105,6 +110,7 @@ impl Job {
             update_policy: spec.update_policy,
             vouch,
             opening: None,
+            take_over: spec.take_over.clone(),
         }
     }
 }
@@ -167,6 +173,27 @@ pub fn decide_at(
         && !judge.vouch.vouches_for(&there.metadata)
     {
         return Verdict::Conflict(UNVOUCHED.to_string());
+    }
+    // A predecessor's copy (its marks, vouched for by its record): adopted, as consent
+    // allows an adoption there; one write moves the marks.
+    if let Some(there) = there
+        && !rules::owned_by(there, judge.owner)
+        && judge.take_over.iter().any(|p| p.holds(there))
+    {
+        return match gate_adoption(
+            Decision::Adopt,
+            judge.adoption_refused,
+            None,
+            Some(there),
+            desired,
+        ) {
+            Decision::Conflict(message) => Verdict::Conflict(message),
+            decision => Verdict::Write {
+                decision,
+                changed: Vec::new(),
+                drift: None,
+            },
+        };
     }
     let compared = there.map(|e| rules::ignore::without(e, &theirs));
     let wanted = rules::ignore::without(desired, &theirs);

@@ -65,6 +65,7 @@ fn declaration(ar: ApiResource) -> Declaration {
             adoptable: None,
             acting_as: None,
             acting_as_in: Default::default(),
+            take_over: Vec::new(),
         },
         deleting: false,
         refused: false,
