@@ -197,7 +197,7 @@ impl Operator {
             options.policy,
             options.fan_out_concurrency,
             lags.clone(),
-            records.map(|r| r as Arc<dyn kubesync::syncers::fan_out::record::Ledger>),
+            records,
         );
         if options.shards.is_some() {
             // Each replica holds only the copies of the units it works on.

@@ -13,8 +13,9 @@ use common::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use kubesync::Cluster;
+use kubesync::syncers::fan_out::record::Record;
 use kubesync::syncers::fan_out::rules::MANAGED_BY;
 use kubesync_cli::crd::ObjectSync;
 use kubesync_cli::operator::OperatorOptions;
@@ -29,26 +30,28 @@ const DESTINATIONS: usize = 20;
 struct Seen {
     uid: String,
     owner: Option<String>,
-    data: BTreeMap<String, String>,
+    data: serde_json::Value,
 }
 
-/// Every version of every ConfigMap in the `to-*` namespaces, by (namespace, name), and the
-/// copies seen deleted.
+/// Every version of every object of a kind in the `to-*` namespaces, by (namespace, name),
+/// and the copies seen deleted.
 #[derive(Default)]
 struct Witnessed {
     versions: BTreeMap<(String, String), Vec<Seen>>,
     deleted: Vec<(String, String)>,
 }
 
-/// Watches the ConfigMaps of every namespace and records each version of those in `to-*`.
-fn witness(
-    env: &TestEnv,
-) -> (
-    Arc<parking_lot::Mutex<Witnessed>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let api: Api<ConfigMap> = Api::all(env.client().expect("client"));
-    let seen: Arc<parking_lot::Mutex<Witnessed>> = Arc::default();
+type Witness = Arc<parking_lot::Mutex<Witnessed>>;
+
+/// Watches the objects of kind `K` in every namespace and records each version of those in
+/// `to-*`.
+fn witness<K>(env: &TestEnv) -> (Witness, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let ar = kube::core::ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::all_with(env.client().expect("client"), &ar);
+    let seen: Witness = Arc::default();
     let task = tokio::spawn({
         let seen = seen.clone();
         async move {
@@ -56,31 +59,123 @@ fn witness(
                 kube::runtime::watcher(api, kube::runtime::watcher::Config::default()),
             ));
             while let Some(event) = events.next().await {
-                let (cm, deleted) = match event {
-                    Ok(kube::runtime::watcher::Event::Apply(cm))
-                    | Ok(kube::runtime::watcher::Event::InitApply(cm)) => (cm, false),
-                    Ok(kube::runtime::watcher::Event::Delete(cm)) => (cm, true),
+                let (o, deleted) = match event {
+                    Ok(kube::runtime::watcher::Event::Apply(o))
+                    | Ok(kube::runtime::watcher::Event::InitApply(o)) => (o, false),
+                    Ok(kube::runtime::watcher::Event::Delete(o)) => (o, true),
                     _ => continue,
                 };
-                let ns = cm.namespace().unwrap_or_default();
+                let ns = o.namespace().unwrap_or_default();
                 if !ns.starts_with("to-") {
                     continue;
                 }
-                let key = (ns, cm.name_any());
+                let key = (ns, o.name_any());
                 let mut seen = seen.lock();
                 if deleted {
                     seen.deleted.push(key);
                     continue;
                 }
                 seen.versions.entry(key).or_default().push(Seen {
-                    uid: cm.uid().unwrap_or_default(),
-                    owner: cm.labels().get(MANAGED_BY).cloned(),
-                    data: cm.data.clone().unwrap_or_default(),
+                    uid: o.uid().unwrap_or_default(),
+                    owner: o.labels().get(MANAGED_BY).cloned(),
+                    data: o.data.get("data").cloned().unwrap_or_default(),
                 });
             }
         }
     });
     (seen, task)
+}
+
+/// The witness's last version of each copy it saw.
+fn last_versions(seen: &Witness) -> BTreeMap<(String, String), Seen> {
+    seen.lock()
+        .versions
+        .iter()
+        .map(|(k, v)| (k.clone(), v.last().expect("a version").clone()))
+        .collect()
+}
+
+/// Asserts that no copy the witness saw was deleted, and that every version of each was the
+/// same object (as in `before`) with the same data, owned by `old` or `new`.
+fn owned_throughout(
+    seen: &Witness,
+    before: &BTreeMap<(String, String), Seen>,
+    (old, new): (&str, &str),
+) {
+    let seen = seen.lock();
+    assert!(seen.deleted.is_empty(), "deleted: {:?}", seen.deleted);
+    for (key, versions) in &seen.versions {
+        let first = &before[key];
+        for v in versions {
+            assert!(
+                v.owner.as_deref() == Some(old) || v.owner.as_deref() == Some(new),
+                "{key:?} had a version owned by {:?}",
+                v.owner
+            );
+            assert_eq!((&v.uid, &v.data), (&first.uid, &first.data), "{key:?}");
+        }
+    }
+}
+
+/// Waits until the witness shows every copy carrying `owner`'s marks.
+async fn all_owned_by(seen: &Witness, owner: &str) {
+    eventually(&format!("every copy owned by {owner}"), T, || async {
+        seen.lock()
+            .versions
+            .values()
+            .all(|v| v.last().and_then(|s| s.owner.as_deref()) == Some(owner))
+            .then_some(())
+    })
+    .await;
+}
+
+/// When the apiserver received the test's first write (its apply: the create) of the
+/// ObjectSync `namespace/name` (audit log).
+async fn created_at(env: &TestEnv, namespace: &str, name: &str) -> String {
+    eventually(
+        &format!("the create of {name} in the audit log"),
+        T,
+        || async {
+            env.audit().ok()?.into_iter().find_map(|e| {
+                (e.is_write()
+                    && e.user.username != OPERATOR
+                    && e.resource() == "objectsyncs"
+                    && e.namespace() == namespace
+                    && e.name() == name)
+                    .then_some(e.request_received_timestamp)
+            })
+        },
+    )
+    .await
+}
+
+/// The operator's writes to `resource` in the `to-*` namespaces received after `since`, by
+/// verb, once they hold `patches` patches; each copy written `each` times.
+async fn writes_per_copy(
+    env: &TestEnv,
+    resource: &str,
+    (since, each): (&str, usize),
+    patches: usize,
+) -> BTreeMap<String, usize> {
+    let writes = eventually("the hand-over's writes in the audit log", T, || async {
+        let writes = copy_writes(env, resource, since);
+        let patched = writes.iter().filter(|w| w.0 == "patch").count();
+        (patched >= patches).then_some(writes)
+    })
+    .await;
+    let mut by_verb: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_copy: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (verb, ns, name) in &writes {
+        *by_verb.entry(verb.clone()).or_default() += 1;
+        *per_copy.entry((ns.as_str(), name.as_str())).or_default() += 1;
+    }
+    let other: Vec<_> = per_copy
+        .iter()
+        .filter(|(_, n)| **n != each)
+        .take(5)
+        .collect();
+    assert!(other.is_empty(), "{each} writes per copy: {other:?}");
+    by_verb
 }
 
 async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
@@ -94,16 +189,18 @@ async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
     .await
 }
 
-/// The operator's writes (verb, namespace, name) to ConfigMaps in the `to-*` namespaces.
-fn copy_writes(env: &TestEnv) -> Vec<(String, String, String)> {
+/// The operator's writes (verb, namespace, name) to `resource` in the `to-*` namespaces that
+/// the apiserver received after `since`.
+fn copy_writes(env: &TestEnv, resource: &str, since: &str) -> Vec<(String, String, String)> {
     env.audit()
         .expect("audit")
         .iter()
         .filter(|e| {
             e.is_write()
                 && e.user.username == OPERATOR
-                && e.resource() == "configmaps"
+                && e.resource() == resource
                 && e.namespace().starts_with("to-")
+                && e.request_received_timestamp.as_str() > since
         })
         .map(|e| {
             (
@@ -169,80 +266,31 @@ async fn a_declared_hand_over_moves_a_thousand_copies_with_no_data_written_and_n
     let old = recorded(&env, "ops", "old", copies).await;
     let old_uid = old.uid().expect("uid");
 
-    let (seen, watching) = witness(&env);
+    let (seen, watching) = witness::<ConfigMap>(&env);
     eventually("the witness listed every copy", T, || async {
         (seen.lock().versions.len() == SOURCES * DESTINATIONS).then_some(())
     })
     .await;
-    let before: BTreeMap<(String, String), Seen> = seen
-        .lock()
-        .versions
-        .iter()
-        .map(|(k, v)| (k.clone(), v.last().expect("a version").clone()))
-        .collect();
+    let before = last_versions(&seen);
 
     env.apply_yaml(&spec("new", "  takeOver: [{name: old}]\n"))
         .await
         .expect("new");
     let new = recorded(&env, "ops", "new", copies).await;
     let new_uid = new.uid().expect("uid");
-    eventually(
-        "every copy carries the new declaration's marks",
-        T,
-        || async {
-            let seen = seen.lock();
-            seen.versions
-                .values()
-                .all(|v| v.last().and_then(|s| s.owner.as_deref()) == Some(new_uid.as_str()))
-                .then_some(())
-        },
-    )
-    .await;
+    all_owned_by(&seen, &new_uid).await;
 
-    // One write per copy, a patch that moved its marks; nothing created twice, deleted or
-    // replaced (the old declaration's creates are the only others).
-    let writes = eventually("the hand-over's writes in the audit log", T, || async {
-        let writes = copy_writes(&env);
-        let patches = writes.iter().filter(|w| w.0 == "patch").count();
-        (patches >= SOURCES * DESTINATIONS).then_some(writes)
-    })
-    .await;
-    let mut by_verb: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut per_copy: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for (verb, ns, name) in &writes {
-        *by_verb.entry(verb.as_str()).or_default() += 1;
-        if verb == "patch" {
-            *per_copy.entry((ns.as_str(), name.as_str())).or_default() += 1;
-        }
-    }
+    // One write per copy since the new declaration was made, a patch that moved its marks:
+    // nothing created, deleted or replaced.
+    let since = created_at(&env, "ops", "new").await;
+    let by_verb = writes_per_copy(&env, "configmaps", (&since, 1), SOURCES * DESTINATIONS).await;
     assert_eq!(
         by_verb,
-        BTreeMap::from([
-            ("create", SOURCES * DESTINATIONS),
-            ("patch", SOURCES * DESTINATIONS)
-        ]),
-        "the old declaration's creates and one patch per copy"
+        BTreeMap::from([("patch".to_string(), SOURCES * DESTINATIONS)])
     );
-    assert!(per_copy.values().all(|n| *n == 1), "one patch per copy");
-
     // Every version the witness saw was owned (by the old declaration, then the new one), of
     // the same object, with the source's data.
-    {
-        let seen = seen.lock();
-        assert!(seen.deleted.is_empty(), "deleted: {:?}", seen.deleted);
-        for (key, versions) in &seen.versions {
-            let first = &before[key];
-            for v in versions {
-                assert!(
-                    v.owner.as_deref() == Some(old_uid.as_str())
-                        || v.owner.as_deref() == Some(new_uid.as_str()),
-                    "{key:?} had a version owned by {:?}",
-                    v.owner
-                );
-                assert_eq!((&v.uid, &v.data), (&first.uid, &first.data), "{key:?}");
-            }
-        }
-    }
+    owned_throughout(&seen, &before, (&old_uid, &new_uid));
 
     // The old declaration, woken, sees its former copies as another's and writes none of
     // them (its record forgets them once they are no longer fresh: two minutes).
@@ -286,7 +334,7 @@ async fn a_declared_hand_over_moves_a_thousand_copies_with_no_data_written_and_n
             .all(|ns| {
                 seen.versions[&(ns.clone(), "app-07".into())]
                     .last()
-                    .is_some_and(|s| s.data.get("value").map(String::as_str) == Some("changed"))
+                    .is_some_and(|s| s.data["value"] == "changed")
             })
             .then_some(())
     })
@@ -434,6 +482,157 @@ async fn a_tenants_hand_over_needs_adoption_consent_and_stays_in_her_namespace()
         (owner().await == (copy_uid.clone(), new.uid())).then_some(())
     })
     .await;
+    operator.assert_no_panic();
+    operator.stop().await;
+}
+
+/// The operator's own namespace, where the records of the copies annotations made are kept.
+const RECORDS: &str = "kubesync-system";
+const ANNOTATED: usize = 10;
+const NAMESPACES: usize = 100;
+
+#[tokio::test]
+async fn an_objectsync_takes_over_a_thousand_copies_replicators_annotations_made() {
+    let env = cluster("take-over-compat", &["ops", RECORDS]).await;
+    let namespaces: Vec<String> = (0..NAMESPACES)
+        .map(|i| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: to-{i:03}, labels: {{hand: over}}}}\n"))
+        .collect();
+    env.apply_yaml(&namespaces.join("---\n"))
+        .await
+        .expect("namespaces");
+    let sources: Vec<String> = (0..ANNOTATED)
+        .map(|i| format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db-{i}\n  namespace: ops\n  annotations: {{replicator.v1.mittwald.de/replicate-to-matching: hand=over}}\nstringData: {{password: p{i}}}\n"))
+        .collect();
+    env.apply_yaml(&sources.join("---\n"))
+        .await
+        .expect("sources");
+    let (seen, watching) = witness::<k8s_openapi::api::core::v1::Secret>(&env);
+    let operator = start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+        OperatorOptions {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
+                trusted_namespaces: vec!["ops".into()],
+                ..Default::default()
+            },
+            compat: vec![kubesync_cli::compat::Tool::Replicator],
+            compat_records: Some(RECORDS.into()),
+            ..Default::default()
+        },
+    );
+    let copies = ANNOTATED * NAMESPACES;
+    eventually("replicator's annotations copied everywhere", T, || async {
+        let seen = seen.lock();
+        (seen.versions.len() == copies
+            && seen
+                .versions
+                .values()
+                .all(|v| v.last().is_some_and(|s| s.owner.is_some())))
+        .then_some(())
+    })
+    .await;
+    // Their records kept (the hand-over reads them), each of its hundred copies.
+    let records: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), RECORDS);
+    eventually("the annotations' records", T, || async {
+        let kept = records.list(&Default::default()).await.ok()?;
+        let full = kept.items.iter().filter(|cm| {
+            let data = cm.data.clone().unwrap_or_default();
+            !data.contains_key("openSince")
+                && data.iter().any(|(k, v)| {
+                    k.starts_with("made.")
+                        && Record::decode(v, None).is_ok_and(|r| r.len() == NAMESPACES)
+                })
+        });
+        (full.count() == ANNOTATED).then_some(())
+    })
+    .await;
+    let before = last_versions(&seen);
+    let annotated_uids: Vec<String> = before.values().filter_map(|s| s.owner.clone()).collect();
+
+    // One ObjectSync takes all ten over: the annotated Secrets by name, into the same namespaces.
+    let names: Vec<String> = (0..ANNOTATED).map(|i| format!("db-{i}")).collect();
+    let take_over: Vec<String> = names
+        .iter()
+        .map(|n| format!("{{kind: Annotations, name: {n}}}"))
+        .collect();
+    env.apply_yaml(&format!(
+        "apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {{name: db, namespace: ops}}\nspec:\n  source: {{kind: Secret, names: [{}]}}\n  takeOver: [{}]\n  destinations: [{{namespaceSelector: {{matchLabels: {{hand: over}}}}}}]\n",
+        names.join(", "),
+        take_over.join(", ")
+    ))
+    .await
+    .expect("objectsync");
+    let db = recorded(&env, "ops", "db", u32::try_from(copies).expect("fits")).await;
+    let db_uid = db.uid().expect("uid");
+    all_owned_by(&seen, &db_uid).await;
+    let since = created_at(&env, "ops", "db").await;
+    // Two metadata writes per copy: the first makes the annotations' create of it an apply of
+    // kubesync's (so that the ObjectSync's apply drops the annotations' bookkeeping), the
+    // second moves its marks. No data written (the witness), nothing created or deleted.
+    let by_verb = writes_per_copy(&env, "secrets", (&since, 2), 2 * copies).await;
+    assert_eq!(by_verb, BTreeMap::from([("patch".to_string(), 2 * copies)]));
+    {
+        let seen = seen.lock();
+        assert!(seen.deleted.is_empty(), "deleted: {:?}", seen.deleted);
+        for (key, versions) in &seen.versions {
+            let first = &before[key];
+            for v in versions {
+                let owner = v.owner.as_deref().unwrap_or_default();
+                assert!(
+                    owner == db_uid || annotated_uids.iter().any(|u| u == owner),
+                    "{key:?} had a version owned by {owner:?}"
+                );
+                assert_eq!((&v.uid, &v.data), (&first.uid, &first.data), "{key:?}");
+            }
+        }
+    }
+    // The copies are the ObjectSync's alone now: the annotations' label is gone with the
+    // apply, and removing the annotations removes nothing.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.client().expect("client"), "to-042");
+    let copy = secrets.get("db-3").await.expect("a copy");
+    assert!(
+        !copy
+            .labels()
+            .contains_key(kubesync_cli::compat::DECLARED_BY),
+        "{:?}",
+        copy.labels()
+    );
+    let ops: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(env.client().expect("client"), "ops");
+    for n in &names {
+        ops.patch(
+            n,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "replicator.v1.mittwald.de/replicate-to-matching": null}}})),
+        )
+        .await
+        .expect("annotations removed");
+    }
+    ops.patch(
+        "db-3",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"stringData": {"password": "rotated"}})),
+    )
+    .await
+    .expect("rotate");
+    eventually("the rotated password in every copy of db-3", T, || async {
+        let seen = seen.lock();
+        (0..NAMESPACES)
+            .all(|i| {
+                seen.versions[&(format!("to-{i:03}"), "db-3".into())]
+                    .last()
+                    .is_some_and(|s| s.data["password"] == "cm90YXRlZA==")
+            })
+            .then_some(())
+    })
+    .await;
+    {
+        let seen = seen.lock();
+        assert!(seen.deleted.is_empty(), "deleted: {:?}", seen.deleted);
+        assert_eq!(seen.versions.len(), copies);
+    }
+    watching.abort();
     operator.assert_no_panic();
     operator.stop().await;
 }

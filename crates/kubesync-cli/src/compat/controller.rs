@@ -33,6 +33,8 @@ use crate::remote::LOCAL;
 mod mirror;
 mod push;
 
+pub(crate) use push::owner;
+
 /// The compat controller (see the module's documentation).
 pub struct CompatController {
     pub(super) tools: Vec<Tool>,

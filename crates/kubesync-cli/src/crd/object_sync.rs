@@ -340,6 +340,10 @@ pub enum TakeOverKind {
     ObjectSync,
     /// A ClusterObjectSync (no namespace).
     ClusterObjectSync,
+    /// The copies reflector's or replicator's annotations declared on an object of the source's
+    /// kind (`kubesync run --compat`): the annotated object, in this declaration's namespace
+    /// unless `namespace` says otherwise.
+    Annotations,
 }
 
 /// A declaration whose copies this one takes over: a declared hand-over, with no moment in
@@ -347,11 +351,12 @@ pub enum TakeOverKind {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct TakeOverRef {
-    /// `ObjectSync` (default) or `ClusterObjectSync`.
+    /// `ObjectSync` (default), `ClusterObjectSync`, or `Annotations` (an annotated object's,
+    /// under `--compat`).
     #[serde(default)]
     pub kind: TakeOverKind,
-    /// An ObjectSync's namespace (default: this declaration's own). Not for a
-    /// ClusterObjectSync.
+    /// An ObjectSync's or annotated object's namespace (default: this declaration's own). Not
+    /// for a ClusterObjectSync.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(pattern::NAMESPACE_PART))]
     pub namespace: Option<String>,
@@ -441,7 +446,7 @@ pub struct ObjectSyncSpec {
     /// declaration leaves it (deleting it then deletes only the copies not taken). Held to the
     /// destination's consent as an adoption is (a SyncGrant with `adopt: true` outside the
     /// trusted namespaces), whatever `onConflict` says; a tenant's ObjectSync takes over only
-    /// from ObjectSyncs of its own namespace. At most 10.
+    /// from ObjectSyncs (and annotated objects) of its own namespace. At most 10.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub take_over: Vec<TakeOverRef>,

@@ -187,12 +187,14 @@ pub struct ObjectSyncController {
     budget: events::EventBudget,
     /// Whether the apiserver checks that a declarer may use the ServiceAccount she names.
     admission: crate::policy::admission::AdmissionCheck,
+    /// The records of the copies the compat tools' annotations made (`--compat`).
+    compat_records: Option<Arc<crate::compat::records::CompatRecords>>,
 }
 
 impl ObjectSyncController {
     /// A controller copying with at most `concurrency` writes in flight per ObjectSync; the
     /// records of the other declarations its fan-out serves (the compat tools') are kept in
-    /// `others`, if any.
+    /// `others`, if any (from which `spec.takeOver` reads the annotated objects' records).
     pub fn new(
         local: kubesync::Cluster,
         writes: OwnWrites,
@@ -200,7 +202,7 @@ impl ObjectSyncController {
         policy: ObjectSyncPolicy,
         concurrency: usize,
         lags: Lags,
-        others: Option<Arc<dyn kubesync::syncers::fan_out::record::Ledger>>,
+        others: Option<Arc<crate::compat::records::CompatRecords>>,
     ) -> Self {
         let reporter = events::reporter();
         let recorder =
@@ -208,7 +210,9 @@ impl ObjectSyncController {
         let admission = crate::policy::admission::AdmissionCheck::new(local.client().clone());
         let ledger = Arc::new(crate::own_writes::Ledgers {
             objects: writes.clone(),
-            others,
+            others: others
+                .clone()
+                .map(|r| r as Arc<dyn kubesync::syncers::fan_out::record::Ledger>),
         });
         let policy = Arc::new(policy);
         Self {
@@ -226,6 +230,7 @@ impl ObjectSyncController {
             reporter,
             lags,
             budget: events::EventBudget::default(),
+            compat_records: others,
         }
     }
 
@@ -762,32 +767,9 @@ fn wake_predecessors(ctx: &Context, decl: &Declaration, outcome: &Outcome) {
         return;
     };
     for p in &decl.spec.take_over {
-        if p.record.shares_any(record)
-            && let Some(key) = predecessor_key(&p.owner.reference)
-        {
-            ctx.enqueue(key);
+        if p.record.shares_any(record) {
+            ctx.enqueue(p.key.clone());
         }
-    }
-}
-
-/// The key of the ObjectSync (`<cluster>/<namespace>/<name>`) or ClusterObjectSync
-/// (`<cluster>/<name>`) of an owner reference, as [`declaration`] writes it.
-fn predecessor_key(reference: &str) -> Option<ObjectKey> {
-    let parts: Vec<&str> = reference.split('/').collect();
-    match parts.as_slice() {
-        [LOCAL, ns, name] => Some(ObjectKey::new(
-            LOCAL,
-            &ApiResource::erase::<ObjectSync>(&()),
-            Some(ns.to_string()),
-            *name,
-        )),
-        [LOCAL, name] => Some(ObjectKey::new(
-            LOCAL,
-            &ApiResource::erase::<ClusterObjectSync>(&()),
-            None,
-            *name,
-        )),
-        _ => None,
     }
 }
 
@@ -814,26 +796,5 @@ fn mode(spec: &ObjectSyncSpec) -> Mode {
     match spec.mode {
         SyncMode::Enforce => Mode::Enforce,
         SyncMode::Report => Mode::Report,
-    }
-}
-
-#[cfg(test)]
-mod predecessor_tests {
-    use super::*;
-
-    #[test]
-    fn a_predecessors_key_is_read_back_from_its_owner_reference() {
-        let os = predecessor_key("local/ops/old").expect("an ObjectSync");
-        assert_eq!(
-            (os.kind.as_str(), os.namespace.as_deref(), os.name.as_str()),
-            ("ObjectSync", Some("ops"), "old")
-        );
-        let cos = predecessor_key("local/fleet").expect("a ClusterObjectSync");
-        assert_eq!(
-            (cos.kind.as_str(), cos.namespace, cos.name.as_str()),
-            ("ClusterObjectSync", None, "fleet")
-        );
-        assert_eq!(predecessor_key("eu-1/ops/old"), None, "another cluster's");
-        assert_eq!(predecessor_key("local/a/b/c"), None);
     }
 }

@@ -312,7 +312,7 @@ fn nothing() -> KeyFilter {
 }
 
 /// The owner of the copies an object with uid `uid` declared.
-fn owner(key: &ObjectKey, uid: &str) -> Owner {
+pub(crate) fn owner(key: &ObjectKey, uid: &str) -> Owner {
     Owner {
         reference: format!(
             "{LOCAL}/{}/{} ({} annotations)",

@@ -89,13 +89,79 @@ impl ObjectSyncController {
             }
             _ => None,
         };
+        let predecessors = self
+            .predecessors(ctx, own, &spec.take_over, &resource)
+            .await;
         Ok(Gathered {
             resource,
             namespaced,
             remotes,
             namespace_labels,
-            predecessors: predecessors(ctx, own, &spec.take_over),
+            predecessors,
         })
+    }
+
+    /// The declarations `take_over` names (of an ObjectSync in namespace `own`, or a
+    /// ClusterObjectSync: `None`, whose source's kind is `resource`): their keys, marks and
+    /// records — the ObjectSyncs' and ClusterObjectSyncs' from the operator's store, the
+    /// annotated objects' from the compat records. Those not found, or without a record (an
+    /// annotated object when the operator runs without `--compat`), are left out.
+    pub(super) async fn predecessors(
+        &self,
+        ctx: &Context,
+        own: Option<&str>,
+        take_over: &[TakeOverRef],
+        resource: &ApiResource,
+    ) -> Vec<Predecessor> {
+        let mut found = Vec::new();
+        for r in take_over {
+            let namespace = r.namespace.as_deref().or(own);
+            match (r.kind, namespace) {
+                (TakeOverKind::ClusterObjectSync, _) => {
+                    let ar = ApiResource::erase::<ClusterObjectSync>(&());
+                    let key = ObjectKey::new(LOCAL, &ar, None, &r.name);
+                    if let Some(cos) = ctx.get_as::<ClusterObjectSync>(&key).ok().flatten()
+                        && let (Some(uid), Some(record)) =
+                            (cos.uid(), status::record_of(cos.sync_status()))
+                    {
+                        let reference = format!("{LOCAL}/{}", r.name);
+                        found.push(predecessor(key, reference, uid, record));
+                    }
+                }
+                (TakeOverKind::ObjectSync, Some(ns)) => {
+                    let ar = ApiResource::erase::<ObjectSync>(&());
+                    let key = ObjectKey::new(LOCAL, &ar, Some(ns.to_string()), &r.name);
+                    if let Some(os) = ctx.get_as::<ObjectSync>(&key).ok().flatten()
+                        && let (Some(uid), Some(record)) =
+                            (os.uid(), status::record_of(os.sync_status()))
+                    {
+                        let reference = format!("{LOCAL}/{ns}/{}", r.name);
+                        found.push(predecessor(key, reference, uid, record));
+                    }
+                }
+                (TakeOverKind::Annotations, Some(ns)) => {
+                    let Some(records) = &self.compat_records else {
+                        continue;
+                    };
+                    let key = ObjectKey::new(LOCAL, resource, Some(ns.to_string()), &r.name);
+                    let Some(uid) = ctx.get_metadata(&key).and_then(|o| o.uid()) else {
+                        continue;
+                    };
+                    match records.record_of(&key, &uid).await {
+                        Ok(Some(record)) => {
+                            let owner = crate::compat::controller::owner(&key, &uid);
+                            found.push(predecessor(key, owner.reference, uid, record));
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(annotated = %key, error = %e, "the record of the copies its annotations made cannot be read; none is taken over now")
+                        }
+                    }
+                }
+                (_, None) => {}
+            }
+        }
+        found
     }
 
     /// The labels of `namespace`, or why they could not be read.
@@ -228,47 +294,18 @@ pub(super) struct Gathered {
     pub(super) predecessors: Vec<Predecessor>,
 }
 
-/// The declarations `take_over` names (of an ObjectSync in namespace `own`, or a
-/// ClusterObjectSync: `None`) as the operator's store holds them: their marks and their
-/// records. Those not found, or without a record, are left out.
-pub(super) fn predecessors(
-    ctx: &Context,
-    own: Option<&str>,
-    take_over: &[TakeOverRef],
-) -> Vec<Predecessor> {
-    let found = |r: &TakeOverRef| -> Option<(String, Option<String>, Option<CopiesMade>)> {
-        match r.kind {
-            TakeOverKind::ObjectSync => {
-                let ns = r.namespace.as_deref().or(own)?;
-                let ar = ApiResource::erase::<ObjectSync>(&());
-                let key = ObjectKey::new(LOCAL, &ar, Some(ns.to_string()), &r.name);
-                let os = ctx.get_as::<ObjectSync>(&key).ok().flatten()?;
-                let record = status::record_of(os.sync_status());
-                Some((format!("{LOCAL}/{ns}/{}", r.name), os.uid(), record))
-            }
-            TakeOverKind::ClusterObjectSync => {
-                let ar = ApiResource::erase::<ClusterObjectSync>(&());
-                let key = ObjectKey::new(LOCAL, &ar, None, &r.name);
-                let cos = ctx.get_as::<ClusterObjectSync>(&key).ok().flatten()?;
-                let record = status::record_of(cos.sync_status());
-                Some((format!("{LOCAL}/{}", r.name), cos.uid(), record))
-            }
-        }
-    };
-    take_over
-        .iter()
-        .filter_map(|r| {
-            let (reference, uid, record) = found(r)?;
-            Some(Predecessor {
-                owner: Owner {
-                    reference,
-                    uid: uid?,
-                    shard: None,
-                },
-                record: Arc::new(record?),
-            })
-        })
-        .collect()
+/// The predecessor of `key`, whose copies carry the marks of `reference` and `uid` and whose
+/// record is `record`.
+fn predecessor(key: ObjectKey, reference: String, uid: String, record: CopiesMade) -> Predecessor {
+    Predecessor {
+        key,
+        owner: Owner {
+            reference,
+            uid,
+            shard: None,
+        },
+        record: Arc::new(record),
+    }
 }
 
 /// Where a `takeOver` entry of a declaration in namespace `base` (`None`: a ClusterObjectSync)
@@ -281,6 +318,8 @@ fn take_over_target(r: &TakeOverRef, base: Option<&str>) -> Option<(Option<Strin
             r.name.clone(),
         )),
         TakeOverKind::ClusterObjectSync => Some((None, r.name.clone())),
+        // An annotated object takes over from nothing.
+        TakeOverKind::Annotations => None,
     }
 }
 
@@ -350,8 +389,9 @@ fn refuse_take_over_cycle(
 
 /// Whether an ObjectSync in namespace `own` (`None`: a ClusterObjectSync), `untrusted` or not,
 /// may take over from each declaration `spec.takeOver` names (pure): a ClusterObjectSync has
-/// no namespace; a ClusterObjectSync names the namespace of an ObjectSync; a tenant's
-/// ObjectSync takes over only from ObjectSyncs of its own namespace.
+/// no namespace; a ClusterObjectSync names the namespace of an ObjectSync or annotated object;
+/// a tenant's ObjectSync takes over only from ObjectSyncs and annotated objects of its own
+/// namespace.
 fn check_take_over(
     own: Option<&str>,
     spec: &ObjectSyncSpec,
@@ -365,25 +405,33 @@ fn check_take_over(
                 return Err(invalid("a ClusterObjectSync has no namespace"));
             }
             (TakeOverKind::ClusterObjectSync, None, _) => None,
-            (TakeOverKind::ObjectSync, Some(ns), _) => Some(ns),
-            (TakeOverKind::ObjectSync, None, Some(own)) => Some(own),
+            (_, Some(ns), _) => Some(ns),
+            (_, None, Some(own)) => Some(own),
             (TakeOverKind::ObjectSync, None, None) => {
                 return Err(invalid(
                     "name the namespace of the ObjectSync to take over from",
+                ));
+            }
+            (TakeOverKind::Annotations, None, None) => {
+                return Err(invalid(
+                    "name the namespace of the annotated object to take over from",
                 ));
             }
         };
         if let Some(tenant) = untrusted
             && namespace != Some(tenant)
         {
-            let named = match namespace {
-                Some(ns) => format!("ObjectSync {ns}/{}", r.name),
-                None => format!("ClusterObjectSync {}", r.name),
+            let named = match (r.kind, namespace) {
+                (TakeOverKind::Annotations, Some(ns)) => {
+                    format!("the annotations of {ns}/{}", r.name)
+                }
+                (_, Some(ns)) => format!("ObjectSync {ns}/{}", r.name),
+                (_, None) => format!("ClusterObjectSync {}", r.name),
             };
             return Err(Refusal::new(
                 Reason::TakeOverNotAllowed,
                 format!(
-                    "spec.takeOver[{i}]: an ObjectSync outside the trusted namespaces takes over only from ObjectSyncs of its own namespace ({tenant}), not from {named}"
+                    "spec.takeOver[{i}]: an ObjectSync outside the trusted namespaces takes over only from ObjectSyncs and annotated objects of its own namespace ({tenant}), not from {named}"
                 ),
             ));
         }

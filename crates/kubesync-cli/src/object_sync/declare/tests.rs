@@ -509,6 +509,12 @@ fn a_tenant_takes_over_only_from_objectsyncs_of_her_namespace() {
         let mut gathered = facts(vec![], None);
         let record = kubesync::syncers::fan_out::record::Record::new();
         gathered.predecessors = vec![Predecessor {
+            key: ObjectKey::new(
+                "local",
+                &ApiResource::erase::<ObjectSync>(&()),
+                Some("t1".into()),
+                "old",
+            ),
             owner: kubesync::syncers::fan_out::rules::Owner {
                 reference: "local/t1/old".into(),
                 uid: "u-old".into(),
@@ -528,6 +534,10 @@ fn a_tenant_takes_over_only_from_objectsyncs_of_her_namespace() {
         (
             json!([{"kind": "ClusterObjectSync", "name": "fleet"}]),
             "ClusterObjectSync fleet",
+        ),
+        (
+            json!([{"kind": "Annotations", "name": "db", "namespace": "ops"}]),
+            "the annotations of ops/db",
         ),
     ] {
         let (r, m) = reason(Some("t1"), &with(refused)).expect_err("refused");
@@ -551,6 +561,20 @@ fn a_tenant_takes_over_only_from_objectsyncs_of_her_namespace() {
     .expect_err("invalid");
     assert_eq!(r, Reason::InvalidSpec);
     assert_eq!(m, "spec.takeOver[1]: a ClusterObjectSync has no namespace");
+    assert!(
+        reason(
+            Some("t1"),
+            &with(json!([{"kind": "Annotations", "name": "db"}]))
+        )
+        .is_ok()
+    );
+    let mut unnamed = with(json!([{"kind": "Annotations", "name": "db"}]));
+    unnamed.source.namespace = Some("t1".into());
+    let (_, m) = reason(None, &unnamed).expect_err("invalid");
+    assert_eq!(
+        m,
+        "spec.takeOver[0]: name the namespace of the annotated object to take over from"
+    );
     let mut unnamed = with(json!([{"name": "old"}]));
     unnamed.source.namespace = Some("t1".into());
     let (_, m) = reason(None, &unnamed).expect_err("invalid");

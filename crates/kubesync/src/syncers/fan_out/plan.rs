@@ -402,18 +402,7 @@ fn plan_destination<S: Stores>(
         }
     };
     let adoption_refused = adoption_refused(snapshot, source, at);
-    let judge = Judge {
-        owner: &snapshot.declaration.owner,
-        strategy: dest.strategy,
-        on_conflict: spec.on_conflict,
-        ignore: &dest.ignore,
-        adoption_refused: adoption_refused.as_deref(),
-        adoptable: spec.adoptable.as_ref(),
-        update_policy: spec.update_policy,
-        source_version: &source_rv,
-        vouch: snapshot.vouch,
-        take_over: &spec.take_over,
-    };
+    let judge = judge_of(snapshot, dest, adoption_refused.as_deref(), &source_rv);
     let Some((existing, printed, verdict)) =
         verdict_at(snapshot, at, &judge, &desired, &mut plan.unread)
     else {
@@ -460,6 +449,29 @@ fn plan_destination<S: Stores>(
                 printed,
             });
         }
+    }
+}
+
+/// What decides at a destination of `dest`'s entry: the declaration's rules, the entry's, the
+/// destination's consent to adoption (`adoption_refused`: why not) and the source's version.
+fn judge_of<'a, S: Stores>(
+    snapshot: &'a Snapshot<'_, S>,
+    dest: &'a Destination,
+    adoption_refused: Option<&'a str>,
+    source_version: &'a str,
+) -> Judge<'a> {
+    let spec = &snapshot.declaration.spec;
+    Judge {
+        owner: &snapshot.declaration.owner,
+        strategy: dest.strategy,
+        on_conflict: spec.on_conflict,
+        ignore: &dest.ignore,
+        adoption_refused,
+        adoptable: spec.adoptable.as_ref(),
+        update_policy: spec.update_policy,
+        source_version,
+        vouch: snapshot.vouch,
+        take_over: &spec.take_over,
     }
 }
 
@@ -2255,6 +2267,7 @@ mod tests {
         let mut record = Record::new();
         record.insert("made-for-old");
         let predecessor = Predecessor {
+            key: ObjectKey::new("local", &secret_type(), Some("ctl".into()), "old"),
             owner: old,
             record: Arc::new(record),
         };

@@ -247,6 +247,9 @@ pub struct Destination {
 /// A declaration whose copies another takes over ([`FanOutSpec::take_over`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Predecessor {
+    /// Its key: the embedder wakes it when copies are taken from it (their events now wake
+    /// their new owner), for it to find them another's.
+    pub key: ObjectKey,
     /// Whose marks its copies carry.
     pub owner: Owner,
     /// Its record of the copies kubesync made for it: only the marked objects it vouches for

@@ -167,33 +167,8 @@ pub fn decide_at(
         Some(copy) if !judge.ignore.is_empty() => rules::ignore::resolve(copy, judge.ignore),
         _ => Vec::new(),
     };
-    // Its marks, but not made by kubesync for this declaration: someone else's object.
-    if let Some(there) = there
-        && rules::owned_by(there, judge.owner)
-        && !judge.vouch.vouches_for(&there.metadata)
-    {
-        return Verdict::Conflict(UNVOUCHED.to_string());
-    }
-    // A predecessor's copy (its marks, vouched for by its record): adopted, as consent
-    // allows an adoption there; one write moves the marks.
-    if let Some(there) = there
-        && !rules::owned_by(there, judge.owner)
-        && judge.take_over.iter().any(|p| p.holds(there))
-    {
-        return match gate_adoption(
-            Decision::Adopt,
-            judge.adoption_refused,
-            None,
-            Some(there),
-            desired,
-        ) {
-            Decision::Conflict(message) => Verdict::Conflict(message),
-            decision => Verdict::Write {
-                decision,
-                changed: Vec::new(),
-                drift: None,
-            },
-        };
+    if let Some(verdict) = there.and_then(|there| marked_verdict(judge, there, desired)) {
+        return verdict;
     }
     let compared = there.map(|e| rules::ignore::without(e, &theirs));
     let wanted = rules::ignore::without(desired, &theirs);
@@ -256,6 +231,39 @@ pub fn decide_at(
             drift: None,
         },
     }
+}
+
+/// The verdict on `there` decided by the marks it carries, if they decide it: this
+/// declaration's marks that its record does not vouch for (someone else's object, a
+/// conflict), or a predecessor's copy (its marks, held by its record: adopted as consent
+/// allows an adoption there, one write moving the marks).
+fn marked_verdict(
+    judge: &Judge<'_>,
+    there: &DynamicObject,
+    desired: &DynamicObject,
+) -> Option<Verdict> {
+    if rules::owned_by(there, judge.owner) {
+        return (!judge.vouch.vouches_for(&there.metadata))
+            .then(|| Verdict::Conflict(UNVOUCHED.to_string()));
+    }
+    if !judge.take_over.iter().any(|p| p.holds(there)) {
+        return None;
+    }
+    let adopt = gate_adoption(
+        Decision::Adopt,
+        judge.adoption_refused,
+        None,
+        Some(there),
+        desired,
+    );
+    Some(match adopt {
+        Decision::Conflict(message) => Verdict::Conflict(message),
+        decision => Verdict::Write {
+            decision,
+            changed: Vec::new(),
+            drift: None,
+        },
+    })
 }
 
 /// The decision on `found`, the object at `w`'s destination read live: the plan's decision
