@@ -636,3 +636,69 @@ async fn an_objectsync_takes_over_a_thousand_copies_replicators_annotations_made
     operator.assert_no_panic();
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn per_namespace_objectsyncs_take_over_from_a_cluster_objectsync() {
+    let env = cluster("take-over-cluster", &["ops", "to-a", "to-b"]).await;
+    env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: ops}\ndata: {value: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet}\nspec:\n  source: {kind: ConfigMap, name: app, namespace: ops}\n  destinations: [{namespace: to-a}, {namespace: to-b}]\n")
+        .await
+        .expect("ground");
+    let operator = start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+        OperatorOptions {
+            policy: kubesync_cli::policy::ObjectSyncPolicy {
+                trusted_namespaces: vec!["ops".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let copy = |ns: &str| {
+        let maps: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), ns);
+        async move {
+            let cm = maps.get_opt("app").await.ok()??;
+            Some((cm.uid()?, cm.labels().get(MANAGED_BY).cloned()?))
+        }
+    };
+    let fleet: Api<kubesync_cli::crd::ClusterObjectSync> = Api::all(env.client().expect("client"));
+    let fleet_uid = fleet.get("fleet").await.expect("fleet").uid().expect("uid");
+    let before = eventually("the ClusterObjectSync's copies", T, || async {
+        let (a, b) = (copy("to-a").await?, copy("to-b").await?);
+        (a.1 == fleet_uid && b.1 == fleet_uid).then_some((a.0, b.0))
+    })
+    .await;
+    eventually("the ClusterObjectSync's record", T, || async {
+        let status = fleet.get("fleet").await.ok()?.status?;
+        (status.record?.copies == 2).then_some(())
+    })
+    .await;
+    // One ObjectSync of the trusted namespace takes over the copy in to-a only.
+    env.apply_yaml("apiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: app, namespace: ops}\nspec:\n  source: {kind: ConfigMap, name: app}\n  takeOver: [{kind: ClusterObjectSync, name: fleet}]\n  destinations: [{namespace: to-a}]\n")
+        .await
+        .expect("objectsync");
+    let app = recorded(&env, "ops", "app", 1).await;
+    let app_uid = app.uid().expect("uid");
+    eventually("to-a's copy the ObjectSync's", T, || async {
+        (copy("to-a").await? == (before.0.clone(), app_uid.clone())).then_some(())
+    })
+    .await;
+    assert_eq!(copy("to-b").await, Some((before.1.clone(), fleet_uid)));
+    // The ClusterObjectSync deleted: its copy in to-b goes with it, the one taken stays.
+    fleet
+        .delete("fleet", &DeleteParams::default())
+        .await
+        .expect("delete fleet");
+    eventually(
+        "to-b's copy deleted with the ClusterObjectSync",
+        T,
+        || async { copy("to-b").await.is_none().then_some(()) },
+    )
+    .await;
+    eventually("the ClusterObjectSync gone", T, || async {
+        fleet.get_opt("fleet").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(copy("to-a").await, Some((before.0, app_uid)));
+    operator.assert_no_panic();
+    operator.stop().await;
+}
