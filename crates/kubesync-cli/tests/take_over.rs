@@ -178,6 +178,15 @@ async fn writes_per_copy(
     by_verb
 }
 
+/// The operator on `env` as its own user, `ops` trusted, with `options` otherwise.
+fn start(env: &TestEnv, mut options: OperatorOptions) -> RunningOperator {
+    options.policy.trusted_namespaces = vec!["ops".into()];
+    start_operator(
+        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+        options,
+    )
+}
+
 async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
     operator_cluster_from(
         TestEnv::builder()
@@ -242,16 +251,7 @@ async fn a_declared_hand_over_moves_a_thousand_copies_with_no_data_written_and_n
     env.apply_yaml(&sources.join("---\n"))
         .await
         .expect("sources");
-    let operator = start_operator(
-        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
-        OperatorOptions {
-            policy: kubesync_cli::policy::ObjectSyncPolicy {
-                trusted_namespaces: vec!["ops".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    );
+    let operator = start(&env, OperatorOptions::default());
     let targets: String = destinations
         .iter()
         .map(|ns| format!("  - namespace: {ns}\n"))
@@ -362,11 +362,10 @@ async fn a_tenants_hand_over_needs_adoption_consent_and_stays_in_her_namespace()
     env.apply_yaml("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: copier, namespace: t1}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: t1}\ndata: {value: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: SyncGrant\nmetadata: {name: from-t1, namespace: to-t2}\nspec:\n  from: [{namespace: t1}]\n---\napiVersion: kubesync.io/v1alpha1\nkind: ObjectSync\nmetadata: {name: elsewhere, namespace: ops}\nspec:\n  source: {kind: ConfigMap, name: app, namespace: ops}\n  destinations: []\n")
         .await
         .expect("ground");
-    let operator = start_operator(
-        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+    let operator = start(
+        &env,
         OperatorOptions {
             policy: kubesync_cli::policy::ObjectSyncPolicy {
-                trusted_namespaces: vec!["ops".into()],
                 default_service_account: Some(COPIER.into()),
                 ..Default::default()
             },
@@ -507,13 +506,9 @@ async fn an_objectsync_takes_over_a_thousand_copies_replicators_annotations_made
         .await
         .expect("sources");
     let (seen, watching) = witness::<k8s_openapi::api::core::v1::Secret>(&env);
-    let operator = start_operator(
-        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
+    let operator = start(
+        &env,
         OperatorOptions {
-            policy: kubesync_cli::policy::ObjectSyncPolicy {
-                trusted_namespaces: vec!["ops".into()],
-                ..Default::default()
-            },
             compat: vec![kubesync_cli::compat::Tool::Replicator],
             compat_records: Some(RECORDS.into()),
             ..Default::default()
@@ -643,16 +638,7 @@ async fn per_namespace_objectsyncs_take_over_from_a_cluster_objectsync() {
     env.apply_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: ops}\ndata: {value: \"1\"}\n---\napiVersion: kubesync.io/v1alpha1\nkind: ClusterObjectSync\nmetadata: {name: fleet}\nspec:\n  source: {kind: ConfigMap, name: app, namespace: ops}\n  destinations: [{namespace: to-a}, {namespace: to-b}]\n")
         .await
         .expect("ground");
-    let operator = start_operator(
-        Cluster::new("local", env.client_as(OPERATOR).expect("client")),
-        OperatorOptions {
-            policy: kubesync_cli::policy::ObjectSyncPolicy {
-                trusted_namespaces: vec!["ops".into()],
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    );
+    let operator = start(&env, OperatorOptions::default());
     let copy = |ns: &str| {
         let maps: Api<ConfigMap> = Api::namespaced(env.client().expect("client"), ns);
         async move {
