@@ -292,8 +292,8 @@ async fn a_declared_hand_over_moves_a_thousand_copies_with_no_data_written_and_n
     // the same object, with the source's data.
     owned_throughout(&seen, &before, (&old_uid, &new_uid));
 
-    // The old declaration, woken, sees its former copies as another's and writes none of
-    // them (its record forgets them once they are no longer fresh: two minutes).
+    // The old declaration, woken, sees its former copies as another's, its record forgets
+    // them, and it writes none of them.
     let api: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "ops");
     let failure = eventually(
         "the old declaration's view of the taken copies",
@@ -301,7 +301,8 @@ async fn a_declared_hand_over_moves_a_thousand_copies_with_no_data_written_and_n
         || async {
             let os = api.get_opt("old").await.ok()??;
             let status = os.status?;
-            (status.in_sync == 0).then_some(status.failures.into_iter().next()?)
+            let forgot = status.record.as_ref()?.copies == 0;
+            (status.in_sync == 0 && forgot).then_some(status.failures.into_iter().next()?)
         },
     )
     .await;

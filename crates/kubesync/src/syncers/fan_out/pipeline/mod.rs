@@ -317,7 +317,21 @@ impl FanOut {
             held.fresh.insert(uid.clone(), now);
         }
         record.close();
-        Some(Arc::clone(&held.record))
+        let record = Arc::clone(&held.record);
+        // What it took over is no longer its predecessors' (as this process holds their
+        // records): they forget it now, not once it is no longer fresh.
+        for p in &decl.spec.take_over {
+            let Some(theirs) = records.get_mut(&(p.key.clone(), p.owner.uid.clone())) else {
+                continue;
+            };
+            for uid in &executed.made {
+                if theirs.record.contains(uid) {
+                    Arc::make_mut(&mut theirs.record).remove(uid);
+                    theirs.fresh.remove(uid);
+                }
+            }
+        }
+        Some(record)
     }
 
     /// Reconciles one declaration: copies where they must be, nothing where they must not.
