@@ -187,6 +187,15 @@ fn start(env: &TestEnv, mut options: OperatorOptions) -> RunningOperator {
     )
 }
 
+/// The Ready condition of the ObjectSync `name` `api` addresses, once it has one.
+async fn ready_of(api: &Api<ObjectSync>, name: &str) -> Option<kubesync_cli::crd::Condition> {
+    let os = api.get_opt(name).await.ok()??;
+    os.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+}
+
 async fn cluster(name: &str, namespaces: &[&str]) -> TestEnv {
     operator_cluster_from(
         TestEnv::builder()
@@ -397,12 +406,7 @@ async fn a_tenants_hand_over_needs_adoption_consent_and_stays_in_her_namespace()
     .expect("thief");
     let api: Api<ObjectSync> = Api::namespaced(env.client().expect("client"), "t1");
     let message = eventually("thief refused", T, || async {
-        let os = api.get_opt("thief").await.ok()??;
-        let ready = os
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
+        let ready = ready_of(&api, "thief").await?;
         (ready.status == "False" && ready.reason == "TakeOverNotAllowed").then_some(ready.message)
     })
     .await;
@@ -418,12 +422,7 @@ async fn a_tenants_hand_over_needs_adoption_consent_and_stays_in_her_namespace()
         .await
         .expect("loop-a");
     eventually("loop-a accepted (loop-b does not exist yet)", T, || async {
-        let os = api.get_opt("loop-a").await.ok()??;
-        let ready = os
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
+        let ready = ready_of(&api, "loop-a").await?;
         (ready.status == "True").then_some(())
     })
     .await;
@@ -431,12 +430,7 @@ async fn a_tenants_hand_over_needs_adoption_consent_and_stays_in_her_namespace()
         .await
         .expect("loop-b");
     let message = eventually("loop-b refused", T, || async {
-        let os = api.get_opt("loop-b").await.ok()??;
-        let ready = os
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
+        let ready = ready_of(&api, "loop-b").await?;
         (ready.reason == "TakeOverNotAllowed").then_some(ready.message)
     })
     .await;

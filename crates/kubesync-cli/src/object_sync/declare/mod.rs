@@ -118,26 +118,10 @@ impl ObjectSyncController {
             let namespace = r.namespace.as_deref().or(own);
             match (r.kind, namespace) {
                 (TakeOverKind::ClusterObjectSync, _) => {
-                    let ar = ApiResource::erase::<ClusterObjectSync>(&());
-                    let key = ObjectKey::new(LOCAL, &ar, None, &r.name);
-                    if let Some(cos) = ctx.get_as::<ClusterObjectSync>(&key).ok().flatten()
-                        && let (Some(uid), Some(record)) =
-                            (cos.uid(), status::record_of(cos.sync_status()))
-                    {
-                        let reference = format!("{LOCAL}/{}", r.name);
-                        found.push(predecessor(key, reference, uid, record));
-                    }
+                    found.extend(stored_predecessor::<ClusterObjectSync>(ctx, None, &r.name));
                 }
                 (TakeOverKind::ObjectSync, Some(ns)) => {
-                    let ar = ApiResource::erase::<ObjectSync>(&());
-                    let key = ObjectKey::new(LOCAL, &ar, Some(ns.to_string()), &r.name);
-                    if let Some(os) = ctx.get_as::<ObjectSync>(&key).ok().flatten()
-                        && let (Some(uid), Some(record)) =
-                            (os.uid(), status::record_of(os.sync_status()))
-                    {
-                        let reference = format!("{LOCAL}/{ns}/{}", r.name);
-                        found.push(predecessor(key, reference, uid, record));
-                    }
+                    found.extend(stored_predecessor::<ObjectSync>(ctx, Some(ns), &r.name));
                 }
                 (TakeOverKind::Annotations, Some(ns)) => {
                     let Some(records) = &self.compat_records else {
@@ -308,6 +292,38 @@ fn predecessor(key: ObjectKey, reference: String, uid: String, record: CopiesMad
     }
 }
 
+/// The key of the ObjectSync (`namespace`) or ClusterObjectSync (`None`) `name`.
+fn key_of<K: SyncObject>(namespace: Option<&str>, name: &str) -> ObjectKey {
+    let ar = ApiResource::erase::<K>(&());
+    ObjectKey::new(LOCAL, &ar, namespace.map(String::from), name)
+}
+
+/// The ObjectSync (`namespace`) or ClusterObjectSync (`None`) `name` as the operator's store
+/// holds it.
+fn stored<K: SyncObject>(ctx: &Context, namespace: Option<&str>, name: &str) -> Option<K> {
+    ctx.get_as::<K>(&key_of::<K>(namespace, name))
+        .ok()
+        .flatten()
+}
+
+/// The ObjectSync or ClusterObjectSync `name` (of `namespace`) as a predecessor: its key, its
+/// copies' marks (as [`declaration`] writes them) and its record; `None` when the store has
+/// no such declaration, or it keeps no record.
+fn stored_predecessor<K: SyncObject>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<Predecessor> {
+    let found = stored::<K>(ctx, namespace, name)?;
+    let record = status::record_of(found.sync_status())?;
+    let reference = match namespace {
+        Some(ns) => format!("{LOCAL}/{ns}/{name}"),
+        None => format!("{LOCAL}/{name}"),
+    };
+    let key = key_of::<K>(namespace, name);
+    Some(predecessor(key, reference, found.uid()?, record))
+}
+
 /// Where a `takeOver` entry of a declaration in namespace `base` (`None`: a ClusterObjectSync)
 /// points: an ObjectSync's namespace and name, or a ClusterObjectSync's name (no namespace).
 /// `None`: a ClusterObjectSync's entry that names no namespace for an ObjectSync.
@@ -361,22 +377,8 @@ fn refuse_take_over_cycle(
         }
         let (ns, name) = at;
         let next: Vec<TakeOverRef> = match &ns {
-            Some(ns) => {
-                let ar = ApiResource::erase::<ObjectSync>(&());
-                let key = ObjectKey::new(LOCAL, &ar, Some(ns.clone()), &name);
-                ctx.get_as::<ObjectSync>(&key)
-                    .ok()
-                    .flatten()
-                    .map(|o| o.spec.take_over)
-            }
-            None => {
-                let ar = ApiResource::erase::<ClusterObjectSync>(&());
-                let key = ObjectKey::new(LOCAL, &ar, None, &name);
-                ctx.get_as::<ClusterObjectSync>(&key)
-                    .ok()
-                    .flatten()
-                    .map(|o| o.spec.sync.take_over)
-            }
+            Some(ns) => stored::<ObjectSync>(ctx, Some(ns), &name).map(|o| o.spec.take_over),
+            None => stored::<ClusterObjectSync>(ctx, None, &name).map(|o| o.spec.sync.take_over),
         }
         .unwrap_or_default();
         stack.extend(
